@@ -1,0 +1,90 @@
+"""Typed results: what /plan and /evaluate return (the ``Plan`` and ``PlanResponse`` of the contract)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from optimizer.specs import Layout
+
+Bottleneck = Literal[
+    "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer", "memory_bound"
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TimeBreakdown(_Out):
+    """Exposed (not hidden by overlap) seconds per step, by cause. They sum to ``step_time_s``."""
+
+    compute: float = Field(description="GEMMs, attention and memory-bound kernels on the critical path.")
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0
+    ep_comm: float = 0.0
+    pp_comm: float = 0.0
+    pp_bubble: float = 0.0
+    dp_comm: float = 0.0
+    optimizer: float = 0.0
+
+
+class MemoryBreakdown(_Out):
+    """Peak per-GPU memory (GiB) on the most loaded pipeline stage."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    buffers: float = Field(description="Communication buffers, CUDA context, allocator fragmentation.")
+    total: float
+    capacity: float = Field(description="Usable device memory (GiB).")
+    headroom: float = Field(default=0.0, description="Kept free when judging fits_memory (GiB).")
+    stage: int = Field(default=0, description="Pipeline stage (0-based) holding the peak.")
+    per_stage_total: list[float] = Field(default_factory=list, description="Peak GiB of each pipeline stage.")
+
+
+class LaunchArgs(_Out):
+    """Ready-to-use launch settings for common training frameworks."""
+
+    megatron: str = Field(description="Megatron-LM / Megatron-Core command-line arguments.")
+    torchtitan: str = Field(default="", description="torchtitan TOML fragment.")
+    deepspeed: str = Field(default="", description="DeepSpeed config JSON.")
+    nemo: str = Field(default="", description="NeMo / Megatron-Bridge recipe overrides.")
+
+
+class Plan(_Out):
+    config: Layout
+    placement: dict[str, str] = Field(description="axis -> outermost network tier its groups span")
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float = Field(description="model FLOPs / (step time * GPUs * dense peak at the training precision)")
+    hfu: float = Field(description="hardware FLOPs (recompute included) / same denominator")
+    model_tflops_per_gpu: float
+    time_breakdown_s: TimeBreakdown
+    memory_gib: MemoryBreakdown
+    fits_memory: bool
+    bottleneck: Bottleneck
+    launch: LaunchArgs | None = None
+    notes: list[str] = Field(default_factory=list, description="Assumptions the estimate made for this layout.")
+
+
+class SolverInfo(_Out):
+    engine: str = "cp-sat"
+    status: str = ""
+    wall_time_s: float = 0.0
+    proved_optimal: bool = False
+    objective_bound: float | None = Field(default=None, description="Lower bound on the best step time (s).")
+    candidates_enumerated: int = 0
+    candidates_fitting_memory: int = 0
+    candidates_to_solver: int = 0
+
+
+class PlanResponse(_Out):
+    status: Literal["optimal", "feasible", "infeasible"]
+    plans: list[Plan]
+    solver: SolverInfo
+    explanation: str | None = None
+    warnings: list[str] = Field(default_factory=list)

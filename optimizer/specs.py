@@ -1,0 +1,366 @@
+"""Job specs and layouts as the HTTP contract defines them (request side).
+
+A request names presets or gives explicit fields; validation resolves presets, applies the
+explicit overrides and checks every cross-field rule, so that an invalid request fails with a
+message that names the field and the reason (HTTP 422) before any planning work starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optimizer.errors import UnknownCatalogId
+
+Precision = Literal["bf16", "fp16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+Activation = Literal["swiglu", "gelu"]
+AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+"""Parallel axes that own process groups, in the canonical (innermost-first) rank order."""
+
+MAX_NUM_GPUS = 1_048_576
+MAX_LAYERS = 1_024
+MAX_HIDDEN = 131_072
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MLAConfig(Strict):
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="null: no query compression")
+    kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN)
+    qk_nope_head_dim: int = Field(ge=1, le=4096)
+    qk_rope_head_dim: int = Field(ge=0, le=4096)
+    v_head_dim: int = Field(ge=1, le=4096)
+
+
+class MoEConfig(Strict):
+    """Mixture of experts; every ``layer_frequency``-th layer after ``first_dense_layers`` is MoE."""
+
+    num_experts: int = Field(ge=1, le=16_384)
+    top_k: int = Field(ge=1, le=1_024)
+    expert_ffn_hidden_size: int = Field(ge=1, le=MAX_HIDDEN * 4)
+    num_shared_experts: int = Field(default=0, ge=0, le=64)
+    shared_expert_ffn_hidden_size: int | None = Field(
+        default=None, ge=1, le=MAX_HIDDEN * 4, description="default: expert_ffn_hidden_size"
+    )
+    layer_frequency: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
+
+    @model_validator(mode="after")
+    def _check(self) -> MoEConfig:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
+        return self
+
+
+_MODEL_FIELDS = (
+    "name",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "activation",
+    "tied_embeddings",
+    "mla",
+    "moe",
+)
+
+
+class ModelSpec(Strict):
+    """A model: a preset id, or a full architecture; explicit fields override the preset.
+
+    After validation every field is filled (preset values, then explicit overrides, then defaults).
+    """
+
+    preset: str | None = Field(default=None, description="Model preset id (GET /models).")
+    name: str | None = None
+    num_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
+    ffn_hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN * 8)
+    num_attention_heads: int | None = Field(default=None, ge=1, le=4096)
+    num_kv_heads: int | None = Field(default=None, ge=1, le=4096, description="default: num_attention_heads")
+    head_dim: int | None = Field(default=None, ge=1, le=4096, description="default: hidden_size / heads")
+    vocab_size: int | None = Field(default=None, ge=1, le=4_000_000)
+    activation: Activation | None = None
+    tied_embeddings: bool | None = None
+    mla: MLAConfig | None = None
+    moe: MoEConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        from optimizer.presets import load_model_presets
+
+        presets = load_model_presets()
+        preset_id = data["preset"]
+        if not isinstance(preset_id, str) or preset_id not in presets:
+            raise ValueError(str(UnknownCatalogId("model preset", str(preset_id), list(presets))))
+        base = presets[preset_id].architecture()
+        merged = {**base, **{k: v for k, v in data.items() if v is not None}}
+        return merged
+
+    @model_validator(mode="after")
+    def _complete_and_check(self) -> ModelSpec:
+        required = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+        missing = [f for f in required if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)} (give them or a preset)")
+        assert self.num_layers and self.hidden_size and self.num_attention_heads  # for type checkers
+        if self.name is None:
+            self.name = self.preset or "custom"
+        if self.activation is None:
+            self.activation = "swiglu"
+        if self.tied_embeddings is None:
+            self.tied_embeddings = False
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_attention_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
+                    f"({self.num_attention_heads}); give head_dim explicitly"
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.ffn_hidden_size is None:
+            if self.moe is not None and self.moe.first_dense_layers == 0 and self.moe.layer_frequency == 1:
+                self.ffn_hidden_size = self.moe.expert_ffn_hidden_size
+            else:
+                self.ffn_hidden_size = 4 * self.hidden_size if self.activation == "gelu" else (
+                    _swiglu_default_ffn(self.hidden_size)
+                )
+        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError(
+                f"moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})"
+            )
+        return self
+
+    def architecture(self) -> dict[str, Any]:
+        """The architecture fields (no preset id) as a plain dict."""
+        return {f: getattr(self, f) for f in _MODEL_FIELDS}
+
+    # Convenience accessors used by the cost model (the validator guarantees these are set).
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """Whether 0-based layer ``layer_index`` is an MoE layer (Megatron / DeepSeek convention)."""
+        moe = self.moe
+        if moe is None or layer_index < moe.first_dense_layers:
+            return False
+        return (layer_index - moe.first_dense_layers) % moe.layer_frequency == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers or 0))
+
+
+def _swiglu_default_ffn(hidden: int) -> int:
+    """Llama rule: 2/3 * 4h rounded up to a multiple of 256."""
+    raw = int(8 * hidden / 3)
+    return (raw + 255) // 256 * 256
+
+
+class TrainingSpec(Strict):
+    """What one optimizer step processes."""
+
+    seq_len: int = Field(ge=1, le=4_194_304)
+    global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="sequences per step")
+    global_batch_tokens: int | None = Field(default=None, ge=1, le=1 << 40)
+    precision: Precision = "bf16"
+
+    @model_validator(mode="after")
+    def _batch(self) -> TrainingSpec:
+        if self.global_batch_size is None and self.global_batch_tokens is None:
+            raise ValueError("give global_batch_size (sequences) or global_batch_tokens")
+        if self.global_batch_tokens is not None:
+            if self.global_batch_tokens % self.seq_len:
+                raise ValueError(
+                    f"global_batch_tokens ({self.global_batch_tokens}) must be a multiple of seq_len ({self.seq_len})"
+                )
+            gbs = self.global_batch_tokens // self.seq_len
+            if self.global_batch_size is not None and self.global_batch_size != gbs:
+                raise ValueError(
+                    f"global_batch_size ({self.global_batch_size}) disagrees with global_batch_tokens / seq_len ({gbs})"
+                )
+            self.global_batch_size = gbs
+        self.global_batch_tokens = self.global_batch_size * self.seq_len  # type: ignore[operator]
+        return self
+
+
+class ClusterSpec(Strict):
+    """A cluster: a preset id plus ``num_gpus``, or explicit fields (which override the preset)."""
+
+    preset: str | None = Field(default=None, description="Cluster preset id (GET /clusters).")
+    num_gpus: int = Field(ge=1, le=MAX_NUM_GPUS)
+    gpu: str | None = Field(default=None, description="GPU id (GET /gpus).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
+    nvlink_domain_size: int | None = Field(default=None, ge=1, le=1024)
+    network: str | None = Field(default=None, description="Scale-out fabric id (GET /networks).")
+    nics_per_node: int | None = Field(default=None, ge=1, le=1024)
+    leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group")
+    spine_oversubscription: float | None = Field(default=None, ge=1.0, le=64.0)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> ClusterSpec:
+        from hardware_catalog import load_catalog
+
+        cat = load_catalog()
+        if self.preset is not None:
+            if self.preset not in cat.clusters:
+                raise ValueError(str(UnknownCatalogId("cluster preset", self.preset, list(cat.clusters))))
+            c = cat.clusters[self.preset]
+            self.gpu = self.gpu or c.gpu
+            self.gpus_per_node = self.gpus_per_node or c.gpus_per_node
+            self.nvlink_domain_size = self.nvlink_domain_size or c.nvlink_domain_size
+            self.network = self.network or c.network
+            self.nics_per_node = self.nics_per_node or c.nics_per_node
+            leaf = next((t for t in c.tiers if t.name == "leaf"), None)
+            spine = c.tiers[-1]
+            if self.leaf_span_gpus is None and leaf is not None:
+                self.leaf_span_gpus = leaf.span_gpus
+            if self.spine_oversubscription is None:
+                self.spine_oversubscription = spine.oversubscription
+        if self.gpu is None:
+            raise ValueError("give a cluster preset or a gpu id")
+        if self.gpu not in cat.gpus:
+            raise ValueError(str(UnknownCatalogId("gpu", self.gpu, list(cat.gpus))))
+        gpu = cat.gpus[self.gpu]
+        if self.network is None:
+            self.network = "ib-ndr-400"
+        if self.network not in cat.networks:
+            raise ValueError(str(UnknownCatalogId("network", self.network, list(cat.networks))))
+        self.gpus_per_node = self.gpus_per_node or min(8, gpu.default_nvlink_domain_size)
+        self.nvlink_domain_size = self.nvlink_domain_size or gpu.default_nvlink_domain_size
+        self.nics_per_node = self.nics_per_node or self.gpus_per_node
+        if self.nvlink_domain_size % self.gpus_per_node and self.gpus_per_node % self.nvlink_domain_size:
+            raise ValueError(
+                f"nvlink_domain_size ({self.nvlink_domain_size}) and gpus_per_node ({self.gpus_per_node}) "
+                "must divide one another"
+            )
+        if self.spine_oversubscription is None:
+            self.spine_oversubscription = 1.0
+        if self.leaf_span_gpus is None:
+            self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
+        if self.leaf_span_gpus < self.nvlink_domain_size:
+            self.leaf_span_gpus = self.nvlink_domain_size
+        return self
+
+
+class PlacementSpec(Strict):
+    """For each parallel axis, the outermost network tier its process groups span."""
+
+    tp: str | None = None
+    cp: str | None = None
+    ep: str | None = None
+    dp: str | None = None
+    pp: str | None = None
+
+
+class Layout(Strict):
+    """A parallel layout (``config`` in requests and plans)."""
+
+    tp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS)
+    pp: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="derived: num_gpus / (tp*pp*cp)")
+    cp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS)
+    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="expert parallel; must divide dp*cp")
+    vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="virtual pipeline chunks per stage")
+    micro_batch_size: int = Field(default=1, ge=1, le=1 << 16)
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    recompute: Recompute = "selective"
+    sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
+    num_micro_batches: int | None = Field(default=None, ge=1, description="derived: gbs / (dp * micro_batch_size)")
+    stage_layers: list[int] | None = Field(
+        default=None,
+        description="Layers per pipeline chunk in schedule order (pp*vpp entries); null = as even as possible.",
+    )
+    placement: PlacementSpec | None = None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Layout:
+        if self.sequence_parallel is None:
+            self.sequence_parallel = self.tp > 1
+        return self
+
+
+class LayoutFix(Strict):
+    """Layout fields to pin during search."""
+
+    tp: int | None = Field(default=None, ge=1)
+    pp: int | None = Field(default=None, ge=1)
+    dp: int | None = Field(default=None, ge=1)
+    cp: int | None = Field(default=None, ge=1)
+    ep: int | None = Field(default=None, ge=1)
+    vpp: int | None = Field(default=None, ge=1)
+    micro_batch_size: int | None = Field(default=None, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] | None = None
+    recompute: Recompute | None = None
+    sequence_parallel: bool | None = None
+
+
+class LayoutAllow(Strict):
+    """Candidate values per layout field during search."""
+
+    tp: list[int] | None = None
+    pp: list[int] | None = None
+    dp: list[int] | None = None
+    cp: list[int] | None = None
+    ep: list[int] | None = None
+    vpp: list[int] | None = None
+    micro_batch_size: list[int] | None = None
+    zero_stage: list[Literal[0, 1, 2, 3]] | None = None
+    recompute: list[Recompute] | None = None
+    sequence_parallel: list[bool] | None = None
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> LayoutAllow:
+        for name, values in self:
+            if values is not None and len(values) == 0:
+                raise ValueError(f"allow.{name} is empty: no candidate value is allowed")
+            if values is not None and name not in ("zero_stage", "recompute", "sequence_parallel"):
+                bad = [v for v in values if v < 1]
+                if bad:
+                    raise ValueError(f"allow.{name} has non-positive values {bad}")
+        return self
+
+
+class SearchSpec(Strict):
+    top_k: int = Field(default=5, ge=1, le=50)
+    time_limit_s: float = Field(default=10.0, gt=0, le=60.0)
+    fix: LayoutFix = Field(default_factory=LayoutFix)
+    allow: LayoutAllow = Field(default_factory=LayoutAllow)
+    memory_headroom_gib: float | None = Field(
+        default=None, ge=0, le=64, description="Memory kept free per GPU; default: the cost model's documented value."
+    )
+
+
+class JobSpec(Strict):
+    """Model + training + cluster: shared by /plan and /evaluate."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+
+
+class PlanRequest(JobSpec):
+    search: SearchSpec = Field(default_factory=SearchSpec)
+
+
+class EvaluateRequest(JobSpec):
+    config: Layout
