@@ -107,6 +107,9 @@ class ModelSpec(Strict):
             raise ValueError(str(UnknownCatalogId("model preset", str(preset_id), list(presets))))
         base = presets[preset_id].architecture()
         merged = {**base, **{k: v for k, v in data.items() if v is not None}}
+        for key in ("mla", "moe"):  # nested blocks merge field by field
+            if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):
+                merged[key] = {**base[key], **data[key]}
         return merged
 
     @model_validator(mode="after")

@@ -1,0 +1,317 @@
+"""The ``pplan`` command: serve the API, or plan / evaluate / list catalogs without HTTP.
+
+``plan`` and ``evaluate`` read the same request documents as POST /plan and POST /evaluate
+(JSON or YAML), validate them with the same request models and call the same service
+functions. Exit codes: 0 ok, 2 invalid input, 3 infeasible job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from optimizer import service
+from optimizer.errors import InvalidLayout, PlannerError
+from optimizer.results import Plan, PlanResponse
+from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.units import GIB, TFLOPS
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+EXIT_INFEASIBLE = 3
+
+FORMATS = ("json", "yaml", "table")
+CATALOGS = ("gpus", "networks", "clusters", "models")
+
+
+class InputError(Exception):
+    """The request file cannot be read or parsed (exit code 2)."""
+
+
+# --------------------------------------------------------------------------- input
+
+
+def load_document(path: str) -> dict[str, Any]:
+    """A request document from a JSON or YAML file (``-``: standard input).
+
+    The format follows the extension (``.json``, ``.yaml``, ``.yml``); otherwise JSON is tried
+    first, then YAML.
+
+    Raises:
+        InputError: unreadable file, a syntax error, or a document that is not a mapping.
+    """
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from exc
+    suffix = Path(path).suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot parse {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a request document (a mapping), got {type(data).__name__}")
+    return data
+
+
+def _validation_message(exc: ValidationError, path: str) -> str:
+    from api.errors import validation_items
+
+    lines = [f"{path}: invalid request"]
+    for item in validation_items(exc.errors()):
+        loc = ".".join(str(part) for part in item["loc"]) or "(document)"
+        lines.append(f"  {loc}: {item['msg']}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _dump(data: Any, fmt: str) -> str:
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines) + "\n"
+
+
+_PLAN_HEADERS = (
+    "rank", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute",
+    "placement", "step_s", "mfu", "mem_gib", "bottleneck",
+)  # fmt: skip
+
+
+def _placement(plan: Plan) -> str:
+    degrees = plan.config.model_dump()
+    shown = [f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1]
+    return " ".join(shown) or "-"
+
+
+def _plan_row(rank: int, plan: Plan) -> list[object]:
+    c, mem = plan.config, plan.memory_gib
+    memory = f"{mem.total:.1f}/{mem.capacity:.0f}" + ("" if plan.fits_memory else " OOM")
+    return [
+        rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
+        c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",
+        memory, plan.bottleneck,
+    ]  # fmt: skip
+
+
+def plan_table(response: PlanResponse) -> str:
+    """A ranked table of the plans, with the solver status and any explanation or warnings."""
+    solver = response.solver
+    head = f"status: {response.status}  solver: {solver.engine}, {solver.wall_time_s:.2f} s"
+    if solver.proved_optimal:
+        head += ", proved optimal"
+    parts = [head + "\n"]
+    if response.plans:
+        parts.append(_table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)]))
+    if response.explanation:
+        parts.append(f"explanation: {response.explanation}\n")
+    parts.extend(f"warning: {w}\n" for w in response.warnings)
+    return "".join(parts)
+
+
+def evaluate_table(plan: Plan) -> str:
+    """One-row table of an evaluated layout, then its time and memory breakdowns."""
+    parts = [_table(_PLAN_HEADERS, [_plan_row(1, plan)])]
+    times = plan.time_breakdown_s.model_dump()
+    parts.append("time_s: " + "  ".join(f"{k}={v:.3f}" for k, v in times.items()) + "\n")
+    mem = plan.memory_gib
+    parts.append(
+        f"memory_gib: weights={mem.weights:.1f}  gradients={mem.gradients:.1f}  optimizer={mem.optimizer:.1f}  "
+        f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  total={mem.total:.1f}  "
+        f"capacity={mem.capacity:.1f}\n"
+    )
+    parts.append(f"tokens/s: {plan.tokens_per_s:,.0f}  model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n")
+    parts.extend(f"note: {n}\n" for n in plan.notes)
+    return "".join(parts)
+
+
+def _q(entry: Any, name: str, scale: float = 1.0) -> str:
+    quantity = getattr(entry, name, None)
+    return "-" if quantity is None else f"{quantity.value / scale:g}"
+
+
+_CATALOG_COLUMNS: dict[str, tuple[Sequence[str], Callable[[str, Any], list[object]]]] = {
+    "gpus": (
+        ("id", "name", "memory_gib", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "nvlink_domain"),
+        lambda i, e: [
+            i, e.name, f"{e.memory_usable_bytes.value / GIB:.1f}", _q(e, "bf16_dense_flops", TFLOPS),
+            _q(e, "fp8_dense_flops", TFLOPS), _q(e, "hbm_bandwidth_bytes_per_s", 1e12), e.default_nvlink_domain_size,
+        ],
+    ),
+    "networks": (
+        ("id", "name", "technology", "port_gbit_s", "latency_us", "busbw_fraction"),
+        lambda i, e: [
+            i, e.name, e.technology, _q(e, "port_rate_bits_per_s", 1e9), _q(e, "latency_s", 1e-6),
+            _q(e, "busbw_fraction"),
+        ],
+    ),
+    "clusters": (
+        ("id", "name", "gpu", "gpus_per_node", "nvlink_domain", "network", "nics_per_node", "tiers"),
+        lambda i, e: [
+            i, e.name, e.gpu, e.gpus_per_node, e.nvlink_domain_size, e.network, e.nics_per_node,
+            ">".join(t.name for t in e.tiers),
+        ],
+    ),
+    "models": (
+        ("id", "name", "layers", "hidden", "heads", "kv_heads", "experts", "params_b"),
+        lambda i, e: [
+            i, e.name, e.num_layers, e.hidden_size, e.num_attention_heads, e.num_kv_heads or e.num_attention_heads,
+            (e.moe or {}).get("num_experts") or "-", f"{e.published_total_params / 1e9:.1f}",
+        ],
+    ),
+}  # fmt: skip
+
+
+def _catalog_entries(which: str) -> Mapping[str, BaseModel]:
+    from hardware_catalog import load_catalog
+    from optimizer.presets import load_model_presets
+
+    if which == "models":
+        return load_model_presets()
+    entries: Mapping[str, BaseModel] = getattr(load_catalog(), which)
+    return entries
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _error(text: str) -> None:
+    sys.stderr.write(f"pplan: {text}\n")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    request = PlanRequest.model_validate(load_document(args.file))
+    response = service.plan(request)
+    if args.format == "table":
+        _write(plan_table(response))
+    else:
+        _write(_dump(response.model_dump(mode="json"), args.format))
+    if response.status == "infeasible":
+        _error(f"infeasible: {response.explanation or 'no layout satisfies the constraints'}")
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    request = EvaluateRequest.model_validate(load_document(args.file))
+    result = service.evaluate(request)
+    if args.format == "table":
+        _write(evaluate_table(result))
+    else:
+        _write(_dump(result.model_dump(mode="json"), args.format))
+    return EXIT_OK
+
+
+def _cmd_catalog(args: argparse.Namespace) -> int:
+    from api.catalog import catalog_items
+
+    entries = _catalog_entries(args.which)
+    if args.format == "table":
+        headers, row = _CATALOG_COLUMNS[args.which]
+        _write(_table(headers, [row(entry_id, entry) for entry_id, entry in entries.items()]))
+    else:
+        _write(_dump(catalog_items(entries), args.format))
+    return EXIT_OK
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.settings import Settings
+
+    settings = Settings()
+    uvicorn.run(
+        "api.main:app",
+        host=args.host if args.host is not None else settings.host,
+        port=args.port if args.port is not None else settings.port,
+        workers=args.workers if args.workers is not None else settings.workers,
+        log_level=settings.log_level,
+        access_log=False,  # the app writes its own JSON access lines
+    )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pplan",
+        description="Plan and score parallel layouts for large-model training.",
+        epilog="exit codes: 0 ok, 2 invalid input, 3 infeasible job",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--format", "-f", choices=FORMATS, default="json", help="output format (default: json)")
+
+    serve = sub.add_parser("serve", help="run the HTTP API (settings from PPLAN_* variables)")
+    serve.add_argument("--host", help="bind address (default: PPLAN_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: PPLAN_PORT or 8000)")
+    serve.add_argument("--workers", type=int, help="worker processes (default: PPLAN_WORKERS or 1)")
+    serve.set_defaults(handler=_cmd_serve)
+
+    plan = sub.add_parser("plan", parents=[output], help="search ranked layouts (a POST /plan document)")
+    plan.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    plan.set_defaults(handler=_cmd_plan)
+
+    evaluate = sub.add_parser("evaluate", parents=[output], help="score one layout (a POST /evaluate document)")
+    evaluate.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    evaluate.set_defaults(handler=_cmd_evaluate)
+
+    catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
+    catalog.add_argument("which", choices=CATALOGS)
+    catalog.set_defaults(handler=_cmd_catalog)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``pplan``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    source = getattr(args, "file", None) or ("PPLAN_* settings" if args.command == "serve" else args.command)
+    try:
+        code: int = args.handler(args)
+    except InputError as exc:
+        _error(str(exc))
+        return EXIT_INVALID
+    except ValidationError as exc:
+        _error(_validation_message(exc, source))
+        return EXIT_INVALID
+    except InvalidLayout as exc:
+        field = exc.field if args.command != "evaluate" or exc.field.startswith("config") else f"config.{exc.field}"
+        _error(f"{source}: invalid layout: {field}: {exc.reason}")
+        return EXIT_INVALID
+    except PlannerError as exc:
+        _error(f"{source}: {exc}")
+        return EXIT_INVALID
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

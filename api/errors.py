@@ -1,0 +1,115 @@
+"""Maps errors to HTTP answers: invalid input is a 422 naming the field, overload a 503.
+
+Unexpected exceptions never reach these handlers: ``api.middleware`` turns them into a logged
+500 carrying the request id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from api.pool import PoolSaturated
+from optimizer.errors import InvalidLayout, PlannerError
+
+RETRY_AFTER_S = 1
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int] = Field(description="Where the problem is, e.g. [\"body\", \"cluster\", \"gpu\"].")
+    msg: str = Field(description="What is wrong, with the offending values.")
+    type: str = Field(description="Machine-readable kind, e.g. missing, value_error, invalid_layout.")
+
+
+class ValidationErrorBody(BaseModel):
+    """422: the request is malformed or inconsistent."""
+
+    detail: list[ErrorItem]
+
+
+class MessageBody(BaseModel):
+    """404, 413, 503: a one-line reason."""
+
+    detail: str
+
+
+class InternalErrorBody(BaseModel):
+    """500: a server bug; quote ``request_id`` when reporting it."""
+
+    detail: str = "internal error"
+    request_id: str
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    413: {"model": MessageBody, "description": "Request body larger than the server limit."},
+    422: {"model": ValidationErrorBody, "description": "Invalid request: each item names the field and the reason."},
+    500: {"model": InternalErrorBody, "description": "Server bug (never caused by request content)."},
+    503: {
+        "model": MessageBody,
+        "description": "Planner pool saturated; retry after the `Retry-After` seconds.",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}},
+    },
+}
+
+
+def _clean_message(error: dict[str, Any]) -> str:
+    msg = str(error.get("msg", ""))
+    # pydantic prefixes messages raised in validators; the reason itself is what a client needs.
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg
+
+
+def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body."""
+    return [
+        {"loc": list(e.get("loc", ())), "msg": _clean_message(e), "type": str(e.get("type", "value_error"))}
+        for e in errors
+    ]
+
+
+def invalid_field(loc: Sequence[str | int], msg: str, type_: str = "value_error") -> RequestValidationError:
+    """A 422 for one field, raised from a route after the request model has validated."""
+    return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": type_}])
+
+
+def layout_error(exc: InvalidLayout, *, under: str | None) -> RequestValidationError:
+    """A 422 for an ``InvalidLayout``; ``under`` is the request field holding the layout.
+
+    ``exc.field`` is a dotted path such as ``config.tp`` or ``tp``; the error's ``loc`` is
+    ``["body", under, ...]`` either way.
+    """
+    parts: list[str | int] = [p for p in str(exc.field).split(".") if p]
+    if under is not None and (not parts or parts[0] != under):
+        parts.insert(0, under)
+    return invalid_field(("body", *parts), exc.reason, "invalid_layout")
+
+
+async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse(status_code=422, content={"detail": validation_items(exc.errors())})
+
+
+async def _planner_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    item = {"loc": ["body"], "msg": str(exc), "type": "planner_error"}
+    return JSONResponse(status_code=422, content={"detail": [item]})
+
+
+async def _saturated_handler(_: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(
+        status_code=503,
+        content={"detail": f"planner busy: {exc}; retry shortly"},
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(PlannerError, _planner_error_handler)
+    app.add_exception_handler(PoolSaturated, _saturated_handler)

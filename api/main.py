@@ -1,0 +1,74 @@
+"""The ASGI app: ``api.main:app``, built by ``create_app()`` (``uvicorn api.main:app``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import catalog, meta, planning
+from api.errors import install_error_handlers
+from api.middleware import RequestContextMiddleware, configure_logging
+from api.pool import SolverPool
+from api.settings import Settings
+from hardware_catalog import load_catalog
+from optimizer.presets import load_model_presets
+
+DESCRIPTION = """
+Plans and scores parallel layouts (TP x PP x DP x CP x EP, ZeRO, recompute, placement on
+network tiers) for large-model training.
+
+* `POST /plan` searches ranked layouts for a job; `POST /evaluate` scores one layout.
+* The catalogs (`/gpus`, `/networks`, `/clusters`, `/models`) list the ids requests may name.
+* Invalid requests are a 422 naming the field and the reason; a job with no feasible layout is
+  a 200 with `status: "infeasible"` and an explanation.
+"""
+
+TAGS = [
+    {"name": "planning", "description": "Search and score parallel layouts."},
+    {"name": "catalog", "description": "Hardware and model presets, with the sources of their numbers."},
+    {"name": "service", "description": "Liveness and versions."},
+]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app.
+
+    Args:
+        settings: Service settings; default: read from the ``PPLAN_*`` environment.
+
+    Returns:
+        A FastAPI app whose lifespan loads (and so validates) the catalogs at start-up.
+    """
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+    pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        load_catalog()  # a broken catalog stops start-up instead of failing requests
+        load_model_presets()
+        try:
+            yield
+        finally:
+            pool.close()
+
+    app = FastAPI(
+        title="Parallelism planner",
+        version=meta.package_version(),
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.solver_pool = pool
+    install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.include_router(planning.router)
+    app.include_router(catalog.router)
+    app.include_router(meta.router)
+    return app
+
+
+app = create_app()

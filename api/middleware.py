@@ -1,0 +1,164 @@
+"""Per-request plumbing: request ids, one JSON access-log line, the body size limit, and the 500 net."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import traceback
+import uuid
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LOGGER_NAME = "pplan"
+access_log = logging.getLogger(f"{LOGGER_NAME}.access")
+error_log = logging.getLogger(f"{LOGGER_NAME}.error")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_VALID_INCOMING_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def configure_logging(level: str) -> None:
+    """Send ``pplan.*`` records to stderr, one message per line (idempotent)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "_pplan", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._pplan = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
+def _log_json(logger: logging.Logger, level: int, record: dict[str, Any]) -> None:
+    if logger.isEnabledFor(level):
+        logger.log(level, json.dumps(record, separators=(",", ":"), default=str))
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
+    """Read the whole request body (at most ``limit`` bytes) and return a ``receive`` that replays it.
+
+    Raises:
+        _BodyTooLarge: if ``Content-Length`` or the bytes actually sent exceed ``limit``.
+    """
+    declared = Headers(scope=scope).get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # client went away; let the app see it
+            pending: Message | None = message
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            pending = None
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            if pending is not None:
+                return pending
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class RequestContextMiddleware:
+    """Outermost app middleware (pure ASGI, so it also wraps streaming and exceptions).
+
+    - gives every request an id (an incoming ``X-Request-ID`` if well-formed, else a new one),
+      exposes it as ``request.state.request_id`` and returns it in the ``X-Request-ID`` header;
+    - answers 413 when the body exceeds ``max_body_bytes`` (declared or actually sent);
+    - turns any exception that escapes the app into a logged 500 ``{"detail", "request_id"}``;
+    - writes one JSON line per request to the ``pplan.access`` logger.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = Headers(scope=scope).get(REQUEST_ID_HEADER)
+        request_id = incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, request_id)
+            await send(message)
+
+        try:
+            try:
+                replay = await _buffer_body(scope, receive, self.max_body_bytes)
+            except _BodyTooLarge:
+                detail = f"request body too large: the limit is {self.max_body_bytes} bytes"
+                await _send_json(send_with_id, 413, {"detail": detail})
+                return
+            await self.app(scope, replay, send_with_id)
+        except Exception as exc:
+            _log_json(
+                error_log,
+                logging.ERROR,
+                {
+                    "event": "unhandled_exception",
+                    "request_id": request_id,
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "error": repr(exc),
+                    "traceback": traceback.format_exc(),
+                },
+            )
+            if status == 0:
+                await _send_json(send_with_id, 500, {"detail": "internal error", "request_id": request_id})
+            else:  # headers already sent: nothing sensible left to tell the client
+                raise
+        finally:
+            _log_json(
+                access_log,
+                logging.INFO,
+                {
+                    "event": "request",
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1e3, 3),
+                    "request_id": request_id,
+                },
+            )

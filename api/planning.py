@@ -1,0 +1,97 @@
+"""POST /plan and POST /evaluate: validate, apply the server limits, call the service off the loop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from api.errors import ERROR_RESPONSES, invalid_field, layout_error
+from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
+from api.pool import PoolDep
+from api.settings import Settings, SettingsDep
+from optimizer import service
+from optimizer.errors import InvalidLayout
+from optimizer.results import Plan, PlanResponse
+from optimizer.specs import EvaluateRequest, PlanRequest
+
+router = APIRouter(tags=["planning"])
+
+
+def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanRequest, list[str]]:
+    """Enforce the server's search limits.
+
+    Returns:
+        The request with ``search.time_limit_s`` defaulted to ``default_time_limit_s`` when not
+        given and clamped to ``max_time_limit_s``, and warnings saying what was clamped.
+
+    Raises:
+        RequestValidationError: ``search.top_k`` above ``max_top_k`` (a 422).
+    """
+    search = request.search
+    if search.top_k > settings.max_top_k:
+        raise invalid_field(
+            ("body", "search", "top_k"),
+            f"top_k ({search.top_k}) exceeds the server limit max_top_k ({settings.max_top_k})",
+            "less_than_equal",
+        )
+    warnings: list[str] = []
+    limit = search.time_limit_s if "time_limit_s" in search.model_fields_set else settings.default_time_limit_s
+    if limit > settings.max_time_limit_s:
+        warnings.append(
+            f"search.time_limit_s ({limit:g} s) clamped to the server limit max_time_limit_s "
+            f"({settings.max_time_limit_s:g} s)"
+        )
+        limit = settings.max_time_limit_s
+    if limit != search.time_limit_s:
+        request = request.model_copy(update={"search": search.model_copy(update={"time_limit_s": limit})})
+    return request, warnings
+
+
+@router.post(
+    "/plan",
+    response_model=PlanResponse,
+    operation_id="plan",
+    summary="Search ranked layouts for a job",
+    responses=ERROR_RESPONSES,
+)
+async def plan(
+    body: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],  # type: ignore[arg-type]
+    settings: SettingsDep,
+    pool: PoolDep,
+) -> PlanResponse:
+    """Best layouts first, at most ``search.top_k``.
+
+    A job that no layout can run is not an error: the answer is a 200 with
+    ``status: "infeasible"``, no plans and an ``explanation`` with the numbers.
+    """
+    request, warnings = apply_search_limits(body, settings)
+    try:
+        response = await pool.run(service.plan, request)
+    except InvalidLayout as exc:
+        raise layout_error(exc, under=None) from exc
+    if warnings:
+        response = response.model_copy(update={"warnings": [*warnings, *response.warnings]})
+    return response
+
+
+@router.post(
+    "/evaluate",
+    response_model=Plan,
+    operation_id="evaluate",
+    summary="Score one given layout",
+    responses=ERROR_RESPONSES,
+)
+async def evaluate(
+    body: Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)],  # type: ignore[arg-type]
+    pool: PoolDep,
+) -> Plan:
+    """Step time, MFU, memory and bottleneck of ``config`` (and ``config.placement`` if given).
+
+    A layout that does not fit in memory is still scored (``fits_memory: false``); a layout
+    that breaks a hard rule (sizes that do not divide, product != ``num_gpus``) is a 422.
+    """
+    try:
+        return await pool.run(service.evaluate, body)
+    except InvalidLayout as exc:
+        raise layout_error(exc, under="config") from exc

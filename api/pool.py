@@ -1,0 +1,83 @@
+"""A bounded thread pool for planner calls: the event loop never blocks, and overload is a 503."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+
+T = TypeVar("T")
+
+
+class PoolSaturated(Exception):
+    """Every thread is busy and the wait queue is full; the client should retry shortly."""
+
+
+class SolverPool:
+    """Runs blocking calls on ``workers`` threads with at most ``workers + max_queue`` in flight.
+
+    A call holds its slot until its thread finishes, even when the awaiting request is cancelled
+    (a client that hangs up does not free a thread that is still solving).
+    """
+
+    def __init__(self, workers: int, max_queue: int) -> None:
+        self.workers = workers
+        self.capacity = workers + max_queue
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def _get_executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pplan-solver")
+            return self._executor
+
+    def _acquire(self) -> None:
+        with self._lock:
+            if self._in_flight >= self.capacity:
+                raise PoolSaturated(f"{self._in_flight} planner calls in flight (capacity {self.capacity})")
+            self._in_flight += 1
+
+    def _release(self, _future: Future[object]) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(*args)`` on a pool thread and await its result.
+
+        Raises:
+            PoolSaturated: when ``capacity`` calls are already in flight.
+        """
+        executor = self._get_executor()
+        self._acquire()
+        try:
+            future = executor.submit(fn, *args)
+        except BaseException:
+            self._release(Future())
+            raise
+        future.add_done_callback(self._release)
+        return await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        """Stop accepting work; queued calls are cancelled, running ones finish in the background."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def get_pool(request: Request) -> SolverPool:
+    pool: SolverPool = request.app.state.solver_pool
+    return pool
+
+
+PoolDep = Annotated[SolverPool, Depends(get_pool)]

@@ -1,0 +1,66 @@
+"""The cost model's fitted constants: few, each with a physical meaning and how it was set.
+
+They were fitted to the calibration set of published runs (``benchmarks/validation.py`` prints
+the fit; ``docs/validation.md`` records it) and are shared by every GPU, model and layout: there
+is no per-model or per-row constant. Catalog numbers (peaks, link rates, measured GEMM and bus
+bandwidth fractions) live in ``hardware_catalog/data``; this file only holds what no datasheet
+gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.units import GIB, US
+
+
+@dataclass(frozen=True)
+class Calibration:
+    # --- compute -------------------------------------------------------------------------
+    gemm_training_fraction: float = 0.92
+    """Training GEMMs reach this fraction of the catalog's best-shape GEMM efficiency (MAMF):
+    real model shapes, clock throttling under sustained load and fused epilogues."""
+    gemm_dim_half: float = 96.0
+    """Tile/wave quantisation: a GEMM dimension ``d`` runs at ``d / (d + gemm_dim_half)`` of the
+    large-shape rate (the three dimensions multiply)."""
+    attention_efficiency: float = 0.55
+    """Flash-attention core kernels reach this fraction of dense peak (forward and backward)."""
+    hbm_efficiency: float = 0.75
+    """Memory-bound kernels (norms, activations, rotary, optimizer step) reach this fraction of
+    the HBM bandwidth."""
+    elementwise_bytes_per_token_hidden: float = 48.0
+    """Bytes moved by memory-bound kernels per token per layer per hidden unit, forward
+    (norms, residual adds, rotary, bias-free dropout-free blocks; bf16)."""
+    elementwise_bytes_per_token_ffn: float = 8.0
+    """Same, per FFN unit (gated activation: read gate and up, write product; bf16)."""
+    # --- communication -------------------------------------------------------------------
+    scale_up_alpha_s: float = 4.0 * US
+    """Effective per-step latency of an NVLink/xGMI collective step (NCCL LL128/Simple per-hop
+    constants are 1.9-3.4 us plus launch overhead)."""
+    tp_comm_overlap: float = 0.5
+    """Fraction of tensor-parallel collective time hidden behind GEMMs (TP comm overlap)."""
+    dp_overlap: float = 0.9
+    """Fraction of the backward (forward for parameter gathers) window that can hide bucketed
+    data-parallel communication; the last bucket is always exposed."""
+    dp_bucket_bytes: float = 160e6
+    """Gradient bucket size (Megatron default: 40 M fp32 elements)."""
+    pp_comm_exposed: float = 0.5
+    """Fraction of pipeline send/recv time left on the critical path (p2p overlap)."""
+    ep_load_imbalance: float = 1.1
+    """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
+    ep_comm_overlap: float = 0.0
+    """Fraction of expert all-to-all hidden behind compute (0: not overlapped)."""
+    cp_overlap: float = 1.0
+    """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
+    # --- memory --------------------------------------------------------------------------
+    cuda_context_bytes: float = 1.0 * GIB
+    """CUDA context, cuBLAS/cuDNN workspaces."""
+    nccl_buffer_bytes_per_group: float = 0.25 * GIB
+    """NCCL channel buffers per communicator a rank joins."""
+    fragmentation: float = 0.08
+    """Caching-allocator fragmentation, as a fraction of activation and gradient-buffer bytes."""
+    memory_headroom_bytes: float = 1.0 * GIB
+    """Kept free when judging ``fits_memory``."""
+
+
+DEFAULT = Calibration()

@@ -1,0 +1,45 @@
+"""The cost model: one pure function family that every entry point calls.
+
+- ``context.build_context(job)``: per-job facts (model FLOPs, layer kinds, hardware, tiers).
+- ``rules.resolve_layout(job, layout)``: validity rules, derived numbers.
+- ``estimate.estimate(ctx, layout, order)``: step time, memory, MFU for one rank order.
+- ``best_estimate(ctx, layout, placement)``: the best rank order (or the one matching a placement).
+"""
+
+from __future__ import annotations
+
+from optimizer.cost.context import JobContext, build_context
+from optimizer.cost.estimate import Estimate, estimate
+from optimizer.cost.rules import ResolvedLayout, resolve_layout
+from optimizer.cost.topology import candidate_orders
+from optimizer.errors import InvalidLayout
+
+
+def best_estimate(
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    placement: dict[str, str] | None = None,
+    headroom_bytes: float | None = None,
+) -> Estimate:
+    """Estimate under the fastest rank order; with ``placement``, only orders that realise it.
+
+    Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
+    """
+    best: Estimate | None = None
+    for order in candidate_orders(lay.sizes()):
+        est = estimate(ctx, lay, order, headroom_bytes)
+        if placement and any(est.placement.get(a) != t for a, t in placement.items() if t is not None):
+            continue
+        if best is None or est.step_time_s < best.step_time_s - 1e-12:
+            best = est
+    if best is None:
+        tiers = [t.name for t in ctx.topology.tiers]
+        raise InvalidLayout(
+            "config.placement",
+            f"no rank order of this layout puts the axes on the tiers {placement}; tiers are {tiers} "
+            "(axes of size 1 are 'none')",
+        )
+    return best
+
+
+__all__ = ["Estimate", "JobContext", "ResolvedLayout", "best_estimate", "build_context", "estimate", "resolve_layout"]

@@ -1,0 +1,118 @@
+"""Per-job facts the cost model needs, computed once per request (model, hardware, tiers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hardware_catalog import load_catalog
+from hardware_catalog.schema import GpuEntry, NetworkEntry
+from optimizer.calibration import DEFAULT, Calibration
+from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
+from optimizer.cost.topology import Topology, build_topology
+from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params
+from optimizer.specs import JobSpec
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """One distinct layer type of the model (dense, MoE, leading dense with its own FFN)."""
+
+    params: LayerParams
+    attn_proj_flops: float
+    attn_core_flops: float
+    mlp_flops: float
+    is_moe: bool
+
+
+@dataclass(frozen=True)
+class JobContext:
+    job: JobSpec
+    gpu: GpuEntry
+    network: NetworkEntry
+    topology: Topology
+    cal: Calibration
+    kinds: tuple[LayerKind, ...]
+    layer_kind: tuple[int, ...]
+    """Index into ``kinds`` of each layer, in model order."""
+    flops: ModelFlops
+    embedding_params: int
+    lm_head_params: int
+    d_qk: int
+    d_v: int
+    gemm_peak_flops: float
+    gemm_efficiency: float
+    bf16_peak_flops: float
+    mfu_peak_flops: float
+    """Dense peak at the training precision (the MFU denominator)."""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.job.cluster.num_gpus
+
+
+def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
+    return _build_context_cached(job.model_dump_json(), cal)
+
+
+@lru_cache(maxsize=256)
+def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
+    job = JobSpec.model_validate_json(job_json)
+    cat = load_catalog()
+    c = job.cluster
+    assert c.gpu and c.network and c.gpus_per_node and c.nvlink_domain_size and c.nics_per_node
+    assert c.leaf_span_gpus and c.spine_oversubscription
+    gpu = cat.gpus[c.gpu]
+    network = cat.networks[c.network]
+    topo = build_topology(
+        num_gpus=c.num_gpus,
+        gpu=gpu,
+        network=network,
+        gpus_per_node=c.gpus_per_node,
+        nvlink_domain_size=c.nvlink_domain_size,
+        nics_per_node=c.nics_per_node,
+        leaf_span_gpus=c.leaf_span_gpus,
+        spine_oversubscription=c.spine_oversubscription,
+        cal=cal,
+    )
+    model = job.model
+    seq = job.training.seq_len
+    kinds: list[LayerKind] = []
+    index: dict[LayerParams, int] = {}
+    layer_kind = []
+    for i in range(model.num_layers or 0):
+        p = layer_params(model, i)
+        if p not in index:
+            lf = layer_flops(model, i, seq)
+            index[p] = len(kinds)
+            kinds.append(LayerKind(p, lf.attn_proj, lf.attn_core, lf.mlp, p.num_routed_experts > 0))
+        layer_kind.append(index[p])
+    d_qk, d_v = attention_dims(model)
+    precision = job.training.precision
+    bf16 = gpu.bf16_dense_flops.value
+    if precision == "fp8":
+        if gpu.fp8_dense_flops is None:
+            raise ValueError(f"training.precision: {c.gpu} has no FP8 tensor cores")
+        gemm_peak = gpu.fp8_dense_flops.value
+        eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
+    else:
+        gemm_peak = bf16 if precision == "bf16" else gpu.fp16_dense_flops.value
+        eff = gpu.gemm_efficiency_bf16.value
+    return JobContext(
+        job=job,
+        gpu=gpu,
+        network=network,
+        topology=topo,
+        cal=cal,
+        kinds=tuple(kinds),
+        layer_kind=tuple(layer_kind),
+        flops=model_flops(model, seq),
+        embedding_params=embedding_params(model),
+        lm_head_params=lm_head_params(model),
+        d_qk=d_qk,
+        d_v=d_v,
+        gemm_peak_flops=gemm_peak,
+        gemm_efficiency=eff * cal.gemm_training_fraction,
+        bf16_peak_flops=bf16,
+        mfu_peak_flops=gemm_peak,
+    )

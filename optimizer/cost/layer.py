@@ -1,0 +1,180 @@
+"""Per-layer, per-micro-batch cost on one GPU: compute, exposed communication, memory.
+
+All quantities are for one micro-batch of ``b`` sequences passing through one layer on one GPU,
+after the TP / CP / EP splits. ``T = b * s / cp`` is the number of tokens a tensor-parallel rank
+feeds its GEMMs (sequence parallelism gathers the ``T / tp`` shard before each GEMM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.cost.comm import all_to_all_time_s, hierarchical_allreduce_time_s
+from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.topology import AxisGroups
+
+ACT_BYTES = 2.0
+"""Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The layout numbers the per-layer cost depends on."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    fwd_s: float
+    bwd_s: float
+    """Backward compute, including recomputed forward work."""
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    stored_act_bytes: float
+    """Activations kept from forward to backward for one micro-batch."""
+    working_act_bytes: float
+    """Transient activations of this layer while it runs (the full set for one micro-batch)."""
+    dense_params: float
+    """Parameters on this GPU that are replicated over data parallel (after TP split)."""
+    expert_params: float
+    """Routed-expert parameters on this GPU (after EP split)."""
+
+
+def gemm_time_s(ctx: JobContext, flops: float, m: float, n: float, k: float) -> float:
+    """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate."""
+    if flops <= 0:
+        return 0.0
+    d0 = ctx.cal.gemm_dim_half
+    shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+    return flops / (ctx.gemm_peak_flops * ctx.gemm_efficiency * shape)
+
+
+def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
+    cal = ctx.cal
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    s = ctx.job.training.seq_len
+    p = kind.params
+    tp, cp, ep, b = d.tp, d.cp, d.ep, d.micro_batch_size
+    sp_div = tp if d.sequence_parallel else 1
+    tokens = b * s / cp  # tokens per GEMM on a TP rank
+    # ---- compute (forward) ---------------------------------------------------------------
+    t_attn_gemm = gemm_time_s(ctx, kind.attn_proj_flops * tokens / tp, tokens, h, p.attention / (2 * h * tp))
+    t_core = kind.attn_core_flops * tokens / tp / (ctx.bf16_peak_flops * cal.attention_efficiency)
+    if kind.is_moe:
+        moe = model.moe
+        assert moe is not None
+        tok_gpu = tokens / tp  # experts are not tensor-split: each TP rank routes its own shard
+        routed_tokens = tok_gpu * moe.top_k * cal.ep_load_imbalance
+        per_expert_tokens = routed_tokens * ep / moe.num_experts
+        t_mlp = gemm_time_s(
+            ctx, 2 * routed_tokens * p.routed_expert_each, per_expert_tokens, h, p.routed_expert_each / (2 * h)
+        )
+        t_mlp += gemm_time_s(ctx, 2 * tok_gpu * p.router, tok_gpu, h, moe.num_experts)
+        if p.shared_experts:
+            t_mlp += gemm_time_s(ctx, 2 * tokens * p.shared_experts / tp, tokens, h, p.shared_experts / (2 * h * tp))
+        ffn_active = moe.top_k * p.routed_expert_each / (3 * h) * tp + p.shared_experts / (3 * h)
+    else:
+        t_mlp = gemm_time_s(ctx, kind.mlp_flops * tokens / tp, tokens, h, p.mlp_dense / (2 * h * tp))
+        ffn_active = p.mlp_dense / (3 * h) if model.activation == "swiglu" else p.mlp_dense / (2 * h)
+    elementwise_bytes = (tokens / sp_div) * (
+        cal.elementwise_bytes_per_token_hidden * h + cal.elementwise_bytes_per_token_ffn * ffn_active / tp
+    )
+    t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
+    fwd = t_attn_gemm + t_core + t_mlp + t_elem
+    bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + 2.5 * t_core  # flash-attention backward ~2.5x forward
+    if d.recompute == "full":
+        bwd += fwd
+    elif d.recompute == "selective":
+        bwd += t_core + t_elem
+    # ---- tensor-parallel collectives -----------------------------------------------------
+    tp_s = 0.0
+    if tp > 1:
+        msg = tokens * h * ACT_BYTES
+        per_ar = hierarchical_allreduce_time_s(msg, groups.tp.levels)
+        blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
+        count = 2 * blocks + (blocks if d.recompute == "full" else 0)
+        tp_s = count * per_ar * (1.0 - cal.tp_comm_overlap)
+    # ---- context-parallel K/V ring ---------------------------------------------------------
+    cp_s = 0.0
+    heads = float(model.num_attention_heads or 0)
+    kv_heads = float(model.num_kv_heads or 0)
+    if model.mla is not None:
+        kv_width = heads * (ctx.d_qk + ctx.d_v)  # MLA exchanges decompressed K and V
+    else:
+        kv_width = kv_heads * (ctx.d_qk + ctx.d_v)
+    kv_width_local = kv_width / min(tp, max(kv_heads, 1.0)) if model.mla is None else kv_width / tp
+    if cp > 1 and groups.cp.levels:
+        chunk = b * (s / cp) * kv_width_local * ACT_BYTES
+        slowest = min(lv.beta_bytes_per_s for lv in groups.cp.levels)
+        alpha = max(lv.alpha_s for lv in groups.cp.levels)
+        ring = (cp - 1) * (alpha + chunk / slowest)
+        cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
+        cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * 2.5 * t_core)
+        cp_s = cp_fwd + cp_bwd + (cp_fwd if d.recompute in ("full", "selective") else 0.0)
+    # ---- expert-parallel all-to-all ------------------------------------------------------
+    ep_s = 0.0
+    if kind.is_moe and ep > 1:
+        moe = model.moe
+        assert moe is not None
+        tok_gpu = tokens / tp
+        bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (ep - 1) / ep
+        one = all_to_all_time_s(bytes_out, groups.ep.levels)
+        count = 4 + (2 if d.recompute == "full" else 0)  # dispatch + combine, forward and backward
+        ep_s = count * one * (1.0 - cal.ep_comm_overlap)
+    # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
+    hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
+    if model.mla is not None:
+        # decompressed q, k, v per head (split over TP) plus the compressed latents (replicated)
+        attn_inner = heads * ctx.d_qk / tp + kv_width_local
+        attn_inner += (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+    else:
+        attn_inner = heads * ctx.d_qk / tp + kv_width_local  # q, and k/v (replicated if tp > kv heads)
+    core_out = heads * ctx.d_v / tp
+    gated = model.activation == "swiglu"
+    if kind.is_moe:
+        moe = model.moe
+        assert moe is not None
+        f_e = p.routed_expert_each / (3 * h if gated else 2 * h)
+        per_routed = h + (2 * f_e if gated else f_e)  # expert input + fc1 output
+        act_out_routed = f_e
+        routed_share = moe.top_k * cal.ep_load_imbalance / tp  # routed copies per token on this GPU
+        mlp_keep = routed_share * per_routed
+        mlp_act_out = routed_share * act_out_routed
+        if p.shared_experts:
+            f_s = p.shared_experts / (3 * h if gated else 2 * h)
+            mlp_keep += (2 * f_s if gated else f_s) / tp
+            mlp_act_out += f_s / tp
+        mlp_in = hid
+    else:
+        f_d = p.mlp_dense / (3 * h if gated else 2 * h)
+        mlp_keep = (2 * f_d if gated else f_d) / tp
+        mlp_act_out = f_d / tp
+        mlp_in = hid
+    ln_inputs = 2 * hid
+    recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
+    always = ln_inputs + attn_inner + core_out + mlp_keep
+    full_elems = always + recomputable
+    if d.recompute == "full":
+        stored_elems = hid  # only the layer input
+    elif d.recompute == "selective":
+        stored_elems = always
+    else:
+        stored_elems = full_elems
+    per_token_bytes = ACT_BYTES * tokens
+    stored = stored_elems * per_token_bytes
+    working = full_elems * per_token_bytes
+    # ---- parameters on this GPU --------------------------------------------------------------
+    dense = (p.attention + p.mlp_dense + p.shared_experts) / tp + p.router + p.norms
+    expert = 0.0
+    if kind.is_moe:
+        assert model.moe is not None
+        expert = p.routed_expert_each * model.moe.num_experts / ep
+    return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)

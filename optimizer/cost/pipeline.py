@@ -1,0 +1,51 @@
+"""Pipeline schedules: bubbles, in-flight micro-batches and the layer split over stages.
+
+Chunks are numbered in schedule order as Megatron does for the interleaved schedule: chunk
+``c = v * pp + stage`` is virtual chunk ``v`` of pipeline stage ``stage``; with ``vpp = 1`` chunk
+``c`` is stage ``c``. The first chunk carries the embedding, the last the LM head and loss.
+"""
+
+from __future__ import annotations
+
+
+def bubble_fraction_gpipe(pp: int, m: int) -> float:
+    """Idle fraction of a GPipe / 1F1B step: ``(p-1) / (m+p-1)`` (seed-notes section 4)."""
+    return (pp - 1) / (m + pp - 1)
+
+
+def bubble_over_ideal(pp: int, m: int, vpp: int = 1) -> float:
+    """Bubble time relative to the ideal (no-bubble) time: ``(p-1) / (v*m)``."""
+    return (pp - 1) / (vpp * m)
+
+
+def even_split(num_layers: int, chunks: int) -> list[int]:
+    """Layers per chunk, as even as possible; extra layers go to the middle chunks.
+
+    The first chunk holds the embedding and the most in-flight activations, the last the LM
+    head and loss, so they are the ones that get the smaller share.
+    """
+    base, extra = divmod(num_layers, chunks)
+    split = [base] * chunks
+    middle = (chunks - 1) / 2
+    for c in sorted(range(chunks), key=lambda c: (abs(c - middle), c))[:extra]:
+        split[c] += 1
+    return split
+
+
+def stage_of_chunk(chunk: int, pp: int) -> int:
+    return chunk % pp
+
+
+def in_flight_microbatches(stage: int, pp: int, vpp: int, m: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of a whole stage.
+
+    1F1B: stage ``i`` holds ``min(m, pp - i)``. Interleaved (Megatron): warm-up of
+    ``(pp - i - 1) * 2 + (vpp - 1) * pp`` chunk-micro-batches plus the one in flight, each chunk
+    being ``1/vpp`` of the stage.
+    """
+    if pp == 1:
+        return 1.0
+    if vpp == 1:
+        return float(min(m, pp - stage))
+    chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+    return chunks / vpp

@@ -1,0 +1,106 @@
+"""Validity rules of a layout for a job; each failure names the field and the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.cost.pipeline import even_split
+from optimizer.errors import InvalidLayout
+from optimizer.specs import JobSpec, Layout
+
+
+@dataclass(frozen=True)
+class ResolvedLayout:
+    """A valid layout with every derived number filled in."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vpp: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    num_micro_batches: int
+    stage_layers: tuple[int, ...]
+    """Layers per chunk in schedule order (``pp * vpp`` entries)."""
+
+    @property
+    def uniform_split(self) -> bool:
+        return len(set(self.stage_layers)) == 1
+
+    def sizes(self) -> dict[str, int]:
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep}
+
+
+def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
+    """Check ``layout`` against ``job``; raise :class:`InvalidLayout` naming the failing field."""
+    model = job.model
+    n = job.cluster.num_gpus
+    tp, pp, cp, ep, vpp = layout.tp, layout.pp, layout.cp, layout.ep, layout.vpp
+    heads = model.num_attention_heads or 0
+    kv = model.num_kv_heads or 0
+    layers = model.num_layers or 0
+    gbs = job.training.global_batch_size or 0
+    seq = job.training.seq_len
+    if n % (tp * pp * cp):
+        raise InvalidLayout("config.tp", f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
+    dp = n // (tp * pp * cp)
+    if layout.dp is not None and layout.dp != dp:
+        raise InvalidLayout(
+            "config.dp", f"tp*pp*dp*cp must equal num_gpus: {tp}*{pp}*{layout.dp}*{cp} != {n} (dp would be {dp})"
+        )
+    if heads % tp:
+        raise InvalidLayout("config.tp", f"num_attention_heads ({heads}) is not divisible by tp ({tp})")
+    if model.mla is None and kv % tp and tp % kv:
+        raise InvalidLayout("config.tp", f"num_kv_heads ({kv}) and tp ({tp}) must divide one another")
+    ffn = model.ffn_hidden_size or 0
+    if ffn % tp:
+        raise InvalidLayout("config.tp", f"ffn_hidden_size ({ffn}) is not divisible by tp ({tp})")
+    if model.moe is None:
+        if ep != 1:
+            raise InvalidLayout("config.ep", "ep > 1 needs an MoE model")
+    else:
+        if (dp * cp) % ep:
+            raise InvalidLayout("config.ep", f"ep ({ep}) must divide dp*cp ({dp * cp})")
+        if model.moe.num_experts % ep:
+            raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
+    if cp > 1 and seq % (2 * cp):
+        raise InvalidLayout("config.cp", f"seq_len ({seq}) must be divisible by 2*cp ({2 * cp}) for load-balanced CP")
+    mbs = layout.micro_batch_size
+    if gbs % (dp * mbs):
+        raise InvalidLayout(
+            "config.micro_batch_size",
+            f"global_batch_size ({gbs}) is not divisible by dp*micro_batch_size ({dp}*{mbs})",
+        )
+    m = gbs // (dp * mbs)
+    if layout.num_micro_batches is not None and layout.num_micro_batches != m:
+        raise InvalidLayout("config.num_micro_batches", f"must be global_batch_size/(dp*micro_batch_size) = {m}")
+    if pp > layers:
+        raise InvalidLayout("config.pp", f"pp ({pp}) exceeds num_layers ({layers})")
+    if pp > 1 and m < pp:
+        raise InvalidLayout("config.pp", f"number of micro-batches ({m}) must be >= pp ({pp})")
+    if vpp > 1:
+        if pp == 1:
+            raise InvalidLayout("config.vpp", "interleaving (vpp > 1) needs pp > 1")
+        if m % pp:
+            raise InvalidLayout("config.vpp", f"interleaved schedule needs micro-batches ({m}) divisible by pp ({pp})")
+    chunks = pp * vpp
+    if layout.stage_layers is not None:
+        split = list(layout.stage_layers)
+        if len(split) != chunks:
+            raise InvalidLayout("config.stage_layers", f"needs pp*vpp = {chunks} entries, got {len(split)}")
+        if any(x < 1 for x in split):
+            raise InvalidLayout("config.stage_layers", "every chunk needs at least one layer")
+        if sum(split) != layers:
+            raise InvalidLayout("config.stage_layers", f"sums to {sum(split)}, model has {layers} layers")
+    else:
+        if chunks > layers:
+            raise InvalidLayout("config.vpp", f"pp*vpp ({chunks}) exceeds num_layers ({layers})")
+        split = even_split(layers, chunks)
+    sp = bool(layout.sequence_parallel) and tp > 1
+    return ResolvedLayout(
+        tp, pp, dp, cp, ep, vpp, mbs, layout.zero_stage, layout.recompute, sp, m, tuple(split)
+    )

@@ -1,0 +1,198 @@
+"""Network tiers of a cluster and where each parallel axis's process groups fall on them.
+
+Tiers are nested domains, innermost first: ``nvlink`` (the scale-up domain), ``leaf`` (a
+rail-optimised leaf group), ``spine`` (the whole job). A placement is the rank order of the axes
+(innermost first, like Megatron's ``tp-cp-ep-dp-pp``): an axis of size ``k`` whose inner axes
+multiply to ``s`` forms groups of ranks ``r, r+s, ..., r+(k-1)s``, and a group crosses a tier when
+``s*k`` exceeds that tier's span. Collectives then run hierarchically, one level per tier crossed,
+each rank driving its own rail NIC on the levels outside the scale-up domain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hardware_catalog.schema import GpuEntry, NetworkEntry
+from optimizer.calibration import DEFAULT, Calibration
+from optimizer.cost.comm import Level
+from optimizer.units import bits_to_bytes_per_s
+
+GRID_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+"""Axes that tile the rank grid. EP groups are carved out of the ``cp x dp`` ranks."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    span_gpus: int
+    beta_bytes_per_s: float
+    """Achievable per-GPU, per-direction bandwidth for collectives at this tier."""
+    alpha_s: float
+
+
+@dataclass(frozen=True)
+class Topology:
+    tiers: tuple[Tier, ...]
+    num_gpus: int
+    scale_up_mesh: bool
+    """True for switchless scale-up (AMD xGMI): a group of n < domain gets (n-1)/(D-1) of the ring rate."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def domain_size(self) -> int:
+        return self.tiers[0].span_gpus
+
+
+def effective_domain_size(num_gpus: int, domain: int) -> tuple[int, str | None]:
+    """Scale-up domain size a job really gets.
+
+    A job that is not a multiple of the domain spreads evenly over the fewest domains that
+    divide it (256 GPUs on 72-GPU racks: 4 domains of 64).
+    """
+    if num_gpus <= domain:
+        note = None if num_gpus == domain else f"job uses {num_gpus} GPUs of one {domain}-GPU NVLink domain"
+        return num_gpus, note
+    if num_gpus % domain == 0:
+        return domain, None
+    k = math.ceil(num_gpus / domain)
+    while num_gpus % k:
+        k += 1
+    eff = num_gpus // k
+    return eff, (
+        f"{num_gpus} GPUs are not a multiple of the {domain}-GPU NVLink domain: assumed spread evenly "
+        f"over {k} domains of {eff} GPUs"
+    )
+
+
+def build_topology(
+    *,
+    num_gpus: int,
+    gpu: GpuEntry,
+    network: NetworkEntry,
+    gpus_per_node: int,
+    nvlink_domain_size: int,
+    nics_per_node: int,
+    leaf_span_gpus: int,
+    spine_oversubscription: float,
+    cal: Calibration = DEFAULT,
+) -> Topology:
+    """Tiers of the cluster slice a job runs on."""
+    domain, note = effective_domain_size(num_gpus, nvlink_domain_size)
+    notes = [note] if note else []
+    nvlink_beta = gpu.scale_up_bandwidth_per_dir_bytes_per_s.value * gpu.scale_up_busbw_fraction.value
+    nic_beta = (
+        bits_to_bytes_per_s(network.port_rate_bits_per_s.value)
+        * network.busbw_fraction.value
+        * nics_per_node
+        / gpus_per_node
+    )
+    leaf_span = max(domain, min(leaf_span_gpus, num_gpus) // domain * domain)
+    tiers = [Tier("nvlink", domain, nvlink_beta, cal.scale_up_alpha_s)]
+    if leaf_span > domain:
+        tiers.append(Tier("leaf", leaf_span, nic_beta, network.latency_s.value))
+    if num_gpus > leaf_span:
+        tiers.append(
+            Tier("spine", num_gpus, nic_beta / spine_oversubscription, 2 * network.latency_s.value)
+        )
+    return Topology(tuple(tiers), num_gpus, gpu.scale_up_topology == "mesh", tuple(notes))
+
+
+@dataclass(frozen=True)
+class GroupGeometry:
+    """How one process group of an axis spreads over the tiers."""
+
+    size: int
+    levels: tuple[Level, ...]
+    outermost_tier: str
+
+
+def group_geometry(topo: Topology, stride: int, size: int) -> GroupGeometry:
+    """Levels of a group of ``size`` ranks at ``stride`` (innermost level first)."""
+    return _group_geometry(topo, stride, size)
+
+
+@lru_cache(maxsize=65536)
+def _group_geometry(topo: Topology, stride: int, size: int) -> GroupGeometry:
+    if size <= 1:
+        return GroupGeometry(1, (), "none")
+    levels: list[Level] = []
+    inside = 1
+    outermost = topo.tiers[0].name
+    for tier in topo.tiers:
+        reach = math.gcd(size, max(1, tier.span_gpus // stride)) if tier is not topo.tiers[-1] else size
+        reach = max(reach, inside)
+        if reach % inside:
+            reach = math.lcm(reach, inside)
+        ranks = reach // inside
+        beta = tier.beta_bytes_per_s
+        if tier is topo.tiers[0] and topo.scale_up_mesh and ranks < tier.span_gpus and tier.span_gpus > 1:
+            beta = beta * (ranks - 1) / (tier.span_gpus - 1)
+        if ranks > 1:
+            levels.append(Level(ranks, beta, tier.alpha_s))
+            outermost = tier.name
+        inside = reach
+        if inside >= size:
+            break
+    return GroupGeometry(size, tuple(levels), outermost)
+
+
+@dataclass(frozen=True)
+class AxisGroups:
+    """The group geometry of every axis for one rank order."""
+
+    order: tuple[str, ...]
+    tp: GroupGeometry
+    cp: GroupGeometry
+    dp: GroupGeometry
+    pp: GroupGeometry
+    ep: GroupGeometry
+    dp_cp: GroupGeometry
+    """The combined data-parallel x context-parallel group (distributed-optimizer sharding)."""
+    edp: GroupGeometry
+    """Expert-data-parallel group: ranks holding the same experts (tp*cp*dp / ep)."""
+
+    def placement(self) -> dict[str, str]:
+        return {
+            "tp": self.tp.outermost_tier,
+            "cp": self.cp.outermost_tier,
+            "ep": self.ep.outermost_tier,
+            "dp": self.dp.outermost_tier,
+            "pp": self.pp.outermost_tier,
+        }
+
+
+def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -> AxisGroups:
+    """Geometry of every axis when the grid axes are laid out in ``order`` (innermost first)."""
+    stride: dict[str, int] = {}
+    s = 1
+    for axis in order:
+        stride[axis] = s
+        s *= sizes[axis]
+    geo = {a: group_geometry(topo, stride[a], sizes[a]) for a in GRID_AXES}
+    # EP takes the innermost ``ep`` ranks of the combined cp x dp index.
+    cp_first = order.index("cp") < order.index("dp")
+    inner, outer = ("cp", "dp") if cp_first else ("dp", "cp")
+    adjacent = abs(order.index("cp") - order.index("dp")) == 1
+    data_stride = stride[inner] if sizes[inner] > 1 or not adjacent else stride[outer]
+    if sizes[inner] == 1:
+        data_stride = stride[outer]
+    ep = sizes["ep"]
+    ep_geo = group_geometry(topo, data_stride, ep)
+    dp_cp_geo = group_geometry(topo, data_stride, sizes["cp"] * sizes["dp"]) if adjacent else geo["dp"]
+    # Expert-data-parallel ranks: tp (experts are not tensor-sharded) and the rest of cp x dp.
+    edp_size = sizes["tp"] * sizes["cp"] * sizes["dp"] // ep
+    edp_geo = group_geometry(topo, 1 if sizes["tp"] > 1 else data_stride * ep, edp_size)
+    return AxisGroups(order, geo["tp"], geo["cp"], geo["dp"], geo["pp"], ep_geo, dp_cp_geo, edp_geo)
+
+
+def candidate_orders(sizes: dict[str, int]) -> list[tuple[str, ...]]:
+    """Distinct rank orders of the grid axes (axes of size 1 do not matter)."""
+    active = [a for a in GRID_AXES if sizes[a] > 1]
+    idle = [a for a in GRID_AXES if sizes[a] == 1]
+    orders = []
+    for perm in itertools.permutations(active):
+        orders.append(tuple(idle) + perm)
+    return orders or [tuple(GRID_AXES)]

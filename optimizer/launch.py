@@ -1,0 +1,459 @@
+"""Launch settings for a planned layout, for four training frameworks.
+
+``build_launch(model, training, layout)`` is a pure function: it turns one planned layout into
+Megatron-LM command-line arguments, a torchtitan TOML fragment, a DeepSpeed config JSON and
+Megatron-Bridge recipe overrides. Only the settings the layout decides are emitted (parallel
+degrees, batch geometry, pipeline split, optimizer sharding, recompute, precision); model
+architecture, data, optimizer hyper-parameters and checkpoint paths stay with the user.
+
+Where each framework's names come from (read in the framework's own repository):
+
+* Megatron-LM -- ``NVIDIA/Megatron-LM`` ``megatron/training/arguments.py`` (commit
+  000c4ac24f61159c138b0975def722c65245983c): ``_add_distributed_args``, ``_add_training_args``,
+  ``_add_mixed_precision_args``, ``_add_transformer_engine_args``, ``_add_moe_args``,
+  ``_add_data_args`` and ``validate_args``. Semantics of the uneven split:
+  ``megatron/core/transformer/transformer_layer.py`` (``get_transformer_layer_offset``) and
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``. Megatron-FSDP required
+  flags: Megatron-Core developer guide, "Megatron-FSDP User Guide".
+* torchtitan -- ``pytorch/torchtitan`` ``torchtitan/config/job_config.py`` (commit
+  6404b932421f5ce382e7dac5ad381b2c17b1373c, the TOML job-config generation: ``[parallelism]``,
+  ``[training]``, ``[activation_checkpoint]``, ``[model]``); module names for
+  ``module_fqns_per_model_part`` from ``torchtitan/distributed/pipeline_parallel.py``
+  (``generate_llm_fqn_per_model_part``: ``tok_embeddings``, ``layers.<i>``, ``norm``, ``output``).
+  Newer torchtitan replaces TOML files with Python configurations
+  (``torchtitan/config/README.md``); the same ``section.option`` names still work as
+  ``--section.option`` command-line flags there.
+* DeepSpeed -- ``microsoft/DeepSpeed`` ``docs/_pages/config-json.md`` (commit
+  da7f21a2516a693f973a5f4b26affcce1de6d38d): batch-size keys, ``zero_optimization.stage``,
+  ``bf16.enabled``, ``fp16.enabled``, ``activation_checkpointing``.
+* Megatron-Bridge (NeMo's current training library; ``ConfigContainer`` Hydra overrides) --
+  ``NVIDIA-NeMo/Megatron-Bridge`` ``docs/megatron-lm-to-megatron-bridge.md`` (flag-to-field
+  mapping), ``src/megatron/bridge/training/mixed_precision.py`` (precision recipe names),
+  ``src/megatron/bridge/training/utils/omegaconf_utils.py`` (Hydra ``OverridesParser``); field
+  names under ``model.*`` and ``ddp.*`` are Megatron-Core's ``ModelParallelConfig``
+  (``megatron/core/model_parallel_config.py``), ``TransformerConfig`` and
+  ``DistributedDataParallelConfig`` fields.
+
+``docs/launch.md`` has the full mapping table.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from optimizer.results import LaunchArgs
+from optimizer.specs import Layout, ModelSpec, TrainingSpec
+
+MEGATRON_FLAGS: frozenset[str] = frozenset(
+    {
+        # _add_distributed_args
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--pipeline-model-parallel-layout",
+        "--use-distributed-optimizer",
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy",
+        # _add_moe_args
+        "--expert-model-parallel-size",
+        # _add_training_args
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--sequence-parallel",
+        "--recompute-granularity",
+        "--recompute-method",
+        "--recompute-num-layers",
+        "--no-gradient-accumulation-fusion",
+        # _add_data_args
+        "--seq-length",
+        # _add_checkpointing_args
+        "--ckpt-format",
+        # _add_mixed_precision_args
+        "--bf16",
+        "--fp16",
+        # _add_transformer_engine_args
+        "--fp8-format",
+    }
+)
+"""Every Megatron-LM flag ``build_launch`` may emit, each checked against ``arguments.py``."""
+
+# Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
+_MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Batch and pipeline geometry shared by every framework."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    dp: int
+    mbs: int
+    nmb: int
+    gbs: int
+    seq: int
+    sp: bool
+    chunks: tuple[int, ...]
+    """Layers per pipeline chunk in schedule (model) order; chunk i runs on rank i % pp."""
+
+
+@dataclass(frozen=True)
+class _Split:
+    """How the planned pipeline split is expressed to Megatron."""
+
+    uniform: bool
+    first: int | None = None
+    last: int | None = None
+    layout: str | None = None
+    """Megatron ``--pipeline-model-parallel-layout`` string, when first/last cannot express it."""
+
+
+def default_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
+    """The split used when ``Layout.stage_layers`` is null: as even as possible.
+
+    With ``n = pp * vpp`` chunks, every chunk gets ``num_layers // n`` layers and the remainder
+    goes one layer each to the middle chunks first (model order), then to the first chunk
+    (which also holds the embedding) and last to the final chunk (which holds the output layer
+    and loss).
+    """
+    n = pp * vpp
+    base, rem = divmod(num_layers, n)
+    chunks = [base] * n
+    order = list(range(1, n - 1)) + [0, n - 1] if n > 1 else [0]
+    for i in order[:rem]:
+        chunks[i] += 1
+    return chunks
+
+
+def build_launch(model: ModelSpec, training: TrainingSpec, layout: Layout) -> LaunchArgs:
+    """Launch settings for ``layout`` (``layout.dp`` and ``layout.num_micro_batches`` set)."""
+    geo = _geometry(model, training, layout)
+    split = _megatron_split(geo)
+    return LaunchArgs(
+        megatron=_megatron(model, training, layout, geo, split),
+        torchtitan=_torchtitan(training, layout, geo),
+        deepspeed=_deepspeed(training, layout, geo),
+        nemo=_nemo(model, training, layout, geo, split),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared geometry
+# ---------------------------------------------------------------------------------------------
+
+
+def _geometry(model: ModelSpec, training: TrainingSpec, layout: Layout) -> _Geometry:
+    if layout.dp is None:
+        raise ValueError("layout.dp must be set before building launch settings")
+    gbs = training.global_batch_size
+    assert gbs is not None and model.num_layers is not None  # set by the spec validators
+    nmb = layout.num_micro_batches
+    if nmb is None:
+        nmb = gbs // (layout.dp * layout.micro_batch_size)
+    if layout.micro_batch_size * nmb * layout.dp != gbs:
+        raise ValueError(
+            f"micro_batch_size ({layout.micro_batch_size}) * num_micro_batches ({nmb}) * dp "
+            f"({layout.dp}) != global_batch_size ({gbs})"
+        )
+    n = layout.pp * layout.vpp
+    if layout.stage_layers is None:
+        chunks = default_stage_layers(model.num_layers, layout.pp, layout.vpp)
+    else:
+        chunks = list(layout.stage_layers)
+        if len(chunks) != n or sum(chunks) != model.num_layers or min(chunks) < 0:
+            raise ValueError(
+                f"stage_layers {chunks} must have pp*vpp = {n} non-negative entries summing to "
+                f"num_layers = {model.num_layers}"
+            )
+    return _Geometry(
+        tp=layout.tp,
+        pp=layout.pp,
+        cp=layout.cp,
+        ep=layout.ep,
+        vpp=layout.vpp,
+        dp=layout.dp,
+        mbs=layout.micro_batch_size,
+        nmb=nmb,
+        gbs=gbs,
+        seq=training.seq_len,
+        sp=bool(layout.sequence_parallel) and layout.tp > 1,
+        chunks=tuple(chunks),
+    )
+
+
+def _megatron_split(geo: _Geometry) -> _Split:
+    """Express the chunk split with Megatron's uneven-pipeline settings.
+
+    ``--decoder-first/last-pipeline-num-layers`` give the layers on pipeline rank 0 / pp-1
+    (spread evenly over that rank's virtual chunks); the other ranks share the rest evenly. A
+    split they cannot express is given exactly by ``--pipeline-model-parallel-layout``.
+    """
+    chunks, pp = geo.chunks, geo.pp
+    if pp == 1 or len(set(chunks)) == 1:
+        return _Split(uniform=True)
+    first = [c for i, c in enumerate(chunks) if i % pp == 0]
+    last = [c for i, c in enumerate(chunks) if i % pp == pp - 1]
+    middle = [c for i, c in enumerate(chunks) if 0 < i % pp < pp - 1]
+    if len(set(first)) == 1 and len(set(last)) == 1 and len(set(middle)) <= 1:
+        return _Split(uniform=False, first=sum(first), last=sum(last))
+    return _Split(uniform=False, layout=_megatron_layout_string(chunks))
+
+
+def _megatron_layout_string(chunks: tuple[int, ...]) -> str:
+    """``E``/``L`` mark embedding and loss, ``t*n`` n decoder layers, ``|`` separates chunks."""
+    stages = []
+    for i, n in enumerate(chunks):
+        body = "t" if n == 1 else (f"t*{n}" if n > 1 else "")
+        prefix = "E" if i == 0 else ""
+        suffix = "L" if i == len(chunks) - 1 else ""
+        stages.append(prefix + body + suffix)
+    return "|".join(stages)
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM
+# ---------------------------------------------------------------------------------------------
+
+
+def _megatron(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split
+) -> str:
+    args: list[str] = [
+        "--tensor-model-parallel-size", str(geo.tp),
+        "--pipeline-model-parallel-size", str(geo.pp),
+        "--context-parallel-size", str(geo.cp),
+    ]  # fmt: skip
+    if model.is_moe:
+        args += ["--expert-model-parallel-size", str(geo.ep)]
+    if geo.pp > 1:
+        if split.layout is not None:
+            # Exclusive with the virtual-stage flags; the layout string fixes vpp itself.
+            args += ["--pipeline-model-parallel-layout", shlex.quote(split.layout)]
+        else:
+            if geo.vpp > 1:
+                args += ["--num-virtual-stages-per-pipeline-rank", str(geo.vpp)]
+            if not split.uniform:
+                args += [
+                    "--decoder-first-pipeline-num-layers", str(split.first),
+                    "--decoder-last-pipeline-num-layers", str(split.last),
+                ]  # fmt: skip
+    args += [
+        "--micro-batch-size", str(geo.mbs),
+        "--global-batch-size", str(geo.gbs),
+        "--seq-length", str(geo.seq),
+    ]  # fmt: skip
+    if geo.sp:
+        args.append("--sequence-parallel")
+    if layout.zero_stage >= 1:
+        args.append("--use-distributed-optimizer")
+    if layout.zero_stage in _MEGATRON_FSDP_STRATEGY:
+        args += [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy", _MEGATRON_FSDP_STRATEGY[layout.zero_stage],
+            "--no-gradient-accumulation-fusion",
+            "--ckpt-format", "fsdp_dtensor",
+        ]  # fmt: skip
+    if layout.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif layout.recompute == "full":
+        args += [
+            "--recompute-granularity", "full",
+            "--recompute-method", "uniform",
+            "--recompute-num-layers", "1",
+        ]  # fmt: skip
+    if training.precision == "fp16":
+        args.append("--fp16")
+    else:
+        args.append("--bf16")
+        if training.precision == "fp8":
+            args += ["--fp8-format", "hybrid"]
+    return " ".join(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan
+# ---------------------------------------------------------------------------------------------
+
+
+def _torchtitan_fqns(chunks: tuple[int, ...]) -> list[list[str]]:
+    parts: list[list[str]] = []
+    start = 0
+    for i, n in enumerate(chunks):
+        part = ["tok_embeddings"] if i == 0 else []
+        part += [f"layers.{j}" for j in range(start, start + n)]
+        if i == len(chunks) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+        start += n
+    return parts
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        if value and isinstance(value[0], list):
+            rows = ",\n".join(f"  {_toml_value(v)}" for v in value)
+            return f"[\n{rows},\n]"
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
+    fsdp = layout.zero_stage == 3
+    parallelism: dict[str, object] = {
+        "data_parallel_replicate_degree": 1 if fsdp else geo.dp,
+        "data_parallel_shard_degree": geo.dp if fsdp else 1,
+        "tensor_parallel_degree": geo.tp,
+        "pipeline_parallel_degree": geo.pp,
+        "context_parallel_degree": geo.cp,
+        "expert_parallel_degree": geo.ep,
+    }
+    if geo.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if geo.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_microbatch_size"] = geo.mbs
+        parallelism["module_fqns_per_model_part"] = _torchtitan_fqns(geo.chunks)
+        # All micro-batches of a step go through the pipeline schedule at once.
+        local_batch = geo.mbs * geo.nmb
+    else:
+        # One micro-batch per forward; torchtitan accumulates global / (local * dp) of them.
+        local_batch = geo.mbs
+    checkpoint: dict[str, object] = {"mode": layout.recompute}
+    if layout.recompute == "selective":
+        checkpoint["selective_ac_option"] = "op"
+    train: dict[str, object] = {
+        "local_batch_size": local_batch,
+        "global_batch_size": geo.gbs,
+        "seq_len": geo.seq,
+    }
+    comments: dict[str, list[str]] = {}
+    if training.precision == "fp16":
+        comments["training"] = [
+            "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
+        ]
+    else:
+        train["mixed_precision_param"] = "bfloat16"
+    train["mixed_precision_reduce"] = "float32"
+    sections: dict[str, dict[str, object]] = {
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+        "training": train,
+    }
+    if training.precision == "fp8":
+        sections["model"] = {"converters": ["float8"]}
+    lines: list[str] = []
+    for name, keys in sections.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{name}]")
+        lines += [f"# {c}" for c in comments.get(name, [])]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+# ---------------------------------------------------------------------------------------------
+
+
+def _deepspeed(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
+    config: dict[str, object] = {
+        "train_batch_size": geo.mbs * geo.nmb * geo.dp,
+        "train_micro_batch_size_per_gpu": geo.mbs,
+        "gradient_accumulation_steps": geo.nmb,
+        "zero_optimization": {"stage": layout.zero_stage},
+        # DeepSpeed's JSON has no FP8 switch (Transformer Engine handles it); fp8 runs on bf16.
+        "bf16": {"enabled": training.precision in ("bf16", "fp8")},
+        "fp16": {"enabled": training.precision == "fp16"},
+    }
+    if layout.recompute != "none":
+        config["activation_checkpointing"] = {
+            "partition_activations": geo.tp > 1,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return json.dumps(config, indent=2, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-Bridge (NeMo)
+# ---------------------------------------------------------------------------------------------
+
+
+def _hydra(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _nemo(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split
+) -> str:
+    vpp = geo.vpp if geo.pp > 1 and geo.vpp > 1 else None
+    over: list[tuple[str, object]] = [
+        ("model.tensor_model_parallel_size", geo.tp),
+        ("model.pipeline_model_parallel_size", geo.pp),
+        ("model.virtual_pipeline_model_parallel_size", vpp),
+        ("model.context_parallel_size", geo.cp),
+    ]
+    if model.is_moe:
+        over.append(("model.expert_model_parallel_size", geo.ep))
+    over += [
+        ("model.sequence_parallel", geo.sp),
+        ("model.seq_length", geo.seq),
+        ("dataset.seq_length", geo.seq),
+        ("train.micro_batch_size", geo.mbs),
+        ("train.global_batch_size", geo.gbs),
+        ("mixed_precision", _NEMO_PRECISION[training.precision]),
+        ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
+        ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
+    ]
+    if layout.zero_stage in _MEGATRON_FSDP_STRATEGY:
+        over += [
+            ("dist.use_megatron_fsdp", True),
+            ("ddp.use_megatron_fsdp", True),
+            ("ddp.data_parallel_sharding_strategy", _MEGATRON_FSDP_STRATEGY[layout.zero_stage]),
+            ("ddp.average_in_collective", False),
+            ("model.gradient_accumulation_fusion", False),
+            ("checkpoint.ckpt_format", "fsdp_dtensor"),
+        ]
+    granularity = None if layout.recompute == "none" else layout.recompute
+    full = layout.recompute == "full"
+    over += [
+        ("model.recompute_granularity", granularity),
+        ("model.recompute_method", "uniform" if full else None),
+        ("model.recompute_num_layers", 1 if full else None),
+        ("model.num_layers_in_first_pipeline_stage", split.first),
+        ("model.num_layers_in_last_pipeline_stage", split.last),
+    ]
+    tokens = [f"{k}={_hydra(v)}" for k, v in over]
+    # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.
+    layout_value = "null" if split.layout is None else f"'{split.layout}'"
+    token = f"model.pipeline_model_parallel_layout={layout_value}"
+    tokens.append(token if split.layout is None else f'"{token}"')
+    return " ".join(tokens)
+
+
+# Megatron-Bridge mixed-precision recipes (``mixed_precision.py``); fp8 matches Megatron-LM's
+# ``--fp8-format hybrid`` with its default delayed-scaling recipe.
+_NEMO_PRECISION = {
+    "bf16": "bf16_mixed",
+    "fp16": "fp16_mixed",
+    "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+}

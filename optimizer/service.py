@@ -1,0 +1,85 @@
+"""The one facade that the HTTP API, the CLI and every export call: plan() and evaluate()."""
+
+from __future__ import annotations
+
+from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.launch import build_launch
+from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
+from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
+from optimizer.units import GIB, TFLOPS, to_gib
+
+
+def evaluate(request: EvaluateRequest) -> Plan:
+    """Score one layout with the cost model. Raises ``InvalidLayout`` for an invalid layout."""
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    ctx = build_context(job)
+    lay = resolve_layout(job, request.config)
+    placement = None
+    if request.config.placement is not None:
+        placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
+    est = best_estimate(ctx, lay, placement)
+    return to_plan(job, est)
+
+
+def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
+    """The contract's ``Plan`` for an estimate (numbers straight from the cost model)."""
+    lay = est.layout
+    config = Layout(
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        cp=lay.cp,
+        ep=lay.ep,
+        vpp=lay.vpp,
+        micro_batch_size=lay.micro_batch_size,
+        zero_stage=lay.zero_stage,  # type: ignore[arg-type]
+        recompute=lay.recompute,  # type: ignore[arg-type]
+        sequence_parallel=lay.sequence_parallel,
+        num_micro_batches=lay.num_micro_batches,
+        stage_layers=list(lay.stage_layers),
+        placement=None,
+    )
+    peak = est.memory[est.peak_stage]
+    n = job.cluster.num_gpus
+    tokens_per_s = est.tokens_per_step / est.step_time_s
+    memory = MemoryBreakdown(
+        weights=to_gib(peak.weights_bytes),
+        gradients=to_gib(peak.gradients_bytes),
+        optimizer=to_gib(peak.optimizer_bytes),
+        activations=to_gib(peak.activations_bytes),
+        buffers=to_gib(peak.buffers_bytes),
+        total=to_gib(peak.total_bytes),
+        capacity=est.capacity_bytes / GIB,
+        headroom=to_gib(est.headroom_bytes),
+        stage=est.peak_stage,
+        per_stage_total=[to_gib(m.total_bytes) for m in est.memory],
+    )
+    notes = list(est.notes)
+    if not lay.uniform_split:
+        notes.append(f"non-uniform layer split per pipeline chunk: {list(lay.stage_layers)}")
+    return Plan(
+        config=config,
+        placement=est.placement,
+        step_time_s=est.step_time_s,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / n,
+        mfu=est.mfu,
+        hfu=est.hfu,
+        model_tflops_per_gpu=est.model_flops_per_step / est.step_time_s / n / TFLOPS,
+        time_breakdown_s=TimeBreakdown(**est.breakdown_s),
+        memory_gib=memory,
+        fits_memory=est.fits_memory,
+        bottleneck=est.bottleneck,  # type: ignore[arg-type]
+        launch=build_launch(job.model, job.training, config) if launch else None,
+        notes=notes,
+    )
+
+
+def plan(request: PlanRequest) -> PlanResponse:
+    """Search ranked layouts for a job."""
+    from optimizer.search import search
+
+    return search(request)
+
+
+__all__ = ["evaluate", "plan", "to_plan", "LaunchArgs"]

@@ -1,0 +1,463 @@
+"""Launch settings: exact Megatron-LM and Megatron-Bridge strings, parseable torchtitan/DeepSpeed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+
+import pytest
+
+from optimizer.launch import MEGATRON_FLAGS, build_launch, default_stage_layers
+from optimizer.results import LaunchArgs
+from optimizer.specs import Layout, ModelSpec, MoEConfig, TrainingSpec
+
+LLAMA3_70B = ModelSpec(
+    name="llama3-70b",
+    num_layers=80,
+    hidden_size=8192,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    vocab_size=128256,
+    ffn_hidden_size=28672,
+)
+MIXTRAL_8X7B = ModelSpec(
+    name="mixtral-8x7b",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    vocab_size=32000,
+    ffn_hidden_size=14336,
+    moe=MoEConfig(num_experts=8, top_k=2, expert_ffn_hidden_size=14336),
+)
+DENSE_8B = ModelSpec(
+    name="dense-8b",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    vocab_size=128256,
+    ffn_hidden_size=14336,
+)
+DENSE_40L = ModelSpec(
+    name="t", num_layers=40, hidden_size=4096, num_attention_heads=32, vocab_size=32000,
+    ffn_hidden_size=11008,
+)  # fmt: skip
+
+
+def llama_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    training = TrainingSpec(seq_len=8192, global_batch_size=1024, precision="bf16")
+    layout = Layout(
+        tp=8, pp=4, vpp=5, cp=1, dp=32, micro_batch_size=1, num_micro_batches=32,
+        zero_stage=1, recompute="selective",
+    )  # fmt: skip
+    return LLAMA3_70B, training, layout
+
+
+def mixtral_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    training = TrainingSpec(seq_len=4096, global_batch_size=256, precision="bf16")
+    layout = Layout(
+        tp=2, pp=4, ep=8, dp=8, micro_batch_size=1, num_micro_batches=32, zero_stage=1,
+        recompute="full",
+    )  # fmt: skip
+    return MIXTRAL_8X7B, training, layout
+
+
+def zero3_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    training = TrainingSpec(seq_len=8192, global_batch_size=512, precision="fp8")
+    layout = Layout(
+        tp=1, pp=1, dp=64, micro_batch_size=2, num_micro_batches=4, zero_stage=3, recompute="none"
+    )
+    return DENSE_8B, training, layout
+
+
+def uneven_case(stage_layers: list[int], vpp: int = 1) -> tuple[ModelSpec, TrainingSpec, Layout]:
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
+    layout = Layout(
+        tp=2, pp=4, vpp=vpp, dp=8, micro_batch_size=1, num_micro_batches=8, zero_stage=1,
+        recompute="selective", stage_layers=stage_layers,
+    )  # fmt: skip
+    return DENSE_40L, training, layout
+
+
+ALL_CASES = {
+    "llama3-70b": llama_case(),
+    "mixtral-ep8": mixtral_case(),
+    "zero3": zero3_case(),
+    "uneven-first-last": uneven_case([9, 10, 10, 11]),
+    "uneven-layout": uneven_case([10, 9, 10, 11]),
+    "vpp-first-last": uneven_case([4, 5, 5, 6, 4, 5, 5, 6], vpp=2),
+    "vpp-layout": uneven_case([5, 5, 5, 5, 4, 6, 5, 5], vpp=2),
+    "zero2-fp16": (
+        DENSE_8B,
+        TrainingSpec(seq_len=2048, global_batch_size=128, precision="fp16"),
+        Layout(tp=4, pp=2, cp=2, dp=4, micro_batch_size=4, num_micro_batches=8, zero_stage=2),
+    ),
+    "zero0-dp-only": (
+        DENSE_8B,
+        TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16"),
+        Layout(tp=1, pp=1, dp=16, micro_batch_size=2, num_micro_batches=2, zero_stage=0),
+    ),
+}
+
+
+def launch(case: tuple[ModelSpec, TrainingSpec, Layout]) -> LaunchArgs:
+    return build_launch(*case)
+
+
+def megatron_flags(args: str) -> list[str]:
+    return [tok for tok in shlex.split(args) if tok.startswith("--")]
+
+
+def megatron_value(args: str, flag: str) -> str:
+    toks = shlex.split(args)
+    return toks[toks.index(flag) + 1]
+
+
+def nemo_overrides(args: str) -> dict[str, str]:
+    out = {}
+    for tok in shlex.split(args):
+        key, _, value = tok.partition("=")
+        assert key and value, tok
+        assert key not in out, f"duplicate override {key}"
+        out[key] = value
+    return out
+
+
+def parse_megatron_layout(layout: str) -> list[list[str]]:
+    """Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list, restated."""
+    layout = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        layout = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), layout)
+    return [list(stage) for stage in layout.split("|")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM: exact strings
+# ---------------------------------------------------------------------------------------------
+
+
+def test_megatron_llama3_70b_interleaved():
+    assert launch(llama_case()).megatron == (
+        "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+        "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
+        "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
+        "--use-distributed-optimizer --recompute-granularity selective --bf16"
+    )
+
+
+def test_megatron_mixtral_ep8_full_recompute():
+    assert launch(mixtral_case()).megatron == (
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+        "--context-parallel-size 1 --expert-model-parallel-size 8 "
+        "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
+        "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
+        "--recompute-num-layers 1 --bf16"
+    )
+
+
+def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
+    assert launch(zero3_case()).megatron == (
+        "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+        "--context-parallel-size 1 --micro-batch-size 2 --global-batch-size 512 "
+        "--seq-length 8192 --use-distributed-optimizer --use-megatron-fsdp "
+        "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
+        "--ckpt-format fsdp_dtensor --bf16 --fp8-format hybrid"
+    )
+
+
+def test_megatron_zero2_shards_optimizer_and_grads():
+    args = launch(ALL_CASES["zero2-fp16"]).megatron
+    assert megatron_value(args, "--data-parallel-sharding-strategy") == "optim_grads"
+    assert "--use-distributed-optimizer" in megatron_flags(args)
+    assert "--fp16" in megatron_flags(args) and "--bf16" not in megatron_flags(args)
+    assert megatron_value(args, "--context-parallel-size") == "2"
+
+
+def test_megatron_zero0_has_no_optimizer_sharding():
+    args = launch(ALL_CASES["zero0-dp-only"]).megatron
+    flags = megatron_flags(args)
+    assert "--use-distributed-optimizer" not in flags
+    assert "--use-megatron-fsdp" not in flags
+    assert "--sequence-parallel" not in flags  # tp = 1
+    assert megatron_value(args, "--recompute-granularity") == "selective"  # Layout default
+
+
+def test_megatron_uneven_first_last():
+    args = launch(uneven_case([9, 10, 10, 11])).megatron
+    assert args == (
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+        "--context-parallel-size 1 --decoder-first-pipeline-num-layers 9 "
+        "--decoder-last-pipeline-num-layers 11 --micro-batch-size 1 --global-batch-size 64 "
+        "--seq-length 4096 --sequence-parallel --use-distributed-optimizer "
+        "--recompute-granularity selective --bf16"
+    )
+
+
+def test_megatron_split_not_expressible_by_first_last_uses_exact_layout():
+    args = launch(uneven_case([10, 9, 10, 11])).megatron
+    assert "--decoder-first-pipeline-num-layers" not in args
+    assert "--pipeline-model-parallel-layout 'Et*10|t*9|t*10|t*11L'" in args
+    stages = parse_megatron_layout(megatron_value(args, "--pipeline-model-parallel-layout"))
+    assert [s.count("t") for s in stages] == [10, 9, 10, 11]
+    assert stages[0][0] == "E" and stages[-1][-1] == "L"
+
+
+def test_megatron_interleaved_uneven_first_last():
+    # Chunks in schedule order: rank r holds chunks r and r + pp.
+    flags_args = launch(uneven_case([4, 5, 5, 6, 4, 5, 5, 6], vpp=2)).megatron
+    assert megatron_value(flags_args, "--num-virtual-stages-per-pipeline-rank") == "2"
+    assert megatron_value(flags_args, "--decoder-first-pipeline-num-layers") == "8"
+    assert megatron_value(flags_args, "--decoder-last-pipeline-num-layers") == "12"
+
+
+def test_megatron_interleaved_layout_is_exclusive_with_vpp_flag():
+    args = launch(uneven_case([5, 5, 5, 5, 4, 6, 5, 5], vpp=2)).megatron
+    flags = megatron_flags(args)
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags
+    stages = parse_megatron_layout(megatron_value(args, "--pipeline-model-parallel-layout"))
+    assert len(stages) == 4 * 2  # pp * vpp: Megatron derives vpp from the stage count
+    assert [s.count("t") for s in stages] == [5, 5, 5, 5, 4, 6, 5, 5]
+
+
+def test_megatron_default_split_when_layers_do_not_divide():
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    model = DENSE_40L.model_copy(update={"num_layers": 30})
+    layout = Layout(tp=1, pp=4, dp=8, micro_batch_size=1, num_micro_batches=8)
+    args = build_launch(model, training, layout).megatron
+    assert megatron_value(args, "--decoder-first-pipeline-num-layers") == "7"
+    assert megatron_value(args, "--decoder-last-pipeline-num-layers") == "7"
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
+def test_every_megatron_flag_is_in_verified_allow_list(name):
+    flags = megatron_flags(launch(ALL_CASES[name]).megatron)
+    assert flags
+    assert set(flags) <= MEGATRON_FLAGS, set(flags) - MEGATRON_FLAGS
+
+
+def test_allow_list_is_exactly_what_can_be_emitted():
+    emitted = set()
+    for case in ALL_CASES.values():
+        emitted |= set(megatron_flags(launch(case).megatron))
+    # Flags only some layouts need: all of them are exercised by ALL_CASES.
+    assert emitted == MEGATRON_FLAGS
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
+def test_torchtitan_toml_parses_with_right_degrees(name):
+    model, training, layout = ALL_CASES[name]
+    cfg = tomllib.loads(launch(ALL_CASES[name]).torchtitan)
+    par = cfg["parallelism"]
+    assert par["tensor_parallel_degree"] == layout.tp
+    assert par["pipeline_parallel_degree"] == layout.pp
+    assert par["context_parallel_degree"] == layout.cp
+    assert par["expert_parallel_degree"] == layout.ep
+    assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == layout.dp
+    if layout.zero_stage == 3:
+        assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
+            layout.dp,
+            1,
+        )
+    else:
+        assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
+            1,
+            layout.dp,
+        )
+    assert cfg["activation_checkpoint"]["mode"] == layout.recompute
+    tr = cfg["training"]
+    assert tr["global_batch_size"] == training.global_batch_size
+    assert tr["seq_len"] == training.seq_len
+    # torchtitan: grad accumulation = global / (local * dp); pp micro-batches = local / pp_mbs.
+    accum = tr["global_batch_size"] // (tr["local_batch_size"] * layout.dp)
+    if layout.pp > 1:
+        assert accum == 1
+        mbs = par["pipeline_parallel_microbatch_size"]
+        assert mbs == layout.micro_batch_size
+        assert tr["local_batch_size"] // mbs == layout.num_micro_batches
+    else:
+        assert "pipeline_parallel_schedule" not in par
+        assert tr["local_batch_size"] == layout.micro_batch_size
+        assert accum == layout.num_micro_batches
+
+
+def test_torchtitan_llama3_70b_interleaved_split():
+    cfg = tomllib.loads(launch(llama_case()).torchtitan)
+    par = cfg["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    parts = par["module_fqns_per_model_part"]
+    assert len(parts) == 4 * 5
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"]
+    assert parts[-1][-2:] == ["norm", "output"]
+    assert [sum(m.startswith("layers.") for m in p) for p in parts] == [4] * 20
+    assert cfg["activation_checkpoint"]["selective_ac_option"] == "op"
+    assert cfg["training"]["mixed_precision_param"] == "bfloat16"
+
+
+def test_torchtitan_uneven_split_follows_plan():
+    par = tomllib.loads(launch(uneven_case([10, 9, 10, 11])).torchtitan)["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "1F1B"
+    layers = [[m for m in p if m.startswith("layers.")] for p in par["module_fqns_per_model_part"]]
+    assert [len(p) for p in layers] == [10, 9, 10, 11]
+    assert sum(layers, []) == [f"layers.{i}" for i in range(40)]
+
+
+def test_torchtitan_precision():
+    fp8 = tomllib.loads(launch(zero3_case()).torchtitan)
+    assert fp8["model"]["converters"] == ["float8"]
+    fp16 = launch(ALL_CASES["zero2-fp16"]).torchtitan
+    assert "mixed_precision_param" not in tomllib.loads(fp16)["training"]
+    assert "# fp16 has no torchtitan setting" in fp16
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+# ---------------------------------------------------------------------------------------------
+
+DEEPSPEED_KEYS = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "zero_optimization",
+    "bf16",
+    "fp16",
+    "activation_checkpointing",
+}
+DEEPSPEED_AC_KEYS = {
+    "partition_activations",
+    "cpu_checkpointing",
+    "contiguous_memory_optimization",
+    "number_checkpoints",
+    "synchronize_checkpoint_boundary",
+    "profile",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
+def test_deepspeed_json_parses_and_batch_adds_up(name):
+    model, training, layout = ALL_CASES[name]
+    text = launch(ALL_CASES[name]).deepspeed
+    cfg = json.loads(text)
+    assert text == json.dumps(cfg, indent=2, sort_keys=True)
+    assert set(cfg) <= DEEPSPEED_KEYS
+    assert cfg["train_batch_size"] == (
+        cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * layout.dp
+    )
+    assert cfg["train_batch_size"] == training.global_batch_size
+    assert cfg["train_micro_batch_size_per_gpu"] == layout.micro_batch_size
+    assert cfg["gradient_accumulation_steps"] == layout.num_micro_batches
+    assert cfg["zero_optimization"] == {"stage": layout.zero_stage}
+    assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8"))
+    assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
+    if layout.recompute == "none":
+        assert "activation_checkpointing" not in cfg
+    else:
+        assert set(cfg["activation_checkpointing"]) <= DEEPSPEED_AC_KEYS
+        assert cfg["activation_checkpointing"]["partition_activations"] == (layout.tp > 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-Bridge (NeMo)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_nemo_llama3_70b_exact():
+    assert launch(llama_case()).nemo == (
+        "model.tensor_model_parallel_size=8 model.pipeline_model_parallel_size=4 "
+        "model.virtual_pipeline_model_parallel_size=5 model.context_parallel_size=1 "
+        "model.sequence_parallel=true model.seq_length=8192 dataset.seq_length=8192 "
+        "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed "
+        "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "
+        "model.recompute_granularity=selective model.recompute_method=null "
+        "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
+        "model.num_layers_in_last_pipeline_stage=null model.pipeline_model_parallel_layout=null"
+    )
+
+
+def test_nemo_mixtral_ep_and_full_recompute():
+    over = nemo_overrides(launch(mixtral_case()).nemo)
+    assert over["model.expert_model_parallel_size"] == "8"
+    assert over["model.virtual_pipeline_model_parallel_size"] == "null"
+    assert over["model.recompute_granularity"] == "full"
+    assert over["model.recompute_method"] == "uniform"
+    assert over["model.recompute_num_layers"] == "1"
+
+
+def test_nemo_zero3_fsdp_and_fp8():
+    over = nemo_overrides(launch(zero3_case()).nemo)
+    assert over["ddp.use_megatron_fsdp"] == "true"
+    assert over["dist.use_megatron_fsdp"] == "true"
+    assert over["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert over["checkpoint.ckpt_format"] == "fsdp_dtensor"
+    assert over["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
+    assert over["model.recompute_granularity"] == "null"
+    assert "model.expert_model_parallel_size" not in over  # dense model
+
+
+def test_nemo_uneven_splits():
+    over = nemo_overrides(launch(uneven_case([9, 10, 10, 11])).nemo)
+    assert over["model.num_layers_in_first_pipeline_stage"] == "9"
+    assert over["model.num_layers_in_last_pipeline_stage"] == "11"
+    assert over["model.pipeline_model_parallel_layout"] == "null"
+    over = nemo_overrides(launch(uneven_case([10, 9, 10, 11])).nemo)
+    assert over["model.num_layers_in_first_pipeline_stage"] == "null"
+    # Hydra needs the '|' characters quoted; the shell keeps the inner single quotes.
+    assert over["model.pipeline_model_parallel_layout"] == "'Et*10|t*9|t*10|t*11L'"
+
+
+def test_nemo_fp16_precision():
+    assert nemo_overrides(launch(ALL_CASES["zero2-fp16"]).nemo)["mixed_precision"] == "fp16_mixed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits, validation, purity
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_stage_layers():
+    assert default_stage_layers(80, 4, 5) == [4] * 20
+    assert default_stage_layers(30, 4) == [7, 8, 8, 7]
+    assert default_stage_layers(31, 4) == [8, 8, 8, 7]
+    assert default_stage_layers(29, 4) == [7, 8, 7, 7]
+    assert default_stage_layers(5, 1) == [5]
+    for layers, pp, vpp in [(61, 8, 4), (1, 2, 1), (95, 6, 2)]:
+        split = default_stage_layers(layers, pp, vpp)
+        assert len(split) == pp * vpp and sum(split) == layers
+        assert max(split) - min(split) <= 1
+
+
+def test_rejects_missing_dp_and_inconsistent_batch():
+    model, training, layout = llama_case()
+    with pytest.raises(ValueError, match="dp"):
+        build_launch(model, training, layout.model_copy(update={"dp": None}))
+    with pytest.raises(ValueError, match="global_batch_size"):
+        build_launch(model, training, layout.model_copy(update={"num_micro_batches": 31}))
+
+
+def test_num_micro_batches_derived_when_unset():
+    model, training, layout = llama_case()
+    derived = build_launch(model, training, layout.model_copy(update={"num_micro_batches": None}))
+    assert derived == build_launch(model, training, layout)
+
+
+def test_rejects_malformed_stage_layers():
+    model, training, layout = uneven_case([10, 10, 10, 9])
+    with pytest.raises(ValueError, match="stage_layers"):
+        build_launch(model, training, layout)
+    model, training, layout = uneven_case([10, 10, 20])
+    with pytest.raises(ValueError, match="stage_layers"):
+        build_launch(model, training, layout)
+
+
+def test_build_launch_is_pure():
+    model, training, layout = mixtral_case()
+    before = layout.model_dump()
+    assert build_launch(model, training, layout) == build_launch(model, training, layout)
+    assert layout.model_dump() == before
