@@ -11,7 +11,7 @@ Where each framework's names come from (read in the framework's own repository):
 * Megatron-LM -- ``NVIDIA/Megatron-LM`` ``megatron/training/arguments.py`` (commit
   000c4ac24f61159c138b0975def722c65245983c): ``_add_distributed_args``, ``_add_training_args``,
   ``_add_mixed_precision_args``, ``_add_transformer_engine_args``, ``_add_moe_args``,
-  ``_add_data_args`` and ``validate_args``. Semantics of the uneven split:
+  ``_add_data_args``, ``_add_checkpointing_args``, ``validate_args``. Semantics of the uneven split:
   ``megatron/core/transformer/transformer_layer.py`` (``get_transformer_layer_offset``) and
   ``megatron/core/transformer/pipeline_parallel_layer_layout.py``. Megatron-FSDP required
   flags: Megatron-Core developer guide, "Megatron-FSDP User Guide".
@@ -21,8 +21,9 @@ Where each framework's names come from (read in the framework's own repository):
   ``module_fqns_per_model_part`` from ``torchtitan/distributed/pipeline_parallel.py``
   (``generate_llm_fqn_per_model_part``: ``tok_embeddings``, ``layers.<i>``, ``norm``, ``output``).
   Newer torchtitan replaces TOML files with Python configurations
-  (``torchtitan/config/README.md``); the same ``section.option`` names still work as
-  ``--section.option`` command-line flags there.
+  (``torchtitan/config/README.md``); the ``section.option`` names still work as
+  ``--section.option`` command-line flags there, except the two pipeline keys noted in
+  ``docs/launch.md``.
 * DeepSpeed -- ``microsoft/DeepSpeed`` ``docs/_pages/config-json.md`` (commit
   da7f21a2516a693f973a5f4b26affcce1de6d38d): batch-size keys, ``zero_optimization.stage``,
   ``bf16.enabled``, ``fp16.enabled``, ``activation_checkpointing``.
@@ -43,6 +44,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from optimizer.cost.pipeline import even_split
 from optimizer.results import LaunchArgs
 from optimizer.specs import Layout, ModelSpec, TrainingSpec
 
@@ -117,20 +119,13 @@ class _Split:
 
 
 def default_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
-    """The split used when ``Layout.stage_layers`` is null: as even as possible.
+    """The split used when ``Layout.stage_layers`` is null: the cost model's even split.
 
-    With ``n = pp * vpp`` chunks, every chunk gets ``num_layers // n`` layers and the remainder
-    goes one layer each to the middle chunks first (model order), then to the first chunk
-    (which also holds the embedding) and last to the final chunk (which holds the output layer
-    and loss).
+    Every one of the ``pp * vpp`` chunks gets ``num_layers // (pp * vpp)`` layers; the remainder
+    goes to the chunks nearest the middle, so the first chunk (embedding) and the last (output
+    layer and loss) are the ones left with the smaller share.
     """
-    n = pp * vpp
-    base, rem = divmod(num_layers, n)
-    chunks = [base] * n
-    order = list(range(1, n - 1)) + [0, n - 1] if n > 1 else [0]
-    for i in order[:rem]:
-        chunks[i] += 1
-    return chunks
+    return even_split(num_layers, pp * vpp)
 
 
 def build_launch(model: ModelSpec, training: TrainingSpec, layout: Layout) -> LaunchArgs:

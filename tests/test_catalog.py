@@ -82,7 +82,8 @@ def test_spot_values(catalog: Catalog) -> None:
     assert h100.memory_usable_bytes.value == 81559 * MIB
     assert h100.scale_up_bandwidth_per_dir_bytes_per_s.value == pytest.approx(450e9)
     assert catalog.gpus["b200"].scale_up_bandwidth_per_dir_bytes_per_s.value == pytest.approx(900e9)
-    assert catalog.gpus["h800-sxm-80gb"].scale_up_bandwidth_per_dir_bytes_per_s.value == pytest.approx(200e9)
+    h800 = catalog.gpus["h800-sxm-80gb"]
+    assert h800.scale_up_bandwidth_per_dir_bytes_per_s.value == pytest.approx(200e9)
     assert catalog.networks["ib-ndr-400"].port_rate_bits_per_s.value == pytest.approx(400e9)
     nvl72 = catalog.clusters["gb200-nvl72"]
     assert nvl72.tiers[0].name == "nvlink"
@@ -122,26 +123,82 @@ def test_version_is_content_hash(tmp_path: Path, catalog: Catalog) -> None:
     assert len(catalog.version) == 12
     int(catalog.version, 16)
     assert load_catalog_from(DATA_DIR).version == catalog.version
-    data = _copy_data(tmp_path)
-    (data / "networks.toml").write_text((data / "networks.toml").read_text() + "\n# comment\n")
+    data = tmp_path / "copy"
+    data.mkdir()
+    for name in FILES:
+        shutil.copy(DATA_DIR / name, data / name)
+    assert load_catalog_from(data).version == catalog.version
+    (data / "networks.toml").write_text((data / "networks.toml").read_text() + "\n# edit\n")
     assert load_catalog_from(data).version != catalog.version
 
 
 # --- broken data files ----------------------------------------------------------------------------
+# A small valid catalog written to tmp_path, then broken one way per test.
 
 
-def _copy_data(tmp_path: Path) -> Path:
+def _q(value: str, kind: str = "spec") -> str:
+    return f'{{ value = {value}, kind = "{kind}", source = "test fixture" }}'
+
+
+MINI_GPUS = f"""
+[gpu-x]
+name = "Test GPU"
+vendor = "nvidia"
+generation = "hopper"
+memory_marketed_bytes = {_q("80e9")}
+memory_usable_bytes = {_q("85520809984", "measured")}
+hbm_bandwidth_bytes_per_s = {_q("3.35e12")}
+fp32_dense_flops = {_q("66.9e12", "peak-dense")}
+bf16_dense_flops = {_q("989.4e12", "peak-dense")}
+fp16_dense_flops = {_q("989.4e12", "peak-dense")}
+scale_up_link = "nvlink4"
+scale_up_topology = "switch"
+scale_up_bandwidth_per_dir_bytes_per_s = {_q("450e9")}
+scale_up_busbw_fraction = {_q("0.8", "measured")}
+default_nvlink_domain_size = 8
+tdp_w = {_q("700")}
+gemm_efficiency_bf16 = {_q("0.8", "measured")}
+"""
+
+MINI_NETWORKS = f"""
+[net-x]
+name = "Test fabric"
+technology = "infiniband"
+port_rate_bits_per_s = {_q("400e9")}
+latency_s = {_q("3e-6", "derived")}
+busbw_fraction = {_q("0.94", "measured")}
+switch_radix_ports = {_q("64")}
+"""
+
+MINI_CLUSTERS = """
+[cluster-x]
+name = "Test cluster"
+gpu = "gpu-x"
+gpus_per_node = 8
+nvlink_domain_size = 8
+network = "net-x"
+nics_per_node = 8
+tiers = [
+  { name = "nvlink", span_gpus = 8 },
+  { name = "leaf", span_gpus = 256 },
+  { name = "spine" },
+]
+source = "test fixture"
+"""
+
+MINI = {"gpus.toml": MINI_GPUS, "networks.toml": MINI_NETWORKS, "clusters.toml": MINI_CLUSTERS}
+
+
+def _mini(tmp_path: Path, file: str = "", old: str = "", new: str = "") -> Path:
+    """Write the small catalog to tmp_path, replacing ``old`` by ``new`` in ``file``."""
     data = tmp_path / "data"
     data.mkdir()
-    for name in FILES:
-        shutil.copy(DATA_DIR / name, data / name)
+    for name, text in MINI.items():
+        if name == file:
+            assert old in text, f"fixture text not found in {name}: {old!r}"
+            text = text.replace(old, new, 1)
+        (data / name).write_text(text)
     return data
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"fixture text not found in {path.name}: {old!r}"
-    path.write_text(text.replace(old, new, 1))
 
 
 def _load_error(data: Path) -> str:
@@ -150,132 +207,132 @@ def _load_error(data: Path) -> str:
     return str(info.value)
 
 
+def test_mini_catalog_is_valid(tmp_path: Path) -> None:
+    cat = load_catalog_from(_mini(tmp_path))
+    assert set(cat.gpus) == {"gpu-x"} and set(cat.clusters) == {"cluster-x"}
+    assert cat.clusters["cluster-x"].tiers[-1].span_gpus is None
+
+
 def test_unknown_key(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "gpus.toml", "[b200]\n", "[b200]\npeak_magic_flops = 1.0\n")
+    data = _mini(tmp_path, "gpus.toml", "[gpu-x]\n", "[gpu-x]\npeak_magic_flops = 1.0\n")
     msg = _load_error(data)
-    assert "gpus.toml" in msg and "b200" in msg and "peak_magic_flops" in msg and "unknown key" in msg
+    assert "gpus.toml" in msg and "gpu-x" in msg and "peak_magic_flops" in msg
+    assert "unknown key" in msg
 
 
 def test_unknown_key_inside_quantity(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "networks.toml", "port_rate_bits_per_s = { value = 400e9,", "port_rate_bits_per_s = { value = 400e9, unit = 'Gb',")
+    old = 'port_rate_bits_per_s = { value = 400e9,'
+    data = _mini(tmp_path, "networks.toml", old, old + ' unit = "Gb",')
     msg = _load_error(data)
-    assert "networks.toml" in msg and "ib-ndr-400" in msg and "port_rate_bits_per_s.unit" in msg
+    assert "networks.toml" in msg and "net-x" in msg and "port_rate_bits_per_s.unit" in msg
 
 
 def test_duplicate_key(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "gpus.toml", "[mi300x]\n", "[mi300x]\ntdp_w = { value = 750, kind = 'spec', source = 'x' }\n")
+    data = _mini(tmp_path, "gpus.toml", "[gpu-x]\n", f"[gpu-x]\ntdp_w = {_q('650')}\n")
     msg = _load_error(data)
     assert "gpus.toml" in msg and "tdp_w" in msg and "duplicate" in msg
 
 
 def test_duplicate_id(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    path = data / "networks.toml"
-    path.write_text(path.read_text() + "\n[ib-ndr-400]\nname = 'again'\n")
+    data = _mini(tmp_path, "networks.toml", "[net-x]\n", '[net-x]\nname = "a"\n\n[net-x]\n')
     msg = _load_error(data)
-    assert "networks.toml" in msg and "ib-ndr-400" in msg and "duplicate" in msg
+    assert "networks.toml" in msg and "net-x" in msg and "duplicate" in msg
 
 
 @pytest.mark.parametrize("bad", ["-400e9", "0", "inf", "nan"])
 def test_non_positive_or_non_finite_number(tmp_path: Path, bad: str) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "networks.toml", "port_rate_bits_per_s = { value = 400e9", f"port_rate_bits_per_s = {{ value = {bad}")
+    old = "port_rate_bits_per_s = { value = 400e9"
+    data = _mini(tmp_path, "networks.toml", old, f"port_rate_bits_per_s = {{ value = {bad}")
     msg = _load_error(data)
-    assert "networks.toml" in msg and "ib-ndr-400" in msg and "port_rate_bits_per_s.value" in msg
+    assert "networks.toml" in msg and "net-x" in msg and "port_rate_bits_per_s.value" in msg
+
+
+def test_fraction_out_of_range(tmp_path: Path) -> None:
+    data = _mini(tmp_path, "networks.toml", "value = 0.94", "value = 1.5")
+    msg = _load_error(data)
+    assert "networks.toml" in msg and "busbw_fraction" in msg
 
 
 def test_non_positive_integer_field(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", "nics_per_node = 8", "nics_per_node = 0")
+    data = _mini(tmp_path, "clusters.toml", "nics_per_node = 8", "nics_per_node = 0")
     msg = _load_error(data)
-    assert "clusters.toml" in msg and "dgx-a100" in msg and "nics_per_node" in msg
+    assert "clusters.toml" in msg and "cluster-x" in msg and "nics_per_node" in msg
 
 
 def test_missing_source(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(
-        data / "gpus.toml",
-        'tdp_w = { value = 700, kind = "spec", source = "NVIDIA H100 datasheet via hardware-facts §1-2 [HPCT] [SMI]" }',
-        'tdp_w = { value = 700, kind = "spec" }',
-    )
+    no_source = 'tdp_w = { value = 700, kind = "spec" }'
+    data = _mini(tmp_path, "gpus.toml", f"tdp_w = {_q('700')}", no_source)
     msg = _load_error(data)
-    assert "gpus.toml" in msg and "h100-sxm-80gb" in msg and "tdp_w.source" in msg and "missing" in msg
+    assert "gpus.toml" in msg and "gpu-x" in msg and "tdp_w.source" in msg and "missing" in msg
 
 
 def test_blank_source(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(
-        data / "gpus.toml",
-        'tdp_w = { value = 700, kind = "spec", source = "NVIDIA H100 datasheet via hardware-facts §1-2 [HPCT] [SMI]" }',
-        'tdp_w = { value = 700, kind = "spec", source = "     " }',
-    )
+    blank = 'tdp_w = { value = 700, kind = "spec", source = "    " }'
+    data = _mini(tmp_path, "gpus.toml", f"tdp_w = {_q('700')}", blank)
     msg = _load_error(data)
     assert "gpus.toml" in msg and "tdp_w.source" in msg
 
 
 def test_bad_kind(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "gpus.toml", 'kind = "peak-dense"', 'kind = "sparse"')
+    data = _mini(tmp_path, "gpus.toml", 'kind = "peak-dense"', 'kind = "sparse"')
     msg = _load_error(data)
-    assert "gpus.toml" in msg and ".kind" in msg
+    assert "gpus.toml" in msg and "fp32_dense_flops.kind" in msg
 
 
 def test_unknown_gpu_in_cluster(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", 'gpu = "b200"', 'gpu = "b201"')
+    data = _mini(tmp_path, "clusters.toml", 'gpu = "gpu-x"', 'gpu = "gpu-y"')
     msg = _load_error(data)
-    assert "clusters.toml" in msg and "dgx-b200" in msg and "'gpu'" in msg and "b201" in msg
+    assert "clusters.toml" in msg and "cluster-x" in msg and "'gpu'" in msg and "gpu-y" in msg
 
 
 def test_unknown_network_in_cluster(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", 'network = "ib-hdr-200"', 'network = "ib-edr-100"')
+    data = _mini(tmp_path, "clusters.toml", 'network = "net-x"', 'network = "ib-edr-100"')
     msg = _load_error(data)
-    assert "clusters.toml" in msg and "dgx-a100" in msg and "'network'" in msg
+    assert "clusters.toml" in msg and "cluster-x" in msg and "'network'" in msg
 
 
 def test_first_tier_must_be_nvlink(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", '{ name = "nvlink", span_gpus = 72', '{ name = "rack", span_gpus = 72')
+    data = _mini(tmp_path, "clusters.toml", 'name = "nvlink"', 'name = "rack"')
     msg = _load_error(data)
-    assert "clusters.toml" in msg and "gb200-nvl72" in msg and "tiers[0].name" in msg
+    assert "clusters.toml" in msg and "cluster-x" in msg and "tiers[0].name" in msg
 
 
 def test_nvlink_tier_span_matches_domain(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", '{ name = "nvlink", span_gpus = 72', '{ name = "nvlink", span_gpus = 36')
+    old = '{ name = "nvlink", span_gpus = 8 }'
+    data = _mini(tmp_path, "clusters.toml", old, '{ name = "nvlink", span_gpus = 4 }')
     msg = _load_error(data)
-    assert "gb200-nvl72" in msg and "tiers[0].span_gpus" in msg and "nvlink_domain_size" in msg
+    assert "cluster-x" in msg and "tiers[0].span_gpus" in msg and "nvlink_domain_size" in msg
 
 
-def test_spans_must_increase(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "clusters.toml", '{ name = "leaf", span_gpus = 576', '{ name = "leaf", span_gpus = 72')
+@pytest.mark.parametrize("leaf", ["8", "4", "100"])
+def test_spans_must_increase_and_nest(tmp_path: Path, leaf: str) -> None:
+    data = _mini(tmp_path, "clusters.toml", "span_gpus = 256", f"span_gpus = {leaf}")
     msg = _load_error(data)
-    assert "gb200-nvl72" in msg and "tiers[1].span_gpus" in msg
+    assert "clusters.toml" in msg and "cluster-x" in msg and "tiers[1].span_gpus" in msg
+
+
+def test_only_outermost_tier_may_omit_span(tmp_path: Path) -> None:
+    old = '{ name = "leaf", span_gpus = 256 }'
+    data = _mini(tmp_path, "clusters.toml", old, '{ name = "leaf" }')
+    msg = _load_error(data)
+    assert "cluster-x" in msg and "tiers[1].span_gpus" in msg
 
 
 def test_bad_id(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "networks.toml", "[roce-400]", "[RoCE_400]")
+    data = _mini(tmp_path, "networks.toml", "[net-x]", "[Net_X]")
     msg = _load_error(data)
-    assert "networks.toml" in msg and "RoCE_400" in msg
+    assert "networks.toml" in msg and "Net_X" in msg
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
+    data = _mini(tmp_path)
     (data / "clusters.toml").unlink()
     msg = _load_error(data)
     assert "clusters.toml" in msg
 
 
 def test_all_problems_reported_at_once(tmp_path: Path) -> None:
-    data = _copy_data(tmp_path)
-    _edit(data / "gpus.toml", "[b200]\n", "[b200]\nfoo = 1\n")
-    _edit(data / "gpus.toml", "[mi300x]\n", "[mi300x]\nbar = 1\n")
+    data = _mini(tmp_path, "gpus.toml", "[gpu-x]\n", "[gpu-x]\nfoo = 1\nbar = 2\n")
     with pytest.raises(CatalogError) as info:
         load_catalog_from(data)
     assert len(info.value.problems) == 2

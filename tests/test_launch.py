@@ -1,4 +1,4 @@
-"""Launch settings: exact Megatron-LM and Megatron-Bridge strings, parseable torchtitan/DeepSpeed."""
+"""Launch settings: exact Megatron-LM and Megatron-Bridge strings; torchtitan, DeepSpeed parse."""
 
 from __future__ import annotations
 

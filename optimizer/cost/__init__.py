@@ -11,7 +11,7 @@ from __future__ import annotations
 from optimizer.cost.context import JobContext, build_context
 from optimizer.cost.estimate import Estimate, estimate
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
-from optimizer.cost.topology import candidate_orders
+from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout
 
 
@@ -26,8 +26,16 @@ def best_estimate(
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
     best: Estimate | None = None
+    seen: set[tuple] = set()
     for order in candidate_orders(lay.sizes()):
-        est = estimate(ctx, lay, order, headroom_bytes)
+        groups = axis_groups(ctx.topology, order, lay.sizes())
+        signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
+        if signature in seen:  # another order already gave every axis the same groups
+            continue
+        seen.add(signature)
+        est = estimate(ctx, lay, order, headroom_bytes, groups)
+        if not placement and not est.fits_memory:
+            return est  # memory does not depend on the rank order: no order can make it fit
         if placement and any(est.placement.get(a) != t for a, t in placement.items() if t is not None):
             continue
         if best is None or est.step_time_s < best.step_time_s - 1e-12:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hardware_catalog import load_catalog
@@ -35,6 +35,8 @@ class JobContext:
     kinds: tuple[LayerKind, ...]
     layer_kind: tuple[int, ...]
     """Index into ``kinds`` of each layer, in model order."""
+    kind_prefix: tuple[tuple[int, ...], ...]
+    """``kind_prefix[k][i]``: layers of kind ``k`` among the first ``i`` layers."""
     flops: ModelFlops
     embedding_params: int
     lm_head_params: int
@@ -45,6 +47,8 @@ class JobContext:
     bf16_peak_flops: float
     mfu_peak_flops: float
     """Dense peak at the training precision (the MFU denominator)."""
+    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """Per-job memo of per-layer costs (keyed by layer kind, dims and group geometry)."""
 
     @property
     def num_gpus(self) -> int:
@@ -106,6 +110,10 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         cal=cal,
         kinds=tuple(kinds),
         layer_kind=tuple(layer_kind),
+        kind_prefix=tuple(
+            tuple(sum(1 for x in layer_kind[:i] if x == k) for i in range(len(layer_kind) + 1))
+            for k in range(len(kinds))
+        ),
         flops=model_flops(model, seq),
         embedding_params=embedding_params(model),
         lm_head_params=lm_head_params(model),

@@ -27,7 +27,7 @@ from optimizer.cost.context import JobContext
 from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups
+from optimizer.cost.topology import AxisGroups, axis_groups, group_geometry
 
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
@@ -91,23 +91,29 @@ def _stage_layers(lay: ResolvedLayout) -> list[list[tuple[int, int]]]:
 
 
 def estimate(
-    ctx: JobContext, lay: ResolvedLayout, order: tuple[str, ...], headroom_bytes: float | None = None
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    order: tuple[str, ...],
+    headroom_bytes: float | None = None,
+    groups: AxisGroups | None = None,
 ) -> Estimate:
     cal = ctx.cal
     model = ctx.job.model
-    sizes = lay.sizes()
-    groups = axis_groups(ctx.topology, order, sizes)
+    if groups is None:
+        groups = axis_groups(ctx.topology, order, lay.sizes())
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    kind_cost: list[LayerCost] = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    key = (dims, groups.tp, groups.cp, groups.ep)
+    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
+    if kind_cost is None:
+        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+        ctx.memo[key] = kind_cost
     h = float(model.hidden_size or 0)
     vocab = float(model.vocab_size or 0)
     seq = ctx.job.training.seq_len
     tokens = lay.micro_batch_size * seq / lay.cp
     last_chunk = len(lay.stage_layers) - 1
     # LM head + loss on the last stage: three GEMM passes and the cross-entropy (memory-bound).
-    head_flops = 2.0 * tokens * h * vocab / lay.tp
-    t_head = 3.0 * gemm_time_s(ctx, head_flops, tokens, vocab / lay.tp, h)
-    t_head += 3.0 * tokens * vocab / lay.tp * LOGIT_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
+    t_head = _head_time(ctx, lay)
 
     stage_chunks = _stage_layers(lay)
     n_stages = lay.pp
@@ -121,29 +127,31 @@ def estimate(
     working = [0.0] * n_stages
     dense_p = [0.0] * n_stages
     expert_p = [0.0] * n_stages
-    max_layer_params = 0.0
+    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
+    prefix = ctx.kind_prefix
     for st, chunks in enumerate(stage_chunks):
         for first, count in chunks:
-            for li in range(first, first + count):
-                lc = kind_cost[ctx.layer_kind[li]]
-                fwd_only[st] += lc.fwd_s
-                bwd_only[st] += lc.bwd_s
-                tp_c[st] += lc.tp_s
-                cp_c[st] += lc.cp_s
-                ep_c[st] += lc.ep_s
-                stored[st] += lc.stored_act_bytes
+            for k, lc in enumerate(kind_cost):
+                n_k = prefix[k][first + count] - prefix[k][first]
+                if n_k == 0:
+                    continue
+                fwd_only[st] += n_k * lc.fwd_s
+                bwd_only[st] += n_k * lc.bwd_s
+                tp_c[st] += n_k * lc.tp_s
+                cp_c[st] += n_k * lc.cp_s
+                ep_c[st] += n_k * lc.ep_s
+                stored[st] += n_k * lc.stored_act_bytes
                 working[st] = max(working[st], lc.working_act_bytes)
-                dense_p[st] += lc.dense_params
-                expert_p[st] += lc.expert_params
-                max_layer_params = max(max_layer_params, lc.dense_params + lc.expert_params)
+                dense_p[st] += n_k * lc.dense_params
+                expert_p[st] += n_k * lc.expert_params
         compute[st] = fwd_only[st] + bwd_only[st]
     dense_p[0] += ctx.embedding_params / lay.tp
     last_stage = last_chunk % lay.pp
     compute[last_stage] += t_head
-    if ctx.lm_head_params or (lay.pp > 1):
-        dense_p[last_stage] += (ctx.lm_head_params or ctx.embedding_params) / lay.tp if (
-            ctx.lm_head_params or last_stage != 0
-        ) else 0.0
+    if ctx.lm_head_params:
+        dense_p[last_stage] += ctx.lm_head_params / lay.tp
+    elif last_stage != 0:  # tied embeddings: the last stage keeps its own copy
+        dense_p[last_stage] += ctx.embedding_params / lay.tp
     stage_time = [compute[i] + tp_c[i] + cp_c[i] + ep_c[i] for i in range(n_stages)]
     slow = max(range(n_stages), key=lambda i: stage_time[i])
     t_max = stage_time[slow]
@@ -166,10 +174,13 @@ def estimate(
         g_dense = dense_p[st] * GRAD_BYTES
         g_exp = expert_p[st] * GRAD_BYTES
         if lay.zero_stage == 3:
-            per_mb = 2 * hierarchical_allgather_time_s(g_dense, groups.dp_cp.levels)
-            per_mb += hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
-            per_mb += 2 * hierarchical_allgather_time_s(g_exp, groups.edp.levels)
-            per_mb += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
+            # FSDP: per layer and micro-batch, gather weights for forward and for backward and
+            # reduce-scatter gradients; each collective pays its own latency.
+            n_layers = max(1, sum(cnt for _, cnt in stage_chunks[st]))
+            per_mb = n_layers * (
+                3 * hierarchical_allgather_time_s(g_dense / n_layers, groups.dp_cp.levels)
+                + 3 * hierarchical_allgather_time_s(g_exp / n_layers, groups.edp.levels)
+            )
             first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, groups.dp_cp.levels)
             exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute[st])
         else:
@@ -272,3 +283,99 @@ def estimate(
 
 def groups_for(ctx: JobContext, lay: ResolvedLayout, order: tuple[str, ...]) -> AxisGroups:
     return axis_groups(ctx.topology, order, lay.sizes())
+
+
+def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A lower bound on ``estimate(...).step_time_s`` for every rank order and layer split.
+
+    The slowest stage is at least the average stage, so ``m * avg + (pp-1)/vpp * avg`` bounds the
+    steady pipeline plus bubble; every other term is non-negative. Uses the same per-layer costs.
+    """
+    key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    per_layer_total = ctx.memo.get(key)
+    if per_layer_total is None:
+        # Every axis at stride 1: the most local group it can have in any rank order, so the
+        # fastest TP/CP/EP communication any placement can give.
+        topo = ctx.topology
+        local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
+        one = group_geometry(topo, 1, 1)
+        groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
+        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+        per_layer_total = sum(
+            ctx.kind_prefix[k][-1] * (c.fwd_s + c.bwd_s + c.tp_s + c.cp_s + c.ep_s) for k, c in enumerate(costs)
+        )
+        ctx.memo[key] = per_layer_total
+    avg = per_layer_total / lay.pp
+    return lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
+
+
+@dataclass(frozen=True)
+class SplitTables:
+    """Linear per-layer coefficients of one layout, for choosing a (non-uniform) layer split.
+
+    Derived from the same per-layer costs as ``estimate`` (averaged over layer kinds); constants
+    are read off the uniform-split estimate so that the tables reproduce it exactly.
+    """
+
+    layer_time_s: float
+    """Per layer, one micro-batch forward + backward, with its exposed TP/CP/EP communication."""
+    layer_static_bytes: float
+    """Per layer: weights + gradients + optimizer state after sharding."""
+    layer_act_bytes: float
+    """Per layer, one micro-batch: stored activations (incl. allocator fragmentation)."""
+    stage_const_time_s: tuple[float, ...]
+    stage_const_bytes: tuple[float, ...]
+    in_flight: tuple[float, ...]
+    steady_coefficient: float
+    """Step time = steady_coefficient * slowest stage time + other_time_s."""
+    other_time_s: float
+
+
+def split_tables(ctx: JobContext, est: Estimate) -> SplitTables:
+    lay = est.layout
+    groups = axis_groups(ctx.topology, est.order, lay.sizes())
+    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    counts = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
+    total_layers = sum(counts)
+
+    def avg(f) -> float:  # noqa: ANN001
+        return sum(n * f(c) for n, c in zip(counts, costs, strict=True)) / total_layers
+
+    t_layer = avg(lambda c: c.fwd_s + c.bwd_s + c.tp_s + c.cp_s + c.ep_s)
+    params = avg(lambda c: c.dense_params + c.expert_params)
+    static_per_param = 0.0
+    mem0 = est.memory[0]  # stage 0 holds whole layers plus the embedding
+    stage_layers = _stage_layers(lay)
+    layers_per_stage = [sum(cnt for _, cnt in chunks) for chunks in stage_layers]
+    # bytes per parameter after ZeRO sharding, read off the uniform estimate's stage 0
+    p0 = layers_per_stage[0] * params + ctx.embedding_params / lay.tp
+    if p0 > 0:
+        static_per_param = (mem0.weights_bytes + mem0.gradients_bytes + mem0.optimizer_bytes) / p0
+    static_layer = static_per_param * params
+    act_layer = avg(lambda c: c.stored_act_bytes) * (1.0 + ctx.cal.fragmentation)
+    m = lay.num_micro_batches
+    in_flight = tuple(in_flight_microbatches(s, lay.pp, lay.vpp, m) for s in range(lay.pp))
+    const_b = tuple(
+        est.memory[s].total_bytes - layers_per_stage[s] * (static_layer + in_flight[s] * act_layer)
+        for s in range(lay.pp)
+    )
+    last = (len(lay.stage_layers) - 1) % lay.pp
+    const_t = tuple(_head_time(ctx, lay) if s == last else 0.0 for s in range(lay.pp))
+    slow_stage_time = (
+        est.breakdown_s["compute"] + est.breakdown_s["tp_comm"] + est.breakdown_s["cp_comm"] + est.breakdown_s["ep_comm"]
+    ) / m
+    coef = m + (lay.pp - 1) / lay.vpp
+    other = est.step_time_s - coef * slow_stage_time
+    return SplitTables(t_layer, static_layer, act_layer, const_t, const_b, in_flight, coef, other)
+
+
+def _head_time(ctx: JobContext, lay: ResolvedLayout) -> float:
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    vocab = float(model.vocab_size or 0)
+    tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
+    t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / lay.tp, tokens, vocab / lay.tp, h)
+    t += 3.0 * tokens * vocab / lay.tp * LOGIT_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency)
+    return t

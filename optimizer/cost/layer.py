@@ -101,7 +101,9 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         per_ar = hierarchical_allreduce_time_s(msg, groups.tp.levels)
         blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
         count = 2 * blocks + (blocks if d.recompute == "full" else 0)
-        tp_s = count * per_ar * (1.0 - cal.tp_comm_overlap)
+        # GEMM/collective overlap (userbuffers) needs the group inside one scale-up domain
+        hidden = cal.tp_comm_overlap if len(groups.tp.levels) == 1 and groups.tp.outermost_tier == "nvlink" else 0.0
+        tp_s = count * per_ar * (1.0 - hidden)
     # ---- context-parallel K/V ring ---------------------------------------------------------
     cp_s = 0.0
     heads = float(model.num_attention_heads or 0)

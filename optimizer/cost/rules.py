@@ -37,9 +37,42 @@ class ResolvedLayout:
 
 def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
     """Check ``layout`` against ``job``; raise :class:`InvalidLayout` naming the failing field."""
+    return resolve(
+        job,
+        tp=layout.tp,
+        pp=layout.pp,
+        cp=layout.cp,
+        ep=layout.ep,
+        vpp=layout.vpp,
+        micro_batch_size=layout.micro_batch_size,
+        zero_stage=layout.zero_stage,
+        recompute=layout.recompute,
+        sequence_parallel=bool(layout.sequence_parallel),
+        dp=layout.dp,
+        num_micro_batches=layout.num_micro_batches,
+        stage_layers=layout.stage_layers,
+    )
+
+
+def resolve(
+    job: JobSpec,
+    *,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    vpp: int,
+    micro_batch_size: int,
+    zero_stage: int,
+    recompute: str,
+    sequence_parallel: bool,
+    dp: int | None = None,
+    num_micro_batches: int | None = None,
+    stage_layers: list[int] | tuple[int, ...] | None = None,
+) -> ResolvedLayout:
+    """The layout rules on plain numbers (the search calls this directly)."""
     model = job.model
     n = job.cluster.num_gpus
-    tp, pp, cp, ep, vpp = layout.tp, layout.pp, layout.cp, layout.ep, layout.vpp
     heads = model.num_attention_heads or 0
     kv = model.num_kv_heads or 0
     layers = model.num_layers or 0
@@ -47,10 +80,11 @@ def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
     seq = job.training.seq_len
     if n % (tp * pp * cp):
         raise InvalidLayout("config.tp", f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
+    given_dp = dp
     dp = n // (tp * pp * cp)
-    if layout.dp is not None and layout.dp != dp:
+    if given_dp is not None and given_dp != dp:
         raise InvalidLayout(
-            "config.dp", f"tp*pp*dp*cp must equal num_gpus: {tp}*{pp}*{layout.dp}*{cp} != {n} (dp would be {dp})"
+            "config.dp", f"tp*pp*dp*cp must equal num_gpus: {tp}*{pp}*{given_dp}*{cp} != {n} (dp would be {dp})"
         )
     if heads % tp:
         raise InvalidLayout("config.tp", f"num_attention_heads ({heads}) is not divisible by tp ({tp})")
@@ -69,14 +103,14 @@ def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
             raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
     if cp > 1 and seq % (2 * cp):
         raise InvalidLayout("config.cp", f"seq_len ({seq}) must be divisible by 2*cp ({2 * cp}) for load-balanced CP")
-    mbs = layout.micro_batch_size
+    mbs = micro_batch_size
     if gbs % (dp * mbs):
         raise InvalidLayout(
             "config.micro_batch_size",
             f"global_batch_size ({gbs}) is not divisible by dp*micro_batch_size ({dp}*{mbs})",
         )
     m = gbs // (dp * mbs)
-    if layout.num_micro_batches is not None and layout.num_micro_batches != m:
+    if num_micro_batches is not None and num_micro_batches != m:
         raise InvalidLayout("config.num_micro_batches", f"must be global_batch_size/(dp*micro_batch_size) = {m}")
     if pp > layers:
         raise InvalidLayout("config.pp", f"pp ({pp}) exceeds num_layers ({layers})")
@@ -88,8 +122,8 @@ def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
         if m % pp:
             raise InvalidLayout("config.vpp", f"interleaved schedule needs micro-batches ({m}) divisible by pp ({pp})")
     chunks = pp * vpp
-    if layout.stage_layers is not None:
-        split = list(layout.stage_layers)
+    if stage_layers is not None:
+        split = list(stage_layers)
         if len(split) != chunks:
             raise InvalidLayout("config.stage_layers", f"needs pp*vpp = {chunks} entries, got {len(split)}")
         if any(x < 1 for x in split):
@@ -100,7 +134,5 @@ def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
         if chunks > layers:
             raise InvalidLayout("config.vpp", f"pp*vpp ({chunks}) exceeds num_layers ({layers})")
         split = even_split(layers, chunks)
-    sp = bool(layout.sequence_parallel) and tp > 1
-    return ResolvedLayout(
-        tp, pp, dp, cp, ep, vpp, mbs, layout.zero_stage, layout.recompute, sp, m, tuple(split)
-    )
+    sp = sequence_parallel and tp > 1
+    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split))

@@ -1,0 +1,197 @@
+"""Planner search: exact enumeration with bounds, then CP-SAT over layouts and layer splits.
+
+1. ``space.enumerate_layouts`` lists every valid regular layout (uniform split).
+2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
+   are costed in bound order with the full cost model (best rank order onto the tiers) until the
+   bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
+3. CP-SAT takes the costed survivors (those that fit, and pipelined ones that did not fit with
+   a uniform split) and chooses the layout jointly with a possibly non-uniform layer split under
+   per-stage memory limits; top-k by forbid-and-resolve.
+4. Every answer is re-scored by the float cost model and ranked with explicit tie-breaks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import replace
+
+from optimizer.cost import Estimate, best_estimate, build_context
+from optimizer.cost.estimate import compute_lower_bound_s, estimate, split_tables
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.results import PlanResponse, SolverInfo
+from optimizer.search.cpsat import Candidate, SplitModel
+from optimizer.search.space import enumerate_layouts
+from optimizer.specs import JobSpec, PlanRequest
+from optimizer.units import GIB, to_gib
+
+POOL_EXTRA = 8
+"""Candidates kept beyond top_k for the CP-SAT stage."""
+MAX_RESCUE = 64
+"""Pipelined layouts that missed memory with a uniform split, offered to CP-SAT for a better split."""
+
+
+def _rank_key(est: Estimate) -> tuple:
+    lay = est.layout
+    inter_node = sum(1 for t in est.placement.values() if t not in ("nvlink", "none"))
+    return (
+        round(est.step_time_s, 9),
+        round(est.peak_memory_bytes / GIB, 3),
+        inter_node,
+        (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute),
+        lay.stage_layers,
+    )
+
+
+def search(request: PlanRequest) -> PlanResponse:
+    from optimizer.service import to_plan
+
+    t0 = time.perf_counter()
+    spec = request.search
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    ctx = build_context(job)
+    headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
+    deadline = t0 + spec.time_limit_s
+    layouts = list(enumerate_layouts(job, spec))
+    info = SolverInfo(candidates_enumerated=len(layouts))
+    if not layouts:
+        info.wall_time_s = time.perf_counter() - t0
+        return PlanResponse(
+            status="infeasible",
+            plans=[],
+            solver=info,
+            explanation=_no_layout_explanation(job),
+        )
+    bounds = [compute_lower_bound_s(ctx, lay) for lay in layouts]
+    order = sorted(range(len(layouts)), key=lambda i: bounds[i])
+    pool_size = spec.top_k + POOL_EXTRA
+    fitting: list[Estimate] = []
+    worst_heap: list[tuple[float, int]] = []  # max-heap (negated) of pool step times
+    oom: list[Estimate] = []
+    proved = True
+    next_bound: float | None = None
+    costed = 0
+    for rank, i in enumerate(order):
+        if len(worst_heap) >= pool_size and bounds[i] > -worst_heap[0][0]:
+            next_bound = bounds[i]
+            break
+        if time.perf_counter() > deadline - 0.2 * spec.time_limit_s:
+            proved = False
+            next_bound = bounds[i]
+            break
+        est = best_estimate(ctx, layouts[i], headroom_bytes=headroom)
+        costed += 1
+        if est.fits_memory:
+            fitting.append(est)
+            heapq.heappush(worst_heap, (-est.step_time_s, rank))
+            if len(worst_heap) > pool_size:
+                heapq.heappop(worst_heap)
+        elif est.layout.pp > 1:
+            oom.append(est)
+    info.candidates_fitting_memory = len(fitting)
+    fitting.sort(key=_rank_key)
+    pool = fitting[:pool_size]
+    cutoff = pool[-1].step_time_s if len(pool) >= pool_size else float("inf")
+    rescue = sorted((e for e in oom if compute_lower_bound_s(ctx, e.layout) < cutoff), key=_rank_key)[:MAX_RESCUE]
+    candidates = pool + rescue
+    info.candidates_to_solver = len(candidates)
+    results: list[Estimate] = []
+    cp_status = "OPTIMAL"
+    bound_s: float | None = None
+    if candidates:
+        ref = pool[0].step_time_s if pool else min(e.step_time_s for e in candidates)
+        model = SplitModel(
+            [
+                Candidate(e, split_tables(ctx, e), e.capacity_bytes, job.model.num_layers or 0)
+                for e in candidates
+            ],
+            ref,
+        )
+        excluded: list[int] = []
+        for _ in range(min(spec.top_k, len(candidates))):
+            remaining = max(0.05, deadline - time.perf_counter())
+            res = model.solve(excluded, remaining)
+            if res.choice is None:
+                if res.status != "INFEASIBLE":
+                    cp_status = res.status
+                break
+            if res.status != "OPTIMAL":
+                cp_status = res.status
+            if bound_s is None:
+                bound_s = res.bound_s
+            chosen = candidates[res.choice.index]
+            results.append(_rescore(ctx, chosen, res.choice.stage_layers, headroom))
+            excluded.append(res.choice.index)
+    results = [r for r in results if r.fits_memory]
+    results.sort(key=_rank_key)
+    results = results[: spec.top_k]
+    info.status = cp_status
+    info.proved_optimal = proved and cp_status == "OPTIMAL" and bool(results)
+    info.objective_bound = (
+        min(bound_s, results[0].step_time_s) if (bound_s is not None and results) else next_bound
+    )
+    info.wall_time_s = time.perf_counter() - t0
+    warnings: list[str] = []
+    if not proved:
+        warnings.append(
+            f"time limit reached after costing {costed} of {len(layouts)} layouts; best remaining bound "
+            f"{next_bound:.3f} s"
+        )
+    if not results:
+        return PlanResponse(
+            status="infeasible",
+            plans=[],
+            solver=info,
+            explanation=_memory_explanation(ctx, job, layouts, headroom),
+            warnings=warnings,
+        )
+    plans = [to_plan(job, e) for e in results]
+    status = "optimal" if info.proved_optimal else "feasible"
+    return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:  # noqa: ANN001
+    """Float cost model on the chosen split; keep the uniform split unless the new one is better."""
+    if split == cand.layout.stage_layers:
+        return cand
+    lay: ResolvedLayout = replace(cand.layout, stage_layers=split)
+    est = estimate(ctx, lay, cand.order, headroom)
+    if not cand.fits_memory:
+        return est
+    if est.fits_memory and est.step_time_s < cand.step_time_s * (1 - 1e-6):
+        return est
+    return cand
+
+
+def _no_layout_explanation(job: JobSpec) -> str:
+    t = job.training
+    m = job.model
+    return (
+        f"no valid layout: with num_gpus={job.cluster.num_gpus}, global_batch_size={t.global_batch_size}, "
+        f"num_attention_heads={m.num_attention_heads}, num_kv_heads={m.num_kv_heads}, num_layers={m.num_layers} "
+        "no combination of tp/pp/cp/dp (and the search.fix / search.allow restrictions) divides evenly "
+        "with micro-batches >= pp"
+    )
+
+
+def _memory_explanation(ctx, job: JobSpec, layouts: list[ResolvedLayout], headroom: float | None) -> str:  # noqa: ANN001
+    """Name the smallest memory need over the most memory-frugal layouts, against capacity."""
+    frugal = max(lay.zero_stage for lay in layouts)
+    rc_rank = {"none": 0, "selective": 1, "full": 2}
+    most_rc = max(rc_rank[lay.recompute] for lay in layouts)
+    subset = [lay for lay in layouts if lay.zero_stage == frugal and rc_rank[lay.recompute] == most_rc]
+    best: Estimate | None = None
+    for lay in subset[:4000]:
+        est = best_estimate(ctx, lay, headroom_bytes=headroom)
+        if best is None or est.peak_memory_bytes < best.peak_memory_bytes:
+            best = est
+    assert best is not None
+    lay = best.layout
+    cap = to_gib(best.capacity_bytes - best.headroom_bytes)
+    return (
+        f"no layout fits in memory: the smallest per-GPU memory over all layouts is "
+        f"{to_gib(best.peak_memory_bytes):.1f} GiB on stage {best.peak_stage} "
+        f"(tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} micro_batch_size={lay.micro_batch_size}, "
+        f"ZeRO-{lay.zero_stage}, {lay.recompute} recompute); usable capacity "
+        f"{cap:.1f} GiB ({to_gib(best.capacity_bytes):.1f} GiB minus {to_gib(best.headroom_bytes):.1f} GiB headroom)"
+    )

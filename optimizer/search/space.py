@@ -1,0 +1,88 @@
+"""The regular layout space of a job: every valid combination of the layout knobs.
+
+Values are any divisors (not just powers of two) that satisfy the model's divisibility rules;
+``search.fix`` pins a field and ``search.allow`` restricts it. Each yielded layout passes
+``optimizer.cost.rules.resolve_layout`` (the same rules ``/evaluate`` applies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import product
+
+from optimizer.cost.rules import ResolvedLayout, resolve
+from optimizer.errors import InvalidLayout
+from optimizer.specs import JobSpec, SearchSpec
+
+MAX_TP = 64
+MAX_CP = 64
+MAX_VPP = 8
+MAX_MICRO_BATCH = 16
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE = ("none", "selective", "full")
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _choices(name: str, default: list, search: SearchSpec) -> list:
+    fixed = getattr(search.fix, name)
+    allowed = getattr(search.allow, name)
+    values = default
+    if allowed is not None:
+        values = [v for v in values if v in set(allowed)]
+    if fixed is not None:
+        values = [v for v in values if v == fixed]
+    return values
+
+
+def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayout]:
+    """Every valid layout (uniform layer split) that ``search.fix`` / ``search.allow`` admit."""
+    model = job.model
+    n = job.cluster.num_gpus
+    gbs = job.training.global_batch_size or 0
+    seq = job.training.seq_len
+    layers = model.num_layers or 0
+    heads = model.num_attention_heads or 0
+    div_n = divisors(n)
+    tps = _choices("tp", [d for d in div_n if d <= MAX_TP and heads % d == 0], search)
+    pps = _choices("pp", [d for d in div_n if d <= layers], search)
+    cps = _choices("cp", [d for d in div_n if d <= MAX_CP and (d == 1 or seq % (2 * d) == 0)], search)
+    experts = model.moe.num_experts if model.moe else 1
+    zeros = _choices("zero_stage", list(ZERO_STAGES), search)
+    rcs = _choices("recompute", list(RECOMPUTE), search)
+    for tp, pp, cp in product(tps, pps, cps):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        if search.fix.dp is not None and dp != search.fix.dp:
+            continue
+        if search.allow.dp is not None and dp not in search.allow.dp:
+            continue
+        eps = _choices("ep", [d for d in divisors(dp * cp) if experts % d == 0] if model.moe else [1], search)
+        if gbs % dp:
+            continue
+        mbs_all = [d for d in divisors(gbs // dp) if d <= MAX_MICRO_BATCH]
+        for mbs in _choices("micro_batch_size", mbs_all, search):
+            m = gbs // (dp * mbs)
+            if pp > 1 and m < pp:
+                continue
+            vpps = [1]
+            if pp > 1 and m % pp == 0:
+                vpps += [v for v in range(2, MAX_VPP + 1) if layers % (pp * v) == 0]
+            for vpp, ep in product(_choices("vpp", vpps, search), eps):
+                for sp in _choices("sequence_parallel", [tp > 1], search):
+                    try:
+                        base = resolve(
+                            job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs,
+                            zero_stage=zeros[0] if zeros else 1, recompute=rcs[0] if rcs else "none",
+                            sequence_parallel=sp,
+                        )
+                    except InvalidLayout:
+                        continue
+                    # ZeRO stage and recompute never change validity: vary them on the resolved layout
+                    for zero, rc in product(zeros, rcs):
+                        yield replace(base, zero_stage=zero, recompute=rc)

@@ -1,0 +1,334 @@
+"""The ``pplan`` command: input formats, output formats and exit codes (0 ok, 2 invalid, 3 infeasible).
+
+``TestRealService`` runs the real planner; the other tests replace it with stand-ins where they
+need one, so they pin the command itself.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from api import cli
+from optimizer import service
+from optimizer.errors import InvalidLayout
+from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, SolverInfo, TimeBreakdown
+from optimizer.specs import EvaluateRequest, Layout, PlanRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+PPLAN = Path(sys.executable).with_name("pplan")
+
+JOB: dict[str, Any] = {
+    "model": {"preset": "llama3-70b"},
+    "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+}
+EVALUATE_DOC: dict[str, Any] = {**JOB, "config": {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"}}
+
+
+def canned_plan() -> Plan:
+    """A syntactically complete Plan (numbers are placeholders, not estimates)."""
+    return Plan(
+        config=Layout(tp=8, pp=4, dp=32, vpp=5, num_micro_batches=32),
+        placement={"tp": "nvlink", "cp": "nvlink", "ep": "nvlink", "dp": "leaf", "pp": "spine"},
+        step_time_s=9.8,
+        tokens_per_s=854862.0,
+        tokens_per_s_per_gpu=834.8,
+        mfu=0.4312,
+        hfu=0.47,
+        model_tflops_per_gpu=426.5,
+        time_breakdown_s=TimeBreakdown(compute=8.0, tp_comm=0.8, pp_bubble=1.0),
+        memory_gib=MemoryBreakdown(
+            weights=4.4, gradients=4.4, optimizer=1.1, activations=30.0, buffers=3.0, total=42.9, capacity=79.2
+        ),
+        fits_memory=True,
+        bottleneck="compute",
+        launch=LaunchArgs(megatron="--tensor-model-parallel-size 8"),
+    )
+
+
+@pytest.fixture
+def fake_service(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Replace the planner; ``state['plan_response']`` is what plan() returns, requests are recorded."""
+    state: dict[str, Any] = {
+        "plan_response": PlanResponse(status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)),
+        "requests": [],
+    }
+
+    def fake_plan(request: PlanRequest) -> PlanResponse:
+        state["requests"].append(request)
+        return state["plan_response"]
+
+    def fake_evaluate(request: EvaluateRequest) -> Plan:
+        state["requests"].append(request)
+        return canned_plan()
+
+    monkeypatch.setattr(service, "plan", fake_plan)
+    monkeypatch.setattr(service, "evaluate", fake_evaluate)
+    return state
+
+
+def write(tmp_path: Path, name: str, data: Any) -> Path:
+    path = tmp_path / name
+    if isinstance(data, str):
+        path.write_text(data)
+    elif name.endswith(".json"):
+        path.write_text(json.dumps(data))
+    else:
+        path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --------------------------------------------------------------------------- input documents
+
+
+@pytest.mark.parametrize("name", ["job.json", "job.yaml", "job.yml", "job.txt"])
+def test_plan_reads_json_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any], name: str) -> None:
+    code, out, _ = run(capsys, "plan", str(write(tmp_path, name, JOB)))
+    assert code == cli.EXIT_OK
+    assert json.loads(out)["status"] == "optimal"
+    assert fake_service["requests"] == [PlanRequest.model_validate(JOB)]
+
+
+def test_yaml_without_a_known_extension_is_detected(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    path = write(tmp_path, "job.request", yaml.safe_dump(JOB))
+    assert run(capsys, "plan", str(path))[0] == cli.EXIT_OK
+
+
+def test_plan_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(JOB)))
+    assert run(capsys, "plan", "-")[0] == cli.EXIT_OK
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in EXAMPLES.iterdir() if p.name.startswith(("plan-", "evaluate-"))),
+    ids=lambda p: p.name,
+)
+def test_every_example_is_a_valid_request(path: Path) -> None:
+    data = cli.load_document(str(path))
+    model = EvaluateRequest if path.name.startswith("evaluate-") else PlanRequest
+    model.model_validate(data)
+
+
+def test_the_required_examples_exist() -> None:
+    names = {p.name for p in EXAMPLES.iterdir()}
+    assert {
+        "plan-llama3-70b-dgx-h100.yaml",
+        "plan-llama3.1-405b-16k.yaml",
+        "plan-mixtral-8x22b.yaml",
+        "plan-deepseek-v3-gb200-nvl72.yaml",
+        "plan-qwen3-235b.yaml",
+        "evaluate-llama3-70b.yaml",
+        "plan-custom-model.json",
+    } <= names
+
+
+# --------------------------------------------------------------------------- output formats
+
+
+def test_plan_yaml_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "yaml")
+    assert code == cli.EXIT_OK
+    assert PlanResponse.model_validate(yaml.safe_load(out)) == fake_service["plan_response"]
+
+
+def test_plan_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "table")
+    assert code == cli.EXIT_OK
+    lines = out.splitlines()
+    assert lines[0].startswith("status: optimal")
+    header = lines[1].split()
+    for column in ("rank", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "placement", "step_s", "mfu", "mem_gib", "bottleneck"):
+        assert column in header
+    row = lines[3]
+    for cell in ("selective", "tp:nvlink", "dp:leaf", "pp:spine", "9.800", "43.1%", "42.9/79", "compute"):
+        assert cell in row
+
+
+def test_evaluate_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    path = str(write(tmp_path, "eval.yaml", EVALUATE_DOC))
+    code, out, _ = run(capsys, "evaluate", path)
+    assert code == cli.EXIT_OK and Plan.model_validate(json.loads(out)) == canned_plan()
+    code, out, _ = run(capsys, "evaluate", path, "-f", "yaml")
+    assert code == cli.EXIT_OK and Plan.model_validate(yaml.safe_load(out)) == canned_plan()
+    code, out, _ = run(capsys, "evaluate", path, "--format", "table")
+    assert code == cli.EXIT_OK
+    assert "bottleneck" in out and "pp_bubble=1.000" in out and "capacity=79.2" in out
+
+
+@pytest.mark.parametrize("which", cli.CATALOGS)
+def test_catalog_formats(capsys: pytest.CaptureFixture[str], which: str) -> None:
+    code, out, _ = run(capsys, "catalog", which)
+    assert code == cli.EXIT_OK
+    entries = json.loads(out)
+    assert entries and all("id" in entry for entry in entries)
+    code, out, _ = run(capsys, "catalog", which, "--format", "yaml")
+    assert code == cli.EXIT_OK and yaml.safe_load(out) == entries
+    code, out, _ = run(capsys, "catalog", which, "--format", "table")
+    assert code == cli.EXIT_OK
+    assert out.splitlines()[0].split()[0] == "id"
+    assert all(entry["id"] in out for entry in entries)
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+def test_infeasible_exits_3_with_the_explanation(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+    fake_service["plan_response"] = PlanResponse(
+        status="infeasible", plans=[], solver=SolverInfo(), explanation="smallest need 93.1 GiB > 79.2 GiB"
+    )
+    code, out, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
+    assert code == cli.EXIT_INFEASIBLE == 3
+    assert json.loads(out)["status"] == "infeasible"
+    assert "93.1 GiB" in err
+    code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "table")
+    assert code == 3 and "explanation: smallest need 93.1 GiB" in out
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ({**JOB, "model": {"preset": "llama9"}}, ["model:", "unknown model preset id 'llama9'", "llama3-70b"]),
+        ({**JOB, "cluster": {"gpu": "tpu-v9", "num_gpus": 8}}, ["cluster:", "unknown gpu id 'tpu-v9'", "h100-sxm-80gb"]),
+        ({**JOB, "training": {"global_batch_size": 8}}, ["training.seq_len: Field required"]),
+        ({**JOB, "searhc": {}}, ["searhc: Extra inputs are not permitted"]),
+        ({**JOB, "search": {"top_k": 500}}, ["search.top_k"]),
+    ],
+    ids=["unknown-preset", "unknown-gpu", "missing-seq-len", "extra-field", "top-k"],
+)
+def test_invalid_request_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any], document: dict[str, Any], expected: list[str]
+) -> None:
+    code, out, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", document)))
+    assert code == cli.EXIT_INVALID == 2
+    assert out == ""
+    for text in expected:
+        assert text in err
+    assert fake_service["requests"] == []
+
+
+def test_invalid_layout_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def reject(request: EvaluateRequest) -> Plan:
+        raise InvalidLayout("config.tp", "tp (3) must divide num_attention_heads (64)")
+
+    monkeypatch.setattr(service, "evaluate", reject)
+    code, _, err = run(capsys, "evaluate", str(write(tmp_path, "eval.yaml", EVALUATE_DOC)))
+    assert code == 2
+    assert "config.tp: tp (3) must divide num_attention_heads (64)" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("missing.yaml", None, "cannot read"),
+        ("broken.json", '{"model": ', "cannot parse"),
+        ("broken.yaml", "model: [unclosed", "cannot parse"),
+        ("list.yaml", "- 1\n- 2\n", "expected a request document"),
+    ],
+)
+def test_unusable_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str | None, expected: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 2
+    assert expected in err
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["catalog", "tpus"])
+    assert exc.value.code == 2
+
+
+def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append({"app": app, **kwargs}))
+    monkeypatch.setenv("PPLAN_PORT", "9100")
+    assert cli.main(["serve", "--host", "0.0.0.0"]) == 0
+    assert calls[0]["app"] == "api.main:app"
+    assert calls[0]["host"] == "0.0.0.0" and calls[0]["port"] == 9100
+    assert cli.main(["serve", "--port", "9200"]) == 0
+    assert calls[1]["host"] == "127.0.0.1" and calls[1]["port"] == 9200
+
+
+# --------------------------------------------------------------------------- the installed console script
+
+
+def test_console_script_catalog_table() -> None:
+    result = subprocess.run([str(PPLAN), "catalog", "clusters", "--format", "table"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "gb200-nvl72" in result.stdout
+
+
+def test_console_script_invalid_input_exits_2(tmp_path: Path) -> None:
+    path = write(tmp_path, "job.yaml", {**JOB, "model": {"preset": "nope"}})
+    result = subprocess.run([str(PPLAN), "plan", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "unknown model preset id 'nope'" in result.stderr
+
+
+# --------------------------------------------------------------------------- the real planner
+
+
+class TestRealService:
+    """Through ``optimizer.service`` itself (no stand-ins)."""
+
+    def test_evaluate_example(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code, out, err = run(capsys, "evaluate", str(EXAMPLES / "evaluate-llama3-70b.yaml"))
+        assert code == 0, err
+        plan = Plan.model_validate(json.loads(out))
+        assert plan.step_time_s > 0 and 0 < plan.mfu < 1 and plan.config.dp == 32
+
+    def test_evaluate_invalid_layout_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        doc = {**EVALUATE_DOC, "config": {**EVALUATE_DOC["config"], "tp": 3}}
+        code, _, err = run(capsys, "evaluate", str(write(tmp_path, "eval.yaml", doc)))
+        assert code == 2
+        assert "config" in err
+
+    def test_plan_example_table(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code, out, err = run(capsys, "plan", str(EXAMPLES / "plan-custom-model.json"), "--format", "table")
+        assert code == 0, err
+        assert out.splitlines()[0].split()[1] in {"optimal", "feasible"}
+        assert "rank" in out
+
+    def test_plan_infeasible_exits_3(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        doc = {
+            "model": {
+                "name": "dense-2t", "num_layers": 160, "hidden_size": 32768, "ffn_hidden_size": 131072,
+                "num_attention_heads": 256, "num_kv_heads": 32, "vocab_size": 128256,
+            },
+            "training": {"seq_len": 4096, "global_batch_size": 64},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        }  # fmt: skip
+        code, out, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", doc)))
+        assert code == 3
+        assert json.loads(out)["explanation"]
+        assert "infeasible" in err
+
+    def test_console_script_evaluate_table(self) -> None:
+        result = subprocess.run(
+            [str(PPLAN), "evaluate", str(EXAMPLES / "evaluate-llama3-70b.yaml"), "--format", "table"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "bottleneck" in result.stdout
