@@ -14,18 +14,24 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1
 
 # Unprivileged account that runs the service.
-RUN groupadd --system --gid 10001 app \
-    && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app \
+RUN groupadd --gid 10001 app \
+    && useradd --uid 10001 --gid app --create-home --home-dir /home/app \
         --shell /usr/sbin/nologin app
 
-# Install the project (runtime dependencies only, no [test] extra) from a
-# throwaway source copy; the service then runs from the installed package.
+# Runtime dependencies only (no [test] extra). They get their own layer, read
+# from pyproject.toml, so that it is reused until the dependencies change.
 WORKDIR /tmp/src
 COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+    && pip install --no-cache-dir -r requirements.txt
+
+# The project itself, from a throwaway source copy; the service then runs from
+# the installed package.
 COPY optimizer ./optimizer
 COPY api ./api
 COPY hardware_catalog ./hardware_catalog
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
+    && pip check \
     && rm -rf /tmp/src
 
 WORKDIR /home/app

@@ -19,8 +19,9 @@ Model
   - ``head_dim``: ``hidden / heads``, except Qwen3 (128, its ``config.json``; the row's
     ``hidden / heads`` = 64 would halve the attention projections) and, when ``hidden / heads`` is
     not integral, 128.
-  - ``vocab_size`` null: megatron-gpt 51,200 (the GPT-2 BPE vocabulary padded, the value that
-    reproduces Korthikanti et al.'s MFU); nemotron3 256,000 (its SentencePiece vocabulary).
+  - ``vocab_size`` null: megatron-gpt 51,200 (the GPT-2 BPE vocabulary padded; it reproduces
+    Korthikanti et al.'s MFU and the NeMo GPT-3 rows' TFLOP/s from their tokens/s); nemotron3
+    256,000 (its SentencePiece vocabulary; reproduces the NeMo Nemotron rows' TFLOP/s to 0.1%).
   - ``tied_embeddings``: tied for megatron-gpt / mt-nlg / bloom, untied otherwise, unless that
     misses the row's ``total_params_b`` by more than 2% and the other choice halves the miss
     (the 2024 Megatron-LM weak-scaling models are untied). It only moves weight memory and the
@@ -55,7 +56,8 @@ Layout
     ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full}; ``vpp`` (pp > 1)
     in {1} + the divisors of ``layers / pp`` up to 8 (the schedule rule that micro-batches divide
     by pp is checked by the cost model); ``zero_stage`` = 1 (Megatron's distributed optimizer, which
-    most of these runs used); ``sequence_parallel`` = ``tp > 1``.
+    most of these runs used); ``sequence_parallel`` = ``tp > 1``, except on stacks that predate
+    it (sources dated before 2022-05, and Megatron-DeepSpeed), where it is off.
   - When ``micro_batch_size`` is stated but gives fewer micro-batches than pipeline stages (torchtitan
     reports a per-DP-rank "local batch" that its pipeline schedule splits into micro-batches), the
     stated value is taken as the local batch and the micro-batch size is searched among its
@@ -79,24 +81,36 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.params import count_params
-from optimizer.specs import ClusterSpec, EvaluateRequest, JobSpec, Layout, ModelSpec, MoEConfig, TrainingSpec
+from optimizer.specs import (
+    ClusterSpec,
+    EvaluateRequest,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    MoEConfig,
+    TrainingSpec,
+)
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "published_runs.json"
 
-INFER_MISSING_HEADS = False
+INFER_MISSING_HEADS = True
 """If True, a row without ``num_attention_heads`` gets ``hidden / 128`` heads instead of being skipped."""
 
 MBS_GRID: tuple[int, ...] = (1, 2, 4)
 RECOMPUTE_GRID: tuple[str, ...] = ("none", "selective", "full")
 MAX_VPP = 8
 DEFAULT_ZERO_STAGE = 1
+SP_INTRODUCED = "2022-05"
+"""Sequence parallelism appeared with Korthikanti et al. (arXiv 2205.05198); earlier runs had none."""
 
 GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "deepseek")
 NON_GATED_FAMILIES = ("megatron-gpt", "mt-nlg", "bloom", "nemotron", "gpt")
 TIED_BY_DEFAULT = ("megatron-gpt", "mt-nlg", "bloom")
 FAMILY_VOCAB = {"megatron-gpt": 51200, "nemotron3": 256000}
 FAMILY_HEAD_DIM = {"qwen3": 128}
-LAYOUT_KNOBS = ("tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
+LAYOUT_KNOBS = (
+    "tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+)
 
 
 class Unmappable(Exception):
@@ -135,7 +149,8 @@ class MappedRow:
         return out
 
     def request(self, layout: Layout) -> EvaluateRequest:
-        return EvaluateRequest(model=self.job.model, training=self.job.training, cluster=self.job.cluster, config=layout)
+        job = self.job
+        return EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,8 @@ def activation_for(row: dict[str, Any]) -> str:
         return "swiglu"
     if any(f in fam for f in NON_GATED_FAMILIES):
         return "gelu"
-    raise Unmappable(f"activation of family {row['model'].get('family')!r} unknown (no gated/non-gated rule)")
+    fam = row["model"].get("family")
+    raise Unmappable(f"activation of family {fam!r} unknown (no gated / non-gated rule)")
 
 
 def _moe(block: dict[str, Any]) -> MoEConfig:
@@ -256,7 +272,8 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
         err_other = abs(count_params(other).total / 1e9 - stated_b) / stated_b
         if err > 0.02 and err_other < err / 2:
             model, err = other, err_other
-            notes.append(f"{'tied' if model.tied_embeddings else 'untied'} embeddings (matches {stated_b}B)")
+            tie = "tied" if model.tied_embeddings else "untied"
+            notes.append(f"{tie} embeddings (matches {stated_b}B)")
         if err > 0.10:
             notes.append(f"params {count_params(model).total / 1e9:.1f}B vs stated {stated_b}B")
     return model, notes
@@ -371,14 +388,16 @@ def _divisors_up_to(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
-def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]], list[str]]:
+def layout_space(
+    row: dict[str, Any], job: JobSpec
+) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]], list[str]]:
     """(pinned fields, grid of unstated knobs, notes)."""
     cfg = row["config"]
     notes: list[str] = []
     if cfg.get("tp") is None or cfg.get("pp") is None:
         raise Unmappable("tp / pp not stated")
     if cfg.get("etp") not in (None, 1):
-        raise Unmappable(f"expert tensor parallel etp={cfg['etp']} not modelled (experts are not tensor-split)")
+        raise Unmappable(f"expert tensor parallel etp={cfg['etp']} not modelled (experts not tensor-split)")
     fixed: dict[str, Any] = {"tp": int(cfg["tp"]), "pp": int(cfg["pp"])}
     fixed["cp"] = int(cfg.get("cp") or 1)
     fixed["ep"] = int(cfg.get("ep") or 1)
@@ -396,7 +415,7 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
         mbs = int(mbs)
         if pp > 1 and gbs // max(1, dp * mbs) < pp:
             grid["micro_batch_size"] = tuple(v for v in MBS_GRID if v <= mbs and mbs % v == 0)
-            notes.append(f"stated micro-batch {mbs} is the per-DP-rank batch (m < pp): micro-batch searched")
+            notes.append(f"stated micro-batch {mbs} is the per-DP-rank batch (m < pp): searched")
         else:
             fixed["micro_batch_size"] = mbs
     elif cfg.get("grad_accum_steps") and gbs % (dp * int(cfg["grad_accum_steps"])) == 0:
@@ -437,14 +456,31 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
         fixed["zero_stage"] = zero
 
     sp = cfg.get("sequence_parallel")
-    fixed["sequence_parallel"] = bool(sp) if sp is not None else tp > 1
+    if sp is not None:
+        fixed["sequence_parallel"] = bool(sp)
+    elif tp > 1 and _predates_sequence_parallel(row):
+        fixed["sequence_parallel"] = False
+        notes.append("no sequence parallelism (the stack predates it)")
+    else:
+        fixed["sequence_parallel"] = tp > 1
     return fixed, grid, notes
+
+
+def _predates_sequence_parallel(row: dict[str, Any]) -> bool:
+    """Runs on stacks without sequence parallelism: sources dated before Korthikanti et al.
+    (2022-05) and Megatron-DeepSpeed (BLOOM)."""
+    src = row.get("source", {})
+    date = str(src.get("date") or "9999")
+    text = json.dumps(src).lower() + " " + str(row["config"].get("other") or "").lower()
+    return date < SP_INTRODUCED or "megatron-deepspeed" in text or "bigscience" in text
 
 
 # ---------------------------------------------------------------------------------------- FLOPs
 
 
-def source_flops_per_token(model: ModelSpec, seq: int, *, causal: bool, recompute_factor: float = 1.0) -> float:
+def source_flops_per_token(
+    model: ModelSpec, seq: int, *, causal: bool, recompute_factor: float = 1.0
+) -> float:
     """FLOPs per token (forward + backward) the way Megatron-family sources count them.
 
     The generalised Megatron-LM ``num_floating_point_operations`` (Narayanan et al. 2021, appendix;
@@ -479,7 +515,8 @@ def source_flops_per_token(model: ModelSpec, seq: int, *, causal: bool, recomput
         if model.moe is not None and model.is_moe_layer(i):
             moe = model.moe
             shared_f = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
-            mlp = 6.0 * mult * h * (moe.top_k * moe.expert_ffn_hidden_size + moe.num_shared_experts * shared_f)
+            width = moe.top_k * moe.expert_ffn_hidden_size + moe.num_shared_experts * shared_f
+            mlp = 6.0 * mult * h * width
         else:
             mlp = 6.0 * mult * h * float(model.ffn_hidden_size or 0)
         total_layers += attn + mlp
@@ -493,7 +530,8 @@ def flop_definition(row: dict[str, Any]) -> tuple[bool, float, str]:
     if "hardware" in kind:
         rc = map_recompute(row["config"].get("activation_recompute")) or "full"
         factor = 4.0 / 3.0 if rc == "full" else 1.0
-        return False, factor, "hardware FLOPs, 96-factor (full recompute counted)" if rc == "full" else "hardware FLOPs"
+        label = "hardware FLOPs, 96-factor (full recompute counted)" if rc == "full" else "hardware FLOPs"
+        return False, factor, label
     if "modelzoo" in src or "moe-modelzoo" in src:
         return True, 1.0, "Megatron-Core model FLOPs, causal attention"
     return False, 1.0, "Megatron model FLOPs, 72-factor (non-causal attention)"
@@ -543,7 +581,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     hw = row["hardware"]
     gpn = int(hw.get("gpus_per_node") or 8)
     try:
-        training = TrainingSpec(seq_len=int(seq), global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
+        training = TrainingSpec(
+            seq_len=int(seq), global_batch_size=gbs, precision=precision  # type: ignore[arg-type]
+        )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),
             gpu=gpu,

@@ -282,7 +282,7 @@ class Layout(Strict):
     pp: int = Field(default=1, ge=1, le=MAX_LAYERS)
     dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="derived: num_gpus / (tp*pp*cp)")
     cp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS)
-    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="expert parallel; must divide dp*cp")
+    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="expert parallel (expert TP = 1): must divide tp*dp*cp and num_experts")
     vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="virtual pipeline chunks per stage")
     micro_batch_size: int = Field(default=1, ge=1, le=1 << 16)
     zero_stage: Literal[0, 1, 2, 3] = 1

@@ -242,7 +242,12 @@ def estimate(
             acts += tokens * vocab / lay.tp * LOGIT_BYTES
         buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
         if lay.zero_stage == 3:
-            buffers += 2 * max_layer_params * WEIGHT_BYTES * (lay.dp * lay.cp) / dp_shard  # gathered layers
+            # two layers gathered at a time (current + prefetch); their non-local part
+            share_d = d / (d + e) if d + e > 0 else 1.0
+            gathered = min(2 * max_layer_params, d + e) * (
+                share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
+            )
+            buffers += gathered * (WEIGHT_BYTES + (FP8_COPY_BYTES if fp8 else 0.0))
         elif lay.dp * lay.cp > 1:
             buffers += 2 * min(cal.dp_bucket_bytes, (d + e) * GRAD_BYTES)
         buffers += cal.fragmentation * (acts + grads)

@@ -97,8 +97,8 @@ def resolve(
         if ep != 1:
             raise InvalidLayout("config.ep", "ep > 1 needs an MoE model")
     else:
-        if (dp * cp) % ep:
-            raise InvalidLayout("config.ep", f"ep ({ep}) must divide dp*cp ({dp * cp})")
+        if (tp * dp * cp) % ep:
+            raise InvalidLayout("config.ep", f"ep ({ep}) must divide tp*dp*cp ({tp * dp * cp})")
         if model.moe.num_experts % ep:
             raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
     if cp > 1 and seq % (2 * cp):

@@ -21,7 +21,7 @@ from optimizer.cost.comm import Level
 from optimizer.units import bits_to_bytes_per_s
 
 GRID_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
-"""Axes that tile the rank grid. EP groups are carved out of the ``cp x dp`` ranks."""
+"""Axes that tile the rank grid. EP groups re-tile the ``tp x cp x dp`` ranks."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ class AxisGroups:
     dp: GroupGeometry
     pp: GroupGeometry
     ep: GroupGeometry
+    """Expert-parallel group (innermost ``ep`` ranks of the tp x cp x dp grid)."""
     dp_cp: GroupGeometry
     """The combined data-parallel x context-parallel group (distributed-optimizer sharding)."""
     edp: GroupGeometry
@@ -172,19 +173,17 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
         stride[axis] = s
         s *= sizes[axis]
     geo = {a: group_geometry(topo, stride[a], sizes[a]) for a in GRID_AXES}
-    # EP takes the innermost ``ep`` ranks of the combined cp x dp index.
-    cp_first = order.index("cp") < order.index("dp")
-    inner, outer = ("cp", "dp") if cp_first else ("dp", "cp")
-    adjacent = abs(order.index("cp") - order.index("dp")) == 1
-    data_stride = stride[inner] if sizes[inner] > 1 or not adjacent else stride[outer]
-    if sizes[inner] == 1:
-        data_stride = stride[outer]
+    # Experts are not tensor-split (expert TP = 1), so as in Megatron-Core the expert grid
+    # re-tiles the tp x cp x dp ranks: EP groups take the innermost ``ep`` of those ranks and the
+    # expert-data-parallel group the rest.
+    inner = min(stride[a] for a in ("tp", "cp", "dp"))
     ep = sizes["ep"]
-    ep_geo = group_geometry(topo, data_stride, ep)
+    ep_geo = group_geometry(topo, inner, ep)
+    edp_geo = group_geometry(topo, inner * ep, sizes["tp"] * sizes["cp"] * sizes["dp"] // ep)
+    # Dense data-parallel sharding group: cp x dp (contiguous when the two axes are adjacent).
+    adjacent = abs(order.index("cp") - order.index("dp")) == 1
+    data_stride = min(stride["cp"], stride["dp"]) if adjacent else stride["dp"]
     dp_cp_geo = group_geometry(topo, data_stride, sizes["cp"] * sizes["dp"]) if adjacent else geo["dp"]
-    # Expert-data-parallel ranks: tp (experts are not tensor-sharded) and the rest of cp x dp.
-    edp_size = sizes["tp"] * sizes["cp"] * sizes["dp"] // ep
-    edp_geo = group_geometry(topo, 1 if sizes["tp"] > 1 else data_stride * ep, edp_size)
     return AxisGroups(order, geo["tp"], geo["cp"], geo["dp"], geo["pp"], ep_geo, dp_cp_geo, edp_geo)
 
 

@@ -62,7 +62,7 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
             continue
         if search.allow.dp is not None and dp not in search.allow.dp:
             continue
-        eps = _choices("ep", [d for d in divisors(dp * cp) if experts % d == 0] if model.moe else [1], search)
+        eps = _choices("ep", [d for d in divisors(tp * dp * cp) if experts % d == 0] if model.moe else [1], search)
         if gbs % dp:
             continue
         mbs_all = [d for d in divisors(gbs // dp) if d <= MAX_MICRO_BATCH]

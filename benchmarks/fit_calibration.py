@@ -1,0 +1,56 @@
+"""Fit the cost model's few physical constants to the calibration set (coordinate descent).
+
+Usage: ``python benchmarks/fit_calibration.py``. Prints the objective (median + 0.5 * p90 of the
+absolute % error of tokens/s/GPU over ``benchmarks/data/published_runs.json``) for each trial
+and the best constants; copy them into ``optimizer/calibration.py`` by hand (reviewed change).
+Only shared, physically meaningful constants are fitted; nothing per model or per row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.validation import run_validation  # noqa: E402
+from optimizer.calibration import DEFAULT, Calibration  # noqa: E402
+
+GRID: dict[str, list[float]] = {
+    "gemm_training_fraction": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.92],
+    "attention_efficiency": [0.25, 0.3, 0.35, 0.4, 0.45, 0.55],
+    "gemm_dim_half": [64.0, 96.0, 160.0, 256.0, 384.0],
+    "tp_comm_overlap": [0.0, 0.25, 0.5, 0.75],
+    "dp_overlap": [0.5, 0.7, 0.9],
+    "pp_comm_exposed": [0.25, 0.5, 1.0],
+    "cp_overlap": [0.0, 0.5, 1.0],
+    "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
+    "hbm_efficiency": [0.5, 0.75, 0.9],
+}
+
+
+def objective(cal: Calibration) -> tuple[float, float, float]:
+    s = run_validation(cal).summary
+    med, p90 = s.overall.median_abs_pct, s.overall.p90_abs_pct
+    return med + 0.5 * p90, med, p90
+
+
+def main() -> None:
+    best = DEFAULT
+    best_obj = objective(best)
+    print(f"start {best_obj}")
+    for _ in range(2):
+        for name, values in GRID.items():
+            for v in values:
+                trial = dataclasses.replace(best, **{name: v})
+                obj = objective(trial)
+                print(f"{name}={v}: obj={obj[0]:.2f} median={obj[1]:.2f} p90={obj[2]:.2f}", flush=True)
+                if obj[0] < best_obj[0] - 1e-9:
+                    best, best_obj = trial, obj
+    print("best:", {f.name: getattr(best, f.name) for f in dataclasses.fields(best)})
+    print("objective:", best_obj)
+
+
+if __name__ == "__main__":
+    main()

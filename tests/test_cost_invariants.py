@@ -1,0 +1,192 @@
+"""Properties the cost model must satisfy on every valid layout (hypothesis).
+
+Layouts are drawn from divisors of the GPU count for real presets (llama3-8b, llama3-70b,
+mixtral-8x7b on dgx-h100 and gb200-nvl72); layouts the validity rules reject are skipped.
+Every property goes through ``optimizer.service.evaluate``, the entry point clients use, except
+where a per-stage number is needed that a ``Plan`` does not carry (then the same cost-model
+path ``evaluate`` takes is used).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+
+from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.cost.context import _build_context_cached
+from optimizer.cost.topology import _group_geometry
+from optimizer.errors import InvalidLayout
+from optimizer.results import Plan
+from optimizer.service import evaluate
+from optimizer.specs import EvaluateRequest, JobSpec, Layout
+
+MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b")
+CLUSTER_GPUS = {
+    "dgx-h100": (8, 16, 32, 64, 128, 256),
+    "gb200-nvl72": (8, 16, 32, 64, 72, 144),
+}
+SETTINGS = settings(max_examples=30, deadline=None)
+REL = 1e-9
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> dict[str, Any]:
+    """A request as a plain dict: model, training, cluster and a layout built from divisors."""
+    model = draw(st.sampled_from(MODELS))
+    cluster = draw(st.sampled_from(sorted(CLUSTER_GPUS)))
+    n = draw(st.sampled_from(CLUSTER_GPUS[cluster]))
+    tp = draw(st.sampled_from(_divisors(n, 16)))
+    pp = draw(st.sampled_from(_divisors(n // tp, 8)))
+    cp = draw(st.sampled_from(_divisors(n // (tp * pp), 2)))
+    dp = n // (tp * pp * cp)
+    ep = 1
+    if model == "mixtral-8x7b":
+        ep = draw(st.sampled_from([e for e in _divisors(dp * cp, 8) if 8 % e == 0]))
+    mbs = draw(st.sampled_from([1, 2]))
+    m = pp * draw(st.sampled_from([1, 2, 4]))  # micro-batches: >= pp and a multiple of pp
+    vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
+    return {
+        "model": {"preset": model},
+        "training": {"seq_len": draw(st.sampled_from([2048, 4096])), "global_batch_size": dp * mbs * m},
+        "cluster": {"preset": cluster, "num_gpus": n},
+        "config": {
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "ep": ep,
+            "vpp": vpp,
+            "micro_batch_size": mbs,
+            "zero_stage": draw(st.sampled_from([0, 1, 2, 3])),
+            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+        },
+    }
+
+
+def _with(req: dict[str, Any], section: str, **changes: Any) -> dict[str, Any]:
+    out = {k: dict(v) for k, v in req.items()}
+    out[section].update(changes)
+    return out
+
+
+def _evaluate(req: dict[str, Any]) -> Plan:
+    try:
+        return evaluate(EvaluateRequest(**req))
+    except InvalidLayout:
+        assume(False)
+        raise  # unreachable: assume(False) aborts the example
+
+
+def _estimate(req: dict[str, Any]) -> Estimate:
+    """The estimate ``evaluate`` scores (same context, layout and rank-order choice)."""
+    job = JobSpec(model=req["model"], training=req["training"], cluster=req["cluster"])
+    try:
+        return best_estimate(build_context(job), resolve_layout(job, Layout(**req["config"])))
+    except InvalidLayout:
+        assume(False)
+        raise
+
+
+# --------------------------------------------------------------------------- (a) bandwidth
+
+
+@SETTINGS
+@given(requests())
+def test_more_network_bandwidth_never_slows_a_step(req):
+    """The same layout on the same cluster with XDR 800G instead of NDR 400G NICs."""
+    slow = _evaluate(_with(req, "cluster", network="ib-ndr-400"))
+    fast = _evaluate(_with(req, "cluster", network="ib-xdr-800"))
+    assert fast.step_time_s <= slow.step_time_s * (1 + REL)
+
+
+# --------------------------------------------------------------------------- (b) ZeRO
+
+
+def _request(model: str, num_gpus: int, seq: int, gbs: int, **config: Any) -> dict[str, Any]:
+    return {
+        "model": {"preset": model},
+        "training": {"seq_len": seq, "global_batch_size": gbs},
+        "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus},
+        "config": {"zero_stage": 0, "recompute": "selective", **config},
+    }
+
+
+@SETTINGS
+@given(requests())
+# No data-parallel ranks to shard over (dp * cp = 1): ZeRO-3 must not add gather buffers.
+@example(req=_request("llama3-8b", 8, 2048, 2, tp=4, pp=2))
+# MoE with ep = dp * cp and tp = 1: expert weights are not sharded by ZeRO-3 at all.
+@example(req=_request("mixtral-8x7b", 8, 4096, 16, tp=1, pp=4, ep=2))
+def test_higher_zero_stage_never_raises_memory(req):
+    totals = [_evaluate(_with(req, "config", zero_stage=z)).memory_gib.total for z in (0, 1, 2, 3)]
+    for lower, higher in zip(totals, totals[1:]):
+        assert higher <= lower * (1 + REL), totals
+
+
+# --------------------------------------------------------------------------- (c) recompute
+
+
+@SETTINGS
+@given(requests())
+def test_more_recompute_never_raises_activations_nor_lowers_hardware_work(req):
+    """none -> selective -> full: activations per stage never grow; hardware FLOPs never shrink.
+
+    Activations are compared stage by stage (the ``Plan`` reports only the peak stage, which can
+    change with the recompute policy). ``hfu * step_time_s`` is hardware FLOPs / (GPUs * peak).
+    """
+    levels = ("none", "selective", "full")
+    plans = [_evaluate(_with(req, "config", recompute=r)) for r in levels]
+    work = [p.hfu * p.step_time_s for p in plans]
+    acts = [[m.activations_bytes for m in _estimate(_with(req, "config", recompute=r)).memory] for r in levels]
+    for i in range(len(levels) - 1):
+        assert work[i + 1] >= work[i] * (1 - REL), (levels[i], levels[i + 1], work)
+        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1])):
+            assert after <= before * (1 + REL), (levels[i], levels[i + 1], stage, before, after)
+
+
+# --------------------------------------------------------------------------- (d) weak scaling
+
+
+@SETTINGS
+@given(requests())
+def test_doubling_gpus_and_batch_never_grows_compute(req):
+    """Double num_gpus and the global batch (so dp doubles): per-GPU work is unchanged."""
+    base = _evaluate(req)
+    doubled = _with(req, "cluster", num_gpus=2 * req["cluster"]["num_gpus"])
+    doubled["training"]["global_batch_size"] = 2 * req["training"]["global_batch_size"]
+    big = _evaluate(doubled)
+    assert big.config.dp == 2 * base.config.dp
+    assert big.config.num_micro_batches == base.config.num_micro_batches
+    assert big.time_breakdown_s.compute <= base.time_breakdown_s.compute * (1 + REL)
+
+
+# --------------------------------------------------------------------------- (e) - (g)
+
+
+@SETTINGS
+@given(requests())
+def test_step_time_is_the_sum_of_its_breakdown(req):
+    plan = _evaluate(req)
+    total = sum(plan.time_breakdown_s.model_dump().values())
+    assert abs(plan.step_time_s - total) <= REL * plan.step_time_s
+
+
+@SETTINGS
+@given(requests())
+def test_mfu_and_hfu_are_ordered_fractions(req):
+    plan = _evaluate(req)
+    assert 0 < plan.mfu <= plan.hfu < 1
+
+
+@SETTINGS
+@given(requests())
+def test_evaluate_is_deterministic(req):
+    first = _evaluate(req).model_dump_json()
+    _build_context_cached.cache_clear()  # recompute everything from scratch the second time
+    _group_geometry.cache_clear()
+    assert _evaluate(req).model_dump_json() == first

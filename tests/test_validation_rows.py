@@ -1,0 +1,172 @@
+"""The calibration-set mapping (benchmarks/calibration_rows.py) and the validation run.
+
+Accuracy targets are not asserted here (the calibration is still being fitted); the gate is
+``benchmarks/validation.py --check``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.calibration_rows import (  # noqa: E402
+    Unmappable,
+    load_rows,
+    map_all,
+    map_row,
+    source_flops_per_token,
+)
+from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman  # noqa: E402
+from optimizer.calibration import DEFAULT  # noqa: E402
+from optimizer.specs import EvaluateRequest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict]:
+    return {r["id"]: r for r in load_rows()}
+
+
+def test_data_copy_is_self_contained() -> None:
+    assert len(load_rows()) == 103
+
+
+def test_megatron_weak_scaling_row(rows) -> None:
+    m = map_row(rows["megatron-core-h100-weak-177B"])
+    model, training, cluster = m.job.model, m.job.training, m.job.cluster
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (96, 12288, 96)
+    assert model.num_kv_heads == 96  # null -> MHA
+    assert model.activation == "gelu" and model.ffn_hidden_size == 4 * 12288
+    assert model.vocab_size == 131072
+    assert (training.seq_len, training.global_batch_size, training.precision) == (4096, 1152, "bf16")
+    assert (cluster.gpu, cluster.network, cluster.nics_per_node, cluster.num_gpus) == (
+        "h100-sxm-80gb", "ib-ndr-400", 8, 2304,
+    )
+    assert m.fixed["tp"] == 8 and m.fixed["pp"] == 6 and m.fixed["dp"] == 48
+    assert m.fixed["sequence_parallel"] is True
+    # unstated knobs are searched
+    assert m.grid["micro_batch_size"] == (1, 2, 4)
+    assert m.grid["recompute"] == ("none", "selective", "full")
+    assert m.grid["vpp"] == (1, 2, 4, 8)  # divisors of 96/6 up to 8
+    assert m.grid["zero_stage"] == (1,)
+    # measured: model TFLOP/s / 72 L h^2 (1 + s/6h + V/12Lh) per token
+    L, h, s, V = 96, 12288, 4096, 131072
+    per_token = 72 * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
+    assert m.measured_tokens_per_s_per_gpu == pytest.approx(432.8e12 / per_token, rel=1e-9)
+    assert m.measurement.startswith("TFLOP/s")
+    assert len(m.layouts()) == 3 * 3 * 4
+    assert isinstance(m.request(m.layouts()[0]), EvaluateRequest)
+
+
+def test_sc21_ptd_row(rows) -> None:
+    m = map_row(rows["sc21-t2-ptd-175B-384gpu"])
+    assert m.job.cluster.gpu == "a100-sxm-80gb" and m.job.cluster.network == "ib-hdr-200"
+    assert m.job.training.precision == "fp16"
+    assert m.gpu_class == "A100" and m.kind == "dense"
+    assert m.fixed["recompute"] == "full"  # "full (inferred)"
+    assert m.fixed["micro_batch_size"] == 1
+    assert m.fixed["sequence_parallel"] is False  # 2021 stack: no sequence parallelism
+    assert "recompute" not in m.grid and "micro_batch_size" not in m.grid
+    # hardware FLOPs with recompute: 96 L h^2 (1 + s/6h + V/16Lh) per token
+    L, h, s, V = 96, 12288, 2048, 51200
+    per_token = 96 * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+    assert m.measured_tokens_per_s_per_gpu == pytest.approx(153e12 / per_token, rel=1e-9)
+
+
+def test_zero3_row_pins_zero_stage(rows) -> None:
+    m = map_row(rows["sc21-t2-zero3-175B-768gpu"])
+    assert m.fixed["zero_stage"] == 3 and m.fixed["dp"] == 768 and m.grid == {}
+
+
+def test_qwen3_moe_row(rows) -> None:
+    m = map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"])
+    model = m.job.model
+    assert model.moe is not None
+    assert (model.moe.num_experts, model.moe.top_k, model.moe.expert_ffn_hidden_size) == (128, 8, 1536)
+    moe = model.moe
+    assert (moe.num_shared_experts, moe.layer_frequency, moe.first_dense_layers) == (0, 1, 0)
+    assert model.head_dim == 128 and model.num_kv_heads == 4 and model.activation == "swiglu"
+    assert model.tied_embeddings is False
+    assert m.kind == "moe"
+    assert m.fixed["zero_stage"] == 3  # fsdp "on"
+    assert (m.fixed["tp"], m.fixed["ep"], m.fixed["dp"], m.fixed["micro_batch_size"]) == (2, 8, 128, 4)
+    assert m.fixed["recompute"] == "full"
+    assert m.measured_tokens_per_s_per_gpu == pytest.approx(1861.8)
+    assert m.measurement == "tokens/s/GPU"
+
+
+def test_torchtitan_rows(rows) -> None:
+    m = map_row(rows["torchtitan-llama31-8b-8gpu-fsdp-compile-float8"])
+    assert m.job.cluster.gpu == "h100-sxm-80gb"  # 96 GB / 500 W part, noted
+    assert any("96 GB" in n for n in m.notes)
+    assert m.job.training.precision == "fp8"
+    assert m.fixed["zero_stage"] == 3 and m.fixed["recompute"] == "selective"
+    assert m.fixed["micro_batch_size"] == 2 and m.grid == {}
+    assert m.measured_tokens_per_s_per_gpu == 8532
+
+    # PP: the stated "local batch" is split into micro-batches by the schedule; 1F1B pins vpp = 1
+    pp = map_row(rows["torchtitan-llama31-405b-512gpu-1f1b"])
+    assert pp.fixed["vpp"] == 1 and "micro_batch_size" not in pp.fixed
+    assert pp.grid["micro_batch_size"] == (1, 2, 4)
+
+    # no stated global batch: local batch x dp (torchtitan has no gradient accumulation)
+    cp = map_row(rows["torchtitan-llama31-405b-512gpu-fsdp4-cp2"])
+    assert cp.job.training.global_batch_size == 8 * 4 and cp.fixed["cp"] == 2
+
+
+def test_flop_definitions_reproduce_reported_tflops(rows) -> None:
+    """Rows with both TFLOP/s and tokens/s pin the definitions used for TFLOP/s-only rows."""
+    nemo = map_row(rows["nemo2407-llama2-7b-8gpu"])
+    per_token = source_flops_per_token(nemo.job.model, 4096, causal=False)
+    assert 16934 * per_token / 1e12 == pytest.approx(780, rel=0.01)
+    zoo = map_row(rows["modelzoo-qwen3-235b-256gpu-cfg1"])
+    per_token = source_flops_per_token(zoo.job.model, 4096, causal=True)
+    assert 1663.4 * per_token / 1e12 == pytest.approx(245, rel=0.01)
+
+
+def test_unmappable_rows_are_listed(rows) -> None:
+    with pytest.raises(Unmappable, match="heads"):
+        map_row(rows["sc21-t1-1.7B"])
+    with pytest.raises(Unmappable, match="global batch"):
+        map_row(rows["korthikanti-530B-2240gpu-full"])
+    mapped, skipped = map_all()
+    assert len(mapped) + len(skipped) == 103
+    assert all(s.reason for s in skipped)
+
+
+def test_ranking_helpers() -> None:
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert pairwise_agreement([1, 2, 3], [1, 3, 2]) == pytest.approx(2 / 3)
+    assert pairwise_agreement([1, 2], [5, 5]) == pytest.approx(0.5)  # predicted tie
+    assert pairwise_agreement([1, 1], [1, 2]) is None  # measured tie
+
+
+def test_alternative_calibration_is_used(rows) -> None:
+    m = map_row(rows["nemo2407-llama2-7b-8gpu"])
+    base = evaluate_row(m, DEFAULT)
+    half = dataclasses.replace(DEFAULT, gemm_training_fraction=DEFAULT.gemm_training_fraction / 2)
+    slower = evaluate_row(m, half)
+    assert slower.predicted < base.predicted
+    assert base.measured == slower.measured == 16934
+
+
+@pytest.mark.slow
+def test_run_validation_summary_is_finite() -> None:
+    rep = run_validation()
+    s = rep.summary
+    assert s.rows_used >= 60
+    assert s.rows_used == len(rep.rows)
+    assert s.rows_used + s.rows_skipped == 103
+    for x in (s.median_abs_pct, s.p90_abs_pct, s.overall.mean_signed_pct):
+        assert math.isfinite(x)
+    assert all(math.isfinite(r.predicted) and r.predicted > 0 for r in rep.rows)
+    assert set(s.by_gpu) >= {"A100", "H100"} and set(s.by_kind) >= {"dense", "moe"}
+    assert s.groups and all(g.n >= 2 for g in s.groups)
