@@ -115,11 +115,13 @@ else
   say "build stand-in for python:3.11-slim from Debian bookworm packages"
   # The host's extra CA certificates (if any) are copied in so that pip inside
   # the build can reach the package index; this only affects the CI stand-in.
+  # The hooks are single-quoted on purpose: mmdebstrap runs them with $1 = rootfs.
+  # shellcheck disable=SC2016
   mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
     --aptopt='Apt::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --customize-hook='for f in /usr/local/share/ca-certificates/*.crt; do [ -e "$f" ] && cp "$f" "$1/usr/local/share/ca-certificates/"; done; chroot "$1" update-ca-certificates >/dev/null' \
+    --customize-hook='for f in /usr/local/share/ca-certificates/*.crt; do [ -e "$f" ] && cp "$f" "$1/usr/local/share/ca-certificates/"; done; chroot "$1" update-ca-certificates >/dev/null 2>&1' \
     --customize-hook='printf "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n" > "$1/etc/pip.conf"' \
     --customize-hook='chroot "$1" python3 -m venv /opt/venv' \
     bookworm "$W/pybase.tar" </dev/null

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.pool import PoolSaturated
 from optimizer.errors import InvalidLayout, PlannerError
@@ -96,6 +98,14 @@ async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": validation_items(exc.errors())})
 
 
+async def _http_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8)
+        item = {"loc": ["body"], "msg": "the request body is not a UTF-8 JSON document", "type": "json_invalid"}
+        return JSONResponse(status_code=422, content={"detail": [item]})
+    return await http_exception_handler(request, exc)
+
+
 async def _planner_error_handler(_: Request, exc: Exception) -> JSONResponse:
     item = {"loc": ["body"], "msg": str(exc), "type": "planner_error"}
     return JSONResponse(status_code=422, content={"detail": [item]})
@@ -111,5 +121,6 @@ async def _saturated_handler(_: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_error_handler)
     app.add_exception_handler(PlannerError, _planner_error_handler)
     app.add_exception_handler(PoolSaturated, _saturated_handler)

@@ -294,7 +294,7 @@ def map_gpu(row: dict[str, Any]) -> tuple[str, str, list[str]]:
         return ("a100-sxm-40gb" if mem <= 40 else "a100-sxm-80gb"), "A100", notes
     if "h100" in text:
         if mem is not None and mem > 80:
-            notes.append(f"H100 {mem} GB{' 500 W' if '500' in text else ''} modelled as h100-sxm-80gb")
+            notes.append(f"H100 {mem} GB{' 500 W' if '500' in text else ''} modelled as h100-sxm-80gb with {mem} GiB")
         return "h100-sxm-80gb", "H100", notes
     if "h200" in text:
         return "h200-sxm-141gb", "H200", notes
@@ -591,6 +591,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             nvlink_domain_size=int(hw.get("nvlink_domain") or gpn),
             network=network,
             nics_per_node=int(nics),
+            gpu_power_limit_w=500.0 if "500w" in (hw.get("gpu") or "").lower().replace(" ", "") else None,
+            # parts with more memory than the catalog entry (torchtitan's 96 GB H100)
+            gpu_memory_gib=float(hw["gpu_memory_gb"]) if (hw.get("gpu_memory_gb") or 0) > 80 and gpu == "h100-sxm-80gb" else None,
         )
         job = JobSpec(model=model, training=training, cluster=cluster)
     except ValueError as exc:

@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="cap exhaustive costing at 10 s per job")
     parser.add_argument("--exhaustive-cap", type=float, default=None, help="seconds (default 120, 10 with --quick)")
     parser.add_argument("--time-limit", type=float, default=None, help="search.time_limit_s (default: the service's)")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "search_latency.md"), help="markdown file to write ('' = none)")
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs" / "search_latency.md"), help="markdown file to write ('' = none)"
+    )
     args = parser.parse_args(argv)
     cap_s = args.exhaustive_cap if args.exhaustive_cap is not None else (10.0 if args.quick else 120.0)
     rows = []

@@ -17,15 +17,21 @@ from optimizer.units import GIB, US
 @dataclass(frozen=True)
 class Calibration:
     # --- compute -------------------------------------------------------------------------
-    gemm_training_fraction: float = 0.92
+    gemm_training_fraction: float = 0.75
     """Training GEMMs reach this fraction of the catalog's best-shape GEMM efficiency (MAMF):
     real model shapes, clock throttling under sustained load and fused epilogues."""
-    gemm_dim_half: float = 96.0
+    power_clock_exponent: float = 0.5
+    """Under a power cap ``P < TDP`` sustained tensor-core clocks (and so compute rates) scale as
+    ``(P / TDP) ** power_clock_exponent`` (dynamic power ~ f V^2 with V rising with f)."""
+    gemm_dim_half: float = 64.0
     """Tile/wave quantisation: a GEMM dimension ``d`` runs at ``d / (d + gemm_dim_half)`` of the
     large-shape rate (the three dimensions multiply)."""
-    attention_efficiency: float = 0.55
-    """Flash-attention core kernels reach this fraction of dense peak (forward and backward)."""
-    hbm_efficiency: float = 0.75
+    attention_efficiency: float = 0.25
+    """Flash-attention core kernels reach this fraction of dense peak at long sequences."""
+    attention_seq_half: float = 1024.0
+    """Attention kernels on ``q`` local query tokens per sequence run at ``q / (q + attention_seq_half)``
+    of ``attention_efficiency`` (tile quantisation and per-sequence work at short lengths)."""
+    hbm_efficiency: float = 0.9
     """Memory-bound kernels (norms, activations, rotary, optimizer step) reach this fraction of
     the HBM bandwidth."""
     elementwise_bytes_per_token_hidden: float = 48.0
@@ -37,16 +43,16 @@ class Calibration:
     scale_up_alpha_s: float = 4.0 * US
     """Effective per-step latency of an NVLink/xGMI collective step (NCCL LL128/Simple per-hop
     constants are 1.9-3.4 us plus launch overhead)."""
-    tp_comm_overlap: float = 0.5
+    tp_comm_overlap: float = 0.0
     """Fraction of tensor-parallel collective time hidden behind GEMMs (TP comm overlap)."""
-    dp_overlap: float = 0.9
+    dp_overlap: float = 0.5
     """Fraction of the backward (forward for parameter gathers) window that can hide bucketed
     data-parallel communication; the last bucket is always exposed."""
     dp_bucket_bytes: float = 160e6
     """Gradient bucket size (Megatron default: 40 M fp32 elements)."""
-    pp_comm_exposed: float = 0.5
+    pp_comm_exposed: float = 0.25
     """Fraction of pipeline send/recv time left on the critical path (p2p overlap)."""
-    ep_load_imbalance: float = 1.1
+    ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
     ep_comm_overlap: float = 0.0
     """Fraction of expert all-to-all hidden behind compute (0: not overlapped)."""

@@ -319,7 +319,8 @@ DENSE30_NON_UNIFORM = {
     "training": {"seq_len": 22528, "global_batch_size": 32},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
     "search": {"top_k": 3, "fix": {"pp": 4, "tp": 1, "cp": 1},
-               "allow": {"vpp": [1], "micro_batch_size": [1, 2], "zero_stage": [0, 1], "recompute": ["none", "selective"]}},
+               "allow": {"vpp": [1], "micro_batch_size": [1, 2], "zero_stage": [0, 1],
+                         "recompute": ["none", "selective"]}},
 }
 SMALL_DENSE = {
     "model": {"preset": "llama3-8b"},

@@ -12,6 +12,7 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params
 from optimizer.specs import JobSpec
+from optimizer.units import gib_to_bytes
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class JobContext:
     bf16_peak_flops: float
     mfu_peak_flops: float
     """Dense peak at the training precision (the MFU denominator)."""
+    capacity_bytes: float
+    """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Per-job memo of per-layer costs (keyed by layer kind, dims and group geometry)."""
 
@@ -102,6 +105,12 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     else:
         gemm_peak = bf16 if precision == "bf16" else gpu.fp16_dense_flops.value
         eff = gpu.gemm_efficiency_bf16.value
+    clock = 1.0
+    if c.gpu_power_limit_w is not None and c.gpu_power_limit_w < gpu.tdp_w.value:
+        clock = (c.gpu_power_limit_w / gpu.tdp_w.value) ** cal.power_clock_exponent
+    nominal_peak = gemm_peak  # MFU is always against the datasheet dense peak
+    gemm_peak *= clock
+    bf16 *= clock
     return JobContext(
         job=job,
         gpu=gpu,
@@ -122,5 +131,6 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         gemm_peak_flops=gemm_peak,
         gemm_efficiency=eff * cal.gemm_training_fraction,
         bf16_peak_flops=bf16,
-        mfu_peak_flops=gemm_peak,
+        mfu_peak_flops=nominal_peak,
+        capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
     )

@@ -274,7 +274,7 @@ def estimate(
         breakdown_s=breakdown,
         memory=tuple(memory),
         peak_stage=peak_stage,
-        capacity_bytes=ctx.gpu.memory_usable_bytes.value,
+        capacity_bytes=ctx.capacity_bytes,
         headroom_bytes=headroom_bytes,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,

@@ -67,7 +67,9 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     tokens = b * s / cp  # tokens per GEMM on a TP rank
     # ---- compute (forward) ---------------------------------------------------------------
     t_attn_gemm = gemm_time_s(ctx, kind.attn_proj_flops * tokens / tp, tokens, h, p.attention / (2 * h * tp))
-    t_core = kind.attn_core_flops * tokens / tp / (ctx.bf16_peak_flops * cal.attention_efficiency)
+    q_local = s / cp
+    attn_eff = cal.attention_efficiency * q_local / (q_local + cal.attention_seq_half)
+    t_core = kind.attn_core_flops * tokens / tp / (ctx.bf16_peak_flops * attn_eff)
     if kind.is_moe:
         moe = model.moe
         assert moe is not None
