@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     cap_s = args.exhaustive_cap if args.exhaustive_cap is not None else (10.0 if args.quick else 120.0)
+    load_start = os.getloadavg()[0]
     rows = []
     for name, job in JOBS:
         row = run_job(name, job, cap_s, args.time_limit)
@@ -244,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     print(md_table)
     print(md_summary)
     if args.out:
-        machine = f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPU cores"
+        machine = (
+            f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPU cores; "
+            f"1-minute load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+            "(other work on the machine inflates both columns)"
+        )
         limit = f"{args.time_limit:g} s" if args.time_limit is not None else "the default (10 s)"
         doc = (
             "# Search latency\n\n"

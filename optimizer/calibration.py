@@ -17,16 +17,16 @@ from optimizer.units import GIB, US
 @dataclass(frozen=True)
 class Calibration:
     # --- compute -------------------------------------------------------------------------
-    gemm_training_fraction: float = 0.75
+    gemm_training_fraction: float = 0.85
     """Training GEMMs reach this fraction of the catalog's best-shape GEMM efficiency (MAMF):
     real model shapes, clock throttling under sustained load and fused epilogues."""
-    power_clock_exponent: float = 0.5
+    power_clock_exponent: float = 0.75
     """Under a power cap ``P < TDP`` sustained tensor-core clocks (and so compute rates) scale as
     ``(P / TDP) ** power_clock_exponent`` (dynamic power ~ f V^2 with V rising with f)."""
-    gemm_dim_half: float = 64.0
+    gemm_dim_half: float = 96.0
     """Tile/wave quantisation: a GEMM dimension ``d`` runs at ``d / (d + gemm_dim_half)`` of the
     large-shape rate (the three dimensions multiply)."""
-    attention_efficiency: float = 0.25
+    attention_efficiency: float = 0.30
     """Flash-attention core kernels reach this fraction of dense peak at long sequences."""
     attention_seq_half: float = 1024.0
     """Attention kernels on ``q`` local query tokens per sequence run at ``q / (q + attention_seq_half)``
@@ -45,7 +45,7 @@ class Calibration:
     constants are 1.9-3.4 us plus launch overhead)."""
     tp_comm_overlap: float = 0.0
     """Fraction of tensor-parallel collective time hidden behind GEMMs (TP comm overlap)."""
-    dp_overlap: float = 0.5
+    dp_overlap: float = 0.9
     """Fraction of the backward (forward for parameter gathers) window that can hide bucketed
     data-parallel communication; the last bucket is always exposed."""
     dp_bucket_bytes: float = 160e6
