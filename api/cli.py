@@ -17,11 +17,18 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from api.catalog import catalog_items
+from api.errors import validation_items
+from api.settings import Settings
+from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
+from optimizer.presets import load_model_presets
 from optimizer.results import Plan, PlanResponse
 from optimizer.specs import EvaluateRequest, PlanRequest
-from optimizer.units import GIB, TFLOPS
+from optimizer.units import GB, GIB, TB, TFLOPS, US
+
+GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -65,13 +72,13 @@ def load_document(path: str) -> dict[str, Any]:
     except (ValueError, yaml.YAMLError) as exc:
         raise InputError(f"cannot parse {path}: {exc}") from exc
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a request document (a mapping), got {type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a request document (a mapping), got {type(data).__name__}"
+        )
     return data
 
 
 def _validation_message(exc: ValidationError, path: str) -> str:
-    from api.errors import validation_items
-
     lines = [f"{path}: invalid request"]
     for item in validation_items(exc.errors()):
         loc = ".".join(str(part) for part in item["loc"]) or "(document)"
@@ -91,7 +98,10 @@ def _dump(data: Any, fmt: str) -> str:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines) + "\n"
 
@@ -104,7 +114,9 @@ _PLAN_HEADERS = (
 
 def _placement(plan: Plan) -> str:
     degrees = plan.config.model_dump()
-    shown = [f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1]
+    shown = [
+        f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1
+    ]
     return " ".join(shown) or "-"
 
 
@@ -126,7 +138,9 @@ def plan_table(response: PlanResponse) -> str:
         head += ", proved optimal"
     parts = [head + "\n"]
     if response.plans:
-        parts.append(_table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)]))
+        parts.append(
+            _table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)])
+        )
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
     parts.extend(f"warning: {w}\n" for w in response.warnings)
@@ -140,11 +154,15 @@ def evaluate_table(plan: Plan) -> str:
     parts.append("time_s: " + "  ".join(f"{k}={v:.3f}" for k, v in times.items()) + "\n")
     mem = plan.memory_gib
     parts.append(
-        f"memory_gib: weights={mem.weights:.1f}  gradients={mem.gradients:.1f}  optimizer={mem.optimizer:.1f}  "
+        f"memory_gib: weights={mem.weights:.1f}  gradients={mem.gradients:.1f}  "
+        f"optimizer={mem.optimizer:.1f}  "
         f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  total={mem.total:.1f}  "
         f"capacity={mem.capacity:.1f}\n"
     )
-    parts.append(f"tokens/s: {plan.tokens_per_s:,.0f}  model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n")
+    parts.append(
+        f"tokens/s: {plan.tokens_per_s:,.0f}  "
+        f"model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n"
+    )
     parts.extend(f"note: {n}\n" for n in plan.notes)
     return "".join(parts)
 
@@ -158,19 +176,21 @@ _CATALOG_COLUMNS: dict[str, tuple[Sequence[str], Callable[[str, Any], list[objec
     "gpus": (
         ("id", "name", "memory_gib", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "nvlink_domain"),
         lambda i, e: [
-            i, e.name, f"{e.memory_usable_bytes.value / GIB:.1f}", _q(e, "bf16_dense_flops", TFLOPS),
-            _q(e, "fp8_dense_flops", TFLOPS), _q(e, "hbm_bandwidth_bytes_per_s", 1e12), e.default_nvlink_domain_size,
+            i, e.name, f"{e.memory_usable_bytes.value / GIB:.1f}",
+            _q(e, "bf16_dense_flops", TFLOPS), _q(e, "fp8_dense_flops", TFLOPS),
+            _q(e, "hbm_bandwidth_bytes_per_s", TB), e.default_nvlink_domain_size,
         ],
     ),
     "networks": (
         ("id", "name", "technology", "port_gbit_s", "latency_us", "busbw_fraction"),
         lambda i, e: [
-            i, e.name, e.technology, _q(e, "port_rate_bits_per_s", 1e9), _q(e, "latency_s", 1e-6),
+            i, e.name, e.technology, _q(e, "port_rate_bits_per_s", GIGA), _q(e, "latency_s", US),
             _q(e, "busbw_fraction"),
         ],
     ),
     "clusters": (
-        ("id", "name", "gpu", "gpus_per_node", "nvlink_domain", "network", "nics_per_node", "tiers"),
+        ("id", "name", "gpu", "gpus_per_node", "nvlink_domain", "network", "nics_per_node",
+         "tiers"),
         lambda i, e: [
             i, e.name, e.gpu, e.gpus_per_node, e.nvlink_domain_size, e.network, e.nics_per_node,
             ">".join(t.name for t in e.tiers),
@@ -179,17 +199,15 @@ _CATALOG_COLUMNS: dict[str, tuple[Sequence[str], Callable[[str, Any], list[objec
     "models": (
         ("id", "name", "layers", "hidden", "heads", "kv_heads", "experts", "params_b"),
         lambda i, e: [
-            i, e.name, e.num_layers, e.hidden_size, e.num_attention_heads, e.num_kv_heads or e.num_attention_heads,
-            (e.moe or {}).get("num_experts") or "-", f"{e.published_total_params / 1e9:.1f}",
+            i, e.name, e.num_layers, e.hidden_size, e.num_attention_heads,
+            e.num_kv_heads or e.num_attention_heads,
+            (e.moe or {}).get("num_experts") or "-", f"{e.published_total_params / GIGA:.1f}",
         ],
     ),
 }  # fmt: skip
 
 
 def _catalog_entries(which: str) -> Mapping[str, BaseModel]:
-    from hardware_catalog import load_catalog
-    from optimizer.presets import load_model_presets
-
     if which == "models":
         return load_model_presets()
     entries: Mapping[str, BaseModel] = getattr(load_catalog(), which)
@@ -232,8 +250,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
-    from api.catalog import catalog_items
-
     entries = _catalog_entries(args.which)
     if args.format == "table":
         headers, row = _CATALOG_COLUMNS[args.which]
@@ -244,9 +260,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from api.settings import Settings
+    import uvicorn  # only needed to serve
 
     settings = Settings()
     uvicorn.run(
@@ -269,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     output = argparse.ArgumentParser(add_help=False)
-    output.add_argument("--format", "-f", choices=FORMATS, default="json", help="output format (default: json)")
+    output.add_argument(
+        "--format", "-f", choices=FORMATS, default="json", help="output format (default: json)"
+    )
 
     serve = sub.add_parser("serve", help="run the HTTP API (settings from PPLAN_* variables)")
     serve.add_argument("--host", help="bind address (default: PPLAN_HOST or 127.0.0.1)")
@@ -277,12 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (default: PPLAN_WORKERS or 1)")
     serve.set_defaults(handler=_cmd_serve)
 
-    plan = sub.add_parser("plan", parents=[output], help="search ranked layouts (a POST /plan document)")
-    plan.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    plan = sub.add_parser(
+        "plan", parents=[output], help="search ranked layouts (a POST /plan document)"
+    )
+    plan.add_argument(
+        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
+    )
     plan.set_defaults(handler=_cmd_plan)
 
-    evaluate = sub.add_parser("evaluate", parents=[output], help="score one layout (a POST /evaluate document)")
-    evaluate.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    evaluate = sub.add_parser(
+        "evaluate", parents=[output], help="score one layout (a POST /evaluate document)"
+    )
+    evaluate.add_argument(
+        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
+    )
     evaluate.set_defaults(handler=_cmd_evaluate)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
@@ -294,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pplan``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    source = getattr(args, "file", None) or ("PPLAN_* settings" if args.command == "serve" else args.command)
+    source = getattr(args, "file", None) or (
+        "PPLAN_* settings" if args.command == "serve" else args.command
+    )
     try:
         code: int = args.handler(args)
     except InputError as exc:
@@ -304,7 +330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(_validation_message(exc, source))
         return EXIT_INVALID
     except InvalidLayout as exc:
-        field = exc.field if args.command != "evaluate" or exc.field.startswith("config") else f"config.{exc.field}"
+        field = (
+            exc.field
+            if args.command != "evaluate" or exc.field.startswith("config")
+            else f"config.{exc.field}"
+        )
         _error(f"{source}: invalid layout: {field}: {exc.reason}")
         return EXIT_INVALID
     except PlannerError as exc:

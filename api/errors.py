@@ -23,9 +23,13 @@ RETRY_AFTER_S = 1
 
 
 class ErrorItem(BaseModel):
-    loc: list[str | int] = Field(description="Where the problem is, e.g. [\"body\", \"cluster\", \"gpu\"].")
+    loc: list[str | int] = Field(
+        description='Where the problem is, e.g. ["body", "cluster", "gpu"].'
+    )
     msg: str = Field(description="What is wrong, with the offending values.")
-    type: str = Field(description="Machine-readable kind, e.g. missing, value_error, invalid_layout.")
+    type: str = Field(
+        description="Machine-readable kind, e.g. missing, value_error, invalid_layout."
+    )
 
 
 class ValidationErrorBody(BaseModel):
@@ -49,12 +53,20 @@ class InternalErrorBody(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": MessageBody, "description": "Request body larger than the server limit."},
-    422: {"model": ValidationErrorBody, "description": "Invalid request: each item names the field and the reason."},
-    500: {"model": InternalErrorBody, "description": "Server bug (never caused by request content)."},
+    422: {
+        "model": ValidationErrorBody,
+        "description": "Invalid request: each item names the field and the reason.",
+    },
+    500: {
+        "model": InternalErrorBody,
+        "description": "Server bug (never caused by request content).",
+    },
     503: {
         "model": MessageBody,
         "description": "Planner pool saturated; retry after the `Retry-After` seconds.",
-        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}},
+        "headers": {
+            "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}
+        },
     },
 }
 
@@ -71,12 +83,18 @@ def _clean_message(error: dict[str, Any]) -> str:
 def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body."""
     return [
-        {"loc": list(e.get("loc", ())), "msg": _clean_message(e), "type": str(e.get("type", "value_error"))}
+        {
+            "loc": list(e.get("loc", ())),
+            "msg": _clean_message(e),
+            "type": str(e.get("type", "value_error")),
+        }
         for e in errors
     ]
 
 
-def invalid_field(loc: Sequence[str | int], msg: str, type_: str = "value_error") -> RequestValidationError:
+def invalid_field(
+    loc: Sequence[str | int], msg: str, type_: str = "value_error"
+) -> RequestValidationError:
     """A 422 for one field, raised from a route after the request model has validated."""
     return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": type_}])
 
@@ -101,7 +119,11 @@ async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
 async def _http_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8)
-        item = {"loc": ["body"], "msg": "the request body is not a UTF-8 JSON document", "type": "json_invalid"}
+        item = {
+            "loc": ["body"],
+            "msg": "the request body is not a UTF-8 JSON document",
+            "type": "json_invalid",
+        }
         return JSONResponse(status_code=422, content={"detail": [item]})
     return await http_exception_handler(request, exc)
 

@@ -27,7 +27,10 @@ network tiers) for large-model training.
 
 TAGS = [
     {"name": "planning", "description": "Search and score parallel layouts."},
-    {"name": "catalog", "description": "Hardware and model presets, with the sources of their numbers."},
+    {
+        "name": "catalog",
+        "description": "Hardware and model presets, with the sources of their numbers.",
+    },
     {"name": "service", "description": "Liveness and versions."},
 ]
 

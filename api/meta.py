@@ -38,6 +38,11 @@ async def healthz() -> Health:
     return Health()
 
 
-@router.get("/version", response_model=VersionInfo, operation_id="version", summary="Package and catalog versions")
+@router.get(
+    "/version",
+    response_model=VersionInfo,
+    operation_id="version",
+    summary="Package and catalog versions",
+)
 async def version() -> VersionInfo:
     return VersionInfo(version=package_version(), catalog_version=load_catalog().version)

@@ -1,4 +1,4 @@
-"""Per-request plumbing: request ids, one JSON access-log line, the body size limit, and the 500 net."""
+"""Per-request plumbing: request ids, JSON access log, body size limit, and the 500 safety net."""
 
 from __future__ import annotations
 
@@ -44,7 +44,10 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
         }
     )
     await send({"type": "http.response.body", "body": payload})
@@ -55,7 +58,7 @@ class _BodyTooLarge(Exception):
 
 
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
-    """Read the whole request body (at most ``limit`` bytes) and return a ``receive`` that replays it.
+    """Read the whole body (at most ``limit`` bytes); return a ``receive`` that replays it.
 
     Raises:
         _BodyTooLarge: if ``Content-Length`` or the bytes actually sent exceed ``limit``.
@@ -112,7 +115,9 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         incoming = Headers(scope=scope).get(REQUEST_ID_HEADER)
-        request_id = incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
+        request_id = (
+            incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
+        )
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 0
@@ -146,7 +151,9 @@ class RequestContextMiddleware:
                 },
             )
             if status == 0:
-                await _send_json(send_with_id, 500, {"detail": "internal error", "request_id": request_id})
+                await _send_json(
+                    send_with_id, 500, {"detail": "internal error", "request_id": request_id}
+                )
             else:  # headers already sent: nothing sensible left to tell the client
                 raise
         finally:

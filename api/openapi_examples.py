@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.openapi.models import Example
+
 _LLAMA3_70B_JOB: dict[str, Any] = {
     "model": {"preset": "llama3-70b"},
     "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
     "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
 }
 
-PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
+PLAN_EXAMPLES: dict[str, Example] = {
     "llama3-70b": {
         "summary": "Llama 3 70B on 1024 H100 (DGX H100 preset)",
         "description": "Preset model and cluster; the five fastest layouts.",
@@ -22,7 +24,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "pinned-search": {
         "summary": "Pin TP, restrict recompute and ZeRO",
-        "description": "`fix` pins layout fields; `allow` restricts the candidate values of others.",
+        "description": "`fix` pins layout fields; `allow` restricts the candidates of others.",
         "value": {
             **_LLAMA3_70B_JOB,
             "search": {
@@ -44,7 +46,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "custom-architecture": {
         "summary": "Explicit architecture on an explicit cluster",
-        "description": "No presets: every architecture field and the cluster hardware by catalog id.",
+        "description": "No presets: every architecture field, and the hardware by catalog id.",
         "value": {
             "model": {
                 "name": "dense-13b",
@@ -71,10 +73,10 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
 }
 
-EVALUATE_EXAMPLES: dict[str, dict[str, Any]] = {
+EVALUATE_EXAMPLES: dict[str, Example] = {
     "llama3-70b-tp8-pp4": {
         "summary": "Llama 3 70B, TP 8 x PP 4 x DP 32 on 1024 H100",
-        "description": "Unstated knobs take their defaults; `dp` is derived; the best placement is chosen.",
+        "description": "Unstated knobs take defaults; `dp` is derived; the best placement is used.",
         "value": {
             **_LLAMA3_70B_JOB,
             "config": {
@@ -92,7 +94,13 @@ EVALUATE_EXAMPLES: dict[str, dict[str, Any]] = {
         "summary": "Same job, no activation recompute (may not fit: fits_memory tells)",
         "value": {
             **_LLAMA3_70B_JOB,
-            "config": {"tp": 8, "pp": 8, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"},
+            "config": {
+                "tp": 8,
+                "pp": 8,
+                "micro_batch_size": 1,
+                "zero_stage": 1,
+                "recompute": "none",
+            },
         },
     },
 }

@@ -1,4 +1,4 @@
-"""POST /plan and POST /evaluate: validate, apply the server limits, call the service off the loop."""
+"""POST /plan and POST /evaluate: validate, apply server limits, call the service off the loop."""
 
 from __future__ import annotations
 
@@ -36,7 +36,11 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
             "less_than_equal",
         )
     warnings: list[str] = []
-    limit = search.time_limit_s if "time_limit_s" in search.model_fields_set else settings.default_time_limit_s
+    limit = (
+        search.time_limit_s
+        if "time_limit_s" in search.model_fields_set
+        else settings.default_time_limit_s
+    )
     if limit > settings.max_time_limit_s:
         warnings.append(
             f"search.time_limit_s ({limit:g} s) clamped to the server limit max_time_limit_s "
@@ -44,7 +48,9 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
         )
         limit = settings.max_time_limit_s
     if limit != search.time_limit_s:
-        request = request.model_copy(update={"search": search.model_copy(update={"time_limit_s": limit})})
+        request = request.model_copy(
+            update={"search": search.model_copy(update={"time_limit_s": limit})}
+        )
     return request, warnings
 
 
@@ -56,7 +62,7 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
     responses=ERROR_RESPONSES,
 )
 async def plan(
-    body: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],  # type: ignore[arg-type]
+    body: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],
     settings: SettingsDep,
     pool: PoolDep,
 ) -> PlanResponse:
@@ -83,7 +89,7 @@ async def plan(
     responses=ERROR_RESPONSES,
 )
 async def evaluate(
-    body: Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)],  # type: ignore[arg-type]
+    body: Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)],
     pool: PoolDep,
 ) -> Plan:
     """Step time, MFU, memory and bottleneck of ``config`` (and ``config.placement`` if given).

@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
@@ -38,16 +38,20 @@ class SolverPool:
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pplan-solver")
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self.workers, thread_name_prefix="pplan-solver"
+                )
             return self._executor
 
     def _acquire(self) -> None:
         with self._lock:
             if self._in_flight >= self.capacity:
-                raise PoolSaturated(f"{self._in_flight} planner calls in flight (capacity {self.capacity})")
+                raise PoolSaturated(
+                    f"{self._in_flight} planner calls in flight (capacity {self.capacity})"
+                )
             self._in_flight += 1
 
-    def _release(self, _future: Future[object]) -> None:
+    def _release(self, _future: Future[Any]) -> None:
         with self._lock:
             self._in_flight -= 1
 
@@ -68,7 +72,7 @@ class SolverPool:
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
-        """Stop accepting work; queued calls are cancelled, running ones finish in the background."""
+        """Stop accepting work; cancel queued calls (running ones finish in the background)."""
         with self._lock:
             executor, self._executor = self._executor, None
         if executor is not None:

@@ -23,7 +23,9 @@ class Settings(BaseSettings):
 
     host: str = Field(default="127.0.0.1", description="Address `pplan serve` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `pplan serve` listens on.")
-    workers: int = Field(default=1, ge=1, le=256, description="Uvicorn worker processes (`pplan serve`).")
+    workers: int = Field(
+        default=1, ge=1, le=256, description="Uvicorn worker processes (`pplan serve`)."
+    )
     solver_workers: int = Field(
         default_factory=_default_solver_workers,
         ge=1,
@@ -34,11 +36,17 @@ class Settings(BaseSettings):
         default=32,
         ge=0,
         le=100_000,
-        description="Planner calls allowed to wait for a thread; beyond workers + queue, answer 503.",
+        description="Planner calls that may wait for a thread; beyond workers + queue: 503.",
     )
-    max_body_bytes: int = Field(default=MIB, ge=1024, description="Largest request body accepted (else 413).")
-    max_top_k: int = Field(default=50, ge=1, description="Largest search.top_k accepted (else 422).")
-    max_time_limit_s: float = Field(default=30.0, gt=0, description="search.time_limit_s is clamped to this.")
+    max_body_bytes: int = Field(
+        default=MIB, ge=1024, description="Largest request body accepted (else 413)."
+    )
+    max_top_k: int = Field(
+        default=50, ge=1, description="Largest search.top_k accepted (else 422)."
+    )
+    max_time_limit_s: float = Field(
+        default=30.0, gt=0, description="search.time_limit_s is clamped to this."
+    )
     default_time_limit_s: float = Field(
         default=10.0, gt=0, description="search.time_limit_s when a request does not give one."
     )

@@ -219,7 +219,7 @@ class ClusterSpec(Strict):
     leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group")
     spine_oversubscription: float | None = Field(default=None, ge=1.0, le=64.0)
     gpu_power_limit_w: float | None = Field(
-        default=None, gt=0, le=5000, description="Power cap per GPU (W); below the TDP it lowers sustained clocks"
+        default=None, ge=50, le=5000, description="Power cap per GPU (W); below the TDP it lowers sustained clocks"
     )
     gpu_memory_gib: float | None = Field(
         default=None, gt=0, le=4096, description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog"

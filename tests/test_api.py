@@ -24,15 +24,38 @@ from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
 from api.settings import Settings
 from optimizer import service
 from optimizer.errors import InvalidLayout
-from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, SolverInfo, TimeBreakdown
+from optimizer.results import (
+    LaunchArgs,
+    MemoryBreakdown,
+    Plan,
+    PlanResponse,
+    SolverInfo,
+    TimeBreakdown,
+)
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-GPU_IDS = ("a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h800-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "mi300x")
+GPU_IDS = (
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "h100-sxm-80gb",
+    "h800-sxm-80gb",
+    "h200-sxm-141gb",
+    "b200",
+    "gb200",
+    "mi300x",
+)
 NETWORK_IDS = ("ib-hdr-200", "ib-ndr-400", "ib-xdr-800", "roce-400")
 CLUSTER_IDS = ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72")
-MODEL_IDS = ("gpt3-175b", "llama3-70b", "llama3.1-405b", "mixtral-8x22b", "deepseek-v3", "qwen3-235b-a22b")
+MODEL_IDS = (
+    "gpt3-175b",
+    "llama3-70b",
+    "llama3.1-405b",
+    "mixtral-8x22b",
+    "deepseek-v3",
+    "qwen3-235b-a22b",
+)
 CATALOGS = {"gpus": GPU_IDS, "networks": NETWORK_IDS, "clusters": CLUSTER_IDS, "models": MODEL_IDS}
 
 JOB: dict[str, Any] = {
@@ -68,16 +91,26 @@ def canned_plan(tp: int = 8, pp: int = 4, dp: int = 32) -> Plan:
         model_tflops_per_gpu=395.0,
         time_breakdown_s=TimeBreakdown(compute=8.0, tp_comm=1.0, pp_bubble=1.0),
         memory_gib=MemoryBreakdown(
-            weights=4.4, gradients=4.4, optimizer=1.1, activations=30.0, buffers=3.0, total=42.9, capacity=79.2
+            weights=4.4,
+            gradients=4.4,
+            optimizer=1.1,
+            activations=30.0,
+            buffers=3.0,
+            total=42.9,
+            capacity=79.2,
         ),
         fits_memory=True,
         bottleneck="compute",
-        launch=LaunchArgs(megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4"),
+        launch=LaunchArgs(
+            megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4"
+        ),
     )
 
 
 def canned_response() -> PlanResponse:
-    return PlanResponse(status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True))
+    return PlanResponse(
+        status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)
+    )
 
 
 @pytest.fixture
@@ -94,7 +127,7 @@ def _messages(response: httpx.Response) -> str:
     return " | ".join(item["msg"] for item in response.json()["detail"])
 
 
-# --------------------------------------------------------------------------- service endpoints
+# ------------------------------------------------------------------------------ service endpoints
 
 
 def test_healthz(client: TestClient) -> None:
@@ -109,7 +142,10 @@ def test_version_reports_package_and_catalog(client: TestClient) -> None:
     from hardware_catalog import load_catalog
 
     body = client.get("/version").json()
-    assert body == {"version": version("parallelism-planner"), "catalog_version": load_catalog().version}
+    assert body == {
+        "version": version("parallelism-planner"),
+        "catalog_version": load_catalog().version,
+    }
 
 
 def test_every_response_carries_a_request_id(client: TestClient) -> None:
@@ -119,12 +155,19 @@ def test_every_response_carries_a_request_id(client: TestClient) -> None:
 
 
 def test_a_well_formed_incoming_request_id_is_kept(client: TestClient) -> None:
-    assert client.get("/healthz", headers={"X-Request-ID": "trace-42"}).headers["X-Request-ID"] == "trace-42"
-    replaced = client.get("/healthz", headers={"X-Request-ID": "bad id\twith spaces"}).headers["X-Request-ID"]
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "trace-42"}).headers["X-Request-ID"]
+        == "trace-42"
+    )
+    replaced = client.get("/healthz", headers={"X-Request-ID": "bad id\twith spaces"}).headers[
+        "X-Request-ID"
+    ]
     assert replaced != "bad id\twith spaces"
 
 
-def test_one_json_access_line_per_request(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+def test_one_json_access_line_per_request(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO, logger="pplan.access"):
         response = client.get("/gpus/nope")
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "pplan.access"]
@@ -135,7 +178,7 @@ def test_one_json_access_line_per_request(client: TestClient, caplog: pytest.Log
     assert line["duration_ms"] >= 0
 
 
-# --------------------------------------------------------------------------- catalogs
+# --------------------------------------------------------------------------------------- catalogs
 
 
 @pytest.mark.parametrize("catalog", sorted(CATALOGS))
@@ -150,7 +193,9 @@ def test_catalog_list_has_every_required_id_with_sources(client: TestClient, cat
     assert all("source" in json.dumps(entry) for entry in entries)
 
 
-@pytest.mark.parametrize(("catalog", "entry_id"), [(c, i) for c, ids in sorted(CATALOGS.items()) for i in ids])
+@pytest.mark.parametrize(
+    ("catalog", "entry_id"), [(c, i) for c, ids in sorted(CATALOGS.items()) for i in ids]
+)
 def test_catalog_get_returns_the_entry(client: TestClient, catalog: str, entry_id: str) -> None:
     response = client.get(f"/{catalog}/{entry_id}")
     assert response.status_code == 200
@@ -158,8 +203,13 @@ def test_catalog_get_returns_the_entry(client: TestClient, catalog: str, entry_i
     assert response.json() in client.get(f"/{catalog}").json()
 
 
-@pytest.mark.parametrize(("catalog", "kind"), [("gpus", "gpu"), ("networks", "network"), ("clusters", "cluster"), ("models", "model")])
-def test_unknown_catalog_id_is_404_listing_valid_ids(client: TestClient, catalog: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("catalog", "kind"),
+    [("gpus", "gpu"), ("networks", "network"), ("clusters", "cluster"), ("models", "model")],
+)
+def test_unknown_catalog_id_is_404_listing_valid_ids(
+    client: TestClient, catalog: str, kind: str
+) -> None:
     response = client.get(f"/{catalog}/no-such-thing")
     assert response.status_code == 404
     detail = response.json()["detail"]
@@ -173,7 +223,7 @@ def test_gb200_presets_default_to_a_72_gpu_nvlink_domain(client: TestClient) -> 
     assert client.get("/clusters/gb200-nvl72").json()["nvlink_domain_size"] == 72
 
 
-# --------------------------------------------------------------------------- request validation (422)
+# ----------------------------------------------------------------------- request validation (422)
 
 
 def test_unknown_model_preset_is_422_listing_valid_ids(client: TestClient) -> None:
@@ -195,13 +245,21 @@ def test_unknown_gpu_id_is_422_listing_valid_ids(client: TestClient) -> None:
 
 
 def test_unknown_cluster_preset_on_evaluate_is_422(client: TestClient) -> None:
-    response = client.post("/evaluate", json={**EVALUATE_BODY, "cluster": {"preset": "dgx-z9", "num_gpus": 8}})
+    response = client.post(
+        "/evaluate", json={**EVALUATE_BODY, "cluster": {"preset": "dgx-z9", "num_gpus": 8}}
+    )
     assert response.status_code == 422
     assert "unknown cluster preset id 'dgx-z9'" in _messages(response)
 
 
 def test_heads_not_divisible_by_kv_heads_is_422(client: TestClient) -> None:
-    model = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "num_kv_heads": 6, "vocab_size": 32000}
+    model = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_kv_heads": 6,
+        "vocab_size": 32000,
+    }
     response = client.post("/plan", json={**JOB, "model": model})
     assert response.status_code == 422
     assert ["body", "model"] in _detail_locs(response)
@@ -215,7 +273,9 @@ def test_missing_seq_len_is_422_naming_it(client: TestClient) -> None:
 
 
 def test_extra_unknown_field_is_422_naming_it(client: TestClient) -> None:
-    response = client.post("/evaluate", json={**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "tpp": 2}})
+    response = client.post(
+        "/evaluate", json={**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "tpp": 2}}
+    )
     assert response.status_code == 422
     assert ["body", "config", "tpp"] in _detail_locs(response)
     assert response.json()["detail"][0]["type"] == "extra_forbidden"
@@ -238,8 +298,18 @@ def test_top_k_above_the_server_limit_is_422(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:
-    response = client.post("/plan", content=b'{"model": ', headers={"content-type": "application/json"})
+    response = client.post(
+        "/plan", content=b'{"model": ', headers={"content-type": "application/json"}
+    )
     assert response.status_code == 422
+
+
+def test_body_that_is_not_utf8_is_422(client: TestClient) -> None:
+    response = client.post(
+        "/evaluate", content=b"\xff\xfe\x00\x00\xff", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["type"] == "json_invalid"
 
 
 def test_validation_messages_drop_the_pydantic_prefix(client: TestClient) -> None:
@@ -247,7 +317,7 @@ def test_validation_messages_drop_the_pydantic_prefix(client: TestClient) -> Non
     assert not _messages(response).startswith("Value error")
 
 
-# --------------------------------------------------------------------------- limits
+# ----------------------------------------------------------------------------------------- limits
 
 
 def test_time_limit_is_clamped_and_defaulted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,7 +328,9 @@ def test_time_limit_is_clamped_and_defaulted(monkeypatch: pytest.MonkeyPatch) ->
         return canned_response()
 
     monkeypatch.setattr(service, "plan", fake_plan)
-    with TestClient(create_app(Settings(max_time_limit_s=20, default_time_limit_s=3))) as app_client:
+    with TestClient(
+        create_app(Settings(max_time_limit_s=20, default_time_limit_s=3))
+    ) as app_client:
         clamped = app_client.post("/plan", json={**JOB, "search": {"time_limit_s": 60}})
         defaulted = app_client.post("/plan", json=JOB)
         kept = app_client.post("/plan", json={**JOB, "search": {"time_limit_s": 5}})
@@ -283,14 +355,18 @@ def test_chunked_body_over_the_limit_is_413() -> None:
             yield b" " * 1024
 
     with TestClient(app) as small:
-        response = small.post("/plan", content=chunks(), headers={"content-type": "application/json"})
+        response = small.post(
+            "/plan", content=chunks(), headers={"content-type": "application/json"}
+        )
     assert response.status_code == 413
 
 
-# --------------------------------------------------------------------------- errors from the service
+# ------------------------------------------------------------------------ errors from the service
 
 
-def test_invalid_layout_is_422_under_config(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_layout_is_422_under_config(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def reject(request: EvaluateRequest) -> Plan:
         raise InvalidLayout("config.tp", "tp (3) must divide num_attention_heads (64)")
 
@@ -299,7 +375,11 @@ def test_invalid_layout_is_422_under_config(client: TestClient, monkeypatch: pyt
     assert response.status_code == 422
     assert response.json() == {
         "detail": [
-            {"loc": ["body", "config", "tp"], "msg": "tp (3) must divide num_attention_heads (64)", "type": "invalid_layout"}
+            {
+                "loc": ["body", "config", "tp"],
+                "msg": "tp (3) must divide num_attention_heads (64)",
+                "type": "invalid_layout",
+            }
         ]
     }
 
@@ -333,8 +413,12 @@ def test_unexpected_exception_is_a_logged_500_with_request_id(
     assert "RuntimeError: solver exploded" in logged[0]["traceback"]
 
 
-def test_infeasible_is_a_200_passed_through(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    infeasible = PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation="needs 93 GiB, has 80")
+def test_infeasible_is_a_200_passed_through(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    infeasible = PlanResponse(
+        status="infeasible", plans=[], solver=SolverInfo(), explanation="needs 93 GiB, has 80"
+    )
     monkeypatch.setattr(service, "plan", lambda request: infeasible)
     response = client.post("/plan", json=JOB)
     assert response.status_code == 200
@@ -342,14 +426,16 @@ def test_infeasible_is_a_200_passed_through(client: TestClient, monkeypatch: pyt
     assert response.json()["explanation"] == "needs 93 GiB, has 80"
 
 
-def test_plan_and_evaluate_return_the_service_result(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_and_evaluate_return_the_service_result(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(service, "plan", lambda request: canned_response())
     monkeypatch.setattr(service, "evaluate", lambda request: canned_plan())
     assert PlanResponse.model_validate(client.post("/plan", json=JOB).json()) == canned_response()
     assert Plan.model_validate(client.post("/evaluate", json=EVALUATE_BODY).json()) == canned_plan()
 
 
-# --------------------------------------------------------------------------- the bounded solver pool
+# ------------------------------------------------------------------------ the bounded solver pool
 
 
 def test_saturated_pool_answers_503_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -394,20 +480,26 @@ def test_saturated_pool_answers_503_with_retry_after(monkeypatch: pytest.MonkeyP
     assert pool.in_flight == 0
 
 
-def test_pool_slot_is_freed_when_the_service_fails(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service, "plan", lambda request: (_ for _ in ()).throw(RuntimeError("boom")))
+def test_pool_slot_is_freed_when_the_service_fails(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        service, "plan", lambda request: (_ for _ in ()).throw(RuntimeError("boom"))
+    )
     for _ in range(3):
         assert client.post("/plan", json=JOB).status_code == 500
     assert client.app.state.solver_pool.in_flight == 0  # type: ignore[attr-defined]
 
 
-# --------------------------------------------------------------------------- OpenAPI
+# ---------------------------------------------------------------------------------------- OpenAPI
 
 
 def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     operations = {
-        (method.upper(), path): op for path, item in schema["paths"].items() for method, op in item.items()
+        (method.upper(), path): op
+        for path, item in schema["paths"].items()
+        for method, op in item.items()
     }
     assert {op["operationId"]: key for key, op in operations.items()} == {
         "plan": ("POST", "/plan"),
@@ -425,7 +517,9 @@ def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
     }
     assert all(op["tags"] for op in operations.values())
     for path in ("/plan", "/evaluate"):
-        examples = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["examples"]
+        examples = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"][
+            "examples"
+        ]
         assert examples, path
     assert client.get("/docs").status_code == 200
 
@@ -440,7 +534,7 @@ def test_evaluate_openapi_examples_are_valid_requests(name: str) -> None:
     EvaluateRequest.model_validate(EVALUATE_EXAMPLES[name]["value"])
 
 
-# --------------------------------------------------------------------------- the real planner
+# ------------------------------------------------------------------------------- the real planner
 
 
 class TestRealService:
@@ -471,7 +565,9 @@ class TestRealService:
         times = [p.step_time_s for p in body.plans]
         assert times == sorted(times)
 
-    def test_a_model_that_cannot_fit_is_200_infeasible_with_explanation(self, client: TestClient) -> None:
+    def test_a_model_that_cannot_fit_is_200_infeasible_with_explanation(
+        self, client: TestClient
+    ) -> None:
         job = {
             "model": DENSE_2T,
             "training": {"seq_len": 4096, "global_batch_size": 64},

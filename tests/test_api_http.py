@@ -41,7 +41,9 @@ SLOW_SERVER = textwrap.dedent(
 
     def slow_plan(request):
         time.sleep(1.0)
-        return PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation="stand-in")
+        return PlanResponse(
+            status="infeasible", plans=[], solver=SolverInfo(), explanation="stand-in"
+        )
 
     service.plan = slow_plan
     from api.main import create_app
@@ -58,14 +60,28 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(tmp_path: Path, env: dict[str, str], command: list[str] | None = None) -> Iterator[str]:
+def running_server(
+    tmp_path: Path, env: dict[str, str], command: list[str] | None = None
+) -> Iterator[str]:
     """Start a server process, wait for /healthz, yield its base URL, stop it."""
     port = _free_port()
-    argv = command or [sys.executable, "-m", "uvicorn", "api.main:app", "--host", "127.0.0.1", "--port"]
+    argv = command or [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "api.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+    ]
     log_path = tmp_path / f"server-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [*argv, str(port)], cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+            [*argv, str(port)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         base_url = f"http://127.0.0.1:{port}"
         try:
@@ -117,7 +133,15 @@ def test_version(http: httpx.Client) -> None:
     assert body["version"] and body["catalog_version"]
 
 
-@pytest.mark.parametrize(("catalog", "entry_id"), [("gpus", "h100-sxm-80gb"), ("networks", "ib-ndr-400"), ("clusters", "gb200-nvl72"), ("models", "deepseek-v3")])
+@pytest.mark.parametrize(
+    ("catalog", "entry_id"),
+    [
+        ("gpus", "h100-sxm-80gb"),
+        ("networks", "ib-ndr-400"),
+        ("clusters", "gb200-nvl72"),
+        ("models", "deepseek-v3"),
+    ],
+)
 def test_catalogs(http: httpx.Client, catalog: str, entry_id: str) -> None:
     listed = http.get(f"/{catalog}")
     assert listed.status_code == 200
@@ -143,7 +167,11 @@ def test_invalid_request_is_422(http: httpx.Client) -> None:
 
 
 def test_declared_body_over_the_limit_is_413(http: httpx.Client) -> None:
-    response = http.post("/plan", content=b"{" + b" " * (1 << 20) + b"}", headers={"content-type": "application/json"})
+    response = http.post(
+        "/plan",
+        content=b"{" + b" " * (1 << 20) + b"}",
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 413
 
 
@@ -173,7 +201,13 @@ class TestRealService:
     """Through ``optimizer.service`` itself (no stand-ins)."""
 
     def test_evaluate(self, http: httpx.Client) -> None:
-        config = {"tp": 8, "pp": 4, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"}
+        config = {
+            "tp": 8,
+            "pp": 4,
+            "micro_batch_size": 1,
+            "zero_stage": 1,
+            "recompute": "selective",
+        }
         response = http.post("/evaluate", json={**JOB, "config": config})
         assert response.status_code == 200, response.text
         body = response.json()
@@ -192,7 +226,9 @@ class TestRealService:
     def test_twenty_simultaneous_plans_agree(self, http: httpx.Client) -> None:
         with ThreadPoolExecutor(max_workers=20) as threads:
             responses = list(threads.map(lambda _: http.post("/plan", json=SMALL_JOB), range(20)))
-        assert [r.status_code for r in responses] == [200] * 20, [r.text for r in responses if r.status_code != 200]
+        assert [r.status_code for r in responses] == [200] * 20, [
+            r.text for r in responses if r.status_code != 200
+        ]
         bodies = [r.json() for r in responses]
         assert bodies[0]["plans"]
         assert all(body["plans"] == bodies[0]["plans"] for body in bodies)

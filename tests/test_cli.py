@@ -1,4 +1,4 @@
-"""The ``pplan`` command: input formats, output formats and exit codes (0 ok, 2 invalid, 3 infeasible).
+"""The ``pplan`` command: input and output formats, exit codes (0 ok, 2 invalid, 3 infeasible).
 
 ``TestRealService`` runs the real planner; the other tests replace it with stand-ins where they
 need one, so they pin the command itself.
@@ -19,7 +19,14 @@ import yaml
 from api import cli
 from optimizer import service
 from optimizer.errors import InvalidLayout
-from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, SolverInfo, TimeBreakdown
+from optimizer.results import (
+    LaunchArgs,
+    MemoryBreakdown,
+    Plan,
+    PlanResponse,
+    SolverInfo,
+    TimeBreakdown,
+)
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +38,10 @@ JOB: dict[str, Any] = {
     "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
     "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
 }
-EVALUATE_DOC: dict[str, Any] = {**JOB, "config": {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"}}
+EVALUATE_DOC: dict[str, Any] = {
+    **JOB,
+    "config": {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"},
+}
 
 
 def canned_plan() -> Plan:
@@ -47,7 +57,13 @@ def canned_plan() -> Plan:
         model_tflops_per_gpu=426.5,
         time_breakdown_s=TimeBreakdown(compute=8.0, tp_comm=0.8, pp_bubble=1.0),
         memory_gib=MemoryBreakdown(
-            weights=4.4, gradients=4.4, optimizer=1.1, activations=30.0, buffers=3.0, total=42.9, capacity=79.2
+            weights=4.4,
+            gradients=4.4,
+            optimizer=1.1,
+            activations=30.0,
+            buffers=3.0,
+            total=42.9,
+            capacity=79.2,
         ),
         fits_memory=True,
         bottleneck="compute",
@@ -57,9 +73,11 @@ def canned_plan() -> Plan:
 
 @pytest.fixture
 def fake_service(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Replace the planner; ``state['plan_response']`` is what plan() returns, requests are recorded."""
+    """Replace the planner: plan() returns ``state['plan_response']``; requests are recorded."""
     state: dict[str, Any] = {
-        "plan_response": PlanResponse(status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)),
+        "plan_response": PlanResponse(
+            status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)
+        ),
         "requests": [],
     }
 
@@ -93,23 +111,31 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-# --------------------------------------------------------------------------- input documents
+# -------------------------------------------------------------------------------- input documents
 
 
 @pytest.mark.parametrize("name", ["job.json", "job.yaml", "job.yml", "job.txt"])
-def test_plan_reads_json_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any], name: str) -> None:
+def test_plan_reads_json_and_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any], name: str
+) -> None:
     code, out, _ = run(capsys, "plan", str(write(tmp_path, name, JOB)))
     assert code == cli.EXIT_OK
     assert json.loads(out)["status"] == "optimal"
     assert fake_service["requests"] == [PlanRequest.model_validate(JOB)]
 
 
-def test_yaml_without_a_known_extension_is_detected(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_yaml_without_a_known_extension_is_detected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
+) -> None:
     path = write(tmp_path, "job.request", yaml.safe_dump(JOB))
     assert run(capsys, "plan", str(path))[0] == cli.EXIT_OK
 
 
-def test_plan_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_plan_reads_standard_input(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    fake_service: dict[str, Any],
+) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(JOB)))
     assert run(capsys, "plan", "-")[0] == cli.EXIT_OK
 
@@ -138,29 +164,60 @@ def test_the_required_examples_exist() -> None:
     } <= names
 
 
-# --------------------------------------------------------------------------- output formats
+# --------------------------------------------------------------------------------- output formats
 
 
-def test_plan_yaml_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_plan_yaml_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
+) -> None:
     code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "yaml")
     assert code == cli.EXIT_OK
     assert PlanResponse.model_validate(yaml.safe_load(out)) == fake_service["plan_response"]
 
 
-def test_plan_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_plan_table_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
+) -> None:
     code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "table")
     assert code == cli.EXIT_OK
     lines = out.splitlines()
     assert lines[0].startswith("status: optimal")
     header = lines[1].split()
-    for column in ("rank", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "placement", "step_s", "mfu", "mem_gib", "bottleneck"):
+    for column in (
+        "rank",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "vpp",
+        "mbs",
+        "zero",
+        "recompute",
+        "placement",
+        "step_s",
+        "mfu",
+        "mem_gib",
+        "bottleneck",
+    ):
         assert column in header
     row = lines[3]
-    for cell in ("selective", "tp:nvlink", "dp:leaf", "pp:spine", "9.800", "43.1%", "42.9/79", "compute"):
+    for cell in (
+        "selective",
+        "tp:nvlink",
+        "dp:leaf",
+        "pp:spine",
+        "9.800",
+        "43.1%",
+        "42.9/79",
+        "compute",
+    ):
         assert cell in row
 
 
-def test_evaluate_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_evaluate_formats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
+) -> None:
     path = str(write(tmp_path, "eval.yaml", EVALUATE_DOC))
     code, out, _ = run(capsys, "evaluate", path)
     assert code == cli.EXIT_OK and Plan.model_validate(json.loads(out)) == canned_plan()
@@ -185,12 +242,17 @@ def test_catalog_formats(capsys: pytest.CaptureFixture[str], which: str) -> None
     assert all(entry["id"] in out for entry in entries)
 
 
-# --------------------------------------------------------------------------- exit codes
+# ------------------------------------------------------------------------------------- exit codes
 
 
-def test_infeasible_exits_3_with_the_explanation(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
+def test_infeasible_exits_3_with_the_explanation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
+) -> None:
     fake_service["plan_response"] = PlanResponse(
-        status="infeasible", plans=[], solver=SolverInfo(), explanation="smallest need 93.1 GiB > 79.2 GiB"
+        status="infeasible",
+        plans=[],
+        solver=SolverInfo(),
+        explanation="smallest need 93.1 GiB > 79.2 GiB",
     )
     code, out, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
     assert code == cli.EXIT_INFEASIBLE == 3
@@ -203,8 +265,14 @@ def test_infeasible_exits_3_with_the_explanation(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(
     ("document", "expected"),
     [
-        ({**JOB, "model": {"preset": "llama9"}}, ["model:", "unknown model preset id 'llama9'", "llama3-70b"]),
-        ({**JOB, "cluster": {"gpu": "tpu-v9", "num_gpus": 8}}, ["cluster:", "unknown gpu id 'tpu-v9'", "h100-sxm-80gb"]),
+        (
+            {**JOB, "model": {"preset": "llama9"}},
+            ["model:", "unknown model preset id 'llama9'", "llama3-70b"],
+        ),
+        (
+            {**JOB, "cluster": {"gpu": "tpu-v9", "num_gpus": 8}},
+            ["cluster:", "unknown gpu id 'tpu-v9'", "h100-sxm-80gb"],
+        ),
         ({**JOB, "training": {"global_batch_size": 8}}, ["training.seq_len: Field required"]),
         ({**JOB, "searhc": {}}, ["searhc: Extra inputs are not permitted"]),
         ({**JOB, "search": {"top_k": 500}}, ["search.top_k"]),
@@ -212,7 +280,11 @@ def test_infeasible_exits_3_with_the_explanation(tmp_path: Path, capsys: pytest.
     ids=["unknown-preset", "unknown-gpu", "missing-seq-len", "extra-field", "top-k"],
 )
 def test_invalid_request_exits_2_naming_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any], document: dict[str, Any], expected: list[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fake_service: dict[str, Any],
+    document: dict[str, Any],
+    expected: list[str],
 ) -> None:
     code, out, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", document)))
     assert code == cli.EXIT_INVALID == 2
@@ -222,7 +294,9 @@ def test_invalid_request_exits_2_naming_the_field(
     assert fake_service["requests"] == []
 
 
-def test_invalid_layout_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_layout_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def reject(request: EvaluateRequest) -> Plan:
         raise InvalidLayout("config.tp", "tp (3) must divide num_attention_heads (64)")
 
@@ -241,7 +315,13 @@ def test_invalid_layout_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.
         ("list.yaml", "- 1\n- 2\n", "expected a request document"),
     ],
 )
-def test_unusable_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str | None, expected: str) -> None:
+def test_unusable_file_exits_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str | None,
+    expected: str,
+) -> None:
     path = tmp_path / name
     if content is not None:
         path.write_text(content)
@@ -269,23 +349,30 @@ def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) 
     assert calls[1]["host"] == "127.0.0.1" and calls[1]["port"] == 9200
 
 
-# --------------------------------------------------------------------------- the installed console script
+# ------------------------------------------------------------------- the installed console script
 
 
 def test_console_script_catalog_table() -> None:
-    result = subprocess.run([str(PPLAN), "catalog", "clusters", "--format", "table"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(PPLAN), "catalog", "clusters", "--format", "table"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "gb200-nvl72" in result.stdout
 
 
 def test_console_script_invalid_input_exits_2(tmp_path: Path) -> None:
     path = write(tmp_path, "job.yaml", {**JOB, "model": {"preset": "nope"}})
-    result = subprocess.run([str(PPLAN), "plan", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(PPLAN), "plan", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "unknown model preset id 'nope'" in result.stderr
 
 
-# --------------------------------------------------------------------------- the real planner
+# ------------------------------------------------------------------------------- the real planner
 
 
 class TestRealService:
@@ -297,23 +384,30 @@ class TestRealService:
         plan = Plan.model_validate(json.loads(out))
         assert plan.step_time_s > 0 and 0 < plan.mfu < 1 and plan.config.dp == 32
 
-    def test_evaluate_invalid_layout_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_evaluate_invalid_layout_exits_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         doc = {**EVALUATE_DOC, "config": {**EVALUATE_DOC["config"], "tp": 3}}
         code, _, err = run(capsys, "evaluate", str(write(tmp_path, "eval.yaml", doc)))
         assert code == 2
         assert "config" in err
 
     def test_plan_example_table(self, capsys: pytest.CaptureFixture[str]) -> None:
-        code, out, err = run(capsys, "plan", str(EXAMPLES / "plan-custom-model.json"), "--format", "table")
+        code, out, err = run(
+            capsys, "plan", str(EXAMPLES / "plan-custom-model.json"), "--format", "table"
+        )
         assert code == 0, err
         assert out.splitlines()[0].split()[1] in {"optimal", "feasible"}
         assert "rank" in out
 
-    def test_plan_infeasible_exits_3(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_plan_infeasible_exits_3(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         doc = {
             "model": {
-                "name": "dense-2t", "num_layers": 160, "hidden_size": 32768, "ffn_hidden_size": 131072,
-                "num_attention_heads": 256, "num_kv_heads": 32, "vocab_size": 128256,
+                "name": "dense-2t", "num_layers": 160, "hidden_size": 32768,
+                "ffn_hidden_size": 131072, "num_attention_heads": 256, "num_kv_heads": 32,
+                "vocab_size": 128256,
             },
             "training": {"seq_len": 4096, "global_batch_size": 64},
             "cluster": {"preset": "dgx-h100", "num_gpus": 8},
@@ -325,7 +419,13 @@ class TestRealService:
 
     def test_console_script_evaluate_table(self) -> None:
         result = subprocess.run(
-            [str(PPLAN), "evaluate", str(EXAMPLES / "evaluate-llama3-70b.yaml"), "--format", "table"],
+            [
+                str(PPLAN),
+                "evaluate",
+                str(EXAMPLES / "evaluate-llama3-70b.yaml"),
+                "--format",
+                "table",
+            ],
             capture_output=True,
             text=True,
             timeout=120,

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from optimizer.cost.context import JobContext, build_context
-from optimizer.cost.estimate import Estimate, estimate
+from optimizer.cost.estimate import Estimate, estimate, steady_state_s
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
 from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout
@@ -33,6 +33,8 @@ def best_estimate(
         if signature in seen:  # another order already gave every axis the same groups
             continue
         seen.add(signature)
+        if best is not None and steady_state_s(ctx, lay, groups) >= best.step_time_s:
+            continue  # this order's pipeline alone is already slower than the best order
         est = estimate(ctx, lay, order, headroom_bytes, groups)
         if not placement and not est.fits_memory:
             return est  # memory does not depend on the rank order: no order can make it fit

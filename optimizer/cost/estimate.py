@@ -90,6 +90,201 @@ def _stage_layers(lay: ResolvedLayout) -> list[list[tuple[int, int]]]:
     return stages
 
 
+def _stage_kind_counts(
+    ctx: JobContext, lay: ResolvedLayout, stage_chunks: list[list[tuple[int, int]]]
+) -> list[tuple[int, ...]]:
+    """Layers of each kind on each stage (memoised per split)."""
+    key = ("counts", lay.pp, lay.stage_layers)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        prefix = ctx.kind_prefix
+        cached = [
+            tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
+            for chunks in stage_chunks
+        ]
+        ctx.memo[key] = cached
+    return cached
+
+
+def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """``m * slowest stage + bubble``: a lower bound on ``estimate`` for this rank order (every
+    other term is non-negative). Lets callers skip orders that cannot win."""
+    counts = _stage_kind_counts(ctx, lay, _stage_layers(lay))
+    slowest = max(stage_terms(ctx, lay, groups, s, counts[s]).time_s for s in range(lay.pp))
+    return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest
+
+
+@dataclass(frozen=True)
+class StageTerms:
+    """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over."""
+
+    fwd_s: float
+    """Forward compute of one micro-batch (all its layers)."""
+    bwd_s: float
+    compute_s: float
+    """Forward + backward compute of one micro-batch, LM head included on the last stage."""
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    dp_exposed_s: float
+    """Data-parallel communication this stage leaves exposed at the end of the step."""
+    optimizer_s: float
+    memory: StageMemory
+
+    @property
+    def time_s(self) -> float:
+        """One micro-batch through the stage, forward and backward, with exposed TP/CP/EP."""
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def _kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
+    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    key = (dims, groups.tp, groups.cp, groups.ep)
+    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
+    if kind_cost is None:
+        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+        ctx.memo[key] = kind_cost
+    return kind_cost
+
+
+def stage_terms(
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    groups: AxisGroups,
+    stage: int,
+    kind_counts: tuple[int, ...],
+) -> StageTerms:
+    """Cost of pipeline stage ``stage`` holding ``kind_counts[k]`` layers of each layer kind.
+
+    Stage 0 also holds the embedding, the last stage the LM head and loss (both with ``pp = 1``).
+    Memoised per job: the search's layer-split tables call it for many layer counts.
+    """
+    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups, stage, kind_counts)
+    hit = ctx.memo.get(key)
+    if hit is not None:
+        return hit
+    cal = ctx.cal
+    kind_cost = _kind_costs(ctx, lay, groups)
+    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
+    fwd = sum(n * lc.fwd_s for n, lc in present)
+    bwd = sum(n * lc.bwd_s for n, lc in present)
+    tp_s = sum(n * lc.tp_s for n, lc in present)
+    cp_s = sum(n * lc.cp_s for n, lc in present)
+    ep_s = sum(n * lc.ep_s for n, lc in present)
+    stored = sum(n * lc.stored_act_bytes for n, lc in present)
+    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
+    dense = sum(n * lc.dense_params for n, lc in present)
+    expert = sum(n * lc.expert_params for n, lc in present)
+    n_layers = max(1, sum(kind_counts))
+    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
+    first = stage == 0
+    last = stage == (len(lay.stage_layers) - 1) % lay.pp
+    compute = fwd + bwd
+    if first:
+        dense += ctx.embedding_params / lay.tp
+    if last:
+        compute += _head_time(ctx, lay)
+        if ctx.lm_head_params:
+            dense += ctx.lm_head_params / lay.tp
+        elif not first:  # tied embeddings: the last stage keeps its own copy
+            dense += ctx.embedding_params / lay.tp
+    m = lay.num_micro_batches
+    dp_shard = lay.dp * lay.cp
+    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
+
+    # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
+    g_dense = dense * GRAD_BYTES
+    g_exp = expert * GRAD_BYTES
+    if lay.zero_stage == 3:
+        # FSDP: per layer and micro-batch, gather weights for forward and for backward and
+        # reduce-scatter gradients; each collective pays its own latency.
+        per_mb = n_layers * (
+            3 * hierarchical_allgather_time_s(g_dense / n_layers, groups.dp_cp.levels)
+            + 3 * hierarchical_allgather_time_s(g_exp / n_layers, groups.edp.levels)
+        )
+        first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, groups.dp_cp.levels)
+        dp_exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute)
+    else:
+        bucket_d = min(cal.dp_bucket_bytes, g_dense)
+        if lay.zero_stage == 0:
+            t_b = hierarchical_allreduce_time_s(g_dense, groups.dp_cp.levels)
+            t_b += hierarchical_allreduce_time_s(g_exp, groups.edp.levels)
+            last_b = hierarchical_allreduce_time_s(bucket_d, groups.dp_cp.levels)
+            t_f = last_f = 0.0
+        else:
+            t_b = hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
+            t_b += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
+            last_b = hierarchical_reduce_scatter_time_s(bucket_d, groups.dp_cp.levels)
+            t_f, last_f = t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
+        dp_exposed = max(last_b, t_b - cal.dp_overlap * bwd) if t_b > 0 else 0.0
+        if t_f > 0:
+            dp_exposed += max(last_f, t_f - cal.dp_overlap * fwd)
+
+    # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
+    opt_params = dense / (dp_shard if lay.zero_stage >= 1 else 1) + expert / (ep_shard if lay.zero_stage >= 1 else 1)
+    t_opt = opt_params * ADAM_STEP_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
+
+    # ---- memory -----------------------------------------------------------------------------
+    fp8 = ctx.job.training.precision == "fp8"
+    w_bytes = WEIGHT_BYTES + (FP8_COPY_BYTES if fp8 else 0.0)
+    weights = (dense / dp_shard if lay.zero_stage == 3 else dense) + (expert / ep_shard if lay.zero_stage == 3 else expert)
+    grads = (dense / dp_shard if lay.zero_stage >= 2 else dense) + (expert / ep_shard if lay.zero_stage >= 2 else expert)
+    optim = (dense / dp_shard if lay.zero_stage >= 1 else dense) + (expert / ep_shard if lay.zero_stage >= 1 else expert)
+    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, m) * stored + working
+    if last:
+        tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
+        acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * LOGIT_BYTES
+    n_groups = sum(1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp) if g.size > 1)
+    buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    if lay.zero_stage == 3:
+        # two layers gathered at a time (current + prefetch); their non-local part
+        share_d = dense / (dense + expert) if dense + expert > 0 else 1.0
+        gathered = min(2 * max_layer_params, dense + expert) * (
+            share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
+        )
+        buffers += gathered * w_bytes
+    elif lay.dp * lay.cp > 1:
+        buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
+    buffers += cal.fragmentation * (acts + grads * GRAD_BYTES)
+    memory = StageMemory(weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES, acts, buffers)
+    out = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, dp_exposed, t_opt, memory)
+    ctx.memo[key] = out
+    return out
+
+
+def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain."""
+    if lay.pp == 1 or not groups.pp.levels:
+        return 0.0
+    h = float(ctx.job.model.hidden_size or 0)
+    tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
+    msg = tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
+    outer = groups.pp.levels[-1]
+    t_p2p = p2p_time_s(msg, outer.beta_bytes_per_s, outer.alpha_s)
+    return ctx.cal.pp_comm_exposed * lay.num_micro_batches * 2 * lay.vpp * t_p2p + 2 * (lay.pp - 1) * t_p2p
+
+
+def compose_step(
+    lay: ResolvedLayout, stages: list[StageTerms], pp_comm: float
+) -> tuple[dict[str, float], int]:
+    """Step-time breakdown from the stage terms (and the index of the slowest stage)."""
+    slow = max(range(len(stages)), key=lambda i: stages[i].time_s)
+    st = stages[slow]
+    m = lay.num_micro_batches
+    breakdown = {
+        "compute": m * st.compute_s,
+        "tp_comm": m * st.tp_s,
+        "cp_comm": m * st.cp_s,
+        "ep_comm": m * st.ep_s,
+        "pp_comm": pp_comm,
+        "pp_bubble": (lay.pp - 1) / lay.vpp * st.time_s,
+        "dp_comm": max(t.dp_exposed_s for t in stages),
+        "optimizer": max(t.optimizer_s for t in stages),
+    }
+    return breakdown, slow
+
+
 def estimate(
     ctx: JobContext,
     lay: ResolvedLayout,
@@ -97,164 +292,15 @@ def estimate(
     headroom_bytes: float | None = None,
     groups: AxisGroups | None = None,
 ) -> Estimate:
-    cal = ctx.cal
-    model = ctx.job.model
     if groups is None:
         groups = axis_groups(ctx.topology, order, lay.sizes())
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    key = (dims, groups.tp, groups.cp, groups.ep)
-    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
-    if kind_cost is None:
-        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-        ctx.memo[key] = kind_cost
-    h = float(model.hidden_size or 0)
-    vocab = float(model.vocab_size or 0)
-    seq = ctx.job.training.seq_len
-    tokens = lay.micro_batch_size * seq / lay.cp
-    last_chunk = len(lay.stage_layers) - 1
-    # LM head + loss on the last stage: three GEMM passes and the cross-entropy (memory-bound).
-    t_head = _head_time(ctx, lay)
-
-    stage_chunks = _stage_layers(lay)
-    n_stages = lay.pp
-    compute = [0.0] * n_stages
-    fwd_only = [0.0] * n_stages
-    bwd_only = [0.0] * n_stages
-    tp_c = [0.0] * n_stages
-    cp_c = [0.0] * n_stages
-    ep_c = [0.0] * n_stages
-    stored = [0.0] * n_stages
-    working = [0.0] * n_stages
-    dense_p = [0.0] * n_stages
-    expert_p = [0.0] * n_stages
-    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
-    prefix = ctx.kind_prefix
-    for st, chunks in enumerate(stage_chunks):
-        for first, count in chunks:
-            for k, lc in enumerate(kind_cost):
-                n_k = prefix[k][first + count] - prefix[k][first]
-                if n_k == 0:
-                    continue
-                fwd_only[st] += n_k * lc.fwd_s
-                bwd_only[st] += n_k * lc.bwd_s
-                tp_c[st] += n_k * lc.tp_s
-                cp_c[st] += n_k * lc.cp_s
-                ep_c[st] += n_k * lc.ep_s
-                stored[st] += n_k * lc.stored_act_bytes
-                working[st] = max(working[st], lc.working_act_bytes)
-                dense_p[st] += n_k * lc.dense_params
-                expert_p[st] += n_k * lc.expert_params
-        compute[st] = fwd_only[st] + bwd_only[st]
-    dense_p[0] += ctx.embedding_params / lay.tp
-    last_stage = last_chunk % lay.pp
-    compute[last_stage] += t_head
-    if ctx.lm_head_params:
-        dense_p[last_stage] += ctx.lm_head_params / lay.tp
-    elif last_stage != 0:  # tied embeddings: the last stage keeps its own copy
-        dense_p[last_stage] += ctx.embedding_params / lay.tp
-    stage_time = [compute[i] + tp_c[i] + cp_c[i] + ep_c[i] for i in range(n_stages)]
-    slow = max(range(n_stages), key=lambda i: stage_time[i])
-    t_max = stage_time[slow]
-    m = lay.num_micro_batches
-
-    # ---- pipeline send/recv ----------------------------------------------------------------
-    pp_comm = 0.0
-    if lay.pp > 1 and groups.pp.levels:
-        msg = tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
-        outer = groups.pp.levels[-1]
-        t_p2p = p2p_time_s(msg, outer.beta_bytes_per_s, outer.alpha_s)
-        pp_comm = cal.pp_comm_exposed * m * 2 * lay.vpp * t_p2p + 2 * (lay.pp - 1) * t_p2p
-    bubble = (lay.pp - 1) / lay.vpp * t_max
-
-    # ---- data-parallel collectives (worst stage) ----------------------------------------------
-    dp_shard = lay.dp * lay.cp
-    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
-    dp_exposed = 0.0
-    for st in range(n_stages):
-        g_dense = dense_p[st] * GRAD_BYTES
-        g_exp = expert_p[st] * GRAD_BYTES
-        if lay.zero_stage == 3:
-            # FSDP: per layer and micro-batch, gather weights for forward and for backward and
-            # reduce-scatter gradients; each collective pays its own latency.
-            n_layers = max(1, sum(cnt for _, cnt in stage_chunks[st]))
-            per_mb = n_layers * (
-                3 * hierarchical_allgather_time_s(g_dense / n_layers, groups.dp_cp.levels)
-                + 3 * hierarchical_allgather_time_s(g_exp / n_layers, groups.edp.levels)
-            )
-            first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, groups.dp_cp.levels)
-            exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute[st])
-        else:
-            bucket_d = min(cal.dp_bucket_bytes, g_dense)
-            if lay.zero_stage == 0:
-                t_b = hierarchical_allreduce_time_s(g_dense, groups.dp_cp.levels)
-                t_b += hierarchical_allreduce_time_s(g_exp, groups.edp.levels)
-                last_b = hierarchical_allreduce_time_s(bucket_d, groups.dp_cp.levels)
-                t_f = last_f = 0.0
-            else:
-                t_b = hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
-                t_b += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
-                last_b = hierarchical_reduce_scatter_time_s(bucket_d, groups.dp_cp.levels)
-                t_f, last_f = t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
-            window_b = cal.dp_overlap * bwd_only[st]
-            window_f = cal.dp_overlap * fwd_only[st]
-            exposed = max(last_b, t_b - window_b) if t_b > 0 else 0.0
-            if t_f > 0:
-                exposed += max(last_f, t_f - window_f)
-        dp_exposed = max(dp_exposed, exposed)
-
-    # ---- optimizer step -----------------------------------------------------------------------
-    opt_params = max(
-        dense_p[st] / (dp_shard if lay.zero_stage >= 1 else 1) + expert_p[st] / (ep_shard if lay.zero_stage >= 1 else 1)
-        for st in range(n_stages)
-    )
-    t_opt = opt_params * ADAM_STEP_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
-
-    breakdown = {
-        "compute": m * compute[slow],
-        "tp_comm": m * tp_c[slow],
-        "cp_comm": m * cp_c[slow],
-        "ep_comm": m * ep_c[slow],
-        "pp_comm": pp_comm,
-        "pp_bubble": bubble,
-        "dp_comm": dp_exposed,
-        "optimizer": t_opt,
-    }
+    counts = _stage_kind_counts(ctx, lay, _stage_layers(lay))
+    stages = [stage_terms(ctx, lay, groups, s, counts[s]) for s in range(lay.pp)]
+    breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
     step = sum(breakdown.values())
-
-    # ---- memory per stage ---------------------------------------------------------------------
-    fp8 = ctx.job.training.precision == "fp8"
-    n_groups = sum(1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp) if g.size > 1)
-    memory = []
-    for st in range(n_stages):
-        d, e = dense_p[st], expert_p[st]
-        w_d = d / dp_shard if lay.zero_stage == 3 else d
-        w_e = e / ep_shard if lay.zero_stage == 3 else e
-        weights = (w_d + w_e) * (WEIGHT_BYTES + (FP8_COPY_BYTES if fp8 else 0.0))
-        g_d = d / dp_shard if lay.zero_stage >= 2 else d
-        g_e = e / ep_shard if lay.zero_stage >= 2 else e
-        grads = (g_d + g_e) * GRAD_BYTES
-        o_d = d / dp_shard if lay.zero_stage >= 1 else d
-        o_e = e / ep_shard if lay.zero_stage >= 1 else e
-        optim = (o_d + o_e) * OPTIMIZER_BYTES
-        inflight = in_flight_microbatches(st, lay.pp, lay.vpp, m)
-        acts = inflight * stored[st] + working[st]
-        if st == last_stage:
-            acts += tokens * vocab / lay.tp * LOGIT_BYTES
-        buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
-        if lay.zero_stage == 3:
-            # two layers gathered at a time (current + prefetch); their non-local part
-            share_d = d / (d + e) if d + e > 0 else 1.0
-            gathered = min(2 * max_layer_params, d + e) * (
-                share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
-            )
-            buffers += gathered * (WEIGHT_BYTES + (FP8_COPY_BYTES if fp8 else 0.0))
-        elif lay.dp * lay.cp > 1:
-            buffers += 2 * min(cal.dp_bucket_bytes, (d + e) * GRAD_BYTES)
-        buffers += cal.fragmentation * (acts + grads)
-        memory.append(StageMemory(weights, grads, optim, acts, buffers))
-    peak_stage = max(range(n_stages), key=lambda i: memory[i].total_bytes)
-
-    tokens_step = float((ctx.job.training.global_batch_size or 0) * seq)
+    memory = tuple(t.memory for t in stages)
+    peak_stage = max(range(lay.pp), key=lambda i: memory[i].total_bytes)
+    tokens_step = float((ctx.job.training.global_batch_size or 0) * ctx.job.training.seq_len)
     model_flops = ctx.flops.model_per_token * tokens_step
     extra = 0.0
     if lay.recompute == "full":
@@ -263,25 +309,22 @@ def estimate(
         extra = ctx.flops.attn_core_forward_per_token
     hw_flops = model_flops + extra * tokens_step
     denom = step * ctx.num_gpus * ctx.mfu_peak_flops
-    bottleneck = max(breakdown, key=lambda k: breakdown[k])
-    if headroom_bytes is None:
-        headroom_bytes = cal.memory_headroom_bytes
     return Estimate(
         layout=lay,
         order=order,
         placement=groups.placement(),
         step_time_s=step,
         breakdown_s=breakdown,
-        memory=tuple(memory),
+        memory=memory,
         peak_stage=peak_stage,
         capacity_bytes=ctx.capacity_bytes,
-        headroom_bytes=headroom_bytes,
+        headroom_bytes=ctx.cal.memory_headroom_bytes if headroom_bytes is None else headroom_bytes,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         mfu=model_flops / denom,
         hfu=hw_flops / denom,
         tokens_per_step=tokens_step,
-        bottleneck=bottleneck,
+        bottleneck=max(breakdown, key=lambda k: breakdown[k]),
         notes=ctx.topology.notes,
     )
 
@@ -315,65 +358,63 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     return lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
 
 
+SPLIT_RADIUS_MIN = 4
+"""Layer-split tables cover each stage's even share +- max(4, share/2) layers."""
+
+
 @dataclass(frozen=True)
 class SplitTables:
-    """Linear per-layer coefficients of one layout, for choosing a (non-uniform) layer split.
+    """Exact per-stage cost tables of one layout and rank order, indexed by the stage's layer count.
 
-    Derived from the same per-layer costs as ``estimate`` (averaged over layer kinds); constants
-    are read off the uniform-split estimate so that the tables reproduce it exactly.
+    ``time_s[s][i]``, ``dp_s[s][i]``, ``optimizer_s[s][i]`` and ``memory_bytes[s][i]`` are the
+    cost model's ``stage_terms`` for stage ``s`` holding ``lo + i`` layers. The step time of a
+    split is ``steady_coefficient * max time + max dp + max optimizer + pp_comm_s``: the same
+    composition as ``estimate`` (exact for models with one layer kind; with several kinds a
+    stage's mix is taken from where the even split puts it).
     """
 
-    layer_time_s: float
-    """Per layer, one micro-batch forward + backward, with its exposed TP/CP/EP communication."""
-    layer_static_bytes: float
-    """Per layer: weights + gradients + optimizer state after sharding."""
-    layer_act_bytes: float
-    """Per layer, one micro-batch: stored activations (incl. allocator fragmentation)."""
-    stage_const_time_s: tuple[float, ...]
-    stage_const_bytes: tuple[float, ...]
-    in_flight: tuple[float, ...]
+    lo: int
+    hi: int
+    time_s: tuple[tuple[float, ...], ...]
+    dp_s: tuple[tuple[float, ...], ...]
+    optimizer_s: tuple[tuple[float, ...], ...]
+    memory_bytes: tuple[tuple[float, ...], ...]
     steady_coefficient: float
-    """Step time = steady_coefficient * slowest stage time + other_time_s."""
-    other_time_s: float
+    pp_comm_s: float
 
 
 def split_tables(ctx: JobContext, est: Estimate) -> SplitTables:
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-    counts = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
-    total_layers = sum(counts)
-
-    def avg(f) -> float:  # noqa: ANN001
-        return sum(n * f(c) for n, c in zip(counts, costs, strict=True)) / total_layers
-
-    t_layer = avg(lambda c: c.fwd_s + c.bwd_s + c.tp_s + c.cp_s + c.ep_s)
-    params = avg(lambda c: c.dense_params + c.expert_params)
-    static_per_param = 0.0
-    mem0 = est.memory[0]  # stage 0 holds whole layers plus the embedding
-    stage_layers = _stage_layers(lay)
-    layers_per_stage = [sum(cnt for _, cnt in chunks) for chunks in stage_layers]
-    # bytes per parameter after ZeRO sharding, read off the uniform estimate's stage 0
-    p0 = layers_per_stage[0] * params + ctx.embedding_params / lay.tp
-    if p0 > 0:
-        static_per_param = (mem0.weights_bytes + mem0.gradients_bytes + mem0.optimizer_bytes) / p0
-    static_layer = static_per_param * params
-    act_layer = avg(lambda c: c.stored_act_bytes) * (1.0 + ctx.cal.fragmentation)
-    m = lay.num_micro_batches
-    in_flight = tuple(in_flight_microbatches(s, lay.pp, lay.vpp, m) for s in range(lay.pp))
-    const_b = tuple(
-        est.memory[s].total_bytes - layers_per_stage[s] * (static_layer + in_flight[s] * act_layer)
-        for s in range(lay.pp)
+    layers = len(ctx.layer_kind)
+    per_stage = [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
+    share = layers / lay.pp
+    radius = max(SPLIT_RADIUS_MIN, int(share // 2))
+    lo = max(lay.vpp, int(share) - radius) if lay.pp > 1 else layers
+    hi = min(layers - (lay.pp - 1) * lay.vpp, int(share) + 1 + radius) if lay.pp > 1 else layers
+    lo = min(lo, *per_stage)
+    hi = max(hi, *per_stage)
+    prefix = ctx.kind_prefix
+    offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
+    time_t, dp_t, opt_t, mem_t = [], [], [], []
+    for s in range(lay.pp):
+        row_t, row_d, row_o, row_m = [], [], [], []
+        for n in range(lo, hi + 1):
+            start = 0 if s == 0 else min(offsets[s], layers - n)
+            counts = tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
+            t = stage_terms(ctx, lay, groups, s, counts)
+            row_t.append(t.time_s)
+            row_d.append(t.dp_exposed_s)
+            row_o.append(t.optimizer_s)
+            row_m.append(t.memory.total_bytes)
+        time_t.append(tuple(row_t))
+        dp_t.append(tuple(row_d))
+        opt_t.append(tuple(row_o))
+        mem_t.append(tuple(row_m))
+    return SplitTables(
+        lo, hi, tuple(time_t), tuple(dp_t), tuple(opt_t), tuple(mem_t),
+        lay.num_micro_batches + (lay.pp - 1) / lay.vpp, pp_comm_s(ctx, lay, groups),
     )
-    last = (len(lay.stage_layers) - 1) % lay.pp
-    const_t = tuple(_head_time(ctx, lay) if s == last else 0.0 for s in range(lay.pp))
-    slow_stage_time = (
-        est.breakdown_s["compute"] + est.breakdown_s["tp_comm"] + est.breakdown_s["cp_comm"] + est.breakdown_s["ep_comm"]
-    ) / m
-    coef = m + (lay.pp - 1) / lay.vpp
-    other = est.step_time_s - coef * slow_stage_time
-    return SplitTables(t_layer, static_layer, act_layer, const_t, const_b, in_flight, coef, other)
 
 
 def _head_time(ctx: JobContext, lay: ResolvedLayout) -> float:

@@ -33,8 +33,10 @@ class Tier:
     alpha_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Topology:
+    """Compared and hashed by identity: one instance per job context (cheap cache keys)."""
+
     tiers: tuple[Tier, ...]
     num_gpus: int
     scale_up_mesh: bool
@@ -100,9 +102,12 @@ def build_topology(
     return Topology(tuple(tiers), num_gpus, gpu.scale_up_topology == "mesh", tuple(notes))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GroupGeometry:
-    """How one process group of an axis spreads over the tiers."""
+    """How one process group of an axis spreads over the tiers.
+
+    Instances come from a cache keyed by (topology, stride, size), so identity is equality.
+    """
 
     size: int
     levels: tuple[Level, ...]

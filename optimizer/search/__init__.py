@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, estimate, split_tables
+from optimizer.cost.estimate import compute_lower_bound_s, split_tables
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
@@ -29,6 +29,12 @@ POOL_EXTRA = 8
 """Candidates kept beyond top_k for the CP-SAT stage."""
 MAX_RESCUE = 64
 """Pipelined layouts that missed memory with a uniform split, offered to CP-SAT for a better split."""
+
+
+def _layout_key(lay: ResolvedLayout) -> tuple:
+    """A layout's identity without its layer split."""
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+            lay.sequence_parallel)
 
 
 def _rank_key(est: Estimate) -> tuple:
@@ -66,16 +72,18 @@ def search(request: PlanRequest) -> PlanResponse:
     order = sorted(range(len(layouts)), key=lambda i: bounds[i])
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
-    worst_heap: list[tuple[float, int]] = []  # max-heap (negated) of pool step times
+    kth_heap: list[float] = []  # max-heap (negated) of the k best step times seen
     oom: list[Estimate] = []
+    smallest: Estimate | None = None  # the costed layout needing the least memory
     proved = True
     next_bound: float | None = None
     costed = 0
-    for rank, i in enumerate(order):
-        if len(worst_heap) >= pool_size and bounds[i] > -worst_heap[0][0]:
-            next_bound = bounds[i]
+    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
+    for i in order:
+        if len(kth_heap) >= spec.top_k and bounds[i] > -kth_heap[0]:
+            next_bound = bounds[i]  # nothing from here on can enter the top-k
             break
-        if time.perf_counter() > deadline - 0.2 * spec.time_limit_s:
+        if time.perf_counter() > budget_end:
             proved = False
             next_bound = bounds[i]
             break
@@ -83,21 +91,30 @@ def search(request: PlanRequest) -> PlanResponse:
         costed += 1
         if est.fits_memory:
             fitting.append(est)
-            heapq.heappush(worst_heap, (-est.step_time_s, rank))
-            if len(worst_heap) > pool_size:
-                heapq.heappop(worst_heap)
-        elif est.layout.pp > 1:
-            oom.append(est)
+            heapq.heappush(kth_heap, -est.step_time_s)
+            if len(kth_heap) > spec.top_k:
+                heapq.heappop(kth_heap)
+        else:
+            if smallest is None or est.peak_memory_bytes < smallest.peak_memory_bytes:
+                smallest = est
+            if est.layout.pp > 1:
+                oom.append(est)
     info.candidates_fitting_memory = len(fitting)
     fitting.sort(key=_rank_key)
-    pool = fitting[:pool_size]
-    cutoff = pool[-1].step_time_s if len(pool) >= pool_size else float("inf")
-    rescue = sorted((e for e in oom if compute_lower_bound_s(ctx, e.layout) < cutoff), key=_rank_key)[:MAX_RESCUE]
+    kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
+    # CP-SAT sees every costed layout that could still reach the top-k with a better layer split
+    # (its bound is below the k-th best time), the fitting ones first.
+    pool = fitting[:pool_size] + [
+        e for e in fitting[pool_size:] if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth
+    ][:MAX_RESCUE]
+    # the pipelined layouts closest to fitting are the likeliest to fit with a better split
+    rescue = sorted(
+        (e for e in oom if compute_lower_bound_s(ctx, e.layout) < kth), key=lambda e: e.peak_memory_bytes
+    )[:MAX_RESCUE]
     candidates = pool + rescue
     info.candidates_to_solver = len(candidates)
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
-    bound_s: float | None = None
     if candidates:
         ref = pool[0].step_time_s if pool else min(e.step_time_s for e in candidates)
         model = SplitModel(
@@ -117,19 +134,27 @@ def search(request: PlanRequest) -> PlanResponse:
                 break
             if res.status != "OPTIMAL":
                 cp_status = res.status
-            if bound_s is None:
-                bound_s = res.bound_s
             chosen = candidates[res.choice.index]
             results.append(_rescore(ctx, chosen, res.choice.stage_layers, headroom))
             excluded.append(res.choice.index)
-    results = [r for r in results if r.fits_memory]
-    results.sort(key=_rank_key)
-    results = results[: spec.top_k]
+    # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
+    # answers (which may carry better splits) and keep each layout once, at its best split.
+    best_by_layout: dict[tuple, Estimate] = {}
+    for est in [*pool, *results]:
+        if not est.fits_memory:
+            continue
+        key = _layout_key(est.layout)
+        if key not in best_by_layout or _rank_key(est) < _rank_key(best_by_layout[key]):
+            best_by_layout[key] = est
+    results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
     info.status = cp_status
     info.proved_optimal = proved and cp_status == "OPTIMAL" and bool(results)
-    info.objective_bound = (
-        min(bound_s, results[0].step_time_s) if (bound_s is not None and results) else next_bound
-    )
+    if info.proved_optimal:
+        info.objective_bound = results[0].step_time_s
+    elif results:  # the optimum is the best costed plan or something with a bound >= next_bound
+        info.objective_bound = min(results[0].step_time_s, next_bound if next_bound is not None else float("inf"))
+    else:
+        info.objective_bound = next_bound
     info.wall_time_s = time.perf_counter() - t0
     warnings: list[str] = []
     if not proved:
@@ -138,11 +163,23 @@ def search(request: PlanRequest) -> PlanResponse:
             f"{next_bound:.3f} s"
         )
     if not results:
+        if not proved:
+            return PlanResponse(
+                status="feasible",
+                plans=[],
+                solver=info,
+                explanation=(
+                    f"no layout that fits in memory was found within search.time_limit_s = {spec.time_limit_s} s "
+                    f"({costed} of {len(layouts)} layouts costed); infeasibility is not proved: raise the time "
+                    "limit or narrow search.fix / search.allow"
+                ),
+                warnings=warnings,
+            )
         return PlanResponse(
             status="infeasible",
             plans=[],
             solver=info,
-            explanation=_memory_explanation(ctx, job, layouts, headroom),
+            explanation=_memory_explanation(smallest),
             warnings=warnings,
         )
     plans = [to_plan(job, e) for e in results]
@@ -155,7 +192,7 @@ def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None
     if split == cand.layout.stage_layers:
         return cand
     lay: ResolvedLayout = replace(cand.layout, stage_layers=split)
-    est = estimate(ctx, lay, cand.order, headroom)
+    est = best_estimate(ctx, lay, headroom_bytes=headroom)  # the best rank order may change with the split
     if not cand.fits_memory:
         return est
     if est.fits_memory and est.step_time_s < cand.step_time_s * (1 - 1e-6):
@@ -174,18 +211,10 @@ def _no_layout_explanation(job: JobSpec) -> str:
     )
 
 
-def _memory_explanation(ctx, job: JobSpec, layouts: list[ResolvedLayout], headroom: float | None) -> str:  # noqa: ANN001
-    """Name the smallest memory need over the most memory-frugal layouts, against capacity."""
-    frugal = max(lay.zero_stage for lay in layouts)
-    rc_rank = {"none": 0, "selective": 1, "full": 2}
-    most_rc = max(rc_rank[lay.recompute] for lay in layouts)
-    subset = [lay for lay in layouts if lay.zero_stage == frugal and rc_rank[lay.recompute] == most_rc]
-    best: Estimate | None = None
-    for lay in subset[:4000]:
-        est = best_estimate(ctx, lay, headroom_bytes=headroom)
-        if best is None or est.peak_memory_bytes < best.peak_memory_bytes:
-            best = est
-    assert best is not None
+def _memory_explanation(best: Estimate | None) -> str:
+    """Name the smallest per-GPU memory need over all layouts (all were costed) against capacity."""
+    if best is None:
+        return "no layout fits in memory"
     lay = best.layout
     cap = to_gib(best.capacity_bytes - best.headroom_bytes)
     return (

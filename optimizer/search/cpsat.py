@@ -1,12 +1,14 @@
 """CP-SAT model: pick a layout among the surviving candidates jointly with its layer split.
 
-Variables: one boolean per candidate (layout + rank order from the exact enumeration), and for
-pipelined candidates an integer layer count per pipeline chunk. Constraints: exactly one
-candidate; the chunk counts sum to the model's layers; per-stage memory (static bytes per layer +
-in-flight activations per layer + the stage's constants) within capacity; the slowest-stage
-time bounds every stage. Objective: ``steady_coefficient * slowest stage + other time``.
-All coefficients come from ``optimizer.cost.estimate.split_tables`` (the cost model), scaled to
-integers per request; every answer is re-scored with the float cost model afterwards.
+Variables: one boolean per candidate (layout + rank order from the exact enumeration) and one
+integer per pipeline stage (its layer count). Constraints: exactly one candidate; the stage
+counts sum to the model's layers; each stage's count is restricted to values whose memory fits
+(the per-stage memory limit); element constraints read the stage's time, exposed
+data-parallel time and optimizer time from tables. Objective: ``steady_coefficient x slowest
+stage + slowest DP + slowest optimizer + pipeline send/recv``, the composition ``estimate``
+uses. The tables come from ``optimizer.cost.estimate.split_tables`` (the cost model's own
+``stage_terms``), scaled to integers per request so the best known step time is 10^7 units;
+every answer is re-scored with the float cost model afterwards.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from ortools.sat.python import cp_model
 
 from optimizer.cost.estimate import Estimate, SplitTables
 
-OBJECTIVE_UNITS = 1_000_000
+OBJECTIVE_UNITS = 10_000_000
 """The best known step time maps to this many objective units (per-request scale)."""
-MEMORY_UNIT_BYTES = 2**20  # MiB
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ class SolveResult:
     bound_s: float | None
 
 
+def chunk_split(per_stage: list[int], vpp: int) -> tuple[int, ...]:
+    """Layers per chunk in schedule order (chunk ``v*pp + s``) from layers per stage."""
+    pp = len(per_stage)
+    chunks = [0] * (pp * vpp)
+    for s, n in enumerate(per_stage):
+        base, extra = divmod(n, vpp)
+        for v in range(vpp):
+            chunks[v * pp + s] = base + (1 if v >= vpp - extra else 0)
+    return tuple(chunks)
+
+
 class SplitModel:
     """One CP-SAT model over the candidates; ``solve`` can be called repeatedly with exclusions."""
 
@@ -59,33 +71,62 @@ class SplitModel:
     def _build(self) -> None:
         m = self.model
         objective = []
+        horizon = 0
+        for cand in self.candidates:
+            tb = cand.tables
+            worst = tb.steady_coefficient * max(max(r) for r in tb.time_s) + max(max(r) for r in tb.dp_s)
+            worst += max(max(r) for r in tb.optimizer_s) + tb.pp_comm_s
+            horizon = max(horizon, self._units(worst) + 1)
         for i, cand in enumerate(self.candidates):
             lay = cand.estimate.layout
             tb = cand.tables
             x = m.new_bool_var(f"pick_{i}")
             self.pick.append(x)
-            chunks = len(lay.stage_layers)
-            if lay.pp == 1:
-                counts = [m.new_constant(lay.stage_layers[0])]
-            else:
-                counts = [m.new_int_var(1, cand.num_layers, f"n_{i}_{j}") for j in range(chunks)]
-                m.add(sum(counts) == cand.num_layers)
-            self.counts.append(counts)
-            t_unit = round(tb.steady_coefficient * tb.layer_time_s * self.scale)
-            slow = m.new_int_var(0, 10 * OBJECTIVE_UNITS * max(1, cand.num_layers), f"slow_{i}")
-            cap = int((cand.capacity_bytes - cand.estimate.headroom_bytes) // MEMORY_UNIT_BYTES)
+            cap_bytes = cand.capacity_bytes - cand.estimate.headroom_bytes
+            slow = m.new_int_var(0, horizon, f"slow_{i}")
+            dp = m.new_int_var(0, horizon, f"dp_{i}")
+            opt = m.new_int_var(0, horizon, f"opt_{i}")
+            counts = []
             for s in range(lay.pp):
-                mine = [counts[j] for j in range(chunks) if j % lay.pp == s]
-                const_t = round(tb.steady_coefficient * tb.stage_const_time_s[s] * self.scale)
-                m.add(slow >= t_unit * sum(mine) + const_t).only_enforce_if(x)
-                per_layer_b = round((tb.layer_static_bytes + tb.in_flight[s] * tb.layer_act_bytes) / MEMORY_UNIT_BYTES)
-                const_b = round(tb.stage_const_bytes[s] / MEMORY_UNIT_BYTES)
-                m.add(per_layer_b * sum(mine) + const_b <= cap).only_enforce_if(x)
-            m.add(slow == 0).only_enforce_if(x.Not())
-            objective.append(slow)
-            objective.append(round(tb.other_time_s * self.scale) * x)
+                # One integer per stage: the tables depend only on how many layers a stage holds
+                # (per-chunk counts would only add symmetric solutions); chunks split it evenly.
+                allowed = [
+                    n for j, n in enumerate(range(tb.lo, tb.hi + 1))
+                    if tb.memory_bytes[s][j] <= cap_bytes  # per-stage memory limit, exact float test
+                ]
+                if lay.pp == 1:
+                    allowed = [cand.num_layers] if allowed else []
+                n = m.new_int_var_from_domain(cp_model.Domain.FromValues(allowed or [tb.lo]), f"n_{i}_{s}")
+                if not allowed:
+                    m.add_bool_or([x.Not()])  # this candidate cannot fit at all within the tables
+                counts.append(n)
+                idx = m.new_int_var(0, tb.hi - tb.lo, f"idx_{i}_{s}")
+                m.add(idx == n - tb.lo)
+                for name, table, var, weight in (
+                    ("t", tb.time_s[s], slow, tb.steady_coefficient),
+                    ("d", tb.dp_s[s], dp, 1.0),
+                    ("o", tb.optimizer_s[s], opt, 1.0),
+                ):
+                    val = m.new_int_var(0, horizon, f"{name}_{i}_{s}")
+                    m.add_element(idx, [self._units(weight * v) for v in table], val)
+                    m.add(var >= val).only_enforce_if(x)
+            m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
+            for var in (slow, dp, opt):
+                m.add(var == 0).only_enforce_if(x.Not())
+            self.counts.append(counts)
+            objective += [slow, dp, opt, self._units(tb.pp_comm_s) * x]
         m.add_exactly_one(self.pick)
         m.minimize(sum(objective))
+        # Hint: the first candidate (the best exact uniform-split estimate) with its own split.
+        if self.candidates:
+            for i, x in enumerate(self.pick):
+                m.add_hint(x, i == 0)
+            first = self.candidates[0].estimate.layout
+            for s, c in enumerate(self.counts[0]):
+                m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
+
+    def _units(self, seconds: float) -> int:
+        return int(round(seconds * self.scale))
 
     def solve(self, excluded: list[int], time_limit_s: float) -> SolveResult:
         for i in excluded:
@@ -100,7 +141,8 @@ class SplitModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return SolveResult(None, name, None)
         idx = next(i for i, x in enumerate(self.pick) if solver.value(x))
-        counts = tuple(int(solver.value(c)) for c in self.counts[idx])
+        per_stage = [int(solver.value(c)) for c in self.counts[idx]]
+        counts = chunk_split(per_stage, self.candidates[idx].estimate.layout.vpp)
         return SolveResult(
             Choice(idx, counts, solver.objective_value / self.scale), name, solver.best_objective_bound / self.scale
         )

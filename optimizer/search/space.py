@@ -8,7 +8,7 @@ Values are any divisors (not just powers of two) that satisfy the model's divisi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import fields as dataclass_fields
 from itertools import product
 
 from optimizer.cost.rules import ResolvedLayout, resolve
@@ -17,10 +17,19 @@ from optimizer.specs import JobSpec, SearchSpec
 
 MAX_TP = 64
 MAX_CP = 64
+MIN_CP_CHUNK = 512
+"""Context parallelism splits each sequence into ``2*cp`` chunks; below this many tokens per chunk
+the ring exchange cannot hide behind attention, so such ``cp`` values are not searched
+(``/evaluate`` still scores them)."""
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
+
+
+def astuple_shallow(lay: ResolvedLayout) -> tuple:
+    """The layout's fields in declaration order (no deep copy, unlike ``dataclasses.astuple``)."""
+    return tuple(getattr(lay, f.name) for f in dataclass_fields(lay))
 
 
 def divisors(n: int) -> list[int]:
@@ -50,7 +59,11 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
     div_n = divisors(n)
     tps = _choices("tp", [d for d in div_n if d <= MAX_TP and heads % d == 0], search)
     pps = _choices("pp", [d for d in div_n if d <= layers], search)
-    cps = _choices("cp", [d for d in div_n if d <= MAX_CP and (d == 1 or seq % (2 * d) == 0)], search)
+    cps = _choices(
+        "cp",
+        [d for d in div_n if d <= MAX_CP and (d == 1 or (seq % (2 * d) == 0 and seq // (2 * d) >= MIN_CP_CHUNK))],
+        search,
+    )
     experts = model.moe.num_experts if model.moe else 1
     zeros = _choices("zero_stage", list(ZERO_STAGES), search)
     rcs = _choices("recompute", list(RECOMPUTE), search)
@@ -84,5 +97,6 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
                     except InvalidLayout:
                         continue
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
+                    fields = astuple_shallow(base)
                     for zero, rc in product(zeros, rcs):
-                        yield replace(base, zero_stage=zero, recompute=rc)
+                        yield ResolvedLayout(*fields[:7], zero, rc, *fields[9:])
