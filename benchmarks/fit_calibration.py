@@ -27,6 +27,7 @@ GRID: dict[str, list[float]] = {
     "pp_comm_exposed": [0.25, 0.5, 1.0],
     "cp_overlap": [0.0, 0.5, 1.0],
     "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
+    "ep_comm_overlap": [0.0, 0.25, 0.5, 0.75],
     "hbm_efficiency": [0.5, 0.75, 0.9],
     "power_clock_exponent": [0.33, 0.5, 0.75],
 }

@@ -54,8 +54,9 @@ class Calibration:
     """Fraction of pipeline send/recv time left on the critical path (p2p overlap)."""
     ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
-    ep_comm_overlap: float = 0.0
-    """Fraction of expert all-to-all hidden behind compute (0: not overlapped)."""
+    ep_comm_overlap: float = 0.5
+    """Fraction of expert all-to-all hidden behind compute (DeepEP / all-to-all overlap with the
+    other micro-batch in 1F1B)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

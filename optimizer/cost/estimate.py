@@ -109,8 +109,12 @@ def _stage_kind_counts(
 def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
     """``m * slowest stage + bubble``: a lower bound on ``estimate`` for this rank order (every
     other term is non-negative). Lets callers skip orders that cannot win."""
+    kind_cost = _kind_costs(ctx, lay, groups)
     counts = _stage_kind_counts(ctx, lay, _stage_layers(lay))
-    slowest = max(stage_terms(ctx, lay, groups, s, counts[s]).time_s for s in range(lay.pp))
+    slowest = max(
+        sum(n * (lc.fwd_s + lc.bwd_s + lc.tp_s + lc.cp_s + lc.ep_s) for n, lc in zip(c, kind_cost, strict=True))
+        for c in set(counts)
+    )  # the LM head is left out: still a lower bound
     return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest
 
 
@@ -159,11 +163,32 @@ def stage_terms(
     Stage 0 also holds the embedding, the last stage the LM head and loss (both with ``pp = 1``).
     Memoised per job: the search's layer-split tables call it for many layer counts.
     """
+    first = stage == 0
+    last = stage == (len(lay.stage_layers) - 1) % lay.pp
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups, stage, kind_counts)
-    hit = ctx.memo.get(key)
-    if hit is not None:
-        return hit
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups, first, last, kind_counts)
+    core = ctx.memo.get(key)
+    if core is None:
+        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = core
+    partial, stored, grads_bytes = core
+    # activations: the in-flight micro-batches depend on the stage's position in the pipeline
+    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + partial.memory.activations_bytes
+    buffers = partial.memory.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
+    mem = partial.memory
+    return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
+        partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
+        partial.dp_exposed_s, partial.optimizer_s,
+        StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers),
+    )
+
+
+def _stage_core(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float]:
+    """Everything of a stage but its in-flight activations: (terms with the stage's activations
+    set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
+    per micro-batch, gradient bytes)."""
     cal = ctx.cal
     kind_cost = _kind_costs(ctx, lay, groups)
     present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
@@ -178,8 +203,6 @@ def stage_terms(
     expert = sum(n * lc.expert_params for n, lc in present)
     n_layers = max(1, sum(kind_counts))
     max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
-    first = stage == 0
-    last = stage == (len(lay.stage_layers) - 1) % lay.pp
     compute = fwd + bwd
     if first:
         dense += ctx.embedding_params / lay.tp
@@ -231,7 +254,7 @@ def stage_terms(
     weights = (dense / dp_shard if lay.zero_stage == 3 else dense) + (expert / ep_shard if lay.zero_stage == 3 else expert)
     grads = (dense / dp_shard if lay.zero_stage >= 2 else dense) + (expert / ep_shard if lay.zero_stage >= 2 else expert)
     optim = (dense / dp_shard if lay.zero_stage >= 1 else dense) + (expert / ep_shard if lay.zero_stage >= 1 else expert)
-    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, m) * stored + working
+    acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
         acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * LOGIT_BYTES
@@ -246,11 +269,8 @@ def stage_terms(
         buffers += gathered * w_bytes
     elif lay.dp * lay.cp > 1:
         buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
-    buffers += cal.fragmentation * (acts + grads * GRAD_BYTES)
     memory = StageMemory(weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES, acts, buffers)
-    out = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, dp_exposed, t_opt, memory)
-    ctx.memo[key] = out
-    return out
+    return StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, dp_exposed, t_opt, memory), stored, grads * GRAD_BYTES
 
 
 def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:

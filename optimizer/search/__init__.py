@@ -27,7 +27,7 @@ from optimizer.units import GIB, to_gib
 
 POOL_EXTRA = 8
 """Candidates kept beyond top_k for the CP-SAT stage."""
-MAX_RESCUE = 64
+MAX_RESCUE = 16
 """Pipelined layouts that missed memory with a uniform split, offered to CP-SAT for a better split."""
 
 
@@ -104,39 +104,37 @@ def search(request: PlanRequest) -> PlanResponse:
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
     # CP-SAT sees every costed layout that could still reach the top-k with a better layer split
     # (its bound is below the k-th best time), the fitting ones first.
-    pool = fitting[:pool_size] + [
-        e for e in fitting[pool_size:] if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth
-    ][:MAX_RESCUE]
+    pool = fitting[:pool_size]
     # the pipelined layouts closest to fitting are the likeliest to fit with a better split
     rescue = sorted(
         (e for e in oom if compute_lower_bound_s(ctx, e.layout) < kth), key=lambda e: e.peak_memory_bytes
     )[:MAX_RESCUE]
-    candidates = pool + rescue
+    # Only pipelined layouts have a layer split to choose; the others keep their exact estimate.
+    splittable = [e for e in pool if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth]
+    candidates = splittable + rescue
     info.candidates_to_solver = len(candidates)
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
-    if candidates:
-        ref = pool[0].step_time_s if pool else min(e.step_time_s for e in candidates)
-        model = SplitModel(
-            [
-                Candidate(e, split_tables(ctx, e), e.capacity_bytes, job.model.num_layers or 0)
-                for e in candidates
-            ],
-            ref,
-        )
-        excluded: list[int] = []
-        for _ in range(min(spec.top_k, len(candidates))):
-            remaining = max(0.05, deadline - time.perf_counter())
-            res = model.solve(excluded, remaining)
-            if res.choice is None:
-                if res.status != "INFEASIBLE":
-                    cp_status = res.status
-                break
-            if res.status != "OPTIMAL":
+    # Each pipelined candidate's best layer split is its own small CP-SAT model (per-stage layer
+    # counts, per-stage memory limits, exact cost tables). Picking the layout over candidates is
+    # then a minimum over their optima: the same answer as one joint model (``SplitModel`` takes
+    # any number of candidates) with forbid-and-resolve for the top-k, at a fraction of the time.
+    for n_done, cand in enumerate(candidates):
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            cp_status = "UNKNOWN" if n_done < len(candidates) else cp_status
+            break
+        budget = max(0.02, remaining / (len(candidates) - n_done))
+        tables = split_tables(ctx, cand)
+        model = SplitModel([Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)], cand.step_time_s)
+        res = model.solve([], budget)
+        if res.choice is None:
+            if res.status != "INFEASIBLE":
                 cp_status = res.status
-            chosen = candidates[res.choice.index]
-            results.append(_rescore(ctx, chosen, res.choice.stage_layers, headroom))
-            excluded.append(res.choice.index)
+            continue
+        if res.status != "OPTIMAL":
+            cp_status = res.status
+        results.append(_rescore(ctx, cand, res.choice.stage_layers, headroom))
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
     # answers (which may carry better splits) and keep each layout once, at its best split.
     best_by_layout: dict[tuple, Estimate] = {}

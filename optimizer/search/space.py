@@ -66,6 +66,10 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
     )
     experts = model.moe.num_experts if model.moe else 1
     zeros = _choices("zero_stage", list(ZERO_STAGES), search)
+    if 1 in zeros and 2 in zeros:
+        # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
+        # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
+        zeros.remove(1)
     rcs = _choices("recompute", list(RECOMPUTE), search)
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
