@@ -495,7 +495,6 @@ def render_text(rep: ValidationReport) -> str:
 
 
 def render_markdown(rep: ValidationReport) -> str:
-    s = rep.summary
     md = [
         "# Cost-model validation against published runs",
         "",

@@ -431,9 +431,9 @@ def test_seed_scenario_gpt3_175b_on_8192_h100() -> None:
 
     The seed text's layout is TP=8, PP=8, DP=128 at 25.9% MFU. The planner's answer:
     TP=4, CP=2, PP=16 with 6 virtual chunks per stage (one layer each), DP=64, micro-batch 1,
-    ZeRO-2, no recompute; TP and CP on NVLink, DP and PP across the spine; 0.694 s per step,
-    39.6% MFU, 17.8 GiB peak (status optimal, proved; 13-30 s on a 2-core machine).
-    Runner-up: TP=8, PP=16 (vpp 6), DP=64 at 39.5% MFU.
+    ZeRO-2, no recompute; TP and CP on NVLink, DP and PP across the spine; 0.771 s per step,
+    35.6% MFU, 17.8 GiB peak (status optimal, proved, in ~1 s). Runner-up: the same layout with
+    selective recompute at 35.0% MFU.
     """
     job = {
         "model": {"preset": "gpt3-175b"},

@@ -11,7 +11,7 @@ from __future__ import annotations
 from optimizer.cost.context import JobContext, build_context
 from optimizer.cost.estimate import Estimate, estimate, steady_state_s
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
-from optimizer.cost.topology import axis_groups, candidate_orders
+from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout
 
 
@@ -25,7 +25,7 @@ def best_estimate(
 
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
-    best: Estimate | None = None
+    distinct: list[tuple[float, tuple[str, ...], AxisGroups]] = []
     seen: set[tuple] = set()
     for order in candidate_orders(lay.sizes()):
         groups = axis_groups(ctx.topology, order, lay.sizes())
@@ -33,8 +33,14 @@ def best_estimate(
         if signature in seen:  # another order already gave every axis the same groups
             continue
         seen.add(signature)
-        if best is not None and steady_state_s(ctx, lay, groups) >= best.step_time_s:
-            continue  # this order's pipeline alone is already slower than the best order
+        distinct.append((steady_state_s(ctx, lay, groups), order, groups))
+    # Most promising orders first (stable: ties keep the canonical order first), so the bound
+    # below prunes as many full estimates as possible.
+    distinct.sort(key=lambda item: item[0])
+    best: Estimate | None = None
+    for steady, order, groups in distinct:
+        if best is not None and steady >= best.step_time_s:
+            break  # this order's (and every later order's) pipeline alone is already slower
         est = estimate(ctx, lay, order, headroom_bytes, groups)
         if not placement and not est.fits_memory:
             return est  # memory does not depend on the rank order: no order can make it fit

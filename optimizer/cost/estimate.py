@@ -10,7 +10,10 @@ and the validation benchmark all call it. Step time is composed as
          + optimizer step                       (memory-bound Adam on the local shard)
 
 where ``t_stage`` is one micro-batch's forward + backward through a stage: compute plus the
-exposed TP, CP and EP communication of its layers (``layer.py``).
+exposed TP, CP and EP communication of its layers (``layer.py``). Data-parallel and optimizer
+times are the worst stage's. Everything per stage comes from ``stage_terms``, which the search's
+layer-split tables (``split_tables``) also call, so a split the solver picks is costed by the
+same arithmetic.
 """
 
 from __future__ import annotations
@@ -90,13 +93,12 @@ def _stage_layers(lay: ResolvedLayout) -> list[list[tuple[int, int]]]:
     return stages
 
 
-def _stage_kind_counts(
-    ctx: JobContext, lay: ResolvedLayout, stage_chunks: list[list[tuple[int, int]]]
-) -> list[tuple[int, ...]]:
+def _stage_kind_counts(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[int, ...]]:
     """Layers of each kind on each stage (memoised per split)."""
     key = ("counts", lay.pp, lay.stage_layers)
     cached = ctx.memo.get(key)
     if cached is None:
+        stage_chunks = _stage_layers(lay)
         prefix = ctx.kind_prefix
         cached = [
             tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
@@ -110,7 +112,7 @@ def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> 
     """``m * slowest stage + bubble``: a lower bound on ``estimate`` for this rank order (every
     other term is non-negative). Lets callers skip orders that cannot win."""
     kind_cost = _kind_costs(ctx, lay, groups)
-    counts = _stage_kind_counts(ctx, lay, _stage_layers(lay))
+    counts = _stage_kind_counts(ctx, lay)
     slowest = max(
         sum(n * (lc.fwd_s + lc.bwd_s + lc.tp_s + lc.cp_s + lc.ep_s) for n, lc in zip(c, kind_cost, strict=True))
         for c in set(counts)
@@ -314,7 +316,7 @@ def estimate(
 ) -> Estimate:
     if groups is None:
         groups = axis_groups(ctx.topology, order, lay.sizes())
-    counts = _stage_kind_counts(ctx, lay, _stage_layers(lay))
+    counts = _stage_kind_counts(ctx, lay)
     stages = [stage_terms(ctx, lay, groups, s, counts[s]) for s in range(lay.pp)]
     breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
     step = sum(breakdown.values())
