@@ -371,9 +371,8 @@ def test_tensor_parallel_lands_on_nvlink() -> None:
 
 def test_expert_parallel_lands_on_nvlink_in_a_72_gpu_domain() -> None:
     # qwen3-30b-a3b (128 experts, top-8) on 144 GB200, seq 4096, 288 sequences: best is ep=2 on
-    # NVLink, dp=144, ZeRO-2 (29.3% MFU). On 72 GB200 (144 sequences) ep=1 wins narrowly (dp=72,
-    # 29.6% MFU); mixtral-8x7b (8 experts, top-2) keeps ep=1 on 72 and 144 GB200 (~48.7% MFU,
-    # ep=2 on NVLink ~0.8% behind).
+    # NVLink, dp=144 across the leaf, ZeRO-2, 31.6% MFU (on 72 GB200 also ep=2, 31.5%).
+    # mixtral-8x7b (8 experts, top-2) on 72 / 144 GB200: ep=8 on NVLink, ZeRO-3, ~49% MFU.
     response = planned(MOE_NVL72)
     best = response.plans[0]
     assert best.config.ep > 1, describe(best)
