@@ -168,7 +168,9 @@ def stage_terms(
     first = stage == 0
     last = stage == (len(lay.stage_layers) - 1) % lay.pp
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups, first, last, kind_counts)
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+           # the only geometries a stage's own terms depend on (pp placement does not enter)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
     core = ctx.memo.get(key)
     if core is None:
         core = _stage_core(ctx, lay, groups, kind_counts, first, last)
