@@ -409,6 +409,7 @@ def test_dense_1t_on_8_h100_is_infeasible() -> None:
     assert not response.plans
     assert response.explanation is not None
     assert "GiB" in response.explanation and "capacity" in response.explanation
+    assert response.solver.status == "INFEASIBLE" and not response.solver.proved_optimal
 
 
 def test_fix_is_honoured() -> None:

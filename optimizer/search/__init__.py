@@ -173,6 +173,7 @@ def search(request: PlanRequest) -> PlanResponse:
                 ),
                 warnings=warnings,
             )
+        info.status = "INFEASIBLE"
         return PlanResponse(
             status="infeasible",
             plans=[],
