@@ -361,7 +361,8 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """A lower bound on ``estimate(...).step_time_s`` for every rank order and layer split.
 
     The slowest stage is at least the average stage, so ``m * avg + (pp-1)/vpp * avg`` bounds the
-    steady pipeline plus bubble; every other term is non-negative. Uses the same per-layer costs.
+    steady pipeline plus bubble, and the average stage's optimizer step bounds the optimizer term;
+    every other term is non-negative. Uses the same per-layer costs.
     """
     key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     per_layer_total = ctx.memo.get(key)
@@ -377,9 +378,21 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
         per_layer_total = sum(
             ctx.kind_prefix[k][-1] * (c.fwd_s + c.bwd_s + c.tp_s + c.cp_s + c.ep_s) for k, c in enumerate(costs)
         )
+        dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
+        expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
+        per_layer_total = (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
         ctx.memo[key] = per_layer_total
-    avg = per_layer_total / lay.pp
-    return lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
+    layer_time, dense, expert = per_layer_total
+    avg = layer_time / lay.pp
+    bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
+    # The optimizer step of the heaviest stage is at least that of the average stage.
+    if lay.zero_stage >= 1:
+        dense /= lay.dp * lay.cp
+        expert /= lay.tp * lay.dp * lay.cp // lay.ep
+    bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / (
+        ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    )
+    return bound
 
 
 SPLIT_RADIUS_MIN = 4
