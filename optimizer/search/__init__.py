@@ -102,10 +102,10 @@ def search(request: PlanRequest) -> PlanResponse:
     info.candidates_fitting_memory = len(fitting)
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
-    # CP-SAT sees every costed layout that could still reach the top-k with a better layer split
-    # (its bound is below the k-th best time), the fitting ones first.
+    # CP-SAT chooses layer splits for the best ``pool_size`` fitting pipelined layouts and for up to
+    # MAX_RESCUE pipelined layouts that missed memory with an even split but whose bound is below
+    # the k-th best time (closest to fitting first: the likeliest to fit with a better split).
     pool = fitting[:pool_size]
-    # the pipelined layouts closest to fitting are the likeliest to fit with a better split
     rescue = sorted(
         (e for e in oom if compute_lower_bound_s(ctx, e.layout) < kth), key=lambda e: e.peak_memory_bytes
     )[:MAX_RESCUE]
