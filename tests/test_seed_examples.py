@@ -22,7 +22,8 @@ from optimizer.cost.comm import (
     p2p_time_s,
     ring_allreduce_time_s,
 )
-from optimizer.cost.estimate import WEIGHT_BYTES, Estimate, groups_for
+from optimizer.cost.estimate import WEIGHT_BYTES, Estimate
+from optimizer.cost.topology import axis_groups
 from optimizer.cost.flops import model_flops
 from optimizer.cost.layer import Dims, layer_cost
 from optimizer.cost.pipeline import bubble_fraction_gpipe, bubble_over_ideal, in_flight_microbatches
@@ -375,7 +376,7 @@ def test_s5_175b_checkpointed_activations_microbatch4():
     )
     ctx = build_context(job)
     lay = resolve_layout(job, Layout(micro_batch_size=4, recompute="full", zero_stage=0))
-    groups = groups_for(ctx, lay, ("tp", "cp", "dp", "pp"))
+    groups = axis_groups(ctx.topology, ("tp", "cp", "dp", "pp"), lay.sizes())
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     stored = sum(layer_cost(ctx, ctx.kinds[k], dims, groups).stored_act_bytes for k in ctx.layer_kind)
     assert stored == pytest.approx(19.3 * GB, abs=0.05 * GB)

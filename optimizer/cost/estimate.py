@@ -114,7 +114,7 @@ def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> 
     kind_cost = _kind_costs(ctx, lay, groups)
     counts = _stage_kind_counts(ctx, lay)
     slowest = max(
-        sum(n * (lc.fwd_s + lc.bwd_s + lc.tp_s + lc.cp_s + lc.ep_s) for n, lc in zip(c, kind_cost, strict=True))
+        sum(n * lc.time_s for n, lc in zip(c, kind_cost, strict=True))
         for c in set(counts)
     )  # the LM head is left out: still a lower bound
     return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest
@@ -166,7 +166,7 @@ def stage_terms(
     Memoised per job: the search's layer-split tables call it for many layer counts.
     """
     first = stage == 0
-    last = stage == (len(lay.stage_layers) - 1) % lay.pp
+    last = stage == lay.pp - 1  # the last chunk, v*pp + pp-1, always sits on the last stage
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
            # the only geometries a stage's own terms depend on (pp placement does not enter)
@@ -353,10 +353,6 @@ def estimate(
     )
 
 
-def groups_for(ctx: JobContext, lay: ResolvedLayout, order: tuple[str, ...]) -> AxisGroups:
-    return axis_groups(ctx.topology, order, lay.sizes())
-
-
 def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """A lower bound on ``estimate(...).step_time_s`` for every rank order and layer split.
 
@@ -376,7 +372,7 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
         dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
         costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
         per_layer_total = sum(
-            ctx.kind_prefix[k][-1] * (c.fwd_s + c.bwd_s + c.tp_s + c.cp_s + c.ep_s) for k, c in enumerate(costs)
+            ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
         )
         dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
         expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))

@@ -46,6 +46,11 @@ class LayerCost:
     expert_params: float
     """Routed-expert parameters on this GPU (after EP split)."""
 
+    @property
+    def time_s(self) -> float:
+        """Forward + backward compute with the exposed TP/CP/EP communication of this layer."""
+        return self.fwd_s + self.bwd_s + self.tp_s + self.cp_s + self.ep_s
+
 
 def gemm_time_s(ctx: JobContext, flops: float, m: float, n: float, k: float) -> float:
     """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate."""
