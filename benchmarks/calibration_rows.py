@@ -50,7 +50,8 @@ Layout
   - Stated fields are pinned: ``tp pp cp ep dp vpp micro_batch_size sequence_parallel``;
     ``zero_stage`` from ``zero_stage``, else ``fsdp`` (any degree, or "on") -> 3, else
     ``distributed_optimizer`` true -> 1 / false -> 0; ``activation_recompute`` phrasings ->
-    full / selective / none (any "selective (...)" variant maps to ``selective``).
+    full / selective / moe / none ("selective (...)" maps to ``selective`` unless its module list
+    names ``moe``, Megatron's whole-MoE-block recompute, which maps to ``moe``).
     ``pipeline_schedule`` "1f1b" pins ``vpp = 1``; "interleaved" excludes ``vpp = 1``.
   - Unstated knobs are searched (the fastest layout that fits memory is kept):
     ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full}; ``vpp`` (pp > 1)
@@ -346,6 +347,9 @@ def map_recompute(text: str | None) -> str | None:
     if t.startswith("full") or "full" in t.split(" (")[0]:
         return "full"
     if "selective" in t:
+        modules = t.split("(", 1)[1].rstrip(")") if "(" in t else ""
+        if "moe" in [m.strip() for m in modules.split(",")]:
+            return "moe"  # Megatron --recompute-modules ... moe: the whole MoE block
         return "selective"
     if t in ("none", "no", "off", "false", "disabled"):
         return "none"

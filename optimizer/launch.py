@@ -70,6 +70,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--recompute-granularity",
         "--recompute-method",
         "--recompute-num-layers",
+        "--recompute-modules",
         "--no-gradient-accumulation-fusion",
         # _add_data_args
         "--seq-length",
@@ -86,6 +87,9 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
 
 # Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
 _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
+"""``recompute="moe"``: Megatron-Core selective recompute modules (TransformerConfig.recompute_modules;
+'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,8 @@ def _megatron(
         ]  # fmt: skip
     if layout.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+    elif layout.recompute == "moe":
+        args += ["--recompute-granularity", "selective", "--recompute-modules", *MEGATRON_MOE_RECOMPUTE_MODULES]
     elif layout.recompute == "full":
         args += [
             "--recompute-granularity", "full",
@@ -325,7 +331,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     else:
         # One micro-batch per forward; torchtitan accumulates global / (local * dp) of them.
         local_batch = geo.mbs
-    checkpoint: dict[str, object] = {"mode": layout.recompute}
+    checkpoint: dict[str, object] = {"mode": "full" if layout.recompute == "moe" else layout.recompute}
     if layout.recompute == "selective":
         checkpoint["selective_ac_option"] = "op"
     train: dict[str, object] = {
@@ -334,6 +340,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "seq_len": geo.seq,
     }
     comments: dict[str, list[str]] = {}
+    if layout.recompute == "moe":
+        comments["activation_checkpoint"] = [
+            "torchtitan has no MoE-block recompute: full recompute (slower than the plan's 'moe')"
+        ]
     if training.precision == "fp16":
         comments["training"] = [
             "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
@@ -428,7 +438,7 @@ def _nemo(
             ("model.gradient_accumulation_fusion", False),
             ("checkpoint.ckpt_format", "fsdp_dtensor"),
         ]
-    granularity = None if layout.recompute == "none" else layout.recompute
+    granularity = {"none": None, "moe": "selective"}.get(layout.recompute, layout.recompute)
     full = layout.recompute == "full"
     over += [
         ("model.recompute_granularity", granularity),
@@ -437,6 +447,8 @@ def _nemo(
         ("model.num_layers_in_first_pipeline_stage", split.first),
         ("model.num_layers_in_last_pipeline_stage", split.last),
     ]
+    if layout.recompute == "moe":
+        over.append(("model.recompute_modules", "[" + ",".join(MEGATRON_MOE_RECOMPUTE_MODULES) + "]"))
     tokens = [f"{k}={_hydra(v)}" for k, v in over]
     # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.
     layout_value = "null" if split.layout is None else f"'{split.layout}'"

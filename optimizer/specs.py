@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from optimizer.errors import UnknownCatalogId
 
 Precision = Literal["bf16", "fp16", "fp8"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "moe", "full"]
+"""Activation recompute, least to most: ``moe`` is ``selective`` plus the whole MoE block
+(router, dispatch, experts, combine), recomputed in backward from its input (MoE models only)."""
 Activation = Literal["swiglu", "gelu"]
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Parallel axes that own process groups, in the canonical (innermost-first) rank order."""

@@ -82,9 +82,15 @@ def uneven_case(stage_layers: list[int], vpp: int = 1) -> tuple[ModelSpec, Train
     return DENSE_40L, training, layout
 
 
+def mixtral_moe_recompute_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    model, training, layout = mixtral_case()
+    return model, training, layout.model_copy(update={"recompute": "moe"})
+
+
 ALL_CASES = {
     "llama3-70b": llama_case(),
     "mixtral-ep8": mixtral_case(),
+    "mixtral-moe-recompute": mixtral_moe_recompute_case(),
     "zero3": zero3_case(),
     "uneven-first-last": uneven_case([9, 10, 10, 11]),
     "uneven-layout": uneven_case([10, 9, 10, 11]),
@@ -271,7 +277,8 @@ def test_torchtitan_toml_parses_with_right_degrees(name):
             1,
             layout.dp,
         )
-    assert cfg["activation_checkpoint"]["mode"] == layout.recompute
+    expected_mode = "full" if layout.recompute == "moe" else layout.recompute  # no MoE-block AC
+    assert cfg["activation_checkpoint"]["mode"] == expected_mode
     tr = cfg["training"]
     assert tr["global_batch_size"] == training.global_batch_size
     assert tr["seq_len"] == training.seq_len
@@ -461,3 +468,30 @@ def test_build_launch_is_pure():
     before = layout.model_dump()
     assert build_launch(model, training, layout) == build_launch(model, training, layout)
     assert layout.model_dump() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# recompute="moe" (whole MoE block) in every framework
+# ---------------------------------------------------------------------------------------------
+
+
+def test_moe_recompute_megatron_modules():
+    args = shlex.split(launch(mixtral_moe_recompute_case()).megatron)
+    i = args.index("--recompute-modules")
+    assert args[i - 2 : i] == ["--recompute-granularity", "selective"]
+    assert args[i + 1 : i + 4] == ["core_attn", "layernorm", "moe"]
+    assert "--recompute-method" not in args
+
+
+def test_moe_recompute_nemo_modules():
+    over = nemo_overrides(launch(mixtral_moe_recompute_case()).nemo)
+    assert over["model.recompute_granularity"] == "selective"
+    assert over["model.recompute_modules"] == "[core_attn,layernorm,moe]"
+    assert "model.recompute_modules" not in nemo_overrides(launch(mixtral_case()).nemo)
+
+
+def test_moe_recompute_torchtitan_falls_back_to_full_and_says_so():
+    text = launch(mixtral_moe_recompute_case()).torchtitan
+    section = text.split("[activation_checkpoint]")[1].split("[")[0]
+    assert 'mode = "full"' in section
+    assert "no MoE-block recompute" in section

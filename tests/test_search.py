@@ -19,13 +19,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from optimizer.cost import build_context, estimate
+from optimizer.cost import build_context, estimate, resolve_layout
 from optimizer.cost.topology import candidate_orders
 from optimizer.search import search
 from optimizer.search.brute_force import best_per_layout, brute_force, enumerates_all_splits, splits_of
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
-from optimizer.specs import EvaluateRequest, JobSpec, PlacementSpec, PlanRequest
+from optimizer.errors import InvalidLayout
+from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest
 from optimizer.units import GIB
 
 REL = 1e-6
@@ -135,7 +136,7 @@ def job_from_seed(seed: int) -> dict[str, Any]:
         "time_limit_s": 10.0,
         "allow": {
             "zero_stage": rng.sample([0, 1, 2, 3], rng.randint(1, 2)),
-            "recompute": rng.sample(["none", "selective", "full"], rng.randint(1, 2)),
+            "recompute": rng.sample(["none", "selective", "moe", "full"], rng.randint(1, 2)),
         },
     }
     headroom = rng.choice([None, None, 40, 60, 64])
@@ -444,3 +445,26 @@ def test_seed_scenario_gpt3_175b_on_8192_h100() -> None:
     response = search(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     assert 0.15 < response.plans[0].mfu < 0.7, describe(response.plans[0])
+
+
+def test_moe_block_recompute_is_searched_only_for_moe_models():
+    dense = PlanRequest(**SMALL_DENSE)
+    spec = JobSpec(model=dense.model, training=dense.training, cluster=dense.cluster)
+    assert {lay.recompute for lay in enumerate_layouts(spec, dense.search)} == {"none", "selective", "full"}
+    moe_req = PlanRequest(
+        model={"preset": "mixtral-8x7b"},
+        training={"seq_len": 4096, "global_batch_size": 64},
+        cluster={"preset": "dgx-h100", "num_gpus": 16},
+    )
+    moe_spec = JobSpec(model=moe_req.model, training=moe_req.training, cluster=moe_req.cluster)
+    assert {lay.recompute for lay in enumerate_layouts(moe_spec, moe_req.search)} == {
+        "none", "selective", "moe", "full",
+    }
+
+
+def test_moe_block_recompute_on_a_dense_model_names_the_field():
+    req = PlanRequest(**SMALL_DENSE)
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    with pytest.raises(InvalidLayout) as err:
+        resolve_layout(job, Layout(tp=1, pp=1, recompute="moe"))
+    assert err.value.field == "config.recompute" and "MoE" in err.value.reason

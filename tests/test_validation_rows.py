@@ -26,7 +26,8 @@ from benchmarks.calibration_rows import (  # noqa: E402
 )
 from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman  # noqa: E402
 from optimizer.calibration import DEFAULT  # noqa: E402
-from optimizer.specs import EvaluateRequest  # noqa: E402
+from optimizer.cost import best_estimate, build_context, resolve_layout  # noqa: E402
+from optimizer.specs import EvaluateRequest, Layout  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +101,25 @@ def test_qwen3_moe_row(rows) -> None:
     assert m.fixed["recompute"] == "full"
     assert m.measured_tokens_per_s_per_gpu == pytest.approx(1861.8)
     assert m.measurement == "tokens/s/GPU"
+
+
+def test_moe_block_recompute_row_fits_where_selective_does_not(rows) -> None:
+    """Megatron "selective (layernorm, moe)" recomputes the whole MoE block; the 16k-token Qwen3
+    run keeps ~56 GiB per GPU that way, while keeping the routed-expert activations would not fit."""
+    m = map_row(rows["modelzoo-qwen3-235b-256gpu-seq16k"])
+    assert m.fixed["recompute"] == "moe"
+    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg1"]).fixed["recompute"] == "selective"  # (norm, act)
+    ctx = build_context(m.job, DEFAULT)
+    config = {k: v for k, v in m.fixed.items() if k != "dp"}
+    peak = {}
+    for rc in ("selective", "moe", "full"):
+        lay = resolve_layout(m.job, Layout(**{**config, "micro_batch_size": 1, "zero_stage": 1, "recompute": rc}))
+        peak[rc] = best_estimate(ctx, lay)
+    assert not peak["selective"].fits_memory
+    assert peak["moe"].fits_memory
+    assert peak["moe"].peak_memory_bytes / 2**30 == pytest.approx(55.6, abs=1.0)
+    assert peak["full"].peak_memory_bytes < peak["moe"].peak_memory_bytes
+    assert peak["full"].step_time_s > peak["moe"].step_time_s > peak["selective"].step_time_s
 
 
 def test_torchtitan_rows(rows) -> None:

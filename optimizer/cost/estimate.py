@@ -27,6 +27,7 @@ from optimizer.cost.comm import (
     p2p_time_s,
 )
 from optimizer.cost.context import JobContext
+from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
@@ -326,12 +327,7 @@ def estimate(
     peak_stage = max(range(lay.pp), key=lambda i: memory[i].total_bytes)
     tokens_step = float((ctx.job.training.global_batch_size or 0) * ctx.job.training.seq_len)
     model_flops = ctx.flops.model_per_token * tokens_step
-    extra = 0.0
-    if lay.recompute == "full":
-        extra = ctx.flops.forward_layers_per_token
-    elif lay.recompute == "selective":
-        extra = ctx.flops.attn_core_forward_per_token
-    hw_flops = model_flops + extra * tokens_step
+    hw_flops = model_flops + recompute_flops_per_token(ctx.flops, lay.recompute) * tokens_step
     denom = step * ctx.num_gpus * ctx.mfu_peak_flops
     return Estimate(
         layout=lay,

@@ -71,17 +71,22 @@ class ModelFlops:
     """Model FLOPs (no recompute): 3x forward."""
     forward_layers_per_token: float
     attn_core_forward_per_token: float
+    moe_block_forward_per_token: float
+    """Router, routed and shared experts of the MoE layers (what ``recompute="moe"`` re-runs)."""
 
 
 def model_flops(model: ModelSpec, seq_len: int) -> ModelFlops:
     fwd_layers = 0.0
     core = 0.0
+    moe_block = 0.0
     for i in range(model.num_layers or 0):
         lf = layer_flops(model, i, seq_len)
         fwd_layers += lf.total
         core += lf.attn_core
+        if layer_params(model, i).num_routed_experts:
+            moe_block += lf.mlp
     fwd = fwd_layers + lm_head_flops_per_token(model)
-    return ModelFlops(3.0 * fwd, fwd_layers, core)
+    return ModelFlops(3.0 * fwd, fwd_layers, core, moe_block)
 
 
 def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
@@ -90,6 +95,8 @@ def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
         return mf.forward_layers_per_token
     if recompute == "selective":
         return mf.attn_core_forward_per_token
+    if recompute == "moe":
+        return mf.attn_core_forward_per_token + mf.moe_block_forward_per_token
     return 0.0
 
 

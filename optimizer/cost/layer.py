@@ -97,10 +97,11 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem
     bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + 2.5 * t_core  # flash-attention backward ~2.5x forward
+    moe_block = d.recompute == "moe" and kind.is_moe  # the MoE block is re-run in backward
     if d.recompute == "full":
         bwd += fwd
-    elif d.recompute == "selective":
-        bwd += t_core + t_elem
+    elif d.recompute in ("selective", "moe"):
+        bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
     # ---- tensor-parallel collectives -----------------------------------------------------
     tp_s = 0.0
     if tp > 1:
@@ -127,7 +128,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         ring = (cp - 1) * (alpha + chunk / slowest)
         cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
         cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * 2.5 * t_core)
-        cp_s = cp_fwd + cp_bwd + (cp_fwd if d.recompute in ("full", "selective") else 0.0)
+        cp_s = cp_fwd + cp_bwd + (cp_fwd if d.recompute != "none" else 0.0)
     # ---- expert-parallel all-to-all ------------------------------------------------------
     ep_s = 0.0
     if kind.is_moe and ep > 1:
@@ -136,7 +137,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         tok_gpu = tokens / tp
         bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (ep - 1) / ep
         one = all_to_all_time_s(bytes_out, groups.ep.levels)
-        count = 4 + (2 if d.recompute == "full" else 0)  # dispatch + combine, forward and backward
+        # dispatch + combine, forward and backward (+ forward again when the block is recomputed)
+        count = 4 + (2 if d.recompute == "full" or moe_block else 0)
         ep_s = count * one * (1.0 - cal.ep_comm_overlap)
     # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
     hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
@@ -173,7 +175,10 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     full_elems = always + recomputable
     if d.recompute == "full":
         stored_elems = hid  # only the layer input
-    elif d.recompute == "selective":
+    elif moe_block:
+        # the MoE block keeps only its input (never more than what selective keeps)
+        stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
+    elif d.recompute in ("selective", "moe"):
         stored_elems = always
     else:
         stored_elems = full_elems

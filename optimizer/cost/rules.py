@@ -96,6 +96,8 @@ def resolve(
     if model.moe is None:
         if ep != 1:
             raise InvalidLayout("config.ep", "ep > 1 needs an MoE model")
+        if recompute == "moe":
+            raise InvalidLayout("config.recompute", "'moe' recomputes MoE blocks and needs an MoE model")
     else:
         if (tp * dp * cp) % ep:
             raise InvalidLayout("config.ep", f"ep ({ep}) must divide tp*dp*cp ({tp * dp * cp})")

@@ -24,7 +24,8 @@ the ring exchange cannot hide behind attention, so such ``cp`` values are not se
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "moe", "full")
+"""``moe`` only for MoE models (on a dense model it is ``selective``)."""
 
 
 def astuple_shallow(lay: ResolvedLayout) -> tuple:
@@ -70,7 +71,7 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
         # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
         # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
         zeros.remove(1)
-    rcs = _choices("recompute", list(RECOMPUTE), search)
+    rcs = _choices("recompute", [r for r in RECOMPUTE if r != "moe" or model.moe is not None], search)
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
