@@ -18,8 +18,8 @@ from benchmarks.validation import run_validation  # noqa: E402
 from optimizer.calibration import DEFAULT, Calibration  # noqa: E402
 
 GRID: dict[str, list[float]] = {
-    "gemm_training_fraction": [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.92],
-    "attention_efficiency": [0.25, 0.3, 0.35, 0.4, 0.45, 0.55, 0.65, 0.75],
+    "gemm_training_fraction": [0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9],
+    "attention_efficiency": [0.25, 0.28, 0.3, 0.32, 0.35, 0.4, 0.45, 0.55],
     "attention_seq_half": [0.0, 1024.0, 2048.0, 4096.0, 8192.0],
     "gemm_dim_half": [64.0, 96.0, 160.0, 256.0, 384.0],
     "tp_comm_overlap": [0.0, 0.25, 0.5, 0.75],
@@ -29,6 +29,7 @@ GRID: dict[str, list[float]] = {
     "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
     "ep_comm_overlap": [0.0, 0.25, 0.5, 0.75],
     "hbm_efficiency": [0.5, 0.75, 0.9],
+    "fp8_cast_bytes": [0.0, 0.5, 1.0, 1.5],
     "power_clock_exponent": [0.33, 0.5, 0.75],
 }
 

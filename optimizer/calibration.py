@@ -39,6 +39,11 @@ class Calibration:
     (norms, residual adds, rotary, bias-free dropout-free blocks; bf16)."""
     elementwise_bytes_per_token_ffn: float = 8.0
     """Same, per FFN unit (gated activation: read gate and up, write product; bf16)."""
+    fp8_cast_bytes: float = 1.5
+    """FP8 layers: forward HBM bytes per GEMM input+output element for casting operands from bf16.
+    An unfused cast reads 2 B and writes 1 B and forward casts the inputs (about half of the
+    elements): 1.5; casts fused into the producing norm/activation kernel cost less. Backward
+    (output gradients and transposed inputs) is twice forward, like the other elementwise work."""
     # --- communication -------------------------------------------------------------------
     scale_up_alpha_s: float = 4.0 * US
     """Effective per-step latency of an NVLink/xGMI collective step (NCCL LL128/Simple per-hop
@@ -54,7 +59,7 @@ class Calibration:
     """Fraction of pipeline send/recv time left on the critical path (p2p overlap)."""
     ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
-    ep_comm_overlap: float = 0.5
+    ep_comm_overlap: float = 0.75
     """Fraction of expert all-to-all hidden behind compute (DeepEP / all-to-all overlap with the
     other micro-batch in 1F1B)."""
     cp_overlap: float = 1.0

@@ -94,6 +94,18 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     elementwise_bytes = (tokens / sp_div) * (
         cal.elementwise_bytes_per_token_hidden * h + cal.elementwise_bytes_per_token_ffn * ffn_active / tp
     )
+    if ctx.job.training.precision == "fp8":
+        # FP8 GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
+        # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
+        # output projections; MLP: fc1 and fc2, gated or not).
+        cast_elems = tokens * (2 * h + p.attention / tp / h)
+        if kind.is_moe:
+            cast_elems += routed_tokens * (2 * h + p.routed_expert_each / h)
+            if p.shared_experts:
+                cast_elems += tokens * (2 * h + p.shared_experts / tp / h)
+        else:
+            cast_elems += tokens * (2 * h + p.mlp_dense / tp / h)
+        elementwise_bytes += cal.fp8_cast_bytes * cast_elems
     t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem
     bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + 2.5 * t_core  # flash-attention backward ~2.5x forward
