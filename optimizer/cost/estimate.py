@@ -165,17 +165,8 @@ def stage_terms(
     Stage 0 also holds the embedding, the last stage the LM head and loss (both with ``pp = 1``).
     Memoised per job: the search's layer-split tables call it for many layer counts.
     """
-    first = stage == 0
-    last = stage == lay.pp - 1  # the last chunk, v*pp + pp-1, always sits on the last stage
-    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
-           # the only geometries a stage's own terms depend on (pp placement does not enter)
-           groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
-    core = ctx.memo.get(key)
-    if core is None:
-        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
-        ctx.memo[key] = core
-    partial, stored, grads_bytes = core
+    # the last chunk, v*pp + pp-1, always sits on the last stage
+    partial, stored, grads_bytes = _stage_core_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
     # activations: the in-flight micro-batches depend on the stage's position in the pipeline
     acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + partial.memory.activations_bytes
     buffers = partial.memory.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
@@ -187,39 +178,58 @@ def stage_terms(
     )
 
 
+def _stage_core_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float]:
+    """``_stage_core``, memoised per job."""
+    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+           # the only geometries a stage's own terms depend on (pp placement does not enter)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
+    core = ctx.memo.get(key)
+    if core is None:
+        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = core
+    return core
+
+
 def _stage_core(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, float, float]:
     """Everything of a stage but its in-flight activations: (terms with the stage's activations
     set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
-    per micro-batch, gradient bytes)."""
-    cal = ctx.cal
-    kind_cost = _kind_costs(ctx, lay, groups)
-    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
-    fwd = sum(n * lc.fwd_s for n, lc in present)
-    bwd = sum(n * lc.bwd_s for n, lc in present)
-    tp_s = sum(n * lc.tp_s for n, lc in present)
-    cp_s = sum(n * lc.cp_s for n, lc in present)
-    ep_s = sum(n * lc.ep_s for n, lc in present)
-    stored = sum(n * lc.stored_act_bytes for n, lc in present)
-    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
-    dense = sum(n * lc.dense_params for n, lc in present)
-    expert = sum(n * lc.expert_params for n, lc in present)
-    n_layers = max(1, sum(kind_counts))
-    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
-    compute = fwd + bwd
-    if first:
-        dense += ctx.embedding_params / lay.tp
-    if last:
-        compute += _head_time(ctx, lay)
-        if ctx.lm_head_params:
-            dense += ctx.lm_head_params / lay.tp
-        elif not first:  # tied embeddings: the last stage keeps its own copy
-            dense += ctx.embedding_params / lay.tp
-    m = lay.num_micro_batches
-    dp_shard = lay.dp * lay.cp
-    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
+    per micro-batch, gradient bytes).
 
+    Only the exposed data-parallel time depends on the dp / edp groups; the rest is memoised
+    without them, so rank orders that move only the data-parallel axes share it.
+    """
+    t, stored, grads_bytes, dp_inputs = _stage_fixed_cached(ctx, lay, groups, kind_counts, first, last)
+    dp_exposed = _dp_exposed_s(ctx, lay, groups, *dp_inputs)
+    return StageTerms(t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s, t.ep_s, dp_exposed, t.optimizer_s, t.memory), \
+        stored, grads_bytes
+
+
+def _stage_fixed_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_fixed``, memoised per job."""
+    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+           groups.tp, groups.cp, groups.ep, memory_signature(groups), first, last, kind_counts)
+    fixed = ctx.memo.get(key)
+    if fixed is None:
+        fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = fixed
+    return fixed
+
+
+def _dp_exposed_s(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float, n_layers: int,
+    max_layer_params: float, compute: float, fwd: float, bwd: float,
+) -> float:
+    """Data-parallel communication a stage leaves exposed at the end of the step."""
+    cal = ctx.cal
+    m = lay.num_micro_batches
     # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
@@ -247,6 +257,47 @@ def _stage_core(
         dp_exposed = max(last_b, t_b - cal.dp_overlap * bwd) if t_b > 0 else 0.0
         if t_f > 0:
             dp_exposed += max(last_f, t_f - cal.dp_overlap * fwd)
+    return dp_exposed
+
+
+def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:
+    """All a stage's memory takes from the rank order: which axes have groups (NCCL buffers).
+
+    The dense data-parallel group is ``cp x dp`` only when the two axes are adjacent in the
+    order, so with ``dp = 1`` and ``cp > 1`` it differs between orders; otherwise it does not.
+    """
+    return tuple(g.size > 1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp))
+
+
+def _stage_fixed(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
+    cal = ctx.cal
+    kind_cost = _kind_costs(ctx, lay, groups)
+    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
+    fwd = sum(n * lc.fwd_s for n, lc in present)
+    bwd = sum(n * lc.bwd_s for n, lc in present)
+    tp_s = sum(n * lc.tp_s for n, lc in present)
+    cp_s = sum(n * lc.cp_s for n, lc in present)
+    ep_s = sum(n * lc.ep_s for n, lc in present)
+    stored = sum(n * lc.stored_act_bytes for n, lc in present)
+    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
+    dense = sum(n * lc.dense_params for n, lc in present)
+    expert = sum(n * lc.expert_params for n, lc in present)
+    n_layers = max(1, sum(kind_counts))
+    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
+    compute = fwd + bwd
+    if first:
+        dense += ctx.embedding_params / lay.tp
+    if last:
+        compute += _head_time(ctx, lay)
+        if ctx.lm_head_params:
+            dense += ctx.lm_head_params / lay.tp
+        elif not first:  # tied embeddings: the last stage keeps its own copy
+            dense += ctx.embedding_params / lay.tp
+    dp_shard = lay.dp * lay.cp
+    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
 
     # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
     opt_params = dense / (dp_shard if lay.zero_stage >= 1 else 1) + expert / (ep_shard if lay.zero_stage >= 1 else 1)
@@ -262,7 +313,7 @@ def _stage_core(
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
         acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * LOGIT_BYTES
-    n_groups = sum(1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp) if g.size > 1)
+    n_groups = sum(memory_signature(groups))
     buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
@@ -274,7 +325,8 @@ def _stage_core(
     elif lay.dp * lay.cp > 1:
         buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
     memory = StageMemory(weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES, acts, buffers)
-    return StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, dp_exposed, t_opt, memory), stored, grads * GRAD_BYTES
+    terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
+    return terms, stored, grads * GRAD_BYTES, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
 
 
 def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
@@ -307,6 +359,30 @@ def compose_step(
         "optimizer": max(t.optimizer_s for t in stages),
     }
     return breakdown, slow
+
+
+def _distinct_stages(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[bool, bool, tuple[int, ...]]]:
+    """The distinct ``(first, last, kind counts)`` of the stages, in order of first occurrence
+    (memoised per split). Stages that share them have the same time terms."""
+    key = ("distinct", lay.pp, lay.stage_layers)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        counts = _stage_kind_counts(ctx, lay)
+        cached = list(dict.fromkeys((s == 0, s == lay.pp - 1, counts[s]) for s in range(lay.pp)))
+        ctx.memo[key] = cached
+    return cached
+
+
+def step_time_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """``estimate(...).step_time_s`` without building the estimate: same terms, same arithmetic.
+
+    ``compose_step`` takes maxima over stages and reads the first slowest stage; stages with the
+    same ``(first, last, kind counts)`` have identical terms, so one of each, in stage order,
+    gives the same floats. Lets ``best_estimate`` compare rank orders cheaply.
+    """
+    stages = [_stage_core_cached(ctx, lay, groups, c, f, la)[0] for f, la, c in _distinct_stages(ctx, lay)]
+    breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
+    return sum(breakdown.values())
 
 
 def estimate(
