@@ -30,7 +30,7 @@ from optimizer.cost.context import JobContext
 from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups, group_geometry
+from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders, group_geometry
 
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
@@ -167,15 +167,20 @@ def stage_terms(
     """
     # the last chunk, v*pp + pp-1, always sits on the last stage
     partial, stored, grads_bytes = _stage_core_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
-    # activations: the in-flight micro-batches depend on the stage's position in the pipeline
-    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + partial.memory.activations_bytes
-    buffers = partial.memory.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
-    mem = partial.memory
     return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
         partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
-        partial.dp_exposed_s, partial.optimizer_s,
-        StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers),
+        partial.dp_exposed_s, partial.optimizer_s, _stage_memory(ctx, lay, stage, partial.memory, stored, grads_bytes),
     )
+
+
+def _stage_memory(
+    ctx: JobContext, lay: ResolvedLayout, stage: int, mem: StageMemory, stored: float, grads_bytes: float
+) -> StageMemory:
+    """A stage's memory from its core's (``mem``, ``stored``, ``grads_bytes``)."""
+    # activations: the in-flight micro-batches depend on the stage's position in the pipeline
+    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + mem.activations_bytes
+    buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
+    return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers)
 
 
 def _stage_core_cached(
@@ -383,6 +388,79 @@ def step_time_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> flo
     stages = [_stage_core_cached(ctx, lay, groups, c, f, la)[0] for f, la, c in _distinct_stages(ctx, lay)]
     breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
     return sum(breakdown.values())
+
+
+def peak_memory_bytes(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """``estimate(ctx, lay, order).peak_memory_bytes`` for any order whose groups have
+    ``memory_signature(groups)``: the same stage memories without the time terms."""
+    counts = _stage_kind_counts(ctx, lay)
+    last = lay.pp - 1
+    peak = 0.0
+    for s in range(lay.pp):
+        t, stored, grads_bytes, _ = _stage_fixed_cached(ctx, lay, groups, counts[s], s == 0, s == last)
+        peak = max(peak, _stage_memory(ctx, lay, s, t.memory, stored, grads_bytes).total_bytes)
+    return peak
+
+
+def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
+    """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
+    (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
+    key = ("floor", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+           lay.recompute)
+    floor = ctx.memo.get(key)
+    if floor is None:
+        sizes = lay.sizes()
+        per_order = [_kind_costs(ctx, lay, axis_groups(ctx.topology, o, sizes)) for o in candidate_orders(sizes)]
+        floor = tuple(min(costs[k].time_s for costs in per_order) for k in range(len(ctx.kinds)))
+        ctx.memo[key] = floor
+    return floor
+
+
+def _comm_geometries(ctx: JobContext, lay: ResolvedLayout) -> list[AxisGroups]:
+    """One rank order's groups per distinct (dp x cp, expert-dp, pp) geometry over all orders:
+    everything the exposed data-parallel and pipeline communication read (memoised per sizes)."""
+    key = ("comm_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    reps = ctx.memo.get(key)
+    if reps is None:
+        sizes = lay.sizes()
+        by_geometry: dict[tuple, AxisGroups] = {}
+        for o in candidate_orders(sizes):
+            g = axis_groups(ctx.topology, o, sizes)
+            by_geometry.setdefault((g.dp_cp, g.edp, g.pp), g)
+        reps = list(by_geometry.values())
+        ctx.memo[key] = reps
+    return reps
+
+
+STEP_FLOOR_MARGIN = 1e-9
+"""Relative slack of ``step_floor_s`` for float rounding (the exact terms are summed differently)."""
+
+
+def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """A lower bound on ``estimate(ctx, lay, order).step_time_s`` over every rank order, for the
+    layout's own layer split (``groups``: any order's; only its order-free terms are read).
+
+    The step is ``(m + (pp-1)/vpp) * slowest stage + pipeline send/recv + slowest exposed DP +
+    slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
+    LM head on the last stage; the communication terms are exact per order and the smallest
+    over the orders' geometries is taken; the optimizer term does not depend on the order.
+    """
+    floor = kind_time_floor(ctx, lay)
+    head = _head_time(ctx, lay)
+    slowest = optimizer = 0.0
+    dp_inputs = []
+    for first, last, counts in _distinct_stages(ctx, lay):
+        t = sum(n * f for n, f in zip(counts, floor, strict=True)) + (head if last else 0.0)
+        slowest = max(slowest, t)
+        fixed = _stage_fixed_cached(ctx, lay, groups, counts, first, last)
+        optimizer = max(optimizer, fixed[0].optimizer_s)
+        dp_inputs.append(fixed[3])
+    comm = min(
+        max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
+        for g in _comm_geometries(ctx, lay)
+    )
+    bound = (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest + comm + optimizer
+    return bound * (1.0 - STEP_FLOOR_MARGIN)
 
 
 def estimate(

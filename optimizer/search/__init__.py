@@ -17,10 +17,11 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, split_tables
+from optimizer.cost.estimate import compute_lower_bound_s, split_tables, step_floor_s
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
+from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB, to_gib
@@ -72,9 +73,11 @@ def search(request: PlanRequest) -> PlanResponse:
     order = sorted(range(len(layouts)), key=lambda i: bounds[i])
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
+    n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
     kth_heap: list[float] = []  # max-heap (negated) of the k best step times seen
-    oom: list[Estimate] = []
-    smallest: Estimate | None = None  # the costed layout needing the least memory
+    pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
+    oom: list[Unfit] = []
+    smallest: Unfit | None = None  # the costed layout needing the least memory
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -87,28 +90,40 @@ def search(request: PlanRequest) -> PlanResponse:
             proved = False
             next_bound = bounds[i]
             break
-        est = best_estimate(ctx, layouts[i], headroom_bytes=headroom)
+        lay = layouts[i]
         costed += 1
-        if est.fits_memory:
-            fitting.append(est)
-            heapq.heappush(kth_heap, -est.step_time_s)
-            if len(kth_heap) > spec.top_k:
-                heapq.heappop(kth_heap)
+        screen = screen_memory(ctx, lay, headroom)
+        if screen is not None and not screen.fits_memory:
+            unfit = Unfit(lay, screen.peak_memory_bytes)
+        elif screen is not None and _outside_pool(ctx, lay, screen, pool_heap, pool_size):
+            n_fitting += 1
+            continue
         else:
-            if smallest is None or est.peak_memory_bytes < smallest.peak_memory_bytes:
-                smallest = est
-            if est.layout.pp > 1:
-                oom.append(est)
-    info.candidates_fitting_memory = len(fitting)
+            est = best_estimate(ctx, lay, headroom_bytes=headroom)
+            if est.fits_memory:
+                n_fitting += 1
+                fitting.append(est)
+                _push_bounded(kth_heap, est.step_time_s, spec.top_k)
+                _push_bounded(pool_heap, est.step_time_s, pool_size)
+                continue
+            unfit = Unfit(lay, est.peak_memory_bytes, est)
+        if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
+            smallest = unfit
+        if lay.pp > 1:
+            oom.append(unfit)
+    info.candidates_fitting_memory = n_fitting
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
     # CP-SAT chooses layer splits for the best ``pool_size`` fitting pipelined layouts and for up to
     # MAX_RESCUE pipelined layouts that missed memory with an even split but whose bound is below
     # the k-th best time (closest to fitting first: the likeliest to fit with a better split).
     pool = fitting[:pool_size]
-    rescue = sorted(
-        (e for e in oom if compute_lower_bound_s(ctx, e.layout) < kth), key=lambda e: e.peak_memory_bytes
-    )[:MAX_RESCUE]
+    rescue = [
+        u.resolve(ctx, headroom)
+        for u in sorted(
+            (u for u in oom if compute_lower_bound_s(ctx, u.layout) < kth), key=lambda u: u.peak_memory_bytes
+        )[:MAX_RESCUE]
+    ]
     # Only pipelined layouts have a layer split to choose; the others keep their exact estimate.
     splittable = [e for e in pool if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth]
     candidates = splittable + rescue
@@ -178,12 +193,35 @@ def search(request: PlanRequest) -> PlanResponse:
             status="infeasible",
             plans=[],
             solver=info,
-            explanation=_memory_explanation(smallest),
+            explanation=_memory_explanation(smallest.resolve(ctx, headroom) if smallest else None),
             warnings=warnings,
         )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _push_bounded(heap: list[float], value: float, size: int) -> None:
+    """Keep the ``size`` smallest values in ``heap`` (a max-heap of negated values)."""
+    heapq.heappush(heap, -value)
+    if len(heap) > size:
+        heapq.heappop(heap)
+
+
+POOL_MARGIN_S = 2e-9
+"""Ranking compares step times rounded to 1e-9 s; a floor this far above the pool's worst time
+ranks after every pool member whatever the rounding."""
+
+
+def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int) -> bool:  # noqa: ANN001
+    """True when a fitting layout provably ranks after ``pool_size`` layouts already costed.
+
+    The pool's worst time only decreases as layouts are costed, so such a layout is outside the
+    final pool (and the top-k) too; its full estimate cannot change the answer.
+    """
+    if len(pool_heap) < pool_size:
+        return False
+    return step_floor_s(ctx, lay, screen.groups) > -pool_heap[0] + POOL_MARGIN_S
 
 
 def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:  # noqa: ANN001

@@ -1,0 +1,91 @@
+"""The shortcuts the search takes for speed, checked against the full cost model on real jobs.
+
+- ``step_time_s`` is bit-identical to ``estimate(...).step_time_s`` for every rank order.
+- ``screen_memory`` reports exactly ``best_estimate``'s peak memory and fit (or declines).
+- ``step_floor_s`` never exceeds the best step time over rank orders.
+- ``kind_time_floor`` never exceeds a layer kind's time under any rank order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from optimizer.cost import best_estimate, build_context, estimate
+from optimizer.cost.estimate import _kind_costs, kind_time_floor, step_floor_s, step_time_s
+from optimizer.cost.topology import axis_groups, candidate_orders
+from optimizer.search.screen import screen_memory
+from optimizer.search.space import enumerate_layouts
+from optimizer.specs import JobSpec, PlanRequest
+
+JOBS: dict[str, dict[str, Any]] = {
+    "llama3-8b, 64 H100": {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 256},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    },
+    "mixtral-8x22b, 128 H100": {
+        "model": {"preset": "mixtral-8x22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 128},
+    },
+    "deepseek-v3, 288 GB200 NVL72": {
+        "model": {"preset": "deepseek-v3"},
+        "training": {"seq_len": 4096, "global_batch_size": 576},
+        "cluster": {"preset": "gb200-nvl72", "num_gpus": 288},
+    },
+}
+STRIDE = 53
+"""Check every STRIDE-th layout (the spaces have thousands; the sample still spans every knob)."""
+
+
+def _sample(name: str):  # noqa: ANN202
+    req = PlanRequest.model_validate(JOBS[name])
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    layouts = list(enumerate_layouts(job, req.search))
+    assert layouts
+    return ctx, layouts[::STRIDE]
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_step_time_matches_estimate(name: str) -> None:
+    ctx, layouts = _sample(name)
+    for lay in layouts:
+        for order in candidate_orders(lay.sizes()):
+            groups = axis_groups(ctx.topology, order, lay.sizes())
+            assert step_time_s(ctx, lay, groups) == estimate(ctx, lay, order, groups=groups).step_time_s
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_screen_and_floor_against_best_estimate(name: str) -> None:
+    ctx, layouts = _sample(name)
+    screened = 0
+    for lay in layouts:
+        best = best_estimate(ctx, lay)
+        screen = screen_memory(ctx, lay, None)
+        if screen is not None:
+            screened += 1
+            assert screen.peak_memory_bytes == best.peak_memory_bytes
+            assert screen.fits_memory == best.fits_memory
+            if best.fits_memory:
+                assert step_floor_s(ctx, lay, screen.groups) <= best.step_time_s
+        if not best.fits_memory:
+            continue
+        # the floor is below every order's step time, not just the best one's
+        for order in candidate_orders(lay.sizes()):
+            est = estimate(ctx, lay, order)
+            if screen is not None:
+                assert step_floor_s(ctx, lay, screen.groups) <= est.step_time_s
+    assert screened > len(layouts) // 2
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_kind_time_floor_is_a_floor(name: str) -> None:
+    ctx, layouts = _sample(name)
+    for lay in layouts:
+        floor = kind_time_floor(ctx, lay)
+        for order in candidate_orders(lay.sizes()):
+            costs = _kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
+            assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
