@@ -4,16 +4,19 @@
 - ``screen_memory`` reports exactly ``best_estimate``'s peak memory and fit (or declines).
 - ``step_floor_s`` never exceeds the best step time over rank orders.
 - ``kind_time_floor`` never exceeds a layer kind's time under any rank order.
+- ``split_floor_s`` never exceeds the best step time of any layer split.
 """
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate
-from optimizer.cost.estimate import _kind_costs, kind_time_floor, step_floor_s, step_time_s
+from optimizer.cost.estimate import _kind_costs, kind_time_floor, split_floor_s, step_floor_s, step_time_s
 from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
@@ -89,3 +92,27 @@ def test_kind_time_floor_is_a_floor(name: str) -> None:
         for order in candidate_orders(lay.sizes()):
             costs = _kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
             assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
+
+
+def _random_split(rng: random.Random, layers: int, chunks: int) -> tuple[int, ...]:
+    """``chunks`` positive layer counts summing to ``layers``."""
+    cuts = sorted(rng.sample(range(1, layers), chunks - 1))
+    return tuple(b - a for a, b in zip([0, *cuts], [*cuts, layers], strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_split_floor_below_every_split(name: str) -> None:
+    ctx, layouts = _sample(name)
+    rng = random.Random(0)
+    layers = len(ctx.layer_kind)
+    checked = 0
+    for lay in layouts:
+        if lay.pp == 1:
+            continue
+        floor = split_floor_s(ctx, lay)
+        splits = [lay.stage_layers] + [_random_split(rng, layers, lay.pp * lay.vpp) for _ in range(3)]
+        for split in splits:
+            est = best_estimate(ctx, replace(lay, stage_layers=split))
+            assert floor <= est.step_time_s, (lay, split)
+            checked += 1
+    assert checked

@@ -436,7 +436,7 @@ STEP_FLOOR_MARGIN = 1e-9
 """Relative slack of ``step_floor_s`` for float rounding (the exact terms are summed differently)."""
 
 
-def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, enough: float = float("inf")) -> float:
     """A lower bound on ``estimate(ctx, lay, order).step_time_s`` over every rank order, for the
     layout's own layer split (``groups``: any order's; only its order-free terms are read).
 
@@ -444,6 +444,7 @@ def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> fl
     slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
     LM head on the last stage; the communication terms are exact per order and the smallest
     over the orders' geometries is taken; the optimizer term does not depend on the order.
+    Once the compute and optimizer terms alone exceed ``enough``, returns their (lower) bound.
     """
     floor = kind_time_floor(ctx, lay)
     head = _head_time(ctx, lay)
@@ -455,11 +456,65 @@ def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> fl
         fixed = _stage_fixed_cached(ctx, lay, groups, counts, first, last)
         optimizer = max(optimizer, fixed[0].optimizer_s)
         dp_inputs.append(fixed[3])
+    bound = ((lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
+    if bound > enough:
+        return bound
     comm = min(
         max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
         for g in _comm_geometries(ctx, lay)
     )
     bound = (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest + comm + optimizer
+    return bound * (1.0 - STEP_FLOOR_MARGIN)
+
+
+def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A lower bound on the slowest stage's time over every layer split and rank order.
+
+    Stage times add up to every layer's time plus the LM head, so the slowest is at least their
+    average. And stages hold whole layers, each at least the smallest ``kind_time_floor``, with
+    the head on the last stage: the best any split can do is the best choice of the last
+    stage's layer count with the rest spread as evenly as whole layers allow.
+    """
+    floor = kind_time_floor(ctx, lay)
+    head = _head_time(ctx, lay)
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(floor))]
+    average = (sum(n * f for n, f in zip(totals, floor, strict=True)) + head) / lay.pp
+    if lay.pp == 1:
+        return average
+    layers, per_layer = sum(totals), min(floor)
+    whole = min(
+        max(n_last * per_layer + head, -(-(layers - n_last) // (lay.pp - 1)) * per_layer)
+        for n_last in range(layers + 1)
+    )
+    return max(average, whole)
+
+
+NO_OVERLAP_S = 1e30
+"""Compute time passed to ``_dp_exposed_s`` so that overlap hides everything it can."""
+
+
+def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A lower bound on ``estimate(...).step_time_s`` over every layer split and rank order.
+
+    ``(m + (pp-1)/vpp) * _min_max_stage_floor_s`` + the smallest, over the orders' geometries,
+    of pipeline send/recv plus a floor on the exposed data-parallel time + the average stage's
+    optimizer step. The data-parallel floor is ``_dp_exposed_s`` of the stage holding at least
+    the average dense parameters, with its experts and its compute (which only hides
+    communication) left out: what no overlap can hide (the last bucket; with ZeRO-3 the first
+    layer's gather). Everything is from the cost model's own functions; less 1e-9 relative for
+    rounding.
+    """
+    sizes = lay.sizes()
+    groups = axis_groups(ctx.topology, candidate_orders(sizes)[0], sizes)
+    totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
+    # one stage holding every layer and the embedding: its parameters and optimizer step
+    everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)
+    dense, _, _, max_layer_params, _, _, _ = dp_inputs
+    optimizer = everything.optimizer_s / lay.pp
+    hidden = (dense / lay.pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
+    comm = min(_dp_exposed_s(ctx, lay, g, *hidden) + pp_comm_s(ctx, lay, g) for g in _comm_geometries(ctx, lay))
+    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    bound = steady * _min_max_stage_floor_s(ctx, lay) + comm + optimizer
     return bound * (1.0 - STEP_FLOOR_MARGIN)
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, split_tables, step_floor_s
+from optimizer.cost.estimate import compute_lower_bound_s, split_floor_s, split_tables, step_floor_s
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
@@ -118,15 +118,15 @@ def search(request: PlanRequest) -> PlanResponse:
     # MAX_RESCUE pipelined layouts that missed memory with an even split but whose bound is below
     # the k-th best time (closest to fitting first: the likeliest to fit with a better split).
     pool = fitting[:pool_size]
-    rescue = [
-        u.resolve(ctx, headroom)
-        for u in sorted(
-            (u for u in oom if compute_lower_bound_s(ctx, u.layout) < kth), key=lambda u: u.peak_memory_bytes
-        )[:MAX_RESCUE]
-    ]
+    rescue = sorted(
+        (u for u in oom if compute_lower_bound_s(ctx, u.layout) < kth), key=lambda u: u.peak_memory_bytes
+    )[:MAX_RESCUE]
     # Only pipelined layouts have a layer split to choose; the others keep their exact estimate.
     splittable = [e for e in pool if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth]
-    candidates = splittable + rescue
+    # Of those, solve only the layouts some split could bring into the top-k (the k-th best time
+    # only improves with the solver's answers).
+    candidates = [e for e in splittable if _split_can_enter(ctx, e.layout, kth)]
+    candidates += [u.resolve(ctx, headroom) for u in rescue if _split_can_enter(ctx, u.layout, kth)]
     info.candidates_to_solver = len(candidates)
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
@@ -221,7 +221,13 @@ def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[floa
     """
     if len(pool_heap) < pool_size:
         return False
-    return step_floor_s(ctx, lay, screen.groups) > -pool_heap[0] + POOL_MARGIN_S
+    worst = -pool_heap[0] + POOL_MARGIN_S
+    return step_floor_s(ctx, lay, screen.groups, enough=worst) > worst
+
+
+def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:  # noqa: ANN001
+    """False when no layer split (and rank order) of ``lay`` can rank among ``kth`` and better."""
+    return split_floor_s(ctx, lay) <= kth + POOL_MARGIN_S
 
 
 def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:  # noqa: ANN001
