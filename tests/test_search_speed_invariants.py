@@ -2,7 +2,8 @@
 
 - ``step_time_s`` is bit-identical to ``estimate(...).step_time_s`` for every rank order.
 - ``screen_memory`` reports exactly ``best_estimate``'s peak memory and fit (or declines).
-- ``step_floor_s`` never exceeds the best step time over rank orders.
+- ``step_floor_s`` never exceeds the best step time over rank orders; ``step_floor_exceeds``
+  agrees with it.
 - ``kind_time_floor`` never exceeds a layer kind's time under any rank order.
 - ``split_floor_s`` never exceeds the best step time of any layer split.
 """
@@ -16,7 +17,14 @@ from typing import Any
 import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate
-from optimizer.cost.estimate import _kind_costs, kind_time_floor, split_floor_s, step_floor_s, step_time_s
+from optimizer.cost.estimate import (
+    _kind_costs,
+    kind_time_floor,
+    split_floor_s,
+    step_floor_exceeds,
+    step_floor_s,
+    step_time_s,
+)
 from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
@@ -73,7 +81,10 @@ def test_screen_and_floor_against_best_estimate(name: str) -> None:
             assert screen.peak_memory_bytes == best.peak_memory_bytes
             assert screen.fits_memory == best.fits_memory
             if best.fits_memory:
-                assert step_floor_s(ctx, lay, screen.groups) <= best.step_time_s
+                floor = step_floor_s(ctx, lay, screen.groups)
+                assert floor <= best.step_time_s
+                for threshold in (floor * 0.99, floor, floor * 1.01, best.step_time_s):
+                    assert step_floor_exceeds(ctx, lay, screen.groups, threshold) == (floor > threshold)
         if not best.fits_memory:
             continue
         # the floor is below every order's step time, not just the best one's

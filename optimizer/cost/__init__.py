@@ -25,15 +25,7 @@ def best_estimate(
 
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
-    distinct: list[tuple[float, tuple[str, ...], AxisGroups]] = []
-    seen: set[tuple] = set()
-    for order in candidate_orders(lay.sizes()):
-        groups = axis_groups(ctx.topology, order, lay.sizes())
-        signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
-        if signature in seen:  # another order already gave every axis the same groups
-            continue
-        seen.add(signature)
-        distinct.append((steady_state_s(ctx, lay, groups), order, groups))
+    distinct = [(steady_state_s(ctx, lay, groups), order, groups) for order, groups in _distinct_orders(ctx, lay)]
     # Most promising orders first (stable: ties keep the canonical order first), so the bound
     # below prunes as many full estimates as possible.
     distinct.sort(key=lambda item: item[0])
@@ -49,6 +41,25 @@ def best_estimate(
             "(axes of size 1 are 'none')",
         )
     return best
+
+
+def _distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[str, ...], AxisGroups]]:
+    """The rank orders that give the axes distinct groups, with those groups, canonical order
+    first (memoised per axis sizes: the orders and groups depend on nothing else)."""
+    key = ("distinct_orders", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        cached = []
+        seen: set[tuple] = set()
+        for order in candidate_orders(lay.sizes()):
+            groups = axis_groups(ctx.topology, order, lay.sizes())
+            signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
+            if signature in seen:  # another order already gave every axis the same groups
+                continue
+            seen.add(signature)
+            cached.append((order, groups))
+        ctx.memo[key] = cached
+    return cached
 
 
 def _fastest(

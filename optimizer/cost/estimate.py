@@ -402,6 +402,25 @@ def peak_memory_bytes(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) 
     return peak
 
 
+def _order_geometries(ctx: JobContext, lay: ResolvedLayout) -> tuple[list[AxisGroups], list[AxisGroups]]:
+    """One rank order's groups per distinct (tp, cp, ep) geometry, which is all the per-layer
+    costs read, and per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
+    data-parallel and pipeline communication read (memoised per axis sizes)."""
+    key = ("order_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    reps = ctx.memo.get(key)
+    if reps is None:
+        sizes = lay.sizes()
+        layer: dict[tuple, AxisGroups] = {}
+        comm: dict[tuple, AxisGroups] = {}
+        for o in candidate_orders(sizes):
+            g = axis_groups(ctx.topology, o, sizes)
+            layer.setdefault((g.tp, g.cp, g.ep), g)
+            comm.setdefault((g.dp_cp, g.edp, g.pp), g)
+        reps = (list(layer.values()), list(comm.values()))
+        ctx.memo[key] = reps
+    return reps
+
+
 def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
     """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
     (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
@@ -409,43 +428,21 @@ def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
            lay.recompute)
     floor = ctx.memo.get(key)
     if floor is None:
-        sizes = lay.sizes()
-        per_order = [_kind_costs(ctx, lay, axis_groups(ctx.topology, o, sizes)) for o in candidate_orders(sizes)]
-        floor = tuple(min(costs[k].time_s for costs in per_order) for k in range(len(ctx.kinds)))
+        per_geometry = [_kind_costs(ctx, lay, g) for g in _order_geometries(ctx, lay)[0]]
+        floor = tuple(min(costs[k].time_s for costs in per_geometry) for k in range(len(ctx.kinds)))
         ctx.memo[key] = floor
     return floor
-
-
-def _comm_geometries(ctx: JobContext, lay: ResolvedLayout) -> list[AxisGroups]:
-    """One rank order's groups per distinct (dp x cp, expert-dp, pp) geometry over all orders:
-    everything the exposed data-parallel and pipeline communication read (memoised per sizes)."""
-    key = ("comm_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
-    reps = ctx.memo.get(key)
-    if reps is None:
-        sizes = lay.sizes()
-        by_geometry: dict[tuple, AxisGroups] = {}
-        for o in candidate_orders(sizes):
-            g = axis_groups(ctx.topology, o, sizes)
-            by_geometry.setdefault((g.dp_cp, g.edp, g.pp), g)
-        reps = list(by_geometry.values())
-        ctx.memo[key] = reps
-    return reps
 
 
 STEP_FLOOR_MARGIN = 1e-9
 """Relative slack of ``step_floor_s`` for float rounding (the exact terms are summed differently)."""
 
 
-def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, enough: float = float("inf")) -> float:
-    """A lower bound on ``estimate(ctx, lay, order).step_time_s`` over every rank order, for the
-    layout's own layer split (``groups``: any order's; only its order-free terms are read).
-
-    The step is ``(m + (pp-1)/vpp) * slowest stage + pipeline send/recv + slowest exposed DP +
-    slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
-    LM head on the last stage; the communication terms are exact per order and the smallest
-    over the orders' geometries is taken; the optimizer term does not depend on the order.
-    Once the compute and optimizer terms alone exceed ``enough``, returns their (lower) bound.
-    """
+def _uniform_floor_terms(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups
+) -> tuple[float, float, list[tuple[float, float, int, float, float, float, float]]]:
+    """(``m + (pp-1)/vpp`` times the slowest stage's floor, slowest optimizer step, every
+    distinct stage's data-parallel inputs) of the layout's own split."""
     floor = kind_time_floor(ctx, lay)
     head = _head_time(ctx, lay)
     slowest = optimizer = 0.0
@@ -456,15 +453,46 @@ def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, enoug
         fixed = _stage_fixed_cached(ctx, lay, groups, counts, first, last)
         optimizer = max(optimizer, fixed[0].optimizer_s)
         dp_inputs.append(fixed[3])
-    bound = ((lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
-    if bound > enough:
-        return bound
+    return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest, optimizer, dp_inputs
+
+
+def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """A lower bound on ``estimate(ctx, lay, order).step_time_s`` over every rank order, for the
+    layout's own layer split (``groups``: any order's; only its order-free terms are read).
+
+    The step is ``(m + (pp-1)/vpp) * slowest stage + pipeline send/recv + slowest exposed DP +
+    slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
+    LM head on the last stage; the communication terms are exact per order and the smallest
+    over the orders' geometries is taken; the optimizer term does not depend on the order.
+    """
+    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
     comm = min(
         max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
-        for g in _comm_geometries(ctx, lay)
+        for g in _order_geometries(ctx, lay)[1]
     )
-    bound = (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest + comm + optimizer
-    return bound * (1.0 - STEP_FLOOR_MARGIN)
+    return (steady + comm + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
+
+
+def step_floor_exceeds(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, threshold: float) -> bool:
+    """``step_floor_s(ctx, lay, groups) > threshold``, stopping as soon as that is decided.
+
+    The same arithmetic: the floor is the smallest over the orders' geometries of a sum that
+    only grows with each geometry's communication, so one geometry at or below the threshold
+    settles False, and a geometry is settled above it once part of its stages already are.
+    """
+    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
+    if (steady + 0.0 + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
+        return True
+    for g in _order_geometries(ctx, lay)[1]:
+        pp_comm = pp_comm_s(ctx, lay, g)
+        worst = 0.0  # exposed data-parallel times are >= 0
+        for inputs in dp_inputs:
+            worst = max(worst, _dp_exposed_s(ctx, lay, g, *inputs))
+            if (steady + (worst + pp_comm) + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
+                break
+        else:
+            return False
+    return True
 
 
 def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
@@ -494,26 +522,37 @@ NO_OVERLAP_S = 1e30
 
 
 def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
-    """A lower bound on ``estimate(...).step_time_s`` over every layer split and rank order.
+    """A lower bound on ``estimate(...).step_time_s`` over every rank order and every layer
+    split with at least one layer per stage (all the search builds).
 
     ``(m + (pp-1)/vpp) * _min_max_stage_floor_s`` + the smallest, over the orders' geometries,
-    of pipeline send/recv plus a floor on the exposed data-parallel time + the average stage's
-    optimizer step. The data-parallel floor is ``_dp_exposed_s`` of the stage holding at least
-    the average dense parameters, with its experts and its compute (which only hides
-    communication) left out: what no overlap can hide (the last bucket; with ZeRO-3 the first
-    layer's gather). Everything is from the cost model's own functions; less 1e-9 relative for
-    rounding.
+    of pipeline send/recv plus a floor on the slowest stage's exposed data-parallel time + the
+    average stage's optimizer step. Less 1e-9 relative for rounding.
+
+    The data-parallel floor is ``_dp_exposed_s`` of the average stage (its parameters,
+    compute and layer count are the totals over ``pp``): the collectives are affine in their
+    bytes and the overlap terms are maxima, so the slowest stage's time is at least the
+    average's, provided the last-bucket term is the same for every stage (each stage's dense
+    gradients fill a bucket). Otherwise it is ``_dp_exposed_s`` of the stage holding at least
+    the average dense parameters with nothing to overlap against counted: what no overlap can
+    hide (the last bucket; with ZeRO-3 the first layer's gather).
     """
     sizes = lay.sizes()
     groups = axis_groups(ctx.topology, candidate_orders(sizes)[0], sizes)
     totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
-    # one stage holding every layer and the embedding: its parameters and optimizer step
+    # one stage holding every layer and the embedding: its parameters, compute and optimizer step
     everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)
-    dense, _, _, max_layer_params, _, _, _ = dp_inputs
-    optimizer = everything.optimizer_s / lay.pp
-    hidden = (dense / lay.pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
-    comm = min(_dp_exposed_s(ctx, lay, g, *hidden) + pp_comm_s(ctx, lay, g) for g in _comm_geometries(ctx, lay))
-    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    dense, expert, n_layers, max_layer_params, compute, fwd, bwd = dp_inputs
+    pp = lay.pp
+    optimizer = everything.optimizer_s / pp
+    smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
+    if smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
+        head = _head_time(ctx, lay)  # on the last stage: more compute to overlap with
+        stage = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + head) / pp, fwd / pp, bwd / pp)
+    else:
+        stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
+    comm = min(_dp_exposed_s(ctx, lay, g, *stage) + pp_comm_s(ctx, lay, g) for g in _order_geometries(ctx, lay)[1])
+    steady = lay.num_micro_batches + (pp - 1) / lay.vpp
     bound = steady * _min_max_stage_floor_s(ctx, lay) + comm + optimizer
     return bound * (1.0 - STEP_FLOOR_MARGIN)
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, split_floor_s, split_tables, step_floor_s
+from optimizer.cost.estimate import compute_lower_bound_s, split_floor_s, split_tables, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
@@ -221,8 +221,7 @@ def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[floa
     """
     if len(pool_heap) < pool_size:
         return False
-    worst = -pool_heap[0] + POOL_MARGIN_S
-    return step_floor_s(ctx, lay, screen.groups, enough=worst) > worst
+    return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
 
 
 def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:  # noqa: ANN001
