@@ -220,7 +220,8 @@ def _stage_fixed_cached(
     """``_stage_fixed``, memoised per job."""
     key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
-           groups.tp, groups.cp, groups.ep, memory_signature(groups), first, last, kind_counts)
+           # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last, kind_counts)
     fixed = ctx.memo.get(key)
     if fixed is None:
         fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)

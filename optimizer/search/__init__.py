@@ -127,9 +127,9 @@ def search(request: PlanRequest) -> PlanResponse:
     # only improves with the solver's answers).
     candidates = [e for e in splittable if _split_can_enter(ctx, e.layout, kth)]
     candidates += [u.resolve(ctx, headroom) for u in rescue if _split_can_enter(ctx, u.layout, kth)]
-    info.candidates_to_solver = len(candidates)
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
+    best_time = {_layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
     # Each pipelined candidate's best layer split is its own small CP-SAT model (per-stage layer
     # counts, per-stage memory limits, exact cost tables). Picking the layout over candidates is
     # then a minimum over their optima: the same answer as one joint model (``SplitModel`` takes
@@ -139,6 +139,9 @@ def search(request: PlanRequest) -> PlanResponse:
         if remaining <= 0:
             cp_status = "UNKNOWN" if n_done < len(candidates) else cp_status
             break
+        if not _split_can_enter(ctx, cand.layout, min(kth, _kth_smallest(best_time.values(), spec.top_k))):
+            continue  # the answers so far already put the k-th best time below this layout's floor
+        info.candidates_to_solver += 1
         budget = max(0.02, remaining / (len(candidates) - n_done))
         tables = split_tables(ctx, cand)
         model = SplitModel([Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)], cand.step_time_s)
@@ -149,7 +152,11 @@ def search(request: PlanRequest) -> PlanResponse:
             continue
         if res.status != "OPTIMAL":
             cp_status = res.status
-        results.append(_rescore(ctx, cand, res.choice.stage_layers, headroom))
+        est = _rescore(ctx, cand, res.choice.stage_layers, headroom)
+        results.append(est)
+        if est.fits_memory:
+            key = _layout_key(est.layout)
+            best_time[key] = min(best_time.get(key, est.step_time_s), est.step_time_s)
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
     # answers (which may carry better splits) and keep each layout once, at its best split.
     best_by_layout: dict[tuple, Estimate] = {}
@@ -222,6 +229,12 @@ def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[floa
     if len(pool_heap) < pool_size:
         return False
     return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
+
+
+def _kth_smallest(values, k: int) -> float:  # noqa: ANN001
+    """The k-th smallest of ``values`` (infinity when there are fewer)."""
+    smallest = heapq.nsmallest(k, values)
+    return smallest[-1] if len(smallest) >= k else float("inf")
 
 
 def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:  # noqa: ANN001
