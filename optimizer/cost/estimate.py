@@ -18,6 +18,7 @@ same arithmetic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer.cost.comm import (
@@ -609,35 +610,48 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     steady pipeline plus bubble, and the average stage's optimizer step bounds the optimizer term;
     every other term is non-negative. Uses the same per-layer costs.
     """
-    key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    per_layer_total = ctx.memo.get(key)
-    if per_layer_total is None:
-        # Every axis at stride 1: the most local group it can have in any rank order, so the
-        # fastest TP/CP/EP communication any placement can give.
-        topo = ctx.topology
-        local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
-        one = group_geometry(topo, 1, 1)
-        groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
-        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-        costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-        per_layer_total = sum(
-            ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
-        )
-        dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
-        expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
-        per_layer_total = (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
-        ctx.memo[key] = per_layer_total
-    layer_time, dense, expert = per_layer_total
-    avg = layer_time / lay.pp
-    bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
-    # The optimizer step of the heaviest stage is at least that of the average stage.
-    if lay.zero_stage >= 1:
-        dense /= lay.dp * lay.cp
-        expert /= lay.tp * lay.dp * lay.cp // lay.ep
-    bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / (
-        ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    return compute_lower_bounds(ctx, (lay,))[0]
+
+
+def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[float]:
+    """``compute_lower_bound_s`` of each layout, in one loop (the search bounds every layout)."""
+    memo = ctx.memo
+    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    bounds = []
+    for lay in layouts:
+        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        per_layer_total = memo.get(key)
+        if per_layer_total is None:
+            per_layer_total = _lower_bound_totals(ctx, lay)
+            memo[key] = per_layer_total
+        layer_time, dense, expert = per_layer_total
+        avg = layer_time / lay.pp
+        bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
+        # The optimizer step of the heaviest stage is at least that of the average stage.
+        if lay.zero_stage >= 1:
+            dense /= lay.dp * lay.cp
+            expert /= lay.tp * lay.dp * lay.cp // lay.ep
+        bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / hbm
+        bounds.append(bound)
+    return bounds
+
+
+def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+    """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
+    # Every axis at stride 1: the most local group it can have in any rank order, so the
+    # fastest TP/CP/EP communication any placement can give.
+    topo = ctx.topology
+    local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
+    one = group_geometry(topo, 1, 1)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
+    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    per_layer_total = sum(
+        ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
     )
-    return bound
+    dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
+    expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
+    return (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
 
 
 SPLIT_RADIUS_MIN = 4

@@ -17,7 +17,13 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, split_floor_s, split_tables, step_floor_exceeds
+from optimizer.cost.estimate import (
+    compute_lower_bound_s,
+    compute_lower_bounds,
+    split_floor_s,
+    split_tables,
+    step_floor_exceeds,
+)
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
@@ -69,7 +75,7 @@ def search(request: PlanRequest) -> PlanResponse:
             solver=info,
             explanation=_no_layout_explanation(job),
         )
-    bounds = [compute_lower_bound_s(ctx, lay) for lay in layouts]
+    bounds = compute_lower_bounds(ctx, layouts)
     order = sorted(range(len(layouts)), key=lambda i: bounds[i])
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
