@@ -211,8 +211,8 @@ def _stage_core(
     """
     t, stored, grads_bytes, dp_inputs = _stage_fixed_cached(ctx, lay, groups, kind_counts, first, last)
     dp_exposed = _dp_exposed_s(ctx, lay, groups, *dp_inputs)
-    return StageTerms(t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s, t.ep_s, dp_exposed, t.optimizer_s, t.memory), \
-        stored, grads_bytes
+    terms = StageTerms(t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s, t.ep_s, dp_exposed, t.optimizer_s, t.memory)
+    return terms, stored, grads_bytes
 
 
 def _stage_fixed_cached(
@@ -423,6 +423,12 @@ def _order_geometries(ctx: JobContext, lay: ResolvedLayout) -> tuple[list[AxisGr
     return reps
 
 
+def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
+    """The groups of one rank order of the layout (the canonical first; memoised), for terms
+    that do not depend on the order."""
+    return _order_geometries(ctx, lay)[0][0]
+
+
 def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
     """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
     (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
@@ -539,8 +545,7 @@ def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     the average dense parameters with nothing to overlap against counted: what no overlap can
     hide (the last bucket; with ZeRO-3 the first layer's gather).
     """
-    sizes = lay.sizes()
-    groups = axis_groups(ctx.topology, candidate_orders(sizes)[0], sizes)
+    groups = any_order_groups(ctx, lay)
     totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
     # one stage holding every layer and the embedding: its parameters, compute and optimizer step
     everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)

@@ -226,7 +226,9 @@ POOL_MARGIN_S = 2e-9
 ranks after every pool member whatever the rounding."""
 
 
-def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int) -> bool:  # noqa: ANN001
+def _outside_pool(
+    ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int  # noqa: ANN001
+) -> bool:
     """True when a fitting layout provably ranks after ``pool_size`` layouts already costed.
 
     The pool's worst time only decreases as layouts are costed, so such a layout is outside the

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.cost import Estimate, JobContext, best_estimate
-from optimizer.cost.estimate import peak_memory_bytes
+from optimizer.cost.estimate import any_order_groups, peak_memory_bytes
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
+from optimizer.cost.topology import AxisGroups
 
 
 @dataclass
@@ -48,10 +48,9 @@ class Screen:
 
 def screen_memory(ctx: JobContext, lay: ResolvedLayout, headroom_bytes: float | None) -> Screen | None:
     """The layout's exact peak memory and fit, or None when it may depend on the rank order."""
-    sizes = lay.sizes()
-    groups = axis_groups(ctx.topology, candidate_orders(sizes)[0], sizes)
     if lay.dp == 1 and lay.cp > 1:
         return None  # the cp x dp group exists only in orders where cp and dp are adjacent
+    groups = any_order_groups(ctx, lay)
     peak = peak_memory_bytes(ctx, lay, groups)
     headroom = ctx.cal.memory_headroom_bytes if headroom_bytes is None else headroom_bytes
     return Screen(peak, peak <= ctx.capacity_bytes - headroom, groups)
