@@ -397,9 +397,10 @@ def peak_memory_bytes(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) 
     ``memory_signature(groups)``: the same stage memories without the time terms."""
     counts = _stage_kind_counts(ctx, lay)
     last = lay.pp - 1
+    fixed = {d: _stage_fixed_cached(ctx, lay, groups, d[2], d[0], d[1]) for d in _distinct_stages(ctx, lay)}
     peak = 0.0
     for s in range(lay.pp):
-        t, stored, grads_bytes, _ = _stage_fixed_cached(ctx, lay, groups, counts[s], s == 0, s == last)
+        t, stored, grads_bytes, _ = fixed[(s == 0, s == last, counts[s])]
         peak = max(peak, _stage_memory(ctx, lay, s, t.memory, stored, grads_bytes).total_bytes)
     return peak
 

@@ -40,7 +40,10 @@ def _variant(base: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
     field), which was most of the time spent enumerating the larger spaces.
     """
     lay = object.__new__(ResolvedLayout)
-    lay.__dict__.update(base, zero_stage=zero_stage, recompute=recompute)
+    fields = lay.__dict__
+    fields.update(base)
+    fields["zero_stage"] = zero_stage
+    fields["recompute"] = recompute
     return lay
 
 
