@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from optimizer.cost.context import JobContext, build_context
-from optimizer.cost.estimate import Estimate, estimate, steady_state_s
+from optimizer.cost.estimate import Estimate, estimate, memory_signature, steady_state_s, step_time_s
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
 from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout
@@ -25,29 +25,14 @@ def best_estimate(
 
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
-    distinct: list[tuple[float, tuple[str, ...], AxisGroups]] = []
-    seen: set[tuple] = set()
-    for order in candidate_orders(lay.sizes()):
-        groups = axis_groups(ctx.topology, order, lay.sizes())
-        signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
-        if signature in seen:  # another order already gave every axis the same groups
-            continue
-        seen.add(signature)
-        distinct.append((steady_state_s(ctx, lay, groups), order, groups))
+    distinct = [(steady_state_s(ctx, lay, groups), order, groups) for order, groups in _distinct_orders(ctx, lay)]
     # Most promising orders first (stable: ties keep the canonical order first), so the bound
     # below prunes as many full estimates as possible.
     distinct.sort(key=lambda item: item[0])
-    best: Estimate | None = None
-    for steady, order, groups in distinct:
-        if best is not None and steady >= best.step_time_s:
-            break  # this order's (and every later order's) pipeline alone is already slower
-        est = estimate(ctx, lay, order, headroom_bytes, groups)
-        if not placement and not est.fits_memory:
-            return est  # memory does not depend on the rank order: no order can make it fit
-        if placement and any(est.placement.get(a) != t for a, t in placement.items() if t is not None):
-            continue
-        if best is None or est.step_time_s < best.step_time_s - 1e-12:
-            best = est
+    if placement:
+        best = _best_matching(ctx, lay, distinct, placement, headroom_bytes)
+    else:
+        best = _fastest(ctx, lay, distinct, headroom_bytes)
     if best is None:
         tiers = [t.name for t in ctx.topology.tiers]
         raise InvalidLayout(
@@ -55,6 +40,84 @@ def best_estimate(
             f"no rank order of this layout puts the axes on the tiers {placement}; tiers are {tiers} "
             "(axes of size 1 are 'none')",
         )
+    return best
+
+
+def _distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[str, ...], AxisGroups]]:
+    """The rank orders that give the axes distinct groups, with those groups, canonical order
+    first (memoised per axis sizes: the orders and groups depend on nothing else)."""
+    key = ("distinct_orders", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        cached = []
+        seen: set[tuple] = set()
+        for order in candidate_orders(lay.sizes()):
+            groups = axis_groups(ctx.topology, order, lay.sizes())
+            signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
+            if signature in seen:  # another order already gave every axis the same groups
+                continue
+            seen.add(signature)
+            cached.append((order, groups))
+        ctx.memo[key] = cached
+    return cached
+
+
+def _fastest(
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    distinct: list[tuple[float, tuple[str, ...], AxisGroups]],
+    headroom_bytes: float | None,
+) -> Estimate:
+    """The fastest order's estimate (the earliest of orders within 1e-12 s of each other), or the
+    first order found not to fit in memory.
+
+    Memory depends on the rank order only through ``memory_signature``, so an order sharing the
+    first order's signature fits exactly when the first does and is compared by ``step_time_s``
+    (the float ``estimate`` computes); only the winner is estimated in full.
+    """
+    _, order, groups = distinct[0]
+    first = estimate(ctx, lay, order, headroom_bytes, groups)
+    if not first.fits_memory:
+        return first
+    signature = memory_signature(groups)
+    best: Estimate | tuple[float, tuple[str, ...], AxisGroups] = first
+    best_step = first.step_time_s
+    for steady, order, groups in distinct[1:]:
+        if steady >= best_step:
+            break  # this order's (and every later order's) pipeline alone is already slower
+        if memory_signature(groups) != signature:  # its memory may differ: estimate in full
+            est = estimate(ctx, lay, order, headroom_bytes, groups)
+            if not est.fits_memory:
+                return est
+            step: float = est.step_time_s
+        else:
+            est = None
+            step = step_time_s(ctx, lay, groups)
+        if step < best_step - 1e-12:
+            best, best_step = (est if est is not None else (step, order, groups)), step
+    if isinstance(best, Estimate):
+        return best
+    _, order, groups = best
+    return estimate(ctx, lay, order, headroom_bytes, groups)
+
+
+def _best_matching(
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    distinct: list[tuple[float, tuple[str, ...], AxisGroups]],
+    placement: dict[str, str],
+    headroom_bytes: float | None,
+) -> Estimate | None:
+    """The fastest order whose placement matches ``placement`` (None if none does)."""
+    best: Estimate | None = None
+    for steady, order, groups in distinct:
+        if best is not None and steady >= best.step_time_s:
+            break  # this order's (and every later order's) pipeline alone is already slower
+        if any(groups.placement().get(a) != t for a, t in placement.items() if t is not None):
+            continue
+        est = estimate(ctx, lay, order, headroom_bytes, groups)
+        if best is None or est.step_time_s < best.step_time_s - 1e-12:
+            best = est
     return best
 
 

@@ -18,6 +18,7 @@ same arithmetic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer.cost.comm import (
@@ -31,7 +32,7 @@ from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups, group_geometry
+from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders, group_geometry
 
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
@@ -166,8 +167,28 @@ def stage_terms(
     Stage 0 also holds the embedding, the last stage the LM head and loss (both with ``pp = 1``).
     Memoised per job: the search's layer-split tables call it for many layer counts.
     """
-    first = stage == 0
-    last = stage == lay.pp - 1  # the last chunk, v*pp + pp-1, always sits on the last stage
+    # the last chunk, v*pp + pp-1, always sits on the last stage
+    partial, stored, grads_bytes = _stage_core_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
+    return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
+        partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
+        partial.dp_exposed_s, partial.optimizer_s, _stage_memory(ctx, lay, stage, partial.memory, stored, grads_bytes),
+    )
+
+
+def _stage_memory(
+    ctx: JobContext, lay: ResolvedLayout, stage: int, mem: StageMemory, stored: float, grads_bytes: float
+) -> StageMemory:
+    """A stage's memory from its core's (``mem``, ``stored``, ``grads_bytes``)."""
+    # activations: the in-flight micro-batches depend on the stage's position in the pipeline
+    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + mem.activations_bytes
+    buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
+    return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers)
+
+
+def _stage_core_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float]:
+    """``_stage_core``, memoised per job."""
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
            # the only geometries a stage's own terms depend on (pp placement does not enter)
@@ -176,16 +197,7 @@ def stage_terms(
     if core is None:
         core = _stage_core(ctx, lay, groups, kind_counts, first, last)
         ctx.memo[key] = core
-    partial, stored, grads_bytes = core
-    # activations: the in-flight micro-batches depend on the stage's position in the pipeline
-    acts = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches) * stored + partial.memory.activations_bytes
-    buffers = partial.memory.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
-    mem = partial.memory
-    return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
-        partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
-        partial.dp_exposed_s, partial.optimizer_s,
-        StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers),
-    )
+    return core
 
 
 def _stage_core(
@@ -193,34 +205,39 @@ def _stage_core(
 ) -> tuple[StageTerms, float, float]:
     """Everything of a stage but its in-flight activations: (terms with the stage's activations
     set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
-    per micro-batch, gradient bytes)."""
-    cal = ctx.cal
-    kind_cost = _kind_costs(ctx, lay, groups)
-    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
-    fwd = sum(n * lc.fwd_s for n, lc in present)
-    bwd = sum(n * lc.bwd_s for n, lc in present)
-    tp_s = sum(n * lc.tp_s for n, lc in present)
-    cp_s = sum(n * lc.cp_s for n, lc in present)
-    ep_s = sum(n * lc.ep_s for n, lc in present)
-    stored = sum(n * lc.stored_act_bytes for n, lc in present)
-    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
-    dense = sum(n * lc.dense_params for n, lc in present)
-    expert = sum(n * lc.expert_params for n, lc in present)
-    n_layers = max(1, sum(kind_counts))
-    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
-    compute = fwd + bwd
-    if first:
-        dense += ctx.embedding_params / lay.tp
-    if last:
-        compute += _head_time(ctx, lay)
-        if ctx.lm_head_params:
-            dense += ctx.lm_head_params / lay.tp
-        elif not first:  # tied embeddings: the last stage keeps its own copy
-            dense += ctx.embedding_params / lay.tp
-    m = lay.num_micro_batches
-    dp_shard = lay.dp * lay.cp
-    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
+    per micro-batch, gradient bytes).
 
+    Only the exposed data-parallel time depends on the dp / edp groups; the rest is memoised
+    without them, so rank orders that move only the data-parallel axes share it.
+    """
+    t, stored, grads_bytes, dp_inputs = _stage_fixed_cached(ctx, lay, groups, kind_counts, first, last)
+    dp_exposed = _dp_exposed_s(ctx, lay, groups, *dp_inputs)
+    terms = StageTerms(t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s, t.ep_s, dp_exposed, t.optimizer_s, t.memory)
+    return terms, stored, grads_bytes
+
+
+def _stage_fixed_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_fixed``, memoised per job."""
+    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+           # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last, kind_counts)
+    fixed = ctx.memo.get(key)
+    if fixed is None:
+        fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = fixed
+    return fixed
+
+
+def _dp_exposed_s(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float, n_layers: int,
+    max_layer_params: float, compute: float, fwd: float, bwd: float,
+) -> float:
+    """Data-parallel communication a stage leaves exposed at the end of the step."""
+    cal = ctx.cal
+    m = lay.num_micro_batches
     # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
@@ -248,6 +265,47 @@ def _stage_core(
         dp_exposed = max(last_b, t_b - cal.dp_overlap * bwd) if t_b > 0 else 0.0
         if t_f > 0:
             dp_exposed += max(last_f, t_f - cal.dp_overlap * fwd)
+    return dp_exposed
+
+
+def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:
+    """All a stage's memory takes from the rank order: which axes have groups (NCCL buffers).
+
+    The dense data-parallel group is ``cp x dp`` only when the two axes are adjacent in the
+    order, so with ``dp = 1`` and ``cp > 1`` it differs between orders; otherwise it does not.
+    """
+    return tuple(g.size > 1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp))
+
+
+def _stage_fixed(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
+    cal = ctx.cal
+    kind_cost = _kind_costs(ctx, lay, groups)
+    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
+    fwd = sum(n * lc.fwd_s for n, lc in present)
+    bwd = sum(n * lc.bwd_s for n, lc in present)
+    tp_s = sum(n * lc.tp_s for n, lc in present)
+    cp_s = sum(n * lc.cp_s for n, lc in present)
+    ep_s = sum(n * lc.ep_s for n, lc in present)
+    stored = sum(n * lc.stored_act_bytes for n, lc in present)
+    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
+    dense = sum(n * lc.dense_params for n, lc in present)
+    expert = sum(n * lc.expert_params for n, lc in present)
+    n_layers = max(1, sum(kind_counts))
+    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
+    compute = fwd + bwd
+    if first:
+        dense += ctx.embedding_params / lay.tp
+    if last:
+        compute += _head_time(ctx, lay)
+        if ctx.lm_head_params:
+            dense += ctx.lm_head_params / lay.tp
+        elif not first:  # tied embeddings: the last stage keeps its own copy
+            dense += ctx.embedding_params / lay.tp
+    dp_shard = lay.dp * lay.cp
+    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
 
     # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
     opt_params = dense / (dp_shard if lay.zero_stage >= 1 else 1) + expert / (ep_shard if lay.zero_stage >= 1 else 1)
@@ -263,7 +321,7 @@ def _stage_core(
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
         acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * LOGIT_BYTES
-    n_groups = sum(1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp) if g.size > 1)
+    n_groups = sum(memory_signature(groups))
     buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
@@ -275,7 +333,8 @@ def _stage_core(
     elif lay.dp * lay.cp > 1:
         buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
     memory = StageMemory(weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES, acts, buffers)
-    return StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, dp_exposed, t_opt, memory), stored, grads * GRAD_BYTES
+    terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
+    return terms, stored, grads * GRAD_BYTES, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
 
 
 def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
@@ -308,6 +367,203 @@ def compose_step(
         "optimizer": max(t.optimizer_s for t in stages),
     }
     return breakdown, slow
+
+
+def _distinct_stages(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[bool, bool, tuple[int, ...]]]:
+    """The distinct ``(first, last, kind counts)`` of the stages, in order of first occurrence
+    (memoised per split). Stages that share them have the same time terms."""
+    key = ("distinct", lay.pp, lay.stage_layers)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        counts = _stage_kind_counts(ctx, lay)
+        cached = list(dict.fromkeys((s == 0, s == lay.pp - 1, counts[s]) for s in range(lay.pp)))
+        ctx.memo[key] = cached
+    return cached
+
+
+def step_time_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """``estimate(...).step_time_s`` without building the estimate: same terms, same arithmetic.
+
+    ``compose_step`` takes maxima over stages and reads the first slowest stage; stages with the
+    same ``(first, last, kind counts)`` have identical terms, so one of each, in stage order,
+    gives the same floats. Lets ``best_estimate`` compare rank orders cheaply.
+    """
+    stages = [_stage_core_cached(ctx, lay, groups, c, f, la)[0] for f, la, c in _distinct_stages(ctx, lay)]
+    breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
+    return sum(breakdown.values())
+
+
+def peak_memory_bytes(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """``estimate(ctx, lay, order).peak_memory_bytes`` for any order whose groups have
+    ``memory_signature(groups)``: the same stage memories without the time terms."""
+    counts = _stage_kind_counts(ctx, lay)
+    last = lay.pp - 1
+    fixed = {d: _stage_fixed_cached(ctx, lay, groups, d[2], d[0], d[1]) for d in _distinct_stages(ctx, lay)}
+    peak = 0.0
+    for s in range(lay.pp):
+        t, stored, grads_bytes, _ = fixed[(s == 0, s == last, counts[s])]
+        peak = max(peak, _stage_memory(ctx, lay, s, t.memory, stored, grads_bytes).total_bytes)
+    return peak
+
+
+def _order_geometries(ctx: JobContext, lay: ResolvedLayout) -> tuple[list[AxisGroups], list[AxisGroups]]:
+    """One rank order's groups per distinct (tp, cp, ep) geometry, which is all the per-layer
+    costs read, and per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
+    data-parallel and pipeline communication read (memoised per axis sizes)."""
+    key = ("order_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    reps = ctx.memo.get(key)
+    if reps is None:
+        sizes = lay.sizes()
+        layer: dict[tuple, AxisGroups] = {}
+        comm: dict[tuple, AxisGroups] = {}
+        for o in candidate_orders(sizes):
+            g = axis_groups(ctx.topology, o, sizes)
+            layer.setdefault((g.tp, g.cp, g.ep), g)
+            comm.setdefault((g.dp_cp, g.edp, g.pp), g)
+        reps = (list(layer.values()), list(comm.values()))
+        ctx.memo[key] = reps
+    return reps
+
+
+def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
+    """The groups of one rank order of the layout (the canonical first; memoised), for terms
+    that do not depend on the order."""
+    return _order_geometries(ctx, lay)[0][0]
+
+
+def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
+    """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
+    (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
+    key = ("floor", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+           lay.recompute)
+    floor = ctx.memo.get(key)
+    if floor is None:
+        per_geometry = [_kind_costs(ctx, lay, g) for g in _order_geometries(ctx, lay)[0]]
+        floor = tuple(min(costs[k].time_s for costs in per_geometry) for k in range(len(ctx.kinds)))
+        ctx.memo[key] = floor
+    return floor
+
+
+STEP_FLOOR_MARGIN = 1e-9
+"""Relative slack of ``step_floor_s`` for float rounding (the exact terms are summed differently)."""
+
+
+def _uniform_floor_terms(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups
+) -> tuple[float, float, list[tuple[float, float, int, float, float, float, float]]]:
+    """(``m + (pp-1)/vpp`` times the slowest stage's floor, slowest optimizer step, every
+    distinct stage's data-parallel inputs) of the layout's own split."""
+    floor = kind_time_floor(ctx, lay)
+    head = _head_time(ctx, lay)
+    slowest = optimizer = 0.0
+    dp_inputs = []
+    for first, last, counts in _distinct_stages(ctx, lay):
+        t = sum(n * f for n, f in zip(counts, floor, strict=True)) + (head if last else 0.0)
+        slowest = max(slowest, t)
+        fixed = _stage_fixed_cached(ctx, lay, groups, counts, first, last)
+        optimizer = max(optimizer, fixed[0].optimizer_s)
+        dp_inputs.append(fixed[3])
+    return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest, optimizer, dp_inputs
+
+
+def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
+    """A lower bound on ``estimate(ctx, lay, order).step_time_s`` over every rank order, for the
+    layout's own layer split (``groups``: any order's; only its order-free terms are read).
+
+    The step is ``(m + (pp-1)/vpp) * slowest stage + pipeline send/recv + slowest exposed DP +
+    slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
+    LM head on the last stage; the communication terms are exact per order and the smallest
+    over the orders' geometries is taken; the optimizer term does not depend on the order.
+    """
+    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
+    comm = min(
+        max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
+        for g in _order_geometries(ctx, lay)[1]
+    )
+    return (steady + comm + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
+
+
+def step_floor_exceeds(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, threshold: float) -> bool:
+    """``step_floor_s(ctx, lay, groups) > threshold``, stopping as soon as that is decided.
+
+    The same arithmetic: the floor is the smallest over the orders' geometries of a sum that
+    only grows with each geometry's communication, so one geometry at or below the threshold
+    settles False, and a geometry is settled above it once part of its stages already are.
+    """
+    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
+    if (steady + 0.0 + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
+        return True
+    for g in _order_geometries(ctx, lay)[1]:
+        pp_comm = pp_comm_s(ctx, lay, g)
+        worst = 0.0  # exposed data-parallel times are >= 0
+        for inputs in dp_inputs:
+            worst = max(worst, _dp_exposed_s(ctx, lay, g, *inputs))
+            if (steady + (worst + pp_comm) + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
+                break
+        else:
+            return False
+    return True
+
+
+def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A lower bound on the slowest stage's time over every layer split and rank order.
+
+    Stage times add up to every layer's time plus the LM head, so the slowest is at least their
+    average. And stages hold whole layers, each at least the smallest ``kind_time_floor``, with
+    the head on the last stage: the best any split can do is the best choice of the last
+    stage's layer count with the rest spread as evenly as whole layers allow.
+    """
+    floor = kind_time_floor(ctx, lay)
+    head = _head_time(ctx, lay)
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(floor))]
+    average = (sum(n * f for n, f in zip(totals, floor, strict=True)) + head) / lay.pp
+    if lay.pp == 1:
+        return average
+    layers, per_layer = sum(totals), min(floor)
+    whole = min(
+        max(n_last * per_layer + head, -(-(layers - n_last) // (lay.pp - 1)) * per_layer)
+        for n_last in range(layers + 1)
+    )
+    return max(average, whole)
+
+
+NO_OVERLAP_S = 1e30
+"""Compute time passed to ``_dp_exposed_s`` so that overlap hides everything it can."""
+
+
+def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A lower bound on ``estimate(...).step_time_s`` over every rank order and every layer
+    split with at least one layer per stage (all the search builds).
+
+    ``(m + (pp-1)/vpp) * _min_max_stage_floor_s`` + the smallest, over the orders' geometries,
+    of pipeline send/recv plus a floor on the slowest stage's exposed data-parallel time + the
+    average stage's optimizer step. Less 1e-9 relative for rounding.
+
+    The data-parallel floor is ``_dp_exposed_s`` of the average stage (its parameters,
+    compute and layer count are the totals over ``pp``): the collectives are affine in their
+    bytes and the overlap terms are maxima, so the slowest stage's time is at least the
+    average's, provided the last-bucket term is the same for every stage (each stage's dense
+    gradients fill a bucket). Otherwise it is ``_dp_exposed_s`` of the stage holding at least
+    the average dense parameters with nothing to overlap against counted: what no overlap can
+    hide (the last bucket; with ZeRO-3 the first layer's gather).
+    """
+    groups = any_order_groups(ctx, lay)
+    totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
+    # one stage holding every layer and the embedding: its parameters, compute and optimizer step
+    everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)
+    dense, expert, n_layers, max_layer_params, compute, fwd, bwd = dp_inputs
+    pp = lay.pp
+    optimizer = everything.optimizer_s / pp
+    smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
+    if smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
+        head = _head_time(ctx, lay)  # on the last stage: more compute to overlap with
+        stage = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + head) / pp, fwd / pp, bwd / pp)
+    else:
+        stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
+    comm = min(_dp_exposed_s(ctx, lay, g, *stage) + pp_comm_s(ctx, lay, g) for g in _order_geometries(ctx, lay)[1])
+    steady = lay.num_micro_batches + (pp - 1) / lay.vpp
+    bound = steady * _min_max_stage_floor_s(ctx, lay) + comm + optimizer
+    return bound * (1.0 - STEP_FLOOR_MARGIN)
 
 
 def estimate(
@@ -356,35 +612,48 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     steady pipeline plus bubble, and the average stage's optimizer step bounds the optimizer term;
     every other term is non-negative. Uses the same per-layer costs.
     """
-    key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    per_layer_total = ctx.memo.get(key)
-    if per_layer_total is None:
-        # Every axis at stride 1: the most local group it can have in any rank order, so the
-        # fastest TP/CP/EP communication any placement can give.
-        topo = ctx.topology
-        local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
-        one = group_geometry(topo, 1, 1)
-        groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
-        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-        costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-        per_layer_total = sum(
-            ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
-        )
-        dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
-        expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
-        per_layer_total = (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
-        ctx.memo[key] = per_layer_total
-    layer_time, dense, expert = per_layer_total
-    avg = layer_time / lay.pp
-    bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
-    # The optimizer step of the heaviest stage is at least that of the average stage.
-    if lay.zero_stage >= 1:
-        dense /= lay.dp * lay.cp
-        expert /= lay.tp * lay.dp * lay.cp // lay.ep
-    bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / (
-        ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    return compute_lower_bounds(ctx, (lay,))[0]
+
+
+def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[float]:
+    """``compute_lower_bound_s`` of each layout, in one loop (the search bounds every layout)."""
+    memo = ctx.memo
+    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    bounds = []
+    for lay in layouts:
+        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        per_layer_total = memo.get(key)
+        if per_layer_total is None:
+            per_layer_total = _lower_bound_totals(ctx, lay)
+            memo[key] = per_layer_total
+        layer_time, dense, expert = per_layer_total
+        avg = layer_time / lay.pp
+        bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
+        # The optimizer step of the heaviest stage is at least that of the average stage.
+        if lay.zero_stage >= 1:
+            dense /= lay.dp * lay.cp
+            expert /= lay.tp * lay.dp * lay.cp // lay.ep
+        bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / hbm
+        bounds.append(bound)
+    return bounds
+
+
+def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+    """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
+    # Every axis at stride 1: the most local group it can have in any rank order, so the
+    # fastest TP/CP/EP communication any placement can give.
+    topo = ctx.topology
+    local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
+    one = group_geometry(topo, 1, 1)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
+    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    per_layer_total = sum(
+        ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
     )
-    return bound
+    dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
+    expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
+    return (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
 
 
 SPLIT_RADIUS_MIN = 4

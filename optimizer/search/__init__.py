@@ -17,10 +17,17 @@ import time
 from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bound_s, split_tables
+from optimizer.cost.estimate import (
+    compute_lower_bound_s,
+    compute_lower_bounds,
+    split_floor_s,
+    split_tables,
+    step_floor_exceeds,
+)
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
+from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB, to_gib
@@ -68,13 +75,15 @@ def search(request: PlanRequest) -> PlanResponse:
             solver=info,
             explanation=_no_layout_explanation(job),
         )
-    bounds = [compute_lower_bound_s(ctx, lay) for lay in layouts]
+    bounds = compute_lower_bounds(ctx, layouts)
     order = sorted(range(len(layouts)), key=lambda i: bounds[i])
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
+    n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
     kth_heap: list[float] = []  # max-heap (negated) of the k best step times seen
-    oom: list[Estimate] = []
-    smallest: Estimate | None = None  # the costed layout needing the least memory
+    pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
+    oom: list[Unfit] = []
+    smallest: Unfit | None = None  # the costed layout needing the least memory
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -87,19 +96,28 @@ def search(request: PlanRequest) -> PlanResponse:
             proved = False
             next_bound = bounds[i]
             break
-        est = best_estimate(ctx, layouts[i], headroom_bytes=headroom)
+        lay = layouts[i]
         costed += 1
-        if est.fits_memory:
-            fitting.append(est)
-            heapq.heappush(kth_heap, -est.step_time_s)
-            if len(kth_heap) > spec.top_k:
-                heapq.heappop(kth_heap)
+        screen = screen_memory(ctx, lay, headroom)
+        if screen is not None and not screen.fits_memory:
+            unfit = Unfit(lay, screen.peak_memory_bytes)
+        elif screen is not None and _outside_pool(ctx, lay, screen, pool_heap, pool_size):
+            n_fitting += 1
+            continue
         else:
-            if smallest is None or est.peak_memory_bytes < smallest.peak_memory_bytes:
-                smallest = est
-            if est.layout.pp > 1:
-                oom.append(est)
-    info.candidates_fitting_memory = len(fitting)
+            est = best_estimate(ctx, lay, headroom_bytes=headroom)
+            if est.fits_memory:
+                n_fitting += 1
+                fitting.append(est)
+                _push_bounded(kth_heap, est.step_time_s, spec.top_k)
+                _push_bounded(pool_heap, est.step_time_s, pool_size)
+                continue
+            unfit = Unfit(lay, est.peak_memory_bytes, est)
+        if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
+            smallest = unfit
+        if lay.pp > 1:
+            oom.append(unfit)
+    info.candidates_fitting_memory = n_fitting
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
     # CP-SAT chooses layer splits for the best ``pool_size`` fitting pipelined layouts and for up to
@@ -107,14 +125,17 @@ def search(request: PlanRequest) -> PlanResponse:
     # the k-th best time (closest to fitting first: the likeliest to fit with a better split).
     pool = fitting[:pool_size]
     rescue = sorted(
-        (e for e in oom if compute_lower_bound_s(ctx, e.layout) < kth), key=lambda e: e.peak_memory_bytes
+        (u for u in oom if compute_lower_bound_s(ctx, u.layout) < kth), key=lambda u: u.peak_memory_bytes
     )[:MAX_RESCUE]
     # Only pipelined layouts have a layer split to choose; the others keep their exact estimate.
     splittable = [e for e in pool if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth]
-    candidates = splittable + rescue
-    info.candidates_to_solver = len(candidates)
+    # Of those, solve only the layouts some split could bring into the top-k (the k-th best time
+    # only improves with the solver's answers).
+    candidates = [e for e in splittable if _split_can_enter(ctx, e.layout, kth)]
+    candidates += [u.resolve(ctx, headroom) for u in rescue if _split_can_enter(ctx, u.layout, kth)]
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
+    best_time = {_layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
     # Each pipelined candidate's best layer split is its own small CP-SAT model (per-stage layer
     # counts, per-stage memory limits, exact cost tables). Picking the layout over candidates is
     # then a minimum over their optima: the same answer as one joint model (``SplitModel`` takes
@@ -124,6 +145,9 @@ def search(request: PlanRequest) -> PlanResponse:
         if remaining <= 0:
             cp_status = "UNKNOWN" if n_done < len(candidates) else cp_status
             break
+        if not _split_can_enter(ctx, cand.layout, min(kth, _kth_smallest(best_time.values(), spec.top_k))):
+            continue  # the answers so far already put the k-th best time below this layout's floor
+        info.candidates_to_solver += 1
         budget = max(0.02, remaining / (len(candidates) - n_done))
         tables = split_tables(ctx, cand)
         model = SplitModel([Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)], cand.step_time_s)
@@ -134,7 +158,11 @@ def search(request: PlanRequest) -> PlanResponse:
             continue
         if res.status != "OPTIMAL":
             cp_status = res.status
-        results.append(_rescore(ctx, cand, res.choice.stage_layers, headroom))
+        est = _rescore(ctx, cand, res.choice.stage_layers, headroom)
+        results.append(est)
+        if est.fits_memory:
+            key = _layout_key(est.layout)
+            best_time[key] = min(best_time.get(key, est.step_time_s), est.step_time_s)
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
     # answers (which may carry better splits) and keep each layout once, at its best split.
     best_by_layout: dict[tuple, Estimate] = {}
@@ -178,12 +206,48 @@ def search(request: PlanRequest) -> PlanResponse:
             status="infeasible",
             plans=[],
             solver=info,
-            explanation=_memory_explanation(smallest),
+            explanation=_memory_explanation(smallest.resolve(ctx, headroom) if smallest else None),
             warnings=warnings,
         )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _push_bounded(heap: list[float], value: float, size: int) -> None:
+    """Keep the ``size`` smallest values in ``heap`` (a max-heap of negated values)."""
+    heapq.heappush(heap, -value)
+    if len(heap) > size:
+        heapq.heappop(heap)
+
+
+POOL_MARGIN_S = 2e-9
+"""Ranking compares step times rounded to 1e-9 s; a floor this far above the pool's worst time
+ranks after every pool member whatever the rounding."""
+
+
+def _outside_pool(
+    ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int  # noqa: ANN001
+) -> bool:
+    """True when a fitting layout provably ranks after ``pool_size`` layouts already costed.
+
+    The pool's worst time only decreases as layouts are costed, so such a layout is outside the
+    final pool (and the top-k) too; its full estimate cannot change the answer.
+    """
+    if len(pool_heap) < pool_size:
+        return False
+    return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
+
+
+def _kth_smallest(values, k: int) -> float:  # noqa: ANN001
+    """The k-th smallest of ``values`` (infinity when there are fewer)."""
+    smallest = heapq.nsmallest(k, values)
+    return smallest[-1] if len(smallest) >= k else float("inf")
+
+
+def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:  # noqa: ANN001
+    """False when no layer split (and rank order) of ``lay`` can rank among ``kth`` and better."""
+    return split_floor_s(ctx, lay) <= kth + POOL_MARGIN_S
 
 
 def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:  # noqa: ANN001

@@ -56,13 +56,21 @@ def chunk_split(per_stage: list[int], vpp: int) -> tuple[int, ...]:
     return tuple(chunks)
 
 
+class _CpModel(cp_model.CpModel):
+    """``CpModel`` without the deprecated CamelCase aliases it attaches to every new instance
+    (about as long as building one of these small models; this module uses snake_case only)."""
+
+    def _add_pre_pep8_methods(self) -> None:
+        pass
+
+
 class SplitModel:
     """One CP-SAT model over the candidates; ``solve`` can be called repeatedly with exclusions."""
 
     def __init__(self, candidates: list[Candidate], scale_ref_s: float, num_workers: int = 1) -> None:
         self.candidates = candidates
         self.scale = OBJECTIVE_UNITS / max(scale_ref_s, 1e-9)
-        self.model = cp_model.CpModel()
+        self.model = _CpModel()
         self.num_workers = num_workers
         self.pick: list[cp_model.IntVar] = []
         self.counts: list[list[cp_model.IntVar]] = []

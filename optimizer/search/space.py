@@ -33,6 +33,21 @@ def astuple_shallow(lay: ResolvedLayout) -> tuple:
     return tuple(getattr(lay, f.name) for f in dataclass_fields(lay))
 
 
+def _variant(base: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
+    """``base`` (a resolved layout's ``__dict__``) with another ZeRO stage and recompute.
+
+    Neither changes validity or any derived number, so the fields are copied as they are rather
+    than passed through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field), which was most of the time spent enumerating the larger spaces.
+    """
+    lay = object.__new__(ResolvedLayout)
+    fields = lay.__dict__
+    fields.update(base)
+    fields["zero_stage"] = zero_stage
+    fields["recompute"] = recompute
+    return lay
+
+
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -102,6 +117,5 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
                     except InvalidLayout:
                         continue
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
-                    fields = astuple_shallow(base)
                     for zero, rc in product(zeros, rcs):
-                        yield ResolvedLayout(*fields[:7], zero, rc, *fields[9:])
+                        yield _variant(base.__dict__, zero, rc)

@@ -1,0 +1,129 @@
+"""The shortcuts the search takes for speed, checked against the full cost model on real jobs.
+
+- ``step_time_s`` is bit-identical to ``estimate(...).step_time_s`` for every rank order.
+- ``screen_memory`` reports exactly ``best_estimate``'s peak memory and fit (or declines).
+- ``step_floor_s`` never exceeds the best step time over rank orders; ``step_floor_exceeds``
+  agrees with it.
+- ``kind_time_floor`` never exceeds a layer kind's time under any rank order.
+- ``split_floor_s`` never exceeds the best step time of any layer split.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from optimizer.cost import best_estimate, build_context, estimate
+from optimizer.cost.estimate import (
+    _kind_costs,
+    kind_time_floor,
+    split_floor_s,
+    step_floor_exceeds,
+    step_floor_s,
+    step_time_s,
+)
+from optimizer.cost.topology import axis_groups, candidate_orders
+from optimizer.search.screen import screen_memory
+from optimizer.search.space import enumerate_layouts
+from optimizer.specs import JobSpec, PlanRequest
+
+JOBS: dict[str, dict[str, Any]] = {
+    "llama3-8b, 64 H100": {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 256},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    },
+    "mixtral-8x22b, 128 H100": {
+        "model": {"preset": "mixtral-8x22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 128},
+    },
+    "deepseek-v3, 288 GB200 NVL72": {
+        "model": {"preset": "deepseek-v3"},
+        "training": {"seq_len": 4096, "global_batch_size": 576},
+        "cluster": {"preset": "gb200-nvl72", "num_gpus": 288},
+    },
+}
+STRIDE = 53
+"""Check every STRIDE-th layout (the spaces have thousands; the sample still spans every knob)."""
+
+
+def _sample(name: str):  # noqa: ANN202
+    req = PlanRequest.model_validate(JOBS[name])
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    layouts = list(enumerate_layouts(job, req.search))
+    assert layouts
+    return ctx, layouts[::STRIDE]
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_step_time_matches_estimate(name: str) -> None:
+    ctx, layouts = _sample(name)
+    for lay in layouts:
+        for order in candidate_orders(lay.sizes()):
+            groups = axis_groups(ctx.topology, order, lay.sizes())
+            assert step_time_s(ctx, lay, groups) == estimate(ctx, lay, order, groups=groups).step_time_s
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_screen_and_floor_against_best_estimate(name: str) -> None:
+    ctx, layouts = _sample(name)
+    screened = 0
+    for lay in layouts:
+        best = best_estimate(ctx, lay)
+        screen = screen_memory(ctx, lay, None)
+        if screen is not None:
+            screened += 1
+            assert screen.peak_memory_bytes == best.peak_memory_bytes
+            assert screen.fits_memory == best.fits_memory
+            if best.fits_memory:
+                floor = step_floor_s(ctx, lay, screen.groups)
+                assert floor <= best.step_time_s
+                for threshold in (floor * 0.99, floor, floor * 1.01, best.step_time_s):
+                    assert step_floor_exceeds(ctx, lay, screen.groups, threshold) == (floor > threshold)
+        if not best.fits_memory:
+            continue
+        # the floor is below every order's step time, not just the best one's
+        for order in candidate_orders(lay.sizes()):
+            est = estimate(ctx, lay, order)
+            if screen is not None:
+                assert step_floor_s(ctx, lay, screen.groups) <= est.step_time_s
+    assert screened > len(layouts) // 2
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_kind_time_floor_is_a_floor(name: str) -> None:
+    ctx, layouts = _sample(name)
+    for lay in layouts:
+        floor = kind_time_floor(ctx, lay)
+        for order in candidate_orders(lay.sizes()):
+            costs = _kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
+            assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
+
+
+def _random_split(rng: random.Random, layers: int, chunks: int) -> tuple[int, ...]:
+    """``chunks`` positive layer counts summing to ``layers``."""
+    cuts = sorted(rng.sample(range(1, layers), chunks - 1))
+    return tuple(b - a for a, b in zip([0, *cuts], [*cuts, layers], strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_split_floor_below_every_split(name: str) -> None:
+    ctx, layouts = _sample(name)
+    rng = random.Random(0)
+    layers = len(ctx.layer_kind)
+    checked = 0
+    for lay in layouts:
+        if lay.pp == 1:
+            continue
+        floor = split_floor_s(ctx, lay)
+        splits = [lay.stage_layers] + [_random_split(rng, layers, lay.pp * lay.vpp) for _ in range(3)]
+        for split in splits:
+            est = best_estimate(ctx, replace(lay, stage_layers=split))
+            assert floor <= est.step_time_s, (lay, split)
+            checked += 1
+    assert checked
