@@ -13,6 +13,7 @@ from typing import Any
 
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+import pytest
 
 from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
 from optimizer.cost.context import _build_context_cached
@@ -197,3 +198,44 @@ def test_evaluate_is_deterministic(req):
     _build_context_cached.cache_clear()  # recompute everything from scratch the second time
     _group_geometry.cache_clear()
     assert _evaluate(req).model_dump_json() == first
+
+
+# --------------------------------------------------------------------------- all-to-all tiers
+
+
+def test_all_to_all_scale_out_levels_share_the_nic():
+    """Leaf and spine traffic leave through the same NIC (their times add); only a scale-up
+    level has links of its own that run concurrently with the NIC."""
+    from optimizer.cost.comm import Level, all_to_all_time_s
+
+    nic = 50e9
+    leaf, spine = Level(4, nic, 0.0, own_links=False), Level(2, nic / 2, 0.0, own_links=False)
+    per_rank = 7e9  # 1 GB to each of the 7 peers
+    # 3 peers under the leaf at 50 GB/s, then 4 behind the spine at 25 GB/s: 0.06 + 0.16 s
+    assert all_to_all_time_s(per_rank, [leaf, spine]) == pytest.approx(0.06 + 0.16)
+    nvlink = Level(4, 450e9, 0.0)
+    # NVLink part (3 GB at 450 GB/s) overlaps the NIC part (4 GB behind the spine): 0.16 s
+    assert all_to_all_time_s(per_rank, [nvlink, spine]) == pytest.approx(0.16)
+
+
+def test_lower_bound_holds_for_every_rank_order_of_moe_layouts():
+    """``compute_lower_bound_s`` is below the step time of every rank order, including orders
+    with pp innermost (EP groups then start at stride pp)."""
+    from optimizer.cost import estimate, resolve_layout
+    from optimizer.cost.estimate import compute_lower_bound_s
+    from optimizer.cost.topology import candidate_orders
+
+    job = JobSpec(
+        model={"preset": "mixtral-8x7b"},
+        training={"seq_len": 4096, "global_batch_size": 4096},
+        cluster={"preset": "dgx-h100", "num_gpus": 512, "leaf_span_gpus": 64, "spine_oversubscription": 2.0},
+    )
+    ctx = build_context(job)
+    checked = 0
+    for tp, pp, ep in ((1, 2, 8), (1, 4, 8), (2, 2, 8), (1, 8, 8), (2, 4, 4)):
+        lay = resolve_layout(job, Layout(tp=tp, pp=pp, ep=ep, micro_batch_size=1, zero_stage=1, recompute="selective"))
+        bound = compute_lower_bound_s(ctx, lay)
+        for order in candidate_orders(lay.sizes()):
+            assert bound <= estimate(ctx, lay, order).step_time_s * (1 + 1e-12), (tp, pp, ep, order)
+            checked += 1
+    assert checked >= 15

@@ -19,6 +19,8 @@ class Level:
     ranks: int
     beta_bytes_per_s: float
     alpha_s: float
+    own_links: bool = True
+    """Scale-up level: each rank has its own links, separate from the NIC that outer levels share."""
 
 
 def p2p_time_s(num_bytes: float, beta_bytes_per_s: float, alpha_s: float) -> float:
@@ -93,8 +95,8 @@ def all_to_all_time_s(bytes_per_rank: float, levels: Sequence[Level]) -> float:
     if ranks <= 1:
         return 0.0
     per_peer = bytes_per_rank / (ranks - 1)
-    inner_time = 0.0  # the innermost level has its own links (scale-up)
-    outer_time = 0.0  # outer levels share the rank's NIC, so their times add up
+    inner_time = 0.0  # an innermost scale-up level has its own links
+    outer_time = 0.0  # scale-out levels share the rank's NIC, so their times add up
     inside = 1
     alpha = 0.0
     for i, lv in enumerate(levels):
@@ -102,7 +104,7 @@ def all_to_all_time_s(bytes_per_rank: float, levels: Sequence[Level]) -> float:
             continue
         peers_here = inside * lv.ranks - inside  # reachable here but not in the levels below
         t = peers_here * per_peer / lv.beta_bytes_per_s
-        if i == 0:
+        if i == 0 and lv.own_links:
             inner_time = t
         else:
             outer_time += t

@@ -621,7 +621,8 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
     bounds = []
     for lay in layouts:
-        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
+               lay.pp if lay.ep > 1 else 0)
         per_layer_total = memo.get(key)
         if per_layer_total is None:
             per_layer_total = _lower_bound_totals(ctx, lay)
@@ -640,17 +641,25 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
 
 def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
-    # Every axis at stride 1: the most local group it can have in any rank order, so the
-    # fastest TP/CP/EP communication any placement can give.
+    # TP and CP at stride 1: the most local group they can have in any rank order, so the fastest
+    # ring / hierarchical collectives any placement can give. EP groups start at the innermost of
+    # the tp/cp/dp strides (``axis_groups``): stride 1, or pp when pp is innermost. The all-to-all
+    # is not monotone in locality (its innermost level runs concurrently with the outer ones), so
+    # each layer takes the cheaper of the two.
     topo = ctx.topology
     local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
     one = group_geometry(topo, 1, 1)
     groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-    per_layer_total = sum(
-        ctx.kind_prefix[k][-1] * c.time_s for k, c in enumerate(costs)
-    )
+    times = [c.time_s for c in costs]
+    if lay.ep > 1 and lay.pp > 1:
+        strided = AxisGroups(
+            ("pp", "tp", "cp", "dp"), local["tp"], local["cp"], one, one,
+            group_geometry(topo, lay.pp, lay.ep), one, one,
+        )
+        times = [min(t, layer_cost(ctx, k, dims, strided).time_s) for t, k in zip(times, ctx.kinds, strict=True)]
+    per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
     return (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)

@@ -136,7 +136,7 @@ def _group_geometry(topo: Topology, stride: int, size: int) -> GroupGeometry:
         if tier is topo.tiers[0] and topo.scale_up_mesh and ranks < tier.span_gpus and tier.span_gpus > 1:
             beta = beta * (ranks - 1) / (tier.span_gpus - 1)
         if ranks > 1:
-            levels.append(Level(ranks, beta, tier.alpha_s))
+            levels.append(Level(ranks, beta, tier.alpha_s, own_links=tier.name == "nvlink"))
             outermost = tier.name
         inside = reach
         if inside >= size:
