@@ -32,7 +32,7 @@ from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders, group_geometry
+from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups, candidate_orders, group_geometry
 
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
@@ -620,12 +620,19 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     memo = ctx.memo
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
     bounds = []
+    topo = ctx.topology
     for lay in layouts:
+        # EP groups start at stride 1, or at stride pp when pp is the innermost axis. Stride 1 is
+        # never slower when every scale-up group gets the full per-GPU bandwidth (NVSwitch): it
+        # reaches at least as many peers on every tier. On a scale-up mesh a partial group gets
+        # less, so there the strided group is costed too.
+        mesh = topo.scale_up_mesh and lay.ep > 1 and lay.pp > 1
+        strided_ep = group_geometry(topo, lay.pp, lay.ep) if mesh else None
         key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
-               lay.pp if lay.ep > 1 else 0)
+               strided_ep.levels if strided_ep is not None else None)
         per_layer_total = memo.get(key)
         if per_layer_total is None:
-            per_layer_total = _lower_bound_totals(ctx, lay)
+            per_layer_total = _lower_bound_totals(ctx, lay, strided_ep)
             memo[key] = per_layer_total
         layer_time, dense, expert = per_layer_total
         avg = layer_time / lay.pp
@@ -639,13 +646,15 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     return bounds
 
 
-def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+def _lower_bound_totals(
+    ctx: JobContext, lay: ResolvedLayout, strided_ep: GroupGeometry | None
+) -> tuple[float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
     # TP and CP at stride 1: the most local group they can have in any rank order, so the fastest
     # ring / hierarchical collectives any placement can give. EP groups start at the innermost of
-    # the tp/cp/dp strides (``axis_groups``): stride 1, or pp when pp is innermost. The all-to-all
-    # is not monotone in locality (its innermost level runs concurrently with the outer ones), so
-    # each layer takes the cheaper of the two.
+    # the tp/cp/dp strides (``axis_groups``): stride 1, or pp when pp is innermost
+    # (``strided_ep``, given on scale-up meshes, where locality need not be faster). Each layer
+    # then takes the cheaper of the two.
     topo = ctx.topology
     local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
     one = group_geometry(topo, 1, 1)
@@ -653,11 +662,8 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
     times = [c.time_s for c in costs]
-    if lay.ep > 1 and lay.pp > 1:
-        strided = AxisGroups(
-            ("pp", "tp", "cp", "dp"), local["tp"], local["cp"], one, one,
-            group_geometry(topo, lay.pp, lay.ep), one, one,
-        )
+    if strided_ep is not None and strided_ep.levels != local["ep"].levels:
+        strided = AxisGroups(("pp", "tp", "cp", "dp"), local["tp"], local["cp"], one, one, strided_ep, one, one)
         times = [min(t, layer_cost(ctx, k, dims, strided).time_s) for t, k in zip(times, ctx.kinds, strict=True)]
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
