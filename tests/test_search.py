@@ -468,3 +468,28 @@ def test_moe_block_recompute_on_a_dense_model_names_the_field():
     with pytest.raises(InvalidLayout) as err:
         resolve_layout(job, Layout(tp=1, pp=1, recompute="moe"))
     assert err.value.field == "config.recompute" and "MoE" in err.value.reason
+
+
+def test_bound_holds_when_domains_do_not_divide_the_groups():
+    """148 GPUs on NVL72 racks spread as 4 domains of 37: a 2-rank TP group at stride 1 crosses a
+    domain boundary, at stride 2 it does not. The lower bound must not assume stride 1 is the
+    most local placement, or the search prunes the best layout (TP2 PP2, 26.8 s here)."""
+    from optimizer.cost import best_estimate
+    from optimizer.cost.estimate import compute_lower_bound_s
+
+    req = PlanRequest(
+        model={"preset": "llama3-70b"},
+        training={"seq_len": 8192, "global_batch_size": 1184},
+        cluster={"preset": "gb200-nvl72", "num_gpus": 148},
+        search={"top_k": 1, "allow": {"zero_stage": [1], "recompute": ["selective", "full"]}},
+    )
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    uniform = [best_estimate(ctx, lay) for lay in enumerate_layouts(job, req.search)]
+    for est in uniform:
+        assert compute_lower_bound_s(ctx, est.layout) <= est.step_time_s * (1 + 1e-12), est.layout
+    best_uniform = min(e.step_time_s for e in uniform if e.fits_memory)
+    response = search(req)
+    assert response.status == "optimal"
+    assert response.plans[0].step_time_s <= best_uniform * (1 + 1e-9)
+    assert response.plans[0].step_time_s == pytest.approx(26.84, abs=0.01)

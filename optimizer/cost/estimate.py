@@ -621,12 +621,14 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
     bounds = []
     topo = ctx.topology
+    spans = tuple(t.span_gpus for t in topo.tiers[:-1])
     for lay in layouts:
+        regular = _stride_one_is_most_local(spans, lay)
         # EP groups start at stride 1, or at stride pp when pp is the innermost axis. Stride 1 is
         # never slower when every scale-up group gets the full per-GPU bandwidth (NVSwitch): it
         # reaches at least as many peers on every tier. On a scale-up mesh a partial group gets
         # less, so there the strided group is costed too.
-        mesh = topo.scale_up_mesh and lay.ep > 1 and lay.pp > 1
+        mesh = regular and topo.scale_up_mesh and lay.ep > 1 and lay.pp > 1
         strided_ep = group_geometry(topo, lay.pp, lay.ep) if mesh else None
         key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
                strided_ep.levels if strided_ep is not None else None)
@@ -635,6 +637,11 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
             per_layer_total = _lower_bound_totals(ctx, lay, strided_ep)
             memo[key] = per_layer_total
         layer_time, dense, expert = per_layer_total
+        if not regular:
+            # each layer kind at its cheapest over the layout's real rank orders (valid on any
+            # topology; costlier, so only where stride 1 may not be the most local placement)
+            floor = kind_time_floor(ctx, lay)
+            layer_time = sum(ctx.kind_prefix[k][-1] * f for k, f in enumerate(floor))
         avg = layer_time / lay.pp
         bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
         # The optimizer step of the heaviest stage is at least that of the average stage.
@@ -646,12 +653,21 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     return bounds
 
 
+def _stride_one_is_most_local(spans: tuple[int, ...], lay: ResolvedLayout) -> bool:
+    """True when a TP/CP/EP group at stride 1 reaches at least as many of its peers inside every
+    tier as at any other stride: each tier's span and the group size divide one another. (A job
+    spread over domains of 37 GPUs puts a 2-rank group at stride 1 across two domains, at stride 2
+    inside one.)"""
+    return all(span % n == 0 or n % span == 0 for n in (lay.tp, lay.cp, lay.ep) if n > 1 for span in spans)
+
+
 def _lower_bound_totals(
     ctx: JobContext, lay: ResolvedLayout, strided_ep: GroupGeometry | None
 ) -> tuple[float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
-    # TP and CP at stride 1: the most local group they can have in any rank order, so the fastest
-    # ring / hierarchical collectives any placement can give. EP groups start at the innermost of
+    # TP and CP at stride 1: when the tier spans and group sizes divide one another
+    # (``_stride_one_is_most_local``; callers check), the most local group they can have in any
+    # rank order, so the fastest ring / hierarchical collectives any placement can give. EP groups start at the innermost of
     # the tp/cp/dp strides (``axis_groups``): stride 1, or pp when pp is innermost
     # (``strided_ep``, given on scale-up meshes, where locality need not be faster). Each layer
     # then takes the cheaper of the two.
