@@ -248,3 +248,26 @@ def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster):
             assert bound <= estimate(ctx, lay, order).step_time_s * (1 + 1e-12), (tp, pp, ep, order)
             checked += 1
     assert checked >= 15
+
+
+def test_lower_bound_holds_when_nvlink_domains_split_groups_unevenly():
+    """148 GPUs on NVL72 racks: 4 domains of 37, which no TP/EP group size divides. The bound
+    takes each axis's cheapest geometry over the strides any rank order can give."""
+    from optimizer.cost import estimate, resolve_layout
+    from optimizer.cost.estimate import compute_lower_bound_s
+    from optimizer.cost.topology import candidate_orders
+
+    job = JobSpec(
+        model={"preset": "mixtral-8x7b"},
+        training={"seq_len": 4096, "global_batch_size": 2368},
+        cluster={"preset": "gb200-nvl72", "num_gpus": 148},
+    )
+    ctx = build_context(job)
+    checked = 0
+    for tp, pp, ep in ((1, 2, 2), (2, 2, 2), (4, 1, 4), (2, 1, 4), (1, 4, 1), (2, 2, 1)):
+        lay = resolve_layout(job, Layout(tp=tp, pp=pp, ep=ep, micro_batch_size=1, zero_stage=1, recompute="selective"))
+        bound = compute_lower_bound_s(ctx, lay)
+        steps = [estimate(ctx, lay, order).step_time_s for order in candidate_orders(lay.sizes())]
+        assert bound <= min(steps) * (1 + 1e-12), (tp, pp, ep, bound, min(steps))
+        checked += len(steps)
+    assert checked >= 15

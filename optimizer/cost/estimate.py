@@ -19,7 +19,7 @@ same arithmetic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optimizer.cost.comm import (
     hierarchical_allgather_time_s,
@@ -620,28 +620,13 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     memo = ctx.memo
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
     bounds = []
-    topo = ctx.topology
-    spans = tuple(t.span_gpus for t in topo.tiers[:-1])
     for lay in layouts:
-        regular = _stride_one_is_most_local(spans, lay)
-        # EP groups start at stride 1, or at stride pp when pp is the innermost axis. Stride 1 is
-        # never slower when every scale-up group gets the full per-GPU bandwidth (NVSwitch): it
-        # reaches at least as many peers on every tier. On a scale-up mesh a partial group gets
-        # less, so there the strided group is costed too.
-        mesh = regular and topo.scale_up_mesh and lay.ep > 1 and lay.pp > 1
-        strided_ep = group_geometry(topo, lay.pp, lay.ep) if mesh else None
-        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
-               strided_ep.levels if strided_ep is not None else None)
+        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
         per_layer_total = memo.get(key)
         if per_layer_total is None:
-            per_layer_total = _lower_bound_totals(ctx, lay, strided_ep)
+            per_layer_total = _lower_bound_totals(ctx, lay)
             memo[key] = per_layer_total
         layer_time, dense, expert = per_layer_total
-        if not regular:
-            # each layer kind at its cheapest over the layout's real rank orders (valid on any
-            # topology; costlier, so only where stride 1 may not be the most local placement)
-            floor = kind_time_floor(ctx, lay)
-            layer_time = sum(ctx.kind_prefix[k][-1] * f for k, f in enumerate(floor))
         avg = layer_time / lay.pp
         bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
         # The optimizer step of the heaviest stage is at least that of the average stage.
@@ -653,34 +638,60 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     return bounds
 
 
-def _stride_one_is_most_local(spans: tuple[int, ...], lay: ResolvedLayout) -> bool:
-    """True when a TP/CP/EP group at stride 1 reaches at least as many of its peers inside every
-    tier as at any other stride: each tier's span and the group size divide one another. (A job
-    spread over domains of 37 GPUs puts a 2-rank group at stride 1 across two domains, at stride 2
-    inside one.)"""
-    return all(span % n == 0 or n % span == 0 for n in (lay.tp, lay.cp, lay.ep) if n > 1 for span in spans)
+def _axis_geometries(ctx: JobContext, axis: str, size: int) -> tuple[GroupGeometry, ...]:
+    """The geometries a ``size``-rank group of ``axis`` can have, stride 1 first: only stride 1
+    when it is provably the cheapest, else every distinct geometry over the strides that divide
+    ``num_gpus / size`` (a superset of what the rank orders give).
 
-
-def _lower_bound_totals(
-    ctx: JobContext, lay: ResolvedLayout, strided_ep: GroupGeometry | None
-) -> tuple[float, float, float]:
-    """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU."""
-    # TP and CP at stride 1: when the tier spans and group sizes divide one another
-    # (``_stride_one_is_most_local``; callers check), the most local group they can have in any
-    # rank order, so the fastest ring / hierarchical collectives any placement can give. EP groups start at the innermost of
-    # the tp/cp/dp strides (``axis_groups``): stride 1, or pp when pp is innermost
-    # (``strided_ep``, given on scale-up meshes, where locality need not be faster). Each layer
-    # then takes the cheaper of the two.
+    Stride 1 reaches at least as many peers inside every tier as any other stride when each tier's
+    span and the group size divide one another, and more locality is never slower except for the
+    all-to-all on a scale-up mesh (a partial mesh group gets less bandwidth). A job spread over
+    NVLink domains of 37 GPUs puts a 2-rank group at stride 1 across two domains, at stride 2
+    inside one."""
     topo = ctx.topology
-    local = {a: group_geometry(topo, 1, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
+    first = group_geometry(topo, 1, size)
+    if size <= 1:
+        return (first,)
+    spans = [t.span_gpus for t in topo.tiers[:-1]]
+    regular = all(span % size == 0 or size % span == 0 for span in spans)
+    if regular and not (axis == "ep" and topo.scale_up_mesh):
+        return (first,)
+    key = ("axis-geometries", axis, size)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        rest = topo.num_gpus // size
+        strides = {d for i in range(1, int(rest**0.5) + 1) if rest % i == 0 for d in (i, rest // i)}
+        seen = {first.levels: first}
+        for stride in sorted(strides):
+            geo = group_geometry(topo, stride, size)
+            seen.setdefault(geo.levels, geo)
+        cached = tuple(seen.values())
+        ctx.memo[key] = cached
+    return cached
+
+
+def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+    """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU.
+
+    A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
+    on its own axis's group geometry: the smallest over the geometries each axis can have
+    (``_axis_geometries``) bounds every rank order."""
+    topo = ctx.topology
+    geos = {a: _axis_geometries(ctx, a, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), local["tp"], local["cp"], one, one, local["ep"], one, one)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), geos["tp"][0], geos["cp"][0], one, one, geos["ep"][0], one, one)
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
     times = [c.time_s for c in costs]
-    if strided_ep is not None and strided_ep.levels != local["ep"].levels:
-        strided = AxisGroups(("pp", "tp", "cp", "dp"), local["tp"], local["cp"], one, one, strided_ep, one, one)
-        times = [min(t, layer_cost(ctx, k, dims, strided).time_s) for t, k in zip(times, ctx.kinds, strict=True)]
+    if any(len(g) > 1 for g in geos.values()):
+        comm = [{"tp": c.tp_s, "cp": c.cp_s, "ep": c.ep_s} for c in costs]
+        for axis, options in geos.items():
+            for geo in options[1:]:
+                alt = replace(groups, **{axis: geo})
+                for k, kind in enumerate(ctx.kinds):
+                    term = getattr(layer_cost(ctx, kind, dims, alt), f"{axis}_s")
+                    comm[k][axis] = min(comm[k][axis], term)
+        times = [c.fwd_s + c.bwd_s + t["tp"] + t["cp"] + t["ep"] for c, t in zip(costs, comm, strict=True)]
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
