@@ -59,8 +59,8 @@ def describe(plan) -> str:  # noqa: ANN001
 
 # ---- generated small jobs --------------------------------------------------------------------
 
-CLUSTER_GPUS = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 144]}
-CLUSTER_BATCHES = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 144]}
+CLUSTER_GPUS = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 108, 144, 148]}
+CLUSTER_BATCHES = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 144, 148, 296]}
 ORACLE_BUDGET = 2500
 """Most (layout, split) pairs the oracle may cost for one generated job (keeps the test fast)."""
 
