@@ -35,6 +35,7 @@ Training
     grad_accum_steps`` (torchtitan runs use no gradient accumulation: ``grad_accum_steps = 1``).
   - precision: ``fp8`` / ``float8`` -> fp8 (torchtitan "bf16 + float8 linears" runs its linears in
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
+  - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP.
 
 Cluster
   - GPU: A100 40/80 GB -> ``a100-sxm-40gb`` / ``a100-sxm-80gb``; H100 80 GB -> ``h100-sxm-80gb``;
@@ -329,6 +330,12 @@ def map_network(row: dict[str, Any], gpu_class: str) -> tuple[str, int, list[str
 # ---------------------------------------------------------------------------------------- training
 
 
+def map_tp_comm_overlap(other: str | None) -> bool:
+    """``config.other`` names Megatron's ``--tp-comm-overlap`` or torchtitan's async TP."""
+    t = str(other or "").lower()
+    return "tp-comm-overlap" in t or "async tp" in t or "async-tp" in t
+
+
 def map_precision(text: str | None) -> tuple[str, list[str]]:
     t = (text or "").lower()
     if "fp8" in t or "float8" in t:
@@ -578,6 +585,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     notes += n_gbs
     precision, n_prec = map_precision(row["config"].get("precision"))
     notes += n_prec
+    tp_overlap = map_tp_comm_overlap(row["config"].get("other"))
     gpu, gpu_class, n_gpu = map_gpu(row)
     notes += n_gpu
     network, nics, n_net = map_network(row, gpu_class)
@@ -586,7 +594,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     gpn = int(hw.get("gpus_per_node") or 8)
     try:
         training = TrainingSpec(
-            seq_len=int(seq), global_batch_size=gbs, precision=precision  # type: ignore[arg-type]
+            seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
+            tp_comm_overlap=tp_overlap,
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

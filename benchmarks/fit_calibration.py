@@ -22,7 +22,7 @@ GRID: dict[str, list[float]] = {
     "attention_efficiency": [0.25, 0.28, 0.3, 0.32, 0.35, 0.4, 0.45, 0.55],
     "attention_seq_half": [0.0, 1024.0, 2048.0, 4096.0, 8192.0],
     "gemm_dim_half": [64.0, 96.0, 160.0, 256.0, 384.0],
-    "tp_comm_overlap": [0.0, 0.25, 0.5, 0.75],
+    "tp_comm_overlap": [0.0, 0.25, 0.5, 0.75, 1.0],
     "dp_overlap": [0.5, 0.7, 0.9],
     "pp_comm_exposed": [0.25, 0.5, 1.0],
     "cp_overlap": [0.0, 0.5, 1.0],

@@ -67,6 +67,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--micro-batch-size",
         "--global-batch-size",
         "--sequence-parallel",
+        "--tp-comm-overlap",
         "--recompute-granularity",
         "--recompute-method",
         "--recompute-num-layers",
@@ -251,6 +252,8 @@ def _megatron(
     ]  # fmt: skip
     if geo.sp:
         args.append("--sequence-parallel")
+        if training.tp_comm_overlap:
+            args.append("--tp-comm-overlap")  # userbuffers; needs sequence parallelism
     if layout.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if layout.zero_stage in _MEGATRON_FSDP_STRATEGY:
@@ -322,6 +325,9 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "context_parallel_degree": geo.cp,
         "expert_parallel_degree": geo.ep,
     }
+    async_tp = training.tp_comm_overlap and geo.tp > 1
+    if async_tp:
+        parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
     if geo.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if geo.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = geo.mbs
@@ -339,6 +345,8 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "global_batch_size": geo.gbs,
         "seq_len": geo.seq,
     }
+    if async_tp:
+        train["compile"] = True
     comments: dict[str, list[str]] = {}
     if layout.recompute == "moe":
         comments["activation_checkpoint"] = [
@@ -419,6 +427,8 @@ def _nemo(
     ]
     if model.is_moe:
         over.append(("model.expert_model_parallel_size", geo.ep))
+    if training.tp_comm_overlap and geo.sp:
+        over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     over += [
         ("model.sequence_parallel", geo.sp),
         ("model.seq_length", geo.seq),

@@ -188,6 +188,13 @@ class TrainingSpec(Strict):
     global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="sequences per step")
     global_batch_tokens: int | None = Field(default=None, ge=1, le=1 << 40)
     precision: Precision = "bf16"
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description=(
+            "The stack overlaps tensor-parallel collectives with GEMMs (Megatron --tp-comm-overlap, "
+            "torchtitan async TP): needs sequence parallelism and a TP group inside one NVLink domain."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:

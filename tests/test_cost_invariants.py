@@ -271,3 +271,24 @@ def test_lower_bound_holds_when_nvlink_domains_split_groups_unevenly():
         assert bound <= min(steps) * (1 + 1e-12), (tp, pp, ep, bound, min(steps))
         checked += len(steps)
     assert checked >= 15
+
+
+def test_tp_comm_overlap_hides_tp_time_only_inside_nvlink_with_sequence_parallel():
+    import dataclasses
+
+    from optimizer.calibration import DEFAULT
+
+    cal = dataclasses.replace(DEFAULT, tp_comm_overlap=0.5)
+
+    def tp_time(overlap: bool, tp: int, sp: bool) -> float:
+        job = JobSpec(
+            model={"preset": "llama3-70b"},
+            training={"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap},
+            cluster={"preset": "dgx-h100", "num_gpus": 64},
+        )
+        lay = resolve_layout(job, Layout(tp=tp, pp=1, sequence_parallel=sp, recompute="selective"))
+        return best_estimate(build_context(job, cal), lay).breakdown_s["tp_comm"]
+
+    assert tp_time(True, 8, True) == pytest.approx(0.5 * tp_time(False, 8, True))
+    assert tp_time(True, 8, False) == pytest.approx(tp_time(False, 8, False))  # needs sequence parallel
+    assert tp_time(True, 16, True) == pytest.approx(tp_time(False, 16, True))  # TP16 leaves the node

@@ -87,8 +87,14 @@ def mixtral_moe_recompute_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training, layout.model_copy(update={"recompute": "moe"})
 
 
+def tp_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    model, training, layout = llama_case()
+    return model, training.model_copy(update={"tp_comm_overlap": True}), layout
+
+
 ALL_CASES = {
     "llama3-70b": llama_case(),
+    "llama3-70b-tp-overlap": tp_overlap_case(),
     "mixtral-ep8": mixtral_case(),
     "mixtral-moe-recompute": mixtral_moe_recompute_case(),
     "zero3": zero3_case(),
@@ -495,3 +501,26 @@ def test_moe_recompute_torchtitan_falls_back_to_full_and_says_so():
     section = text.split("[activation_checkpoint]")[1].split("[")[0]
     assert 'mode = "full"' in section
     assert "no MoE-block recompute" in section
+
+
+# ---------------------------------------------------------------------------------------------
+# training.tp_comm_overlap in every framework
+# ---------------------------------------------------------------------------------------------
+
+
+def test_tp_comm_overlap_flags():
+    on, off = launch(tp_overlap_case()), launch(llama_case())
+    assert "--tp-comm-overlap" in megatron_flags(on.megatron)
+    assert "--tp-comm-overlap" not in megatron_flags(off.megatron)
+    cfg = tomllib.loads(on.torchtitan)
+    assert cfg["parallelism"]["enable_async_tensor_parallel"] is True
+    assert cfg["training"]["compile"] is True  # async TP only takes effect when compiled
+    assert "enable_async_tensor_parallel" not in tomllib.loads(off.torchtitan)["parallelism"]
+    assert nemo_overrides(on.nemo)["comm_overlap.tp_comm_overlap"] == "true"
+    assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(off.nemo)
+
+
+def test_tp_comm_overlap_needs_sequence_parallel_in_megatron():
+    model, training, layout = tp_overlap_case()
+    args = build_launch(model, training, layout.model_copy(update={"sequence_parallel": False})).megatron
+    assert "--tp-comm-overlap" not in megatron_flags(args)

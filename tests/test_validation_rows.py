@@ -230,3 +230,13 @@ def test_validation_headline_numbers() -> None:
         "modelzoo-qwen3-235b-256gpu-cfg3",
     ):
         assert abs(by_id[row_id].error_pct) <= 10.0, (row_id, by_id[row_id].error_pct)
+
+
+def test_tp_comm_overlap_is_read_from_the_row(rows) -> None:
+    def overlap(row_id: str) -> bool:
+        return map_row(rows[row_id]).job.training.tp_comm_overlap
+
+    assert overlap("megatron-core-h100-weak-32B")  # --tp-comm-overlap
+    assert overlap("torchtitan-asynctp-llama3-70b-256gpu-bf16-async-tp")
+    assert not overlap("torchtitan-asynctp-llama3-70b-256gpu-bf16-vanilla-tp")
+    assert not overlap("nemo2407-llama3-70b-64gpu")

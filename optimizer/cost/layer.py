@@ -121,8 +121,11 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         per_ar = hierarchical_allreduce_time_s(msg, groups.tp.levels)
         blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
         count = 2 * blocks + (blocks if d.recompute == "full" else 0)
-        # GEMM/collective overlap (userbuffers) needs the group inside one scale-up domain
-        hidden = cal.tp_comm_overlap if len(groups.tp.levels) == 1 and groups.tp.outermost_tier == "nvlink" else 0.0
+        # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
+        # parallelism and the group inside one scale-up domain
+        overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
+        in_domain = len(groups.tp.levels) == 1 and groups.tp.outermost_tier == "nvlink"
+        hidden = cal.tp_comm_overlap if overlap and in_domain else 0.0
         tp_s = count * per_ar * (1.0 - hidden)
     # ---- context-parallel K/V ring ---------------------------------------------------------
     cp_s = 0.0
