@@ -449,9 +449,7 @@ def layout_space(
     schedule = (cfg.get("pipeline_schedule") or "").lower()
     if cfg.get("vpp") is not None:
         fixed["vpp"] = int(cfg["vpp"])
-    elif pp == 1:
-        fixed["vpp"] = 1
-    elif schedule and "interleav" not in schedule:
+    elif pp == 1 or schedule and "interleav" not in schedule:
         fixed["vpp"] = 1
     else:
         cands = _divisors_up_to(layers // pp, MAX_VPP) if layers % pp == 0 else [1]

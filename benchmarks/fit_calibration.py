@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.validation import run_validation  # noqa: E402
-from optimizer.calibration import DEFAULT, Calibration  # noqa: E402
+from benchmarks.validation import run_validation
+from optimizer.calibration import DEFAULT, Calibration
 
 GRID: dict[str, list[float]] = {
     "gemm_training_fraction": [0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9],

@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from optimizer.cost import best_estimate, build_context  # noqa: E402
-from optimizer.cost.context import _build_context_cached  # noqa: E402
-from optimizer.search import search  # noqa: E402
-from optimizer.search.space import enumerate_layouts  # noqa: E402
-from optimizer.specs import JobSpec, PlanRequest  # noqa: E402
-from optimizer.units import GIB  # noqa: E402
+from optimizer.cost import best_estimate, build_context
+from optimizer.cost.context import _build_context_cached
+from optimizer.search import search
+from optimizer.search.space import enumerate_layouts
+from optimizer.specs import JobSpec, PlanRequest
+from optimizer.units import GIB
 
 DENSE_1T = {
     "name": "dense-1t",
@@ -129,7 +129,7 @@ def _fresh_context() -> None:
     _build_context_cached.cache_clear()
 
 
-def describe(plan) -> str:  # noqa: ANN001
+def describe(plan) -> str:
     c = plan.config
     parts = [f"TP{c.tp}", f"PP{c.pp}"]
     if c.vpp > 1:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration_rows import (  # noqa: E402
+from benchmarks.calibration_rows import (
     MappedRow,
     Skipped,
     flop_definition,
@@ -37,9 +38,9 @@ from benchmarks.calibration_rows import (  # noqa: E402
     map_row,
     source_flops_per_token,
 )
-from optimizer.calibration import DEFAULT, Calibration  # noqa: E402
-from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout  # noqa: E402
-from optimizer.errors import InvalidLayout  # noqa: E402
+from optimizer.calibration import DEFAULT, Calibration
+from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.errors import InvalidLayout
 
 DOC_PATH = ROOT / "docs" / "validation.md"
 COMMAND = ".venv/bin/python benchmarks/validation.py"
@@ -458,7 +459,7 @@ def _text_table(head: list[str], body: list[list[str]]) -> str:
 
 
 def _md_table(head: list[str], body: list[list[str]]) -> str:
-    esc = lambda c: c.replace("|", "\\|")  # noqa: E731
+    esc = lambda c: c.replace("|", "\\|")
     lines = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
     return "\n".join(lines)

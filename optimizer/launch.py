@@ -325,7 +325,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "context_parallel_degree": geo.cp,
         "expert_parallel_degree": geo.ep,
     }
-    async_tp = training.tp_comm_overlap and geo.tp > 1
+    async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
     if async_tp:
         parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
     if geo.pp > 1:

@@ -87,7 +87,8 @@ def parse_model_presets(data: dict[str, Any], origin: str = "<data>") -> dict[st
 
     Raises ``PresetLoadError`` naming the preset id (and ``origin``) on the first broken entry.
     """
-    from optimizer.specs import ModelSpec  # here, not at module level: specs imports this module lazily
+    # here, not at module level: specs imports this module lazily
+    from optimizer.specs import ModelSpec
 
     unknown = set(data) - {"models"}
     if unknown:

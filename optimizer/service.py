@@ -82,4 +82,4 @@ def plan(request: PlanRequest) -> PlanResponse:
     return search(request)
 
 
-__all__ = ["evaluate", "plan", "to_plan", "LaunchArgs"]
+__all__ = ["LaunchArgs", "evaluate", "plan", "to_plan"]

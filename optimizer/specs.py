@@ -275,8 +275,7 @@ class ClusterSpec(Strict):
             self.spine_oversubscription = 1.0
         if self.leaf_span_gpus is None:
             self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
-        if self.leaf_span_gpus < self.nvlink_domain_size:
-            self.leaf_span_gpus = self.nvlink_domain_size
+        self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
         return self
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-import pytest
 
 from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
 from optimizer.cost.context import _build_context_cached

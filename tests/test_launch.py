@@ -520,7 +520,9 @@ def test_tp_comm_overlap_flags():
     assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(off.nemo)
 
 
-def test_tp_comm_overlap_needs_sequence_parallel_in_megatron():
+def test_tp_comm_overlap_needs_sequence_parallel():
     model, training, layout = tp_overlap_case()
-    args = build_launch(model, training, layout.model_copy(update={"sequence_parallel": False})).megatron
-    assert "--tp-comm-overlap" not in megatron_flags(args)
+    out = build_launch(model, training, layout.model_copy(update={"sequence_parallel": False}))
+    assert "--tp-comm-overlap" not in megatron_flags(out.megatron)
+    assert "enable_async_tensor_parallel" not in tomllib.loads(out.torchtitan)["parallelism"]
+    assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(out.nemo)

@@ -21,11 +21,16 @@ from hypothesis import strategies as st
 
 from optimizer.cost import build_context, estimate, resolve_layout
 from optimizer.cost.topology import candidate_orders
+from optimizer.errors import InvalidLayout
 from optimizer.search import search
-from optimizer.search.brute_force import best_per_layout, brute_force, enumerates_all_splits, splits_of
+from optimizer.search.brute_force import (
+    best_per_layout,
+    brute_force,
+    enumerates_all_splits,
+    splits_of,
+)
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
-from optimizer.errors import InvalidLayout
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest
 from optimizer.units import GIB
 
@@ -39,16 +44,16 @@ def _request(job: dict[str, Any]) -> PlanRequest:
 
 
 @lru_cache(maxsize=32)
-def _planned(job_json: str):  # noqa: ANN202
+def _planned(job_json: str):
     """One planner answer per distinct request (shared by the tests that only read it)."""
     return search(_request(json.loads(job_json)))
 
 
-def planned(job: dict[str, Any]):  # noqa: ANN201
+def planned(job: dict[str, Any]):
     return _planned(json.dumps(job, sort_keys=True))
 
 
-def describe(plan) -> str:  # noqa: ANN001
+def describe(plan) -> str:
     c = plan.config
     return (
         f"tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} ep={c.ep} vpp={c.vpp} mbs={c.micro_batch_size} "
@@ -336,7 +341,7 @@ SMALL_DENSE = {
 }
 
 
-def _evaluate_request(job: dict[str, Any], plan) -> EvaluateRequest:  # noqa: ANN001
+def _evaluate_request(job: dict[str, Any], plan) -> EvaluateRequest:
     config = plan.config.model_copy(update={"placement": PlacementSpec(**plan.placement)})
     return EvaluateRequest(model=job["model"], training=job["training"], cluster=job["cluster"], config=config)
 
@@ -493,3 +498,46 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= best_uniform * (1 + 1e-9)
     assert response.plans[0].step_time_s == pytest.approx(26.84, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "training", "layout"),
+    [
+        # a partial xGMI mesh gives a TP2 group less bandwidth than the NIC
+        ("llama3-8b", {"gpu": "mi300x", "num_gpus": 32, "network": "ib-xdr-800"},
+         {"seq_len": 1024, "global_batch_size": 32}, {"tp": 2, "micro_batch_size": 2, "recompute": "none"}),
+        # a flat NVLink ring pays more latency steps than a group split over two tiers
+        ("llama2-7b", {"preset": "gb200-nvl72", "num_gpus": 96},
+         {"seq_len": 1024, "global_batch_size": 192}, {"tp": 16, "micro_batch_size": 1, "recompute": "none"}),
+        ("qwen3-30b-a3b", {"preset": "dgx-h100", "num_gpus": 16},
+         {"seq_len": 2048, "global_batch_size": 16}, {"tp": 8, "cp": 2, "ep": 16, "recompute": "full"}),
+    ],
+)
+def test_bound_holds_where_locality_is_not_cheapest(model, cluster, training, layout):
+    from optimizer.cost import estimate
+    from optimizer.cost.estimate import compute_lower_bound_s
+
+    job = JobSpec(model={"preset": model}, training=training, cluster=cluster)
+    ctx = build_context(job)
+    lay = resolve_layout(job, Layout(pp=1, zero_stage=1, **layout))
+    best = min(estimate(ctx, lay, order).step_time_s for order in candidate_orders(lay.sizes()))
+    assert compute_lower_bound_s(ctx, lay) <= best * (1 + 1e-12)
+
+
+def test_planner_finds_tp_on_the_nic_when_the_mesh_is_slower():
+    req = PlanRequest(
+        model={"preset": "llama3-8b"},
+        training={"seq_len": 1024, "global_batch_size": 32},
+        cluster={"gpu": "mi300x", "num_gpus": 32, "network": "ib-xdr-800"},
+        search={"top_k": 1, "allow": {"zero_stage": [1], "recompute": ["none"]}},
+    )
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    from optimizer.cost import best_estimate
+
+    exhaustive = min(
+        e.step_time_s for e in (best_estimate(ctx, lay) for lay in enumerate_layouts(job, req.search)) if e.fits_memory
+    )
+    response = search(req)
+    assert response.status == "optimal"
+    assert response.plans[0].step_time_s <= exhaustive * (1 + 1e-9)

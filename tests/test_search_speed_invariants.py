@@ -51,7 +51,7 @@ STRIDE = 53
 """Check every STRIDE-th layout (the spaces have thousands; the sample still spans every knob)."""
 
 
-def _sample(name: str):  # noqa: ANN202
+def _sample(name: str):
     req = PlanRequest.model_validate(JOBS[name])
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
     ctx = build_context(job)

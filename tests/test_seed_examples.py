@@ -23,10 +23,10 @@ from optimizer.cost.comm import (
     ring_allreduce_time_s,
 )
 from optimizer.cost.estimate import WEIGHT_BYTES, Estimate
-from optimizer.cost.topology import axis_groups
 from optimizer.cost.flops import model_flops
 from optimizer.cost.layer import Dims, layer_cost
 from optimizer.cost.pipeline import bubble_fraction_gpipe, bubble_over_ideal, in_flight_microbatches
+from optimizer.cost.topology import axis_groups
 from optimizer.params import count_params
 from optimizer.seed_formulas import (
     checkpoint_overhead_fraction,

@@ -18,17 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration_rows import (  # noqa: E402
+from benchmarks.calibration_rows import (
     Unmappable,
     load_rows,
     map_all,
     map_row,
     source_flops_per_token,
 )
-from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman  # noqa: E402
-from optimizer.calibration import DEFAULT  # noqa: E402
-from optimizer.cost import best_estimate, build_context, resolve_layout  # noqa: E402
-from optimizer.specs import EvaluateRequest, Layout  # noqa: E402
+from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman
+from optimizer.calibration import DEFAULT
+from optimizer.cost import best_estimate, build_context, resolve_layout
+from optimizer.specs import EvaluateRequest, Layout
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,13 @@
 from __future__ import annotations
 
 from optimizer.cost.context import JobContext, build_context
-from optimizer.cost.estimate import Estimate, estimate, memory_signature, steady_state_s, step_time_s
+from optimizer.cost.estimate import (
+    Estimate,
+    estimate,
+    memory_signature,
+    steady_state_s,
+    step_time_s,
+)
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
 from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout

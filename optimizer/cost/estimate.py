@@ -19,7 +19,7 @@ same arithmetic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from optimizer.cost.comm import (
     hierarchical_allgather_time_s,
@@ -29,10 +29,26 @@ from optimizer.cost.comm import (
 )
 from optimizer.cost.context import JobContext
 from optimizer.cost.flops import recompute_flops_per_token
-from optimizer.cost.layer import ACT_BYTES, Dims, LayerCost, gemm_time_s, layer_cost
+from optimizer.cost.layer import (
+    ACT_BYTES,
+    Dims,
+    LayerCost,
+    attention_core_time_s,
+    cp_comm_s,
+    ep_comm_s,
+    gemm_time_s,
+    layer_cost,
+    tp_comm_s,
+)
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups, candidate_orders, group_geometry
+from optimizer.cost.topology import (
+    AxisGroups,
+    GroupGeometry,
+    axis_groups,
+    candidate_orders,
+    group_geometry,
+)
 
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
@@ -638,31 +654,22 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     return bounds
 
 
-def _axis_geometries(ctx: JobContext, axis: str, size: int) -> tuple[GroupGeometry, ...]:
-    """The geometries a ``size``-rank group of ``axis`` can have, stride 1 first: only stride 1
-    when it is provably the cheapest, else every distinct geometry over the strides that divide
+def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
+    """Every distinct geometry a ``size``-rank group can have: one per stride dividing
     ``num_gpus / size`` (a superset of what the rank orders give).
 
-    Stride 1 reaches at least as many peers inside every tier as any other stride when each tier's
-    span and the group size divide one another, and more locality is never slower except for the
-    all-to-all on a scale-up mesh (a partial mesh group gets less bandwidth). A job spread over
-    NVLink domains of 37 GPUs puts a 2-rank group at stride 1 across two domains, at stride 2
-    inside one."""
-    topo = ctx.topology
-    first = group_geometry(topo, 1, size)
-    if size <= 1:
-        return (first,)
-    spans = [t.span_gpus for t in topo.tiers[:-1]]
-    regular = all(span % size == 0 or size % span == 0 for span in spans)
-    if regular and not (axis == "ep" and topo.scale_up_mesh):
-        return (first,)
-    key = ("axis-geometries", axis, size)
+    Locality is not always cheaper under the cost model: a flat NVLink ring pays ``2(N-1)``
+    latency steps where a group split over two tiers pays fewer, a partial scale-up mesh gets a
+    fraction of the bandwidth, and a job spread over NVLink domains of 37 GPUs puts a 2-rank group
+    at stride 1 across two domains but at stride 2 inside one."""
+    key = ("axis-geometries", size)
     cached = ctx.memo.get(key)
     if cached is None:
+        topo = ctx.topology
         rest = topo.num_gpus // size
-        strides = {d for i in range(1, int(rest**0.5) + 1) if rest % i == 0 for d in (i, rest // i)}
-        seen = {first.levels: first}
-        for stride in sorted(strides):
+        strides = sorted({d for i in range(1, int(rest**0.5) + 1) if rest % i == 0 for d in (i, rest // i)})
+        seen: dict[tuple, GroupGeometry] = {}
+        for stride in strides:
             geo = group_geometry(topo, stride, size)
             seen.setdefault(geo.levels, geo)
         cached = tuple(seen.values())
@@ -674,24 +681,23 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
     """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU.
 
     A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
-    on its own axis's group geometry: the smallest over the geometries each axis can have
-    (``_axis_geometries``) bounds every rank order."""
+    on its own axis's group geometry (``layer.tp_comm_s`` etc.): each at its smallest over the
+    geometries the axis can have bounds every rank order."""
     topo = ctx.topology
-    geos = {a: _axis_geometries(ctx, a, n) for a, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep))}
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), geos["tp"][0], geos["cp"][0], one, one, geos["ep"][0], one, one)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-    times = [c.time_s for c in costs]
-    if any(len(g) > 1 for g in geos.values()):
-        comm = [{"tp": c.tp_s, "cp": c.cp_s, "ep": c.ep_s} for c in costs]
-        for axis, options in geos.items():
-            for geo in options[1:]:
-                alt = replace(groups, **{axis: geo})
-                for k, kind in enumerate(ctx.kinds):
-                    term = getattr(layer_cost(ctx, kind, dims, alt), f"{axis}_s")
-                    comm[k][axis] = min(comm[k][axis], term)
-        times = [c.fwd_s + c.bwd_s + t["tp"] + t["cp"] + t["ep"] for c, t in zip(costs, comm, strict=True)]
+    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]  # compute and parameters only
+    tp_geos = _axis_geometries(ctx, lay.tp) if lay.tp > 1 else ()
+    cp_geos = _axis_geometries(ctx, lay.cp) if lay.cp > 1 else ()
+    ep_geos = _axis_geometries(ctx, lay.ep) if lay.ep > 1 else ()
+    times = []
+    for kind, c in zip(ctx.kinds, costs, strict=True):
+        t_core = attention_core_time_s(ctx, kind, dims)
+        tp_s = min((tp_comm_s(ctx, kind, dims, g) for g in tp_geos), default=0.0)
+        cp_s = min((cp_comm_s(ctx, dims, g, t_core) for g in cp_geos), default=0.0)
+        ep_s = min((ep_comm_s(ctx, kind, dims, g) for g in ep_geos), default=0.0)
+        times.append(c.fwd_s + c.bwd_s + tp_s + cp_s + ep_s)
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))

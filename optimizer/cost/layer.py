@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from optimizer.cost.comm import all_to_all_time_s, hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
-from optimizer.cost.topology import AxisGroups
+from optimizer.cost.topology import AxisGroups, GroupGeometry
 
 ACT_BYTES = 2.0
 """Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
@@ -72,9 +72,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     tokens = b * s / cp  # tokens per GEMM on a TP rank
     # ---- compute (forward) ---------------------------------------------------------------
     t_attn_gemm = gemm_time_s(ctx, kind.attn_proj_flops * tokens / tp, tokens, h, p.attention / (2 * h * tp))
-    q_local = s / cp
-    attn_eff = cal.attention_efficiency * q_local / (q_local + cal.attention_seq_half)
-    t_core = kind.attn_core_flops * tokens / tp / (ctx.bf16_peak_flops * attn_eff)
+    t_core = attention_core_time_s(ctx, kind, d)
     if kind.is_moe:
         moe = model.moe
         assert moe is not None
@@ -114,47 +112,12 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         bwd += fwd
     elif d.recompute in ("selective", "moe"):
         bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
-    # ---- tensor-parallel collectives -----------------------------------------------------
-    tp_s = 0.0
-    if tp > 1:
-        msg = tokens * h * ACT_BYTES
-        per_ar = hierarchical_allreduce_time_s(msg, groups.tp.levels)
-        blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
-        count = 2 * blocks + (blocks if d.recompute == "full" else 0)
-        # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
-        # parallelism and the group inside one scale-up domain
-        overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
-        in_domain = len(groups.tp.levels) == 1 and groups.tp.outermost_tier == "nvlink"
-        hidden = cal.tp_comm_overlap if overlap and in_domain else 0.0
-        tp_s = count * per_ar * (1.0 - hidden)
-    # ---- context-parallel K/V ring ---------------------------------------------------------
-    cp_s = 0.0
+    # ---- communication (each term depends only on its own axis's group) --------------------
+    tp_s = tp_comm_s(ctx, kind, d, groups.tp)
+    cp_s = cp_comm_s(ctx, d, groups.cp, t_core)
+    ep_s = ep_comm_s(ctx, kind, d, groups.ep)
     heads = float(model.num_attention_heads or 0)
-    kv_heads = float(model.num_kv_heads or 0)
-    if model.mla is not None:
-        kv_width = heads * (ctx.d_qk + ctx.d_v)  # MLA exchanges decompressed K and V
-    else:
-        kv_width = kv_heads * (ctx.d_qk + ctx.d_v)
-    kv_width_local = kv_width / min(tp, max(kv_heads, 1.0)) if model.mla is None else kv_width / tp
-    if cp > 1 and groups.cp.levels:
-        chunk = b * (s / cp) * kv_width_local * ACT_BYTES
-        slowest = min(lv.beta_bytes_per_s for lv in groups.cp.levels)
-        alpha = max(lv.alpha_s for lv in groups.cp.levels)
-        ring = (cp - 1) * (alpha + chunk / slowest)
-        cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
-        cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * 2.5 * t_core)
-        cp_s = cp_fwd + cp_bwd + (cp_fwd if d.recompute != "none" else 0.0)
-    # ---- expert-parallel all-to-all ------------------------------------------------------
-    ep_s = 0.0
-    if kind.is_moe and ep > 1:
-        moe = model.moe
-        assert moe is not None
-        tok_gpu = tokens / tp
-        bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (ep - 1) / ep
-        one = all_to_all_time_s(bytes_out, groups.ep.levels)
-        # dispatch + combine, forward and backward (+ forward again when the block is recomputed)
-        count = 4 + (2 if d.recompute == "full" or moe_block else 0)
-        ep_s = count * one * (1.0 - cal.ep_comm_overlap)
+    kv_width_local = _kv_width_local(ctx, tp)
     # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
     hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
     if model.mla is not None:
@@ -207,3 +170,74 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         assert model.moe is not None
         expert = p.routed_expert_each * model.moe.num_experts / ep
     return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)
+
+
+def _kv_width_local(ctx: JobContext, tp: int) -> float:
+    """K and V elements per token on one TP rank (replicated when tp > KV heads; MLA exchanges
+    decompressed K and V)."""
+    model = ctx.job.model
+    heads = float(model.num_attention_heads or 0)
+    kv_heads = float(model.num_kv_heads or 0)
+    if model.mla is not None:
+        return heads * (ctx.d_qk + ctx.d_v) / tp
+    return kv_heads * (ctx.d_qk + ctx.d_v) / min(tp, max(kv_heads, 1.0))
+
+
+def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+    """Exposed tensor-parallel collective time of one layer and micro-batch (forward, backward,
+    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism."""
+    if d.tp <= 1:
+        return 0.0
+    h = float(ctx.job.model.hidden_size or 0)
+    tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
+    per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
+    blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
+    count = 2 * blocks + (blocks if d.recompute == "full" else 0)
+    # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
+    # parallelism and the group inside one scale-up domain
+    overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
+    in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
+    hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
+    return count * per_ar * (1.0 - hidden)
+
+
+def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float) -> float:
+    """Exposed context-parallel K/V ring time of one layer and micro-batch: ``cp - 1`` steps at
+    the slowest tier, forward once and backward twice, hidden behind the attention core."""
+    if d.cp <= 1 or not geo.levels:
+        return 0.0
+    cal = ctx.cal
+    s = ctx.job.training.seq_len
+    chunk = d.micro_batch_size * (s / d.cp) * _kv_width_local(ctx, d.tp) * ACT_BYTES
+    slowest = min(lv.beta_bytes_per_s for lv in geo.levels)
+    alpha = max(lv.alpha_s for lv in geo.levels)
+    ring = (d.cp - 1) * (alpha + chunk / slowest)
+    cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
+    cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * 2.5 * t_core)
+    return cp_fwd + cp_bwd + (cp_fwd if d.recompute != "none" else 0.0)
+
+
+def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+    """Exposed expert-parallel all-to-all time of one MoE layer and micro-batch: dispatch and
+    combine, forward and backward, and forward again when the block is recomputed."""
+    if not kind.is_moe or d.ep <= 1:
+        return 0.0
+    cal = ctx.cal
+    moe = ctx.job.model.moe
+    assert moe is not None
+    h = float(ctx.job.model.hidden_size or 0)
+    tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
+    bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
+    one = all_to_all_time_s(bytes_out, geo.levels)
+    count = 4 + (2 if d.recompute in ("full", "moe") else 0)
+    return count * one * (1.0 - cal.ep_comm_overlap)
+
+
+def attention_core_time_s(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
+    """Forward attention-core time of one layer and micro-batch (what CP's ring hides behind)."""
+    cal = ctx.cal
+    s = ctx.job.training.seq_len
+    tokens = d.micro_batch_size * s / d.cp
+    q_local = s / d.cp
+    attn_eff = cal.attention_efficiency * q_local / (q_local + cal.attention_seq_half)
+    return kind.attn_core_flops * tokens / d.tp / (ctx.bf16_peak_flops * attn_eff)

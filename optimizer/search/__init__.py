@@ -227,7 +227,7 @@ ranks after every pool member whatever the rounding."""
 
 
 def _outside_pool(
-    ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int  # noqa: ANN001
+    ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int
 ) -> bool:
     """True when a fitting layout provably ranks after ``pool_size`` layouts already costed.
 
@@ -239,18 +239,18 @@ def _outside_pool(
     return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
 
 
-def _kth_smallest(values, k: int) -> float:  # noqa: ANN001
+def _kth_smallest(values, k: int) -> float:
     """The k-th smallest of ``values`` (infinity when there are fewer)."""
     smallest = heapq.nsmallest(k, values)
     return smallest[-1] if len(smallest) >= k else float("inf")
 
 
-def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:  # noqa: ANN001
+def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:
     """False when no layer split (and rank order) of ``lay`` can rank among ``kth`` and better."""
     return split_floor_s(ctx, lay) <= kth + POOL_MARGIN_S
 
 
-def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:  # noqa: ANN001
+def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:
     """Float cost model on the chosen split; keep the uniform split unless the new one is better."""
     if split == cand.layout.stage_layers:
         return cand

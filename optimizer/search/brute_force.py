@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify", action="store_true", help="compare with the planner's answer")
     parser.add_argument("--top", type=int, default=5, help="distinct layouts to print")
     args = parser.parse_args(argv)
-    text = sys.stdin.read() if args.request == "-" else open(args.request, encoding="utf-8").read()
+    if args.request == "-":
+        text = sys.stdin.read()
+    else:
+        with open(args.request, encoding="utf-8") as fh:
+            text = fh.read()
     request = PlanRequest.model_validate(json.loads(text))
     ranked = best_per_layout(brute_force(request))
     if not ranked:

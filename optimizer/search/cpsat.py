@@ -134,7 +134,7 @@ class SplitModel:
                 m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
 
     def _units(self, seconds: float) -> int:
-        return int(round(seconds * self.scale))
+        return round(seconds * self.scale)
 
     def solve(self, excluded: list[int], time_limit_s: float) -> SolveResult:
         for i in excluded:
