@@ -99,6 +99,10 @@ def invalid_field(
     return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": type_}])
 
 
+JOB_SECTIONS = ("model", "training", "cluster", "search")
+"""Request sections an ``InvalidLayout`` may name directly (e.g. ``training.precision``)."""
+
+
 def layout_error(exc: InvalidLayout, *, under: str | None) -> RequestValidationError:
     """A 422 for an ``InvalidLayout``; ``under`` is the request field holding the layout.
 
@@ -106,7 +110,8 @@ def layout_error(exc: InvalidLayout, *, under: str | None) -> RequestValidationE
     ``["body", under, ...]`` either way.
     """
     parts: list[str | int] = [p for p in str(exc.field).split(".") if p]
-    if under is not None and (not parts or parts[0] != under):
+    top_level = bool(parts) and parts[0] in JOB_SECTIONS
+    if under is not None and not top_level and (not parts or parts[0] != under):
         parts.insert(0, under)
     return invalid_field(("body", *parts), exc.reason, "invalid_layout")
 

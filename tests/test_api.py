@@ -588,3 +588,18 @@ class TestRealService:
         again = client.post("/evaluate", json={**JOB, "config": config})
         assert again.status_code == 200, again.text
         assert again.json()["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("path", ["/plan", "/evaluate"])
+def test_fp8_on_a_gpu_without_fp8_is_422_naming_training_precision(client: TestClient, path: str) -> None:
+    body: dict = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "fp8"},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+    }
+    if path == "/evaluate":
+        body["config"] = {"tp": 1, "pp": 1}
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert any(d["loc"] == ["body", "training", "precision"] and "FP8" in d["msg"] for d in detail), detail

@@ -10,6 +10,7 @@ from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
 from optimizer.cost.topology import Topology, build_topology
+from optimizer.errors import InvalidLayout
 from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
@@ -99,7 +100,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     bf16 = gpu.bf16_dense_flops.value
     if precision == "fp8":
         if gpu.fp8_dense_flops is None:
-            raise ValueError(f"training.precision: {c.gpu} has no FP8 tensor cores")
+            raise InvalidLayout("training.precision", f"fp8 needs FP8 tensor cores; {c.gpu} has none (use bf16)")
         gemm_peak = gpu.fp8_dense_flops.value
         eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
     else:
