@@ -541,3 +541,19 @@ def test_planner_finds_tp_on_the_nic_when_the_mesh_is_slower():
     response = search(req)
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= exhaustive * (1 + 1e-9)
+
+
+def test_small_jobs_consider_every_layer_split():
+    """A 1M-token vocabulary makes the LM head worth many layers: the best split of 40 layers over
+    two stages is [39, 1], far outside a split table around the even share."""
+    req = PlanRequest(
+        model={"num_layers": 40, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1_000_000},
+        training={"seq_len": 2048, "global_batch_size": 16},
+        cluster={"preset": "dgx-h100", "num_gpus": 8},
+        search={"top_k": 1, "fix": {"pp": 2, "tp": 1, "zero_stage": 1, "recompute": "selective",
+                                     "micro_batch_size": 1, "vpp": 1}},
+    )
+    response = search(req)
+    assert response.status == "optimal"
+    assert response.plans[0].config.stage_layers == [39, 1]
+    assert response.plans[0].step_time_s == pytest.approx(0.1154, abs=1e-4)

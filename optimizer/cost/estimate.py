@@ -705,7 +705,10 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
 
 
 SPLIT_RADIUS_MIN = 4
-"""Layer-split tables cover each stage's even share +- max(4, share/2) layers."""
+SPLIT_FULL_TABLE_MAX = 128
+"""Layer-split tables cover every possible layer count of every stage when that is at most this
+many entries (small jobs, where a huge LM head or a tight memory limit may want a split such as
+[L-1, 1]); otherwise each stage's even share +- max(4, share/2) layers."""
 
 
 @dataclass(frozen=True)
@@ -735,9 +738,13 @@ def split_tables(ctx: JobContext, est: Estimate) -> SplitTables:
     layers = len(ctx.layer_kind)
     per_stage = [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
     share = layers / lay.pp
-    radius = max(SPLIT_RADIUS_MIN, int(share // 2))
+    most = layers - (lay.pp - 1) * lay.vpp  # every other stage keeps one layer per chunk
+    if (most - lay.vpp + 1) * lay.pp <= SPLIT_FULL_TABLE_MAX:
+        radius = layers  # every split (a huge LM head or a tight memory limit may want [L-1, 1])
+    else:
+        radius = max(SPLIT_RADIUS_MIN, int(share // 2))
     lo = max(lay.vpp, int(share) - radius) if lay.pp > 1 else layers
-    hi = min(layers - (lay.pp - 1) * lay.vpp, int(share) + 1 + radius) if lay.pp > 1 else layers
+    hi = min(most, int(share) + 1 + radius) if lay.pp > 1 else layers
     lo = min(lo, *per_stage)
     hi = max(hi, *per_stage)
     prefix = ctx.kind_prefix
