@@ -41,7 +41,7 @@ from optimizer.cost.layer import (
     tp_comm_s,
 )
 from optimizer.cost.pipeline import in_flight_microbatches
-from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.rules import ResolvedLayout, divisors
 from optimizer.cost.topology import (
     AxisGroups,
     GroupGeometry,
@@ -667,9 +667,8 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     if cached is None:
         topo = ctx.topology
         rest = topo.num_gpus // size
-        strides = sorted({d for i in range(1, int(rest**0.5) + 1) if rest % i == 0 for d in (i, rest // i)})
         seen: dict[tuple, GroupGeometry] = {}
-        for stride in strides:
+        for stride in divisors(rest):
             geo = group_geometry(topo, stride, size)
             seen.setdefault(geo.levels, geo)
         cached = tuple(seen.values())

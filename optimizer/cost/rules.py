@@ -35,6 +35,12 @@ class ResolvedLayout:
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep}
 
 
+def divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, ascending (the sizes a parallel axis of ``n`` ranks can take)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
 def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
     """Check ``layout`` against ``job``; raise :class:`InvalidLayout` naming the failing field."""
     return resolve(

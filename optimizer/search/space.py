@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import fields as dataclass_fields
 from itertools import product
 
-from optimizer.cost.rules import ResolvedLayout, resolve
+from optimizer.cost.rules import ResolvedLayout, divisors, resolve
 from optimizer.errors import InvalidLayout
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -46,11 +46,6 @@ def _variant(base: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
     fields["zero_stage"] = zero_stage
     fields["recompute"] = recompute
     return lay
-
-
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _choices(name: str, default: list, search: SearchSpec) -> list:
