@@ -35,7 +35,8 @@ Training
     grad_accum_steps`` (torchtitan runs use no gradient accumulation: ``grad_accum_steps = 1``).
   - precision: ``fp8`` / ``float8`` -> fp8 (torchtitan "bf16 + float8 linears" runs its linears in
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
-  - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP.
+  - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
+    ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap.
 
 Cluster
   - GPU: A100 40/80 GB -> ``a100-sxm-40gb`` / ``a100-sxm-80gb``; H100 80 GB -> ``h100-sxm-80gb``;
@@ -336,6 +337,12 @@ def map_tp_comm_overlap(other: str | None) -> bool:
     return "tp-comm-overlap" in t or "async tp" in t or "async-tp" in t
 
 
+def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
+    """The row's config or notes name a batch-level (1F1B) all-to-all overlap."""
+    t = f"{row['config'].get('other') or ''} {row.get('notes') or ''}".lower()
+    return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
+
+
 def map_precision(text: str | None) -> tuple[str, list[str]]:
     t = (text or "").lower()
     if "fp8" in t or "float8" in t:
@@ -593,7 +600,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     try:
         training = TrainingSpec(
             seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
-            tp_comm_overlap=tp_overlap,
+            tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

@@ -63,6 +63,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--data-parallel-sharding-strategy",
         # _add_moe_args
         "--expert-model-parallel-size",
+        "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
+        "--delay-wgrad-compute",  # required with the flag above
         # _add_training_args
         "--micro-batch-size",
         "--global-batch-size",
@@ -233,6 +235,9 @@ def _megatron(
     ]  # fmt: skip
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(geo.ep)]
+        if training.ep_comm_overlap and geo.ep > 1:
+            # combined 1F1B schedule: one micro-batch's all-to-all under another's compute
+            args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if geo.pp > 1:
         if split.layout is not None:
             # Exclusive with the virtual-stage flags; the layout string fixes vpp itself.
@@ -352,6 +357,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["activation_checkpoint"] = [
             "torchtitan has no MoE-block recompute: full recompute (slower than the plan's 'moe')"
         ]
+    if training.ep_comm_overlap and geo.ep > 1:  # ep > 1 only for MoE models
+        comments["parallelism"] = [
+            "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
+        ]
     if training.precision == "fp16":
         comments["training"] = [
             "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
@@ -429,6 +438,9 @@ def _nemo(
         over.append(("model.expert_model_parallel_size", geo.ep))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
+    if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
+        over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
+        over.append(("comm_overlap.delay_wgrad_compute", True))
     over += [
         ("model.sequence_parallel", geo.sp),
         ("model.seq_length", geo.seq),

@@ -195,6 +195,14 @@ class TrainingSpec(Strict):
             "torchtitan async TP): needs sequence parallelism and a TP group inside one NVLink domain."
         ),
     )
+    ep_comm_overlap: bool = Field(
+        default=False,
+        description=(
+            "The stack overlaps one micro-batch's expert all-to-all with another micro-batch's "
+            "compute (Megatron --overlap-moe-expert-parallel-comm, DualPipe-style batch-level "
+            "overlap); MoE models with expert parallelism only, no effect otherwise."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:

@@ -277,3 +277,25 @@ def test_tp_comm_overlap_hides_tp_time_only_inside_nvlink_with_sequence_parallel
     assert tp_time(True, 8, True) == pytest.approx(0.5 * tp_time(False, 8, True))
     assert tp_time(True, 8, False) == pytest.approx(tp_time(False, 8, False))  # needs sequence parallel
     assert tp_time(True, 16, True) == pytest.approx(tp_time(False, 16, True))  # TP16 leaves the node
+
+
+def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothing_else():
+    from optimizer.calibration import DEFAULT
+
+    def breakdown(overlap: bool) -> dict[str, float]:
+        job = JobSpec(
+            model={"preset": "mixtral-8x7b"},
+            training={"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": overlap},
+            cluster={"preset": "dgx-h100", "num_gpus": 64},
+        )
+        lay = resolve_layout(job, Layout(tp=1, pp=1, ep=8, micro_batch_size=1, recompute="selective"))
+        return best_estimate(build_context(job, DEFAULT), lay).breakdown_s
+
+    off, on = breakdown(False), breakdown(True)
+    assert off["ep_comm"] > 0
+    ratio = (1 - DEFAULT.ep_comm_overlap_batched) / (1 - DEFAULT.ep_comm_overlap)
+    assert on["ep_comm"] == pytest.approx(ratio * off["ep_comm"])
+    assert ratio < 1  # the overlap never slows a step
+    assert {k: v for k, v in on.items() if k != "ep_comm"} == pytest.approx(
+        {k: v for k, v in off.items() if k != "ep_comm"}
+    )

@@ -92,8 +92,14 @@ def tp_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training.model_copy(update={"tp_comm_overlap": True}), layout
 
 
+def ep_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    model, training, layout = mixtral_case()
+    return model, training.model_copy(update={"ep_comm_overlap": True}), layout
+
+
 ALL_CASES = {
     "llama3-70b": llama_case(),
+    "mixtral-ep-overlap": ep_overlap_case(),
     "llama3-70b-tp-overlap": tp_overlap_case(),
     "mixtral-ep8": mixtral_case(),
     "mixtral-moe-recompute": mixtral_moe_recompute_case(),
@@ -526,3 +532,28 @@ def test_tp_comm_overlap_needs_sequence_parallel():
     assert "--tp-comm-overlap" not in megatron_flags(out.megatron)
     assert "enable_async_tensor_parallel" not in tomllib.loads(out.torchtitan)["parallelism"]
     assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(out.nemo)
+
+
+# ---------------------------------------------------------------------------------------------
+# training.ep_comm_overlap in every framework
+# ---------------------------------------------------------------------------------------------
+
+
+def test_ep_comm_overlap_flags():
+    on, off = launch(ep_overlap_case()), launch(mixtral_case())
+    for flag in ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
+        assert flag in megatron_flags(on.megatron)
+        assert flag not in megatron_flags(off.megatron)
+    assert nemo_overrides(on.nemo)["comm_overlap.overlap_moe_expert_parallel_comm"] == "true"
+    assert nemo_overrides(on.nemo)["comm_overlap.delay_wgrad_compute"] == "true"
+    assert "comm_overlap.overlap_moe_expert_parallel_comm" not in nemo_overrides(off.nemo)
+    section = on.torchtitan.split("[parallelism]")[1].split("[")[0]
+    assert "no batch-level all-to-all overlap" in section
+    assert "all-to-all overlap" not in off.torchtitan
+
+
+def test_ep_comm_overlap_needs_expert_parallelism():
+    model, training, layout = ep_overlap_case()
+    out = build_launch(model, training, layout.model_copy(update={"ep": 1}))
+    assert "--overlap-moe-expert-parallel-comm" not in megatron_flags(out.megatron)
+    assert "comm_overlap.overlap_moe_expert_parallel_comm" not in nemo_overrides(out.nemo)

@@ -240,3 +240,12 @@ def test_tp_comm_overlap_is_read_from_the_row(rows) -> None:
     assert overlap("torchtitan-asynctp-llama3-70b-256gpu-bf16-async-tp")
     assert not overlap("torchtitan-asynctp-llama3-70b-256gpu-bf16-vanilla-tp")
     assert not overlap("nemo2407-llama3-70b-64gpu")
+
+
+def test_ep_comm_overlap_is_read_from_the_row(rows) -> None:
+    def overlap(row_id: str) -> bool:
+        return map_row(rows[row_id]).job.training.ep_comm_overlap
+
+    assert overlap("modelzoo-qwen3-235b-256gpu-cfg2")  # notes: "cross-node EP + 1F1B A2A overlap"
+    assert not overlap("modelzoo-qwen3-235b-256gpu-cfg1")  # notes: "cross-node EP"
+    assert not overlap("modelzoo-qwen3-235b-256gpu-cfg3")

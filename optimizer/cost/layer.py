@@ -230,7 +230,8 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
     one = all_to_all_time_s(bytes_out, geo.levels)
     count = 4 + (2 if d.recompute in ("full", "moe") else 0)
-    return count * one * (1.0 - cal.ep_comm_overlap)
+    hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
+    return count * one * (1.0 - hidden)
 
 
 def attention_core_time_s(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
