@@ -452,6 +452,27 @@ def test_seed_scenario_gpt3_175b_on_8192_h100() -> None:
     assert 0.15 < response.plans[0].mfu < 0.7, describe(response.plans[0])
 
 
+def test_split_of_a_layout_outside_the_pool_can_win() -> None:
+    """Qwen3-235B-A22B on 256 H100 (seq 4096, 1,024 sequences). With an even split PP=16 does
+    not make the candidate pool (94 layers: stages of 6 and 5, the LM head on a full last stage),
+    but [6 x 15, 4] (a light last stage for the head) is the best layout: 7.156 s against 7.212 s
+    for the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
+    Every costed pipelined layout whose split floor is below the k-th best time gets its split
+    solved, in every rank-order geometry."""
+    job = {
+        "model": {"preset": "qwen3-235b-a22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+    }
+    response = search(_request(job))
+    assert response.status == "optimal", (response.solver, response.warnings)
+    best = response.plans[0]
+    assert best.step_time_s == pytest.approx(7.1555, rel=1e-3), describe(best)
+    assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
+    assert best.config.stage_layers == [6] * 15 + [4], describe(best)
+    assert all(p.step_time_s < 7.2118 for p in response.plans[:4]), [describe(p) for p in response.plans]
+
+
 def test_moe_block_recompute_is_searched_only_for_moe_models():
     dense = PlanRequest(**SMALL_DENSE)
     spec = JobSpec(model=dense.model, training=dense.training, cluster=dense.cluster)

@@ -18,6 +18,7 @@ same arithmetic.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -267,21 +268,29 @@ def _dp_exposed_s(
         first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, groups.dp_cp.levels)
         dp_exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute)
     else:
-        bucket_d = min(cal.dp_bucket_bytes, g_dense)
-        if lay.zero_stage == 0:
-            t_b = hierarchical_allreduce_time_s(g_dense, groups.dp_cp.levels)
-            t_b += hierarchical_allreduce_time_s(g_exp, groups.edp.levels)
-            last_b = hierarchical_allreduce_time_s(bucket_d, groups.dp_cp.levels)
-            t_f = last_f = 0.0
-        else:
-            t_b = hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
-            t_b += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
-            last_b = hierarchical_reduce_scatter_time_s(bucket_d, groups.dp_cp.levels)
-            t_f, last_f = t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
+        t_b, last_b, t_f, last_f = _dp_bucketed_times_s(ctx, lay, groups, dense, expert)
         dp_exposed = max(last_b, t_b - cal.dp_overlap * bwd) if t_b > 0 else 0.0
         if t_f > 0:
             dp_exposed += max(last_f, t_f - cal.dp_overlap * fwd)
     return dp_exposed
+
+
+def _dp_bucketed_times_s(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float
+) -> tuple[float, float, float, float]:
+    """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
+    parameter all-gather time, its last bucket), each affine in the stage's parameters."""
+    g_dense = dense * GRAD_BYTES
+    g_exp = expert * GRAD_BYTES
+    bucket_d = min(ctx.cal.dp_bucket_bytes, g_dense)
+    if lay.zero_stage == 0:
+        t_b = hierarchical_allreduce_time_s(g_dense, groups.dp_cp.levels)
+        t_b += hierarchical_allreduce_time_s(g_exp, groups.edp.levels)
+        return t_b, hierarchical_allreduce_time_s(bucket_d, groups.dp_cp.levels), 0.0, 0.0
+    t_b = hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
+    t_b += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
+    last_b = hierarchical_reduce_scatter_time_s(bucket_d, groups.dp_cp.levels)
+    return t_b, last_b, t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
 
 
 def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:
@@ -422,21 +431,26 @@ def peak_memory_bytes(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) 
     return peak
 
 
-def _order_geometries(ctx: JobContext, lay: ResolvedLayout) -> tuple[list[AxisGroups], list[AxisGroups]]:
+def _order_geometries(
+    ctx: JobContext, lay: ResolvedLayout
+) -> tuple[list[AxisGroups], list[AxisGroups], list[AxisGroups]]:
     """One rank order's groups per distinct (tp, cp, ep) geometry, which is all the per-layer
-    costs read, and per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
-    data-parallel and pipeline communication read (memoised per axis sizes)."""
+    costs read; per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
+    data-parallel and pipeline communication read; and per distinct pair of the two, which is
+    all a whole step reads (memoised per axis sizes)."""
     key = ("order_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
     reps = ctx.memo.get(key)
     if reps is None:
         sizes = lay.sizes()
         layer: dict[tuple, AxisGroups] = {}
         comm: dict[tuple, AxisGroups] = {}
+        both: dict[tuple, AxisGroups] = {}
         for o in candidate_orders(sizes):
             g = axis_groups(ctx.topology, o, sizes)
             layer.setdefault((g.tp, g.cp, g.ep), g)
             comm.setdefault((g.dp_cp, g.edp, g.pp), g)
-        reps = (list(layer.values()), list(comm.values()))
+            both.setdefault((g.tp, g.cp, g.ep, g.dp_cp, g.edp, g.pp), g)
+        reps = (list(layer.values()), list(comm.values()), list(both.values()))
         ctx.memo[key] = reps
     return reps
 
@@ -447,6 +461,17 @@ def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
     return _order_geometries(ctx, lay)[0][0]
 
 
+def _kind_times(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> tuple[float, ...]:
+    """Per layer kind, ``LayerCost.time_s`` under the groups' (tp, cp, ep) geometry (memoised)."""
+    key = ("times", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
+           groups.tp, groups.cp, groups.ep)  # fmt: skip
+    times = ctx.memo.get(key)
+    if times is None:
+        times = tuple(c.time_s for c in _kind_costs(ctx, lay, groups))
+        ctx.memo[key] = times
+    return times
+
+
 def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
     """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
     (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
@@ -454,8 +479,8 @@ def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
            lay.recompute)
     floor = ctx.memo.get(key)
     if floor is None:
-        per_geometry = [_kind_costs(ctx, lay, g) for g in _order_geometries(ctx, lay)[0]]
-        floor = tuple(min(costs[k].time_s for costs in per_geometry) for k in range(len(ctx.kinds)))
+        per_geometry = [_kind_times(ctx, lay, g) for g in _order_geometries(ctx, lay)[0]]
+        floor = tuple(min(times[k] for times in per_geometry) for k in range(len(ctx.kinds)))
         ctx.memo[key] = floor
     return floor
 
@@ -466,20 +491,38 @@ STEP_FLOOR_MARGIN = 1e-9
 
 def _uniform_floor_terms(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups
-) -> tuple[float, float, list[tuple[float, float, int, float, float, float, float]]]:
-    """(``m + (pp-1)/vpp`` times the slowest stage's floor, slowest optimizer step, every
-    distinct stage's data-parallel inputs) of the layout's own split."""
-    floor = kind_time_floor(ctx, lay)
+) -> tuple[list[tuple[float, tuple, AxisGroups]], float, list[tuple[float, float, int, float, float, float, float]]]:
+    """(per distinct rank-order geometry: ``m + (pp-1)/vpp`` times the slowest stage under it, the
+    key of its data-parallel/pipeline geometry and a representative order's groups, ascending;
+    slowest optimizer step; every distinct stage's data-parallel inputs) of the layout's own
+    split. ``groups``: any order's, for the order-free terms."""
     head = _head_time(ctx, lay)
-    slowest = optimizer = 0.0
+    stages = _distinct_stages(ctx, lay)
+    optimizer = 0.0
     dp_inputs = []
-    for first, last, counts in _distinct_stages(ctx, lay):
-        t = sum(n * f for n, f in zip(counts, floor, strict=True)) + (head if last else 0.0)
-        slowest = max(slowest, t)
+    for first, last, counts in stages:
         fixed = _stage_fixed_cached(ctx, lay, groups, counts, first, last)
         optimizer = max(optimizer, fixed[0].optimizer_s)
         dp_inputs.append(fixed[3])
-    return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest, optimizer, dp_inputs
+    mult = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    pairs: list[tuple[float, tuple, AxisGroups]] = []
+    per_layer_geometry: dict[tuple, float] = {}
+    for g in _order_geometries(ctx, lay)[2]:
+        key = (g.tp, g.cp, g.ep)
+        if key not in per_layer_geometry:
+            times = _kind_times(ctx, lay, g)
+            per_layer_geometry[key] = mult * max(
+                sum(n * t for n, t in zip(counts, times, strict=True)) + (head if last else 0.0)
+                for _, last, counts in stages
+            )
+        pairs.append((per_layer_geometry[key], (g.dp_cp, g.edp, g.pp), g))
+    pairs.sort(key=lambda p: p[0])
+    return pairs, optimizer, dp_inputs
+
+
+def _uniform_comm_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups, dp_inputs: list) -> float:
+    """Slowest stage's exposed data-parallel time + pipeline send/recv under ``g``."""
+    return max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
 
 
 def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
@@ -487,59 +530,68 @@ def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> fl
     layout's own layer split (``groups``: any order's; only its order-free terms are read).
 
     The step is ``(m + (pp-1)/vpp) * slowest stage + pipeline send/recv + slowest exposed DP +
-    slowest optimizer``. Each stage's time is at least its layers' ``kind_time_floor`` plus the
-    LM head on the last stage; the communication terms are exact per order and the smallest
-    over the orders' geometries is taken; the optimizer term does not depend on the order.
+    slowest optimizer``. Per rank order: each stage's time is at least its layers' times plus the
+    LM head on the last stage; the communication terms are exact. The smallest over the orders'
+    distinct geometries is taken; the optimizer term does not depend on the order.
     """
-    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
-    comm = min(
-        max(_dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
-        for g in _order_geometries(ctx, lay)[1]
-    )
-    return (steady + comm + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
+    pairs, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
+    comm: dict[tuple, float] = {}
+    best = float("inf")
+    for st, ckey, g in pairs:
+        if ckey not in comm:
+            comm[ckey] = _uniform_comm_s(ctx, lay, g, dp_inputs)
+        best = min(best, st + comm[ckey])
+    return (best + optimizer) * (1.0 - STEP_FLOOR_MARGIN)
 
 
 def step_floor_exceeds(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, threshold: float) -> bool:
     """``step_floor_s(ctx, lay, groups) > threshold``, stopping as soon as that is decided.
 
-    The same arithmetic: the floor is the smallest over the orders' geometries of a sum that
-    only grows with each geometry's communication, so one geometry at or below the threshold
-    settles False, and a geometry is settled above it once part of its stages already are.
+    The same arithmetic: the floor is the smallest over the orders' geometries of a sum, so one
+    geometry at or below the threshold settles False; geometries come in ascending order of their
+    layer part, so once that alone (with the optimizer step) exceeds the threshold, so do the rest.
     """
-    steady, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
-    if (steady + 0.0 + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
-        return True
-    for g in _order_geometries(ctx, lay)[1]:
-        pp_comm = pp_comm_s(ctx, lay, g)
-        worst = 0.0  # exposed data-parallel times are >= 0
-        for inputs in dp_inputs:
-            worst = max(worst, _dp_exposed_s(ctx, lay, g, *inputs))
-            if (steady + (worst + pp_comm) + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
-                break
-        else:
+    pairs, optimizer, dp_inputs = _uniform_floor_terms(ctx, lay, groups)
+    comm: dict[tuple, float] = {}
+    for st, ckey, g in pairs:
+        if (st + 0.0 + optimizer) * (1.0 - STEP_FLOOR_MARGIN) > threshold:
+            return True
+        if ckey not in comm:
+            comm[ckey] = _uniform_comm_s(ctx, lay, g, dp_inputs)
+        if (st + comm[ckey] + optimizer) * (1.0 - STEP_FLOOR_MARGIN) <= threshold:
             return False
     return True
 
 
-def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
-    """A lower bound on the slowest stage's time over every layer split and rank order.
+def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[float, ...]) -> float:
+    """A lower bound on the slowest stage's time over every layer split, each layer kind taking
+    ``times[k]`` (one rank order's, or a floor over orders).
 
     Stage times add up to every layer's time plus the LM head, so the slowest is at least their
-    average. And stages hold whole layers, each at least the smallest ``kind_time_floor``, with
+    average. And stages hold whole layers, each at least the smallest of ``times``, with
     the head on the last stage: the best any split can do is the best choice of the last
     stage's layer count with the rest spread as evenly as whole layers allow.
     """
-    floor = kind_time_floor(ctx, lay)
     head = _head_time(ctx, lay)
-    totals = [ctx.kind_prefix[k][-1] for k in range(len(floor))]
-    average = (sum(n * f for n, f in zip(totals, floor, strict=True)) + head) / lay.pp
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(times))]
+    average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / lay.pp
     if lay.pp == 1:
         return average
-    layers, per_layer = sum(totals), min(floor)
-    whole = min(
-        max(n_last * per_layer + head, -(-(layers - n_last) // (lay.pp - 1)) * per_layer)
-        for n_last in range(layers + 1)
-    )
+    layers, per_layer = sum(totals), min(times)
+
+    def worst(n_last: int) -> float:  # the last stage holds n_last layers, the rest spread evenly
+        return max(n_last * per_layer + head, -(-(layers - n_last) // (lay.pp - 1)) * per_layer)
+
+    # The last stage's time grows with n_last and the others' shrinks (in steps), so the smallest
+    # worst case is at the first n_last where the last stage is the slowest, or just before it.
+    lo, hi = 0, layers
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid * per_layer + head >= -(-(layers - mid) // (lay.pp - 1)) * per_layer:
+            hi = mid
+        else:
+            lo = mid + 1
+    whole = min(worst(lo), worst(lo - 1)) if lo > 0 else worst(lo)
     return max(average, whole)
 
 
@@ -551,18 +603,42 @@ def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """A lower bound on ``estimate(...).step_time_s`` over every rank order and every layer
     split with at least one layer per stage (all the search builds).
 
-    ``(m + (pp-1)/vpp) * _min_max_stage_floor_s`` + the smallest, over the orders' geometries,
-    of pipeline send/recv plus a floor on the slowest stage's exposed data-parallel time + the
-    average stage's optimizer step. Less 1e-9 relative for rounding.
+    The smallest, over the distinct geometries of the rank orders, of ``(m + (pp-1)/vpp) *
+    _min_max_stage_floor_s`` (the order's own layer times) + pipeline send/recv + a floor on the
+    slowest stage's exposed data-parallel time; + the average stage's optimizer step. Less 1e-9
+    relative for rounding. Layer and communication terms come from the same order: an order that
+    puts TP or EP on NVLink cannot also put the data-parallel rings there.
 
     The data-parallel floor is ``_dp_exposed_s`` of the average stage (its parameters,
     compute and layer count are the totals over ``pp``): the collectives are affine in their
-    bytes and the overlap terms are maxima, so the slowest stage's time is at least the
-    average's, provided the last-bucket term is the same for every stage (each stage's dense
-    gradients fill a bucket). Otherwise it is ``_dp_exposed_s`` of the stage holding at least
-    the average dense parameters with nothing to overlap against counted: what no overlap can
-    hide (the last bucket; with ZeRO-3 the first layer's gather).
+    bytes (and, per ZeRO-3 layer gather, in the layer count) and the overlap terms are maxima,
+    so the slowest stage's time is at least the average's, provided the term no overlap hides is
+    the same for every stage or largest on the stage the floor takes it from: ZeRO-3's first
+    gather (the largest layer, which some stage holds), or the last gradient bucket when each
+    stage's dense gradients fill one. Otherwise it is ``_dp_exposed_s`` of the stage holding at
+    least the average dense parameters with nothing to overlap against counted: what no overlap
+    can hide (the last bucket).
     """
+    floors = order_split_floors(ctx, lay)
+    return floors[0][0]
+
+
+def layers_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """A cheap lower bound on ``split_floor_s``: its layer part with each layer kind at its
+    fastest over every rank order (no communication, no optimizer step)."""
+    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    return steady * _min_max_stage_floor_s(ctx, lay, kind_time_floor(ctx, lay)) * (1.0 - STEP_FLOOR_MARGIN)
+
+
+def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float, AxisGroups]]:
+    """``split_floor_s`` per distinct rank-order geometry of the layout (a representative order's
+    groups), ascending: a lower bound on ``estimate`` in that order over every layer split.
+    Memoised per layout (the layout's own split does not enter)."""
+    key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches)
+    floors = ctx.memo.get(key)
+    if floors is not None:
+        return floors
     groups = any_order_groups(ctx, lay)
     totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
     # one stage holding every layer and the embedding: its parameters, compute and optimizer step
@@ -571,15 +647,43 @@ def split_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     pp = lay.pp
     optimizer = everything.optimizer_s / pp
     smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
-    if smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
-        head = _head_time(ctx, lay)  # on the last stage: more compute to overlap with
-        stage = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + head) / pp, fwd / pp, bwd / pp)
+    average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + _head_time(ctx, lay)) / pp,
+               fwd / pp, bwd / pp)  # fmt: skip
+    if lay.zero_stage == 3 or smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
+        stage = average  # the head is on the last stage: more compute to overlap with
     else:
         stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
-    comm = min(_dp_exposed_s(ctx, lay, g, *stage) + pp_comm_s(ctx, lay, g) for g in _order_geometries(ctx, lay)[1])
+
+    def dp_floor(g: AxisGroups) -> float:
+        if stage is average:
+            return _dp_exposed_s(ctx, lay, g, *stage)
+        # What no overlap hides, or the overlap-limited part of the average stage (each stage's
+        # exposed time is at least its own, which is affine in the stage's parameters and compute).
+        t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
+        excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
+        return max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
+
     steady = lay.num_micro_batches + (pp - 1) / lay.vpp
-    bound = steady * _min_max_stage_floor_s(ctx, lay) + comm + optimizer
-    return bound * (1.0 - STEP_FLOOR_MARGIN)
+    floors = []
+    per_layer_geometry: dict[tuple, float] = {}
+    per_comm_geometry: dict[tuple, float] = {}
+    for g in _order_geometries(ctx, lay)[2]:
+        lkey, ckey = (g.tp, g.cp, g.ep), (g.dp_cp, g.edp, g.pp)
+        if lkey not in per_layer_geometry:
+            per_layer_geometry[lkey] = steady * _min_max_stage_floor_s(ctx, lay, _kind_times(ctx, lay, g))
+        if ckey not in per_comm_geometry:
+            per_comm_geometry[ckey] = dp_floor(g) + pp_comm_s(ctx, lay, g)
+        floors.append(
+            ((optimizer + (per_layer_geometry[lkey] + per_comm_geometry[ckey])) * (1.0 - STEP_FLOOR_MARGIN), g)
+        )
+    floors.sort(key=lambda fg: fg[0])
+    ctx.memo[key] = floors
+    return floors
+
+
+def geometry_key(groups: AxisGroups) -> tuple:
+    """What a step reads of a rank order: the groups' geometries, not the order's name."""
+    return (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, groups.pp)
 
 
 def estimate(
@@ -731,11 +835,85 @@ class SplitTables:
     pp_comm_s: float
 
 
-def split_tables(ctx: JobContext, est: Estimate) -> SplitTables:
+SPLIT_CERTIFIED_TABLE_MAX = 4096
+"""Largest certified table (entries over all stages) ``certified_split_range`` hands out."""
+
+
+def _table_stage_terms(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, stage: int, n: int, offsets: list[int]
+) -> StageTerms:
+    """``stage_terms`` of stage ``stage`` holding ``n`` layers, its kind mix taken from where the
+    even split (``offsets``: first layer of each stage) puts it."""
+    layers = len(ctx.layer_kind)
+    start = 0 if stage == 0 else min(offsets[stage], layers - n)
+    prefix = ctx.kind_prefix
+    counts = tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
+    return stage_terms(ctx, lay, groups, stage, counts)
+
+
+def _per_stage_layers(lay: ResolvedLayout) -> list[int]:
+    return [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
+
+
+def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
+    """Per pipeline stage of ``est``'s layout in ``est``'s rank order, the most layers it can hold
+    with its memory within capacity less headroom (``vpp - 1`` when not even one layer per chunk
+    fits). A stage's memory grows with its layers, so a split fits iff every stage is within its
+    limit; binary search over the same stage terms as ``split_tables``."""
+    lay = est.layout
+    groups = axis_groups(ctx.topology, est.order, lay.sizes())
+    per_stage = _per_stage_layers(lay)
+    offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
+    cap = est.capacity_bytes - est.headroom_bytes
+    most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
+    limits = []
+    for s in range(lay.pp):
+        lo, hi = lay.vpp - 1, most  # invariant: lo fits (or is vpp - 1), hi + 1 does not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _table_stage_terms(ctx, lay, groups, s, mid, offsets).memory.total_bytes <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        limits.append(lo)
+    return limits
+
+
+def certified_split_range(
+    ctx: JobContext, est: Estimate, threshold_s: float, most_fitting: int
+) -> tuple[int, int] | None:
+    """Layer counts per stage that every split of ``est``'s layout in ``est``'s rank order that
+    fits in memory (no stage above ``most_fitting`` layers) and has a step time at most
+    ``threshold_s`` keeps, or None when that range is too wide to tabulate.
+
+    A stage holding ``n`` layers takes at least ``n`` times the cheapest layer of this order, and
+    the step at least ``(m + (pp-1)/vpp)`` times its slowest stage, which bounds ``n`` from above
+    (``hi``); the other ``pp - 1`` stages hold at most ``hi`` each, which bounds it from below.
+    An empty range (``lo > hi``) means no such split in this order.
+    """
+    lay = est.layout
+    layers = len(ctx.layer_kind)
+    hi = min(layers - (lay.pp - 1) * lay.vpp, most_fitting)
+    if math.isfinite(threshold_s):
+        groups = axis_groups(ctx.topology, est.order, lay.sizes())
+        per_layer = min(_kind_times(ctx, lay, groups)) * (lay.num_micro_batches + (lay.pp - 1) / lay.vpp)
+        if per_layer > 0:
+            hi = min(hi, int(threshold_s * (1 + 1e-9) / per_layer))
+    lo = max(lay.vpp, layers - (lay.pp - 1) * hi)
+    if (hi - lo + 1) * lay.pp > SPLIT_CERTIFIED_TABLE_MAX:
+        return None
+    return lo, hi
+
+
+def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | None = None) -> SplitTables:
+    """``SplitTables`` of ``est``'s layout in ``est``'s rank order, over ``layer_range`` (from
+    ``certified_split_range``) or, without one, over every layer count when that is at most
+    ``SPLIT_FULL_TABLE_MAX`` entries and each stage's even share +- max(4, share/2) otherwise. The
+    uniform split's counts are always included."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
     layers = len(ctx.layer_kind)
-    per_stage = [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
+    per_stage = _per_stage_layers(lay)
     share = layers / lay.pp
     most = layers - (lay.pp - 1) * lay.vpp  # every other stage keeps one layer per chunk
     if (most - lay.vpp + 1) * lay.pp <= SPLIT_FULL_TABLE_MAX:
@@ -744,17 +922,16 @@ def split_tables(ctx: JobContext, est: Estimate) -> SplitTables:
         radius = max(SPLIT_RADIUS_MIN, int(share // 2))
     lo = max(lay.vpp, int(share) - radius) if lay.pp > 1 else layers
     hi = min(most, int(share) + 1 + radius) if lay.pp > 1 else layers
+    if layer_range is not None:
+        lo, hi = layer_range
     lo = min(lo, *per_stage)
     hi = max(hi, *per_stage)
-    prefix = ctx.kind_prefix
     offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
     time_t, dp_t, opt_t, mem_t = [], [], [], []
     for s in range(lay.pp):
         row_t, row_d, row_o, row_m = [], [], [], []
         for n in range(lo, hi + 1):
-            start = 0 if s == 0 else min(offsets[s], layers - n)
-            counts = tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
-            t = stage_terms(ctx, lay, groups, s, counts)
+            t = _table_stage_terms(ctx, lay, groups, s, n, offsets)
             row_t.append(t.time_s)
             row_d.append(t.dp_exposed_s)
             row_o.append(t.optimizer_s)

@@ -4,9 +4,10 @@
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
-3. CP-SAT takes the costed survivors (those that fit, and pipelined ones that did not fit with
-   a uniform split) and chooses the layout jointly with a possibly non-uniform layer split under
-   per-stage memory limits; top-k by forbid-and-resolve.
+3. CP-SAT chooses the layer split (per-stage layer counts under per-stage memory limits, exact
+   cost tables) of every costed pipelined layout, in every distinct geometry of its rank orders,
+   whose split floor is below the running k-th best time: the pool's best layouts first, then
+   the rest by ascending floor until the next floor exceeds the k-th best time.
 4. Every answer is re-scored by the float cost model and ranked with explicit tie-breaks.
 """
 
@@ -18,13 +19,19 @@ from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.estimate import (
-    compute_lower_bound_s,
+    certified_split_range,
     compute_lower_bounds,
+    estimate,
+    geometry_key,
+    layers_floor_s,
+    order_split_floors,
     split_floor_s,
     split_tables,
+    stage_fit_limits,
     step_floor_exceeds,
 )
 from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.topology import axis_groups
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.cpsat import Candidate, SplitModel
 from optimizer.search.screen import Screen, Unfit, screen_memory
@@ -34,8 +41,8 @@ from optimizer.units import GIB, to_gib
 
 POOL_EXTRA = 8
 """Candidates kept beyond top_k for the CP-SAT stage."""
-MAX_RESCUE = 16
-"""Pipelined layouts that missed memory with a uniform split, offered to CP-SAT for a better split."""
+SOLVE_LIMIT_S = 1.0
+"""Time limit of one layer-split CP-SAT model (they solve in milliseconds)."""
 
 
 def _layout_key(lay: ResolvedLayout) -> tuple:
@@ -82,7 +89,7 @@ def search(request: PlanRequest) -> PlanResponse:
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
     kth_heap: list[float] = []  # max-heap (negated) of the k best step times seen
     pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
-    oom: list[Unfit] = []
+    pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
     proved = True
     next_bound: float | None = None
@@ -98,6 +105,8 @@ def search(request: PlanRequest) -> PlanResponse:
             break
         lay = layouts[i]
         costed += 1
+        if lay.pp > 1:
+            pipelined.append((bounds[i], lay))
         screen = screen_memory(ctx, lay, headroom)
         if screen is not None and not screen.fits_memory:
             unfit = Unfit(lay, screen.peak_memory_bytes)
@@ -115,43 +124,73 @@ def search(request: PlanRequest) -> PlanResponse:
             unfit = Unfit(lay, est.peak_memory_bytes, est)
         if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
             smallest = unfit
-        if lay.pp > 1:
-            oom.append(unfit)
     info.candidates_fitting_memory = n_fitting
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
-    # CP-SAT chooses layer splits for the best ``pool_size`` fitting pipelined layouts and for up to
-    # MAX_RESCUE pipelined layouts that missed memory with an even split but whose bound is below
-    # the k-th best time (closest to fitting first: the likeliest to fit with a better split).
     pool = fitting[:pool_size]
-    rescue = sorted(
-        (u for u in oom if compute_lower_bound_s(ctx, u.layout) < kth), key=lambda u: u.peak_memory_bytes
-    )[:MAX_RESCUE]
-    # Only pipelined layouts have a layer split to choose; the others keep their exact estimate.
-    splittable = [e for e in pool if e.layout.pp > 1 and compute_lower_bound_s(ctx, e.layout) < kth]
-    # Of those, solve only the layouts some split could bring into the top-k (the k-th best time
-    # only improves with the solver's answers).
-    candidates = [e for e in splittable if _split_can_enter(ctx, e.layout, kth)]
-    candidates += [u.resolve(ctx, headroom) for u in rescue if _split_can_enter(ctx, u.layout, kth)]
     results: list[Estimate] = []
     cp_status = "OPTIMAL"
     best_time = {_layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-    # Each pipelined candidate's best layer split is its own small CP-SAT model (per-stage layer
-    # counts, per-stage memory limits, exact cost tables). Picking the layout over candidates is
-    # then a minimum over their optima: the same answer as one joint model (``SplitModel`` takes
-    # any number of candidates) with forbid-and-resolve for the top-k, at a fraction of the time.
-    for n_done, cand in enumerate(candidates):
+
+    def kth_now() -> float:
+        return min(kth, _kth_smallest(best_time.values(), spec.top_k))
+
+    # Each (pipelined layout, rank-order geometry) whose split floor is below the running k-th
+    # best time gets its best layer split from its own small CP-SAT model (per-stage layer counts,
+    # per-stage memory limits, exact cost tables over the layer counts such a split can have).
+    # First the pool's layouts in their uniform-best order (the likeliest to improve the top-k,
+    # which lowers the k-th best time and prunes the rest), then every other pair by ascending
+    # floor, until the next floor is above the k-th best time. Picking the layout is a minimum
+    # over the solved optima: the same answer as one joint model (``SplitModel`` takes any number
+    # of candidates) with forbid-and-resolve for the top-k, at a fraction of the time.
+    solved: set[tuple] = set()
+    first = [e for e in pool if e.layout.pp > 1]
+    rest: list[tuple[float, int, ResolvedLayout, object]] = []
+    pool_keys = {(_layout_key(e.layout), geometry_key(axis_groups(ctx.topology, e.order, e.layout.sizes())))
+                 for e in first}  # fmt: skip
+    for n, (bound, lay) in enumerate(pipelined):
+        if bound > kth or layers_floor_s(ctx, lay) > kth:
+            continue  # both bounds hold for every split and rank order
+        for floor, g in order_split_floors(ctx, lay):
+            if floor > kth + POOL_MARGIN_S:
+                break
+            if (_layout_key(lay), geometry_key(g)) not in pool_keys:
+                rest.append((floor, n, lay, g))
+    rest.sort(key=lambda r: (r[0], r[1]))
+    work: list[tuple[float, Estimate | None, ResolvedLayout, object]] = [
+        (split_floor_s(ctx, e.layout), e, e.layout, None) for e in first
+    ] + [(floor, None, lay, g) for floor, _, lay, g in rest]
+    split_proved = True
+    unsolved_floor: float | None = None
+    for n_done, (floor, cand, lay, g) in enumerate(work):
+        threshold = kth_now()
+        if floor > threshold + POOL_MARGIN_S:
+            if cand is None:
+                break  # ``rest`` is in floor order: nothing after this can enter either
+            continue
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
-            cp_status = "UNKNOWN" if n_done < len(candidates) else cp_status
+            split_proved = False
+            unsolved_floor = min(f for f, *_ in work[n_done:])
             break
-        if not _split_can_enter(ctx, cand.layout, min(kth, _kth_smallest(best_time.values(), spec.top_k))):
-            continue  # the answers so far already put the k-th best time below this layout's floor
+        if cand is None:
+            cand = estimate(ctx, lay, g.order, headroom_bytes=headroom, groups=g)  # uniform split
+        key = (_layout_key(lay), geometry_key(axis_groups(ctx.topology, cand.order, lay.sizes())))
+        if key in solved:
+            continue
+        solved.add(key)
+        limits = stage_fit_limits(ctx, cand)
+        if min(limits) < lay.vpp or sum(limits) < (job.model.num_layers or 0):
+            continue  # no split of this layout fits in memory in this order
+        layer_range = certified_split_range(ctx, cand, threshold, max(limits))
+        if layer_range is not None and layer_range[0] > layer_range[1]:
+            continue  # every split in this order is slower than the k-th best time
+        if layer_range is None:
+            split_proved = False  # tabulated over the default range only
+        candidate = Candidate(cand, split_tables(ctx, cand, layer_range), cand.capacity_bytes, job.model.num_layers or 0)
         info.candidates_to_solver += 1
-        budget = max(0.02, remaining / (len(candidates) - n_done))
-        tables = split_tables(ctx, cand)
-        model = SplitModel([Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)], cand.step_time_s)
-        res = model.solve([], budget)
+        # These models solve in milliseconds; the limit is a guard, not a budget to share out.
+        res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S))
         if res.choice is None:
             if res.status != "INFEASIBLE":
                 cp_status = res.status
@@ -161,8 +200,8 @@ def search(request: PlanRequest) -> PlanResponse:
         est = _rescore(ctx, cand, res.choice.stage_layers, headroom)
         results.append(est)
         if est.fits_memory:
-            key = _layout_key(est.layout)
-            best_time[key] = min(best_time.get(key, est.step_time_s), est.step_time_s)
+            k = _layout_key(est.layout)
+            best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
     # answers (which may carry better splits) and keep each layout once, at its best split.
     best_by_layout: dict[tuple, Estimate] = {}
@@ -174,7 +213,9 @@ def search(request: PlanRequest) -> PlanResponse:
             best_by_layout[key] = est
     results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
     info.status = cp_status
-    info.proved_optimal = proved and cp_status == "OPTIMAL" and bool(results)
+    info.proved_optimal = proved and split_proved and cp_status == "OPTIMAL" and bool(results)
+    if unsolved_floor is not None:  # the optimum may be an unsolved split with this floor or more
+        next_bound = unsolved_floor if next_bound is None else min(next_bound, unsolved_floor)
     if info.proved_optimal:
         info.objective_bound = results[0].step_time_s
     elif results:  # the optimum is the best costed plan or something with a bound >= next_bound
@@ -183,6 +224,11 @@ def search(request: PlanRequest) -> PlanResponse:
         info.objective_bound = next_bound
     info.wall_time_s = time.perf_counter() - t0
     warnings: list[str] = []
+    if unsolved_floor is not None:
+        warnings.append(
+            f"time limit reached before every layer split that could enter the top-k was solved; best "
+            f"remaining bound {unsolved_floor:.3f} s"
+        )
     if not proved:
         warnings.append(
             f"time limit reached after costing {costed} of {len(layouts)} layouts; best remaining bound "
@@ -243,11 +289,6 @@ def _kth_smallest(values, k: int) -> float:
     """The k-th smallest of ``values`` (infinity when there are fewer)."""
     smallest = heapq.nsmallest(k, values)
     return smallest[-1] if len(smallest) >= k else float("inf")
-
-
-def _split_can_enter(ctx, lay: ResolvedLayout, kth: float) -> bool:
-    """False when no layer split (and rank order) of ``lay`` can rank among ``kth`` and better."""
-    return split_floor_s(ctx, lay) <= kth + POOL_MARGIN_S
 
 
 def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:

@@ -95,6 +95,7 @@ class SplitModel:
             dp = m.new_int_var(0, horizon, f"dp_{i}")
             opt = m.new_int_var(0, horizon, f"opt_{i}")
             counts = []
+            allowed_counts: list[list[int]] = []
             for s in range(lay.pp):
                 # One integer per stage: the tables depend only on how many layers a stage holds
                 # (per-chunk counts would only add symmetric solutions); chunks split it evenly.
@@ -104,6 +105,7 @@ class SplitModel:
                 ]
                 if lay.pp == 1:
                     allowed = [cand.num_layers] if allowed else []
+                allowed_counts.append(allowed)
                 n = m.new_int_var_from_domain(cp_model.Domain.FromValues(allowed or [tb.lo]), f"n_{i}_{s}")
                 if not allowed:
                     m.add_bool_or([x.Not()])  # this candidate cannot fit at all within the tables
@@ -119,6 +121,19 @@ class SplitModel:
                     m.add_element(idx, [self._units(weight * v) for v in table], val)
                     m.add(var >= val).only_enforce_if(x)
             m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
+            # Symmetry: stages with the same time, data-parallel and optimizer rows whose allowed
+            # counts are down-closed with the earlier stage's no wider (activation memory only
+            # falls along the pipeline) can swap counts without changing feasibility or the
+            # objective, so an earlier one may be required to hold no more layers.
+            for s in range(lay.pp - 1):
+                a, b = allowed_counts[s], allowed_counts[s + 1]
+                if (
+                    a and b and a == b[: len(a)] and a == list(range(a[0], a[-1] + 1)) and a[0] == b[0]
+                    and b == list(range(b[0], b[-1] + 1))
+                    and tb.time_s[s] == tb.time_s[s + 1] and tb.dp_s[s] == tb.dp_s[s + 1]
+                    and tb.optimizer_s[s] == tb.optimizer_s[s + 1]
+                ):  # fmt: skip
+                    m.add(counts[s] <= counts[s + 1])
             for var in (slow, dp, opt):
                 m.add(var == 0).only_enforce_if(x.Not())
             self.counts.append(counts)
