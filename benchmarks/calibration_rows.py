@@ -36,7 +36,8 @@ Training
   - precision: ``fp8`` / ``float8`` -> fp8 (torchtitan "bf16 + float8 linears" runs its linears in
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
-    ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap.
+    ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
+    ``fused_kernels`` false for torchtitan runs without ``torch.compile``.
 
 Cluster
   - GPU: A100 40/80 GB -> ``a100-sxm-40gb`` / ``a100-sxm-80gb``; H100 80 GB -> ``h100-sxm-80gb``;
@@ -343,6 +344,13 @@ def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
     return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
 
 
+def map_fused_kernels(row: dict[str, Any]) -> bool:
+    """torchtitan runs without ``torch.compile`` in ``config.other`` are eager (unfused); every
+    other stack in the set fuses its elementwise kernels (Megatron / Transformer Engine, DeepSpeed
+    with Megatron's fused kernels)."""
+    return not _is_torchtitan(row) or "compile" in str(row["config"].get("other") or "").lower()
+
+
 def map_precision(text: str | None) -> tuple[str, list[str]]:
     t = (text or "").lower()
     if "fp8" in t or "float8" in t:
@@ -601,6 +609,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
         training = TrainingSpec(
             seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
             tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
+            fused_kernels=map_fused_kernels(row),
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

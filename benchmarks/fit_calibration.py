@@ -31,6 +31,7 @@ GRID: dict[str, list[float]] = {
     "ep_comm_overlap_batched": [0.5, 0.65, 0.75, 0.9],
     "hbm_efficiency": [0.5, 0.75, 0.9],
     "fp8_cast_bytes": [0.0, 0.5, 1.0, 1.5],
+    "unfused_elementwise_factor": [1.5, 2.0, 2.5, 2.75, 3.0],
     "power_clock_exponent": [0.33, 0.5, 0.75],
 }
 

@@ -39,6 +39,12 @@ class Calibration:
     (norms, residual adds, rotary, bias-free dropout-free blocks; bf16)."""
     elementwise_bytes_per_token_ffn: float = 8.0
     """Same, per FFN unit (gated activation: read gate and up, write product; bf16)."""
+    unfused_elementwise_factor: float = 2.75
+    """HBM traffic of memory-bound elementwise work without kernel fusion (``training.fused_kernels``
+    false: eager PyTorch) relative to fused kernels: each op reads its inputs and writes its
+    output instead of keeping intermediates in registers. Set from the two published pairs of the
+    same layout with and without torch.compile (torchtitan Llama 3.1 8B FSDP on 8 and 128 H100,
+    measured 1.157x and 1.162x; 2.75 predicts 1.153x and 1.154x)."""
     fp8_cast_bytes: float = 1.5
     """FP8 layers: forward HBM bytes per GEMM input+output element for casting operands from bf16.
     An unfused cast reads 2 B and writes 1 B and forward casts the inputs (about half of the

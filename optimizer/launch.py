@@ -350,8 +350,9 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "global_batch_size": geo.gbs,
         "seq_len": geo.seq,
     }
-    if async_tp:
-        train["compile"] = True
+    # The cost model's fused elementwise kernels are torch.compile's in torchtitan; async TP also
+    # only takes effect when compiled.
+    train["compile"] = training.fused_kernels or async_tp
     comments: dict[str, list[str]] = {}
     if layout.recompute == "moe":
         comments["activation_checkpoint"] = [

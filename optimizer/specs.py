@@ -195,6 +195,14 @@ class TrainingSpec(Strict):
             "torchtitan async TP): needs sequence parallelism and a TP group inside one NVLink domain."
         ),
     )
+    fused_kernels: bool = Field(
+        default=True,
+        description=(
+            "The stack fuses norms, activation functions, rotary embeddings and residual adds into "
+            "few kernels (Megatron / Transformer Engine, torch.compile in torchtitan). False: eager "
+            "PyTorch, one kernel and one HBM round trip per elementwise op."
+        ),
+    )
     ep_comm_overlap: bool = Field(
         default=False,
         description=(

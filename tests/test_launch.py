@@ -557,3 +557,17 @@ def test_ep_comm_overlap_needs_expert_parallelism():
     out = build_launch(model, training, layout.model_copy(update={"ep": 1}))
     assert "--overlap-moe-expert-parallel-comm" not in megatron_flags(out.megatron)
     assert "comm_overlap.overlap_moe_expert_parallel_comm" not in nemo_overrides(out.nemo)
+
+
+# ---------------------------------------------------------------------------------------------
+# training.fused_kernels: torch.compile in torchtitan
+# ---------------------------------------------------------------------------------------------
+
+
+def test_torchtitan_compiles_unless_the_job_runs_eager():
+    model, training, layout = llama_case()
+    assert tomllib.loads(launch((model, training, layout)).torchtitan)["training"]["compile"] is True
+    eager = training.model_copy(update={"fused_kernels": False})
+    assert tomllib.loads(launch((model, eager, layout)).torchtitan)["training"]["compile"] is False
+    eager_async = eager.model_copy(update={"tp_comm_overlap": True})  # async TP needs compile
+    assert tomllib.loads(launch((model, eager_async, layout)).torchtitan)["training"]["compile"] is True

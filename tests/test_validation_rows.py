@@ -249,3 +249,12 @@ def test_ep_comm_overlap_is_read_from_the_row(rows) -> None:
     assert overlap("modelzoo-qwen3-235b-256gpu-cfg2")  # notes: "cross-node EP + 1F1B A2A overlap"
     assert not overlap("modelzoo-qwen3-235b-256gpu-cfg1")  # notes: "cross-node EP"
     assert not overlap("modelzoo-qwen3-235b-256gpu-cfg3")
+
+
+def test_eager_torchtitan_rows_are_unfused(rows) -> None:
+    def fused(row_id: str) -> bool:
+        return map_row(rows[row_id]).job.training.fused_kernels
+
+    assert not fused("torchtitan-llama31-8b-8gpu-fsdp")  # no torch.compile
+    assert fused("torchtitan-llama31-8b-8gpu-fsdp-compile")
+    assert fused("megatron-core-h100-weak-32B")

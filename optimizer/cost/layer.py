@@ -104,6 +104,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         else:
             cast_elems += tokens * (2 * h + p.mlp_dense / tp / h)
         elementwise_bytes += cal.fp8_cast_bytes * cast_elems
+    if not ctx.job.training.fused_kernels:
+        elementwise_bytes *= cal.unfused_elementwise_factor
     t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem
     bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + 2.5 * t_core  # flash-attention backward ~2.5x forward
