@@ -84,6 +84,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--fp16",
         # _add_transformer_engine_args
         "--fp8-format",
+        "--fp4-format",
+        "--fp4-recipe",
     }
 )
 """Every Megatron-LM flag ``build_launch`` may emit, each checked against ``arguments.py``."""
@@ -284,6 +286,8 @@ def _megatron(
         args.append("--bf16")
         if training.precision == "fp8":
             args += ["--fp8-format", "hybrid"]
+        elif training.precision == "fp4":
+            args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return " ".join(args)
 
 
@@ -374,8 +378,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "activation_checkpoint": checkpoint,
         "training": train,
     }
-    if training.precision == "fp8":
+    if training.precision in ("fp8", "fp4"):
         sections["model"] = {"converters": ["float8"]}
+    if training.precision == "fp4":
+        comments["model"] = ["torchtitan has no NVFP4 training recipe: float8 linears (slower than the plan's fp4)"]
     lines: list[str] = []
     for name, keys in sections.items():
         if lines:
@@ -397,8 +403,8 @@ def _deepspeed(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "train_micro_batch_size_per_gpu": geo.mbs,
         "gradient_accumulation_steps": geo.nmb,
         "zero_optimization": {"stage": layout.zero_stage},
-        # DeepSpeed's JSON has no FP8 switch (Transformer Engine handles it); fp8 runs on bf16.
-        "bf16": {"enabled": training.precision in ("bf16", "fp8")},
+        # DeepSpeed's JSON has no FP8/FP4 switch (Transformer Engine handles it): they run on bf16.
+        "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
         "fp16": {"enabled": training.precision == "fp16"},
     }
     if layout.recompute != "none":
@@ -486,4 +492,5 @@ _NEMO_PRECISION = {
     "bf16": "bf16_mixed",
     "fp16": "fp16_mixed",
     "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp4": "bf16_with_nvfp4_mixed",
 }

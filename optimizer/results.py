@@ -79,7 +79,13 @@ class SolverInfo(_Out):
     objective_bound: float | None = Field(default=None, description="Lower bound on the best step time (s).")
     candidates_enumerated: int = 0
     candidates_fitting_memory: int = 0
-    candidates_to_solver: int = 0
+    candidates_to_solver: int = Field(
+        default=0,
+        description=(
+            "Layer-split CP-SAT models solved: one per pipelined layout and rank-order geometry whose "
+            "split floor is below the k-th best step time and some split of which fits in memory."
+        ),
+    )
 
 
 class PlanResponse(_Out):

@@ -57,6 +57,11 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     notes = list(est.notes)
     if not lay.uniform_split:
         notes.append(f"non-uniform layer split per pipeline chunk: {list(lay.stage_layers)}")
+    if job.training.precision == "fp4":
+        notes.append(
+            "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
+            "GEMM measurement); recipes that keep some layers in bf16 run slower"
+        )
     return Plan(
         config=config,
         placement=est.placement,

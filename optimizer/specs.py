@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
 
-Precision = Literal["bf16", "fp16", "fp8"]
+Precision = Literal["bf16", "fp16", "fp8", "fp4"]
+"""GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
+(Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
+FP4 tensor cores."""
 Recompute = Literal["none", "selective", "moe", "full"]
 """Activation recompute, least to most: ``moe`` is ``selective`` plus the whole MoE block
 (router, dispatch, experts, combine), recomputed in backward from its input (MoE models only)."""

@@ -591,15 +591,18 @@ class TestRealService:
 
 
 @pytest.mark.parametrize("path", ["/plan", "/evaluate"])
-def test_fp8_on_a_gpu_without_fp8_is_422_naming_training_precision(client: TestClient, path: str) -> None:
+@pytest.mark.parametrize("precision, cluster, units", [("fp8", "dgx-a100", "FP8"), ("fp4", "dgx-h100", "FP4")])
+def test_low_precision_on_a_gpu_without_its_tensor_cores_is_422_naming_training_precision(
+    client: TestClient, path: str, precision: str, cluster: str, units: str
+) -> None:
     body: dict = {
         "model": {"preset": "llama3-8b"},
-        "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "fp8"},
-        "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "precision": precision},
+        "cluster": {"preset": cluster, "num_gpus": 8},
     }
     if path == "/evaluate":
         body["config"] = {"tp": 1, "pp": 1}
     response = client.post(path, json=body)
     assert response.status_code == 422, response.text
     detail = response.json()["detail"]
-    assert any(d["loc"] == ["body", "training", "precision"] and "FP8" in d["msg"] for d in detail), detail
+    assert any(d["loc"] == ["body", "training", "precision"] and units in d["msg"] for d in detail), detail

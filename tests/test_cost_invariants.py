@@ -320,3 +320,25 @@ def test_unfused_kernels_only_slow_the_memory_bound_work():
     assert {k: v for k, v in eager.items() if k not in ("compute", "dp_comm")} == pytest.approx(
         {k: v for k, v in fused.items() if k not in ("compute", "dp_comm")}
     )
+
+
+def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
+    from optimizer.calibration import DEFAULT
+    from optimizer.cost.estimate import FP4_COPY_BYTES, FP8_COPY_BYTES
+
+    def est(precision: str):
+        job = JobSpec(
+            model={"preset": "llama3-70b"},
+            training={"seq_len": 8192, "global_batch_size": 72, "precision": precision},
+            cluster={"preset": "gb200-nvl72", "num_gpus": 72},
+        )
+        lay = resolve_layout(job, Layout(tp=8, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective"))
+        return best_estimate(build_context(job, DEFAULT), lay)
+
+    bf16, fp8, fp4 = est("bf16"), est("fp8"), est("fp4")
+    assert bf16.step_time_s > fp8.step_time_s > fp4.step_time_s
+    # GEMMs run at twice the FP8 rate; attention, elementwise work and communication do not speed up
+    assert 1.1 < fp8.breakdown_s["compute"] / fp4.breakdown_s["compute"] < 2.0
+    w = {p: e.memory[e.peak_stage].weights_bytes for p, e in (("bf16", bf16), ("fp8", fp8), ("fp4", fp4))}
+    assert w["fp4"] / w["bf16"] == pytest.approx((2.0 + FP4_COPY_BYTES) / 2.0)
+    assert w["fp8"] / w["bf16"] == pytest.approx((2.0 + FP8_COPY_BYTES) / 2.0)

@@ -97,8 +97,14 @@ def ep_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training.model_copy(update={"ep_comm_overlap": True}), layout
 
 
+def fp4_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    model, training, layout = llama_case()
+    return model, training.model_copy(update={"precision": "fp4"}), layout
+
+
 ALL_CASES = {
     "llama3-70b": llama_case(),
+    "llama3-70b-fp4": fp4_case(),
     "mixtral-ep-overlap": ep_overlap_case(),
     "llama3-70b-tp-overlap": tp_overlap_case(),
     "mixtral-ep8": mixtral_case(),
@@ -373,7 +379,7 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert cfg["train_micro_batch_size_per_gpu"] == layout.micro_batch_size
     assert cfg["gradient_accumulation_steps"] == layout.num_micro_batches
     assert cfg["zero_optimization"] == {"stage": layout.zero_stage}
-    assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8"))
+    assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
     if layout.recompute == "none":
         assert "activation_checkpointing" not in cfg
@@ -571,3 +577,22 @@ def test_torchtitan_compiles_unless_the_job_runs_eager():
     assert tomllib.loads(launch((model, eager, layout)).torchtitan)["training"]["compile"] is False
     eager_async = eager.model_copy(update={"tp_comm_overlap": True})  # async TP needs compile
     assert tomllib.loads(launch((model, eager_async, layout)).torchtitan)["training"]["compile"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# precision fp4 (NVFP4)
+# ---------------------------------------------------------------------------------------------
+
+
+
+def test_fp4_flags_in_every_framework():
+    out = launch(fp4_case())
+    flags = megatron_flags(out.megatron)
+    assert "--bf16" in flags and "--fp4-format" in flags and "--fp4-recipe" in flags
+    assert "--fp4-format e2m1 --fp4-recipe nvfp4" in out.megatron
+    assert "--fp8-format" not in flags
+    assert nemo_overrides(out.nemo)["mixed_precision"] == "bf16_with_nvfp4_mixed"
+    cfg = tomllib.loads(out.torchtitan)
+    assert cfg["model"]["converters"] == ["float8"]
+    assert "no NVFP4" in out.torchtitan.split("[model]")[1]
+    assert json.loads(out.deepspeed)["bf16"]["enabled"] is True

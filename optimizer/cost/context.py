@@ -103,6 +103,14 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
             raise InvalidLayout("training.precision", f"fp8 needs FP8 tensor cores; {c.gpu} has none (use bf16)")
         gemm_peak = gpu.fp8_dense_flops.value
         eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
+    elif precision == "fp4":
+        if gpu.fp4_dense_flops is None:
+            raise InvalidLayout(
+                "training.precision", f"fp4 needs FP4 tensor cores; {c.gpu} has none (use fp8 or bf16)"
+            )
+        gemm_peak = gpu.fp4_dense_flops.value
+        # No published FP4 large-GEMM measurement: the FP8 fraction of peak (a plan note says so).
+        eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
     else:
         gemm_peak = bf16 if precision == "bf16" else gpu.fp16_dense_flops.value
         eff = gpu.gemm_efficiency_bf16.value

@@ -55,6 +55,7 @@ WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam first and second moments
 FP8_COPY_BYTES = 1.0  # transposed/quantised FP8 weight copies kept by FP8 training
+FP4_COPY_BYTES = 2 * (0.5 + 1 / 16)  # NVFP4 row- and column-wise weight copies, one fp8 scale per 16 values
 ADAM_STEP_BYTES = 32.0  # HBM traffic per parameter of one Adam step (read p, m, v, g; write p, m, v, bf16 p)
 LOGIT_BYTES = 6.0  # bf16 logits + fp32 softmax/gradient buffer per vocabulary entry
 
@@ -337,8 +338,8 @@ def _stage_fixed(
     t_opt = opt_params * ADAM_STEP_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
 
     # ---- memory -----------------------------------------------------------------------------
-    fp8 = ctx.job.training.precision == "fp8"
-    w_bytes = WEIGHT_BYTES + (FP8_COPY_BYTES if fp8 else 0.0)
+    low_copy = {"fp8": FP8_COPY_BYTES, "fp4": FP4_COPY_BYTES}.get(ctx.job.training.precision, 0.0)
+    w_bytes = WEIGHT_BYTES + low_copy
     weights = (dense / dp_shard if lay.zero_stage == 3 else dense) + (expert / ep_shard if lay.zero_stage == 3 else expert)
     grads = (dense / dp_shard if lay.zero_stage >= 2 else dense) + (expert / ep_shard if lay.zero_stage >= 2 else expert)
     optim = (dense / dp_shard if lay.zero_stage >= 1 else dense) + (expert / ep_shard if lay.zero_stage >= 1 else expert)

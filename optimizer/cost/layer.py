@@ -92,8 +92,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     elementwise_bytes = (tokens / sp_div) * (
         cal.elementwise_bytes_per_token_hidden * h + cal.elementwise_bytes_per_token_ffn * ffn_active / tp
     )
-    if ctx.job.training.precision == "fp8":
-        # FP8 GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
+    if ctx.job.training.precision in ("fp8", "fp4"):
+        # FP8 (and FP4) GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
         # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
         # output projections; MLP: fc1 and fc2, gated or not).
         cast_elems = tokens * (2 * h + p.attention / tp / h)
