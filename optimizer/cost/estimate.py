@@ -822,8 +822,11 @@ class SplitTables:
     ``time_s[s][i]``, ``dp_s[s][i]``, ``optimizer_s[s][i]`` and ``memory_bytes[s][i]`` are the
     cost model's ``stage_terms`` for stage ``s`` holding ``lo + i`` layers. The step time of a
     split is ``steady_coefficient * max time + max dp + max optimizer + pp_comm_s``: the same
-    composition as ``estimate`` (exact for models with one layer kind; with several kinds a
-    stage's mix is taken from where the even split puts it).
+    composition as ``estimate``. Exact for models with one layer kind. With several kinds a
+    stage's mix depends on where it starts: ``by_start`` then lists, per stage, every
+    (first layer, layers, time, dp, optimizer, memory) a one-chunk-per-stage split can give it
+    (exact); without it (interleaved stages) the mix is taken from where the even split puts it
+    (``exact`` is False).
     """
 
     lo: int
@@ -834,6 +837,8 @@ class SplitTables:
     memory_bytes: tuple[tuple[float, ...], ...]
     steady_coefficient: float
     pp_comm_s: float
+    by_start: tuple[tuple[tuple[int, int, float, float, float, float], ...], ...] | None = None
+    exact: bool = True
 
 
 SPLIT_CERTIFIED_TABLE_MAX = 4096
@@ -852,6 +857,50 @@ def _table_stage_terms(
     return stage_terms(ctx, lay, groups, stage, counts)
 
 
+def _counts_at(ctx: JobContext, start: int, n: int) -> tuple[int, ...]:
+    """Layers of each kind among layers ``start .. start + n - 1``."""
+    prefix = ctx.kind_prefix
+    return tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
+
+
+def _mixes(ctx: JobContext, starts: range, n: int) -> frozenset[tuple[int, ...]]:
+    """The distinct layer-kind mixes of ``n`` consecutive layers starting anywhere in ``starts``
+    (memoised per job)."""
+    key = ("mixes", n, starts.start, starts.stop)
+    mixes = ctx.memo.get(key)
+    if mixes is None:
+        found: set[tuple[int, ...]] = set()
+        if len(starts):
+            kinds = ctx.layer_kind
+            counts = list(_counts_at(ctx, starts.start, n))
+            found.add(tuple(counts))
+            for s in range(starts.start + 1, starts.stop):  # slide: drop layer s - 1, add s + n - 1
+                out, add = kinds[s - 1], kinds[s + n - 1]
+                if out != add:
+                    counts[out] -= 1
+                    counts[add] += 1
+                    found.add(tuple(counts))
+        mixes = frozenset(found)
+        ctx.memo[key] = mixes
+    return mixes
+
+
+def _stage_starts(lay: ResolvedLayout, layers: int, stage: int, n: int, lo: int, hi: int) -> range:
+    """First layers stage ``stage`` can have when it holds ``n`` layers and every stage holds
+    ``lo .. hi`` (one chunk per stage: the stages before it hold the layers before it)."""
+    if stage == 0:
+        return range(1)
+    if stage == lay.pp - 1:
+        return range(layers - n, layers - n + 1)
+    first = max(stage * lo, layers - n - (lay.pp - 1 - stage) * hi)
+    last = min(stage * hi, layers - n - (lay.pp - 1 - stage) * lo)
+    return range(first, last + 1)
+
+
+def _several_kinds_one_chunk(ctx: JobContext, lay: ResolvedLayout) -> bool:
+    return len(ctx.kinds) > 1 and lay.vpp == 1 and lay.pp > 1
+
+
 def _per_stage_layers(lay: ResolvedLayout) -> list[int]:
     return [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
 
@@ -867,12 +916,22 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
     cap = est.capacity_bytes - est.headroom_bytes
     most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
+    layers = len(ctx.layer_kind)
+    by_start = _several_kinds_one_chunk(ctx, lay)
+
+    def fits(s: int, n: int) -> bool:
+        if not by_start:
+            return _table_stage_terms(ctx, lay, groups, s, n, offsets).memory.total_bytes <= cap
+        # several layer kinds: n layers fit if they do at some position the stage can start at
+        mixes = _mixes(ctx, _stage_starts(lay, layers, s, n, lay.vpp, most), n)
+        return any(stage_terms(ctx, lay, groups, s, c).memory.total_bytes <= cap for c in mixes)
+
     limits = []
     for s in range(lay.pp):
         lo, hi = lay.vpp - 1, most  # invariant: lo fits (or is vpp - 1), hi + 1 does not
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if _table_stage_terms(ctx, lay, groups, s, mid, offsets).memory.total_bytes <= cap:
+            if fits(s, mid):
                 lo = mid
             else:
                 hi = mid - 1
@@ -941,9 +1000,25 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
         dp_t.append(tuple(row_d))
         opt_t.append(tuple(row_o))
         mem_t.append(tuple(row_m))
+    by_start = None
+    if _several_kinds_one_chunk(ctx, lay):
+        rows = []
+        for s in range(lay.pp):
+            row = []
+            terms: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
+            for n in range(lo, hi + 1):
+                for start in _stage_starts(lay, layers, s, n, lo, hi):
+                    mix = _counts_at(ctx, start, n)
+                    if mix not in terms:
+                        t = stage_terms(ctx, lay, groups, s, mix)
+                        terms[mix] = (t.time_s, t.dp_exposed_s, t.optimizer_s, t.memory.total_bytes)
+                    row.append((start, n, *terms[mix]))
+            rows.append(tuple(row))
+        by_start = tuple(rows)
     return SplitTables(
         lo, hi, tuple(time_t), tuple(dp_t), tuple(opt_t), tuple(mem_t),
         lay.num_micro_batches + (lay.pp - 1) / lay.vpp, pp_comm_s(ctx, lay, groups),
+        by_start, exact=len(ctx.kinds) == 1 or by_start is not None,
     )
 
 

@@ -149,7 +149,7 @@ def search(request: PlanRequest) -> PlanResponse:
     pool_keys = {(_layout_key(e.layout), geometry_key(axis_groups(ctx.topology, e.order, e.layout.sizes())))
                  for e in first}  # fmt: skip
     for n, (bound, lay) in enumerate(pipelined):
-        if bound > kth or layers_floor_s(ctx, lay) > kth:
+        if bound > kth + POOL_MARGIN_S or layers_floor_s(ctx, lay) > kth + POOL_MARGIN_S:
             continue  # both bounds hold for every split and rank order
         for floor, g in order_split_floors(ctx, lay):
             if floor > kth + POOL_MARGIN_S:
@@ -161,7 +161,7 @@ def search(request: PlanRequest) -> PlanResponse:
         (split_floor_s(ctx, e.layout), e, e.layout, None) for e in first
     ] + [(floor, None, lay, g) for floor, _, lay, g in rest]
     split_proved = True
-    unsolved_floor: float | None = None
+    open_floor: float | None = None  # the smallest floor of a pair not solved exactly
     for n_done, (floor, cand, lay, g) in enumerate(work):
         threshold = kth_now()
         if floor > threshold + POOL_MARGIN_S:
@@ -171,7 +171,7 @@ def search(request: PlanRequest) -> PlanResponse:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             split_proved = False
-            unsolved_floor = min(f for f, *_ in work[n_done:])
+            open_floor = min([f for f, *_ in work[n_done:]] + ([open_floor] if open_floor is not None else []))
             break
         if cand is None:
             cand = estimate(ctx, lay, g.order, headroom_bytes=headroom, groups=g)  # uniform split
@@ -182,12 +182,16 @@ def search(request: PlanRequest) -> PlanResponse:
         limits = stage_fit_limits(ctx, cand)
         if min(limits) < lay.vpp or sum(limits) < (job.model.num_layers or 0):
             continue  # no split of this layout fits in memory in this order
-        layer_range = certified_split_range(ctx, cand, threshold, max(limits))
+        layer_range = certified_split_range(ctx, cand, threshold + POOL_MARGIN_S, max(limits))
         if layer_range is not None and layer_range[0] > layer_range[1]:
             continue  # every split in this order is slower than the k-th best time
-        if layer_range is None:
-            split_proved = False  # tabulated over the default range only
-        candidate = Candidate(cand, split_tables(ctx, cand, layer_range), cand.capacity_bytes, job.model.num_layers or 0)
+        tables = split_tables(ctx, cand, layer_range)
+        if layer_range is None or not tables.exact:
+            # tabulated over the default range only, or with interleaved stages of a model with
+            # several layer kinds (each stage's mix taken from the even split): not a proof
+            split_proved = False
+            open_floor = floor if open_floor is None else min(open_floor, floor)
+        candidate = Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)
         info.candidates_to_solver += 1
         # These models solve in milliseconds; the limit is a guard, not a budget to share out.
         res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S))
@@ -214,8 +218,8 @@ def search(request: PlanRequest) -> PlanResponse:
     results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
     info.status = cp_status
     info.proved_optimal = proved and split_proved and cp_status == "OPTIMAL" and bool(results)
-    if unsolved_floor is not None:  # the optimum may be an unsolved split with this floor or more
-        next_bound = unsolved_floor if next_bound is None else min(next_bound, unsolved_floor)
+    if open_floor is not None:  # the optimum may be an unsolved split with this floor or more
+        next_bound = open_floor if next_bound is None else min(next_bound, open_floor)
     if info.proved_optimal:
         info.objective_bound = results[0].step_time_s
     elif results:  # the optimum is the best costed plan or something with a bound >= next_bound
@@ -224,10 +228,10 @@ def search(request: PlanRequest) -> PlanResponse:
         info.objective_bound = next_bound
     info.wall_time_s = time.perf_counter() - t0
     warnings: list[str] = []
-    if unsolved_floor is not None:
+    if open_floor is not None:
         warnings.append(
-            f"time limit reached before every layer split that could enter the top-k was solved; best "
-            f"remaining bound {unsolved_floor:.3f} s"
+            f"not every layer split that could enter the top-k was solved exactly (time limit, or interleaved "
+            f"stages of a model with several layer kinds); best remaining bound {open_floor:.3f} s"
         )
     if not proved:
         warnings.append(

@@ -84,6 +84,10 @@ class SplitModel:
             tb = cand.tables
             worst = tb.steady_coefficient * max(max(r) for r in tb.time_s) + max(max(r) for r in tb.dp_s)
             worst += max(max(r) for r in tb.optimizer_s) + tb.pp_comm_s
+            if tb.by_start:
+                entries = [e for row in tb.by_start for e in row]
+                worst = max(worst, tb.steady_coefficient * max(e[2] for e in entries) + max(e[3] for e in entries)
+                            + max(e[4] for e in entries) + tb.pp_comm_s)  # fmt: skip
             horizon = max(horizon, self._units(worst) + 1)
         for i, cand in enumerate(self.candidates):
             lay = cand.estimate.layout
@@ -94,6 +98,13 @@ class SplitModel:
             slow = m.new_int_var(0, horizon, f"slow_{i}")
             dp = m.new_int_var(0, horizon, f"dp_{i}")
             opt = m.new_int_var(0, horizon, f"opt_{i}")
+            if tb.by_start is not None:
+                counts = self._stages_by_start(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+                for var in (slow, dp, opt):
+                    m.add(var == 0).only_enforce_if(x.Not())
+                self.counts.append(counts)
+                objective += [slow, dp, opt, self._units(tb.pp_comm_s) * x]
+                continue
             counts = []
             allowed_counts: list[list[int]] = []
             for s in range(lay.pp):
@@ -147,6 +158,47 @@ class SplitModel:
             first = self.candidates[0].estimate.layout
             for s, c in enumerate(self.counts[0]):
                 m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
+
+    def _stages_by_start(
+        self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,
+        slow: cp_model.IntVar, dp: cp_model.IntVar, opt: cp_model.IntVar, horizon: int,
+    ) -> list[cp_model.IntVar]:  # fmt: skip
+        """Stages of a one-chunk layout of a model with several layer kinds: each stage's terms
+        depend on its first layer (the layers of the stages before it) as well as on its count;
+        a table constraint over (first layer, count, time, dp, optimizer) per stage, with the
+        (first layer, count) pairs whose memory does not fit left out."""
+        m = self.model
+        tb = cand.tables
+        assert tb.by_start is not None
+        counts: list[cp_model.IntVar] = []
+        start: cp_model.LinearExprT = 0
+        for s, row in enumerate(tb.by_start):
+            fitting = [e for e in row if e[5] <= cap_bytes]  # per-stage memory limit, exact float test
+            t, d, o = (m.new_int_var(0, horizon, f"{name}_{i}_{s}") for name in ("t", "d", "o"))
+            terms = [
+                (e[1], self._units(tb.steady_coefficient * e[2]), self._units(e[3]), self._units(e[4]))
+                for e in fitting
+            ]
+            by_count = {term[0]: term for term in terms}
+            if len({e[1] for e in row}) == len({e[1:] for e in row}):
+                # the stage's terms do not depend on where it starts: a table over its count alone
+                n = m.new_int_var_from_domain(cp_model.Domain.FromValues(sorted(by_count) or [tb.lo]), f"n_{i}_{s}")
+                if by_count:
+                    m.add_allowed_assignments([n, t, d, o], sorted(by_count.values()))
+            else:
+                n = m.new_int_var(tb.lo, tb.hi, f"n_{i}_{s}")
+                first = m.new_int_var(0, cand.num_layers, f"first_{i}_{s}")
+                m.add(first == start).only_enforce_if(x)
+                tuples = [(e[0], *term) for e, term in zip(fitting, terms, strict=True)]
+                m.add_allowed_assignments([first, n, t, d, o], tuples)
+            if not fitting:
+                m.add_bool_or([x.Not()])  # this stage cannot fit anywhere
+            for var, val in ((slow, t), (dp, d), (opt, o)):
+                m.add(var >= val).only_enforce_if(x)
+            counts.append(n)
+            start = start + n
+        m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
+        return counts
 
     def _units(self, seconds: float) -> int:
         return round(seconds * self.scale)
