@@ -823,10 +823,11 @@ class SplitTables:
     cost model's ``stage_terms`` for stage ``s`` holding ``lo + i`` layers. The step time of a
     split is ``steady_coefficient * max time + max dp + max optimizer + pp_comm_s``: the same
     composition as ``estimate``. Exact for models with one layer kind. With several kinds a
-    stage's mix depends on where it starts: ``by_start`` then lists, per stage, every
-    (first layer, layers, time, dp, optimizer, memory) a one-chunk-per-stage split can give it
-    (exact); without it (interleaved stages) the mix is taken from where the even split puts it
-    (``exact`` is False).
+    stage's mix depends on which layers it holds: ``by_start`` then lists, per stage, every
+    (first layer, layers, time, dp, optimizer, memory) a one-chunk-per-stage split can give it,
+    and ``by_mix`` (interleaved stages) every mix its chunks can add up to. When neither is built
+    (a per-mix table too large) the mix is taken from where the even split puts it and ``exact``
+    is False.
     """
 
     lo: int
@@ -838,6 +839,11 @@ class SplitTables:
     steady_coefficient: float
     pp_comm_s: float
     by_start: tuple[tuple[tuple[int, int, float, float, float, float], ...], ...] | None = None
+    by_mix: tuple[tuple[tuple[int, tuple[int, ...], float, float, float, float], ...], ...] | None = None
+    """Interleaved stages of a model with several layer kinds: per stage, (layers, layers of each
+    kind, time, dp, optimizer, memory) for every kind mix the stage's chunks can add up to; the
+    model then follows each chunk's first layer and count through ``kind_prefix``."""
+    kind_prefix: tuple[tuple[int, ...], ...] = ()
     exact: bool = True
 
 
@@ -897,6 +903,21 @@ def _stage_starts(lay: ResolvedLayout, layers: int, stage: int, n: int, lo: int,
     return range(first, last + 1)
 
 
+SPLIT_MIX_TABLE_MAX = 20_000
+"""Largest per-mix table (entries over all stages) ``split_tables`` builds for interleaved stages
+of a model with several layer kinds; beyond it the tables fall back to the even split's mixes."""
+
+
+def _mix_vectors(n: int, totals: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every way to pick ``n`` layers when there are ``totals[k]`` layers of kind ``k``."""
+    if len(totals) == 1:
+        return [(n,)] if n <= totals[0] else []
+    out = []
+    for first in range(max(0, n - sum(totals[1:])), min(n, totals[0]) + 1):
+        out += [(first, *rest) for rest in _mix_vectors(n - first, totals[1:])]
+    return out
+
+
 def _several_kinds_one_chunk(ctx: JobContext, lay: ResolvedLayout) -> bool:
     return len(ctx.kinds) > 1 and lay.vpp == 1 and lay.pp > 1
 
@@ -908,8 +929,10 @@ def _per_stage_layers(lay: ResolvedLayout) -> list[int]:
 def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     """Per pipeline stage of ``est``'s layout in ``est``'s rank order, the most layers it can hold
     with its memory within capacity less headroom (``vpp - 1`` when not even one layer per chunk
-    fits). A stage's memory grows with its layers, so a split fits iff every stage is within its
-    limit; binary search over the same stage terms as ``split_tables``."""
+    fits). A stage's memory grows with its layers, so a split fits only if every stage is within
+    its limit; binary search over the same stage terms as ``split_tables`` (with several layer
+    kinds and one chunk per stage: at some position the stage can start at; with several kinds
+    and interleaved stages there is no limit)."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
     per_stage = _per_stage_layers(lay)
@@ -918,6 +941,10 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
     layers = len(ctx.layer_kind)
     by_start = _several_kinds_one_chunk(ctx, lay)
+    if len(ctx.kinds) > 1 and not by_start:
+        # interleaved stages of a model with several layer kinds: a stage's mix depends on how its
+        # chunks are cut, which the tables do not follow; no limit (the split is not a proof anyway)
+        return [most] * lay.pp
 
     def fits(s: int, n: int) -> bool:
         if not by_start:
@@ -1015,10 +1042,25 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
                     row.append((start, n, *terms[mix]))
             rows.append(tuple(row))
         by_start = tuple(rows)
+    by_mix = None
+    if len(ctx.kinds) > 1 and lay.vpp > 1 and lay.pp > 1:
+        totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
+        mixes = {n: _mix_vectors(n, totals) for n in range(lo, hi + 1)}
+        if sum(len(v) for v in mixes.values()) * lay.pp <= SPLIT_MIX_TABLE_MAX:
+            rows = []
+            for s in range(lay.pp):
+                row = []
+                for n, vectors in mixes.items():
+                    for mix in vectors:
+                        t = stage_terms(ctx, lay, groups, s, mix)
+                        row.append((n, mix, t.time_s, t.dp_exposed_s, t.optimizer_s, t.memory.total_bytes))
+                rows.append(tuple(row))
+            by_mix = tuple(rows)
     return SplitTables(
         lo, hi, tuple(time_t), tuple(dp_t), tuple(opt_t), tuple(mem_t),
         lay.num_micro_batches + (lay.pp - 1) / lay.vpp, pp_comm_s(ctx, lay, groups),
-        by_start, exact=len(ctx.kinds) == 1 or by_start is not None,
+        by_start, by_mix, ctx.kind_prefix,
+        exact=len(ctx.kinds) == 1 or by_start is not None or by_mix is not None,
     )
 
 

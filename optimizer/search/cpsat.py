@@ -74,6 +74,8 @@ class SplitModel:
         self.num_workers = num_workers
         self.pick: list[cp_model.IntVar] = []
         self.counts: list[list[cp_model.IntVar]] = []
+        self.chunk_level: set[int] = set()
+        """Candidates whose ``counts`` are per chunk (schedule order) rather than per stage."""
         self._build()
 
     def _build(self) -> None:
@@ -84,8 +86,10 @@ class SplitModel:
             tb = cand.tables
             worst = tb.steady_coefficient * max(max(r) for r in tb.time_s) + max(max(r) for r in tb.dp_s)
             worst += max(max(r) for r in tb.optimizer_s) + tb.pp_comm_s
-            if tb.by_start:
-                entries = [e for row in tb.by_start for e in row]
+            for rows in (tb.by_start, tb.by_mix):
+                if not rows:
+                    continue
+                entries = [e for row in rows for e in row]
                 worst = max(worst, tb.steady_coefficient * max(e[2] for e in entries) + max(e[3] for e in entries)
                             + max(e[4] for e in entries) + tb.pp_comm_s)  # fmt: skip
             horizon = max(horizon, self._units(worst) + 1)
@@ -98,8 +102,12 @@ class SplitModel:
             slow = m.new_int_var(0, horizon, f"slow_{i}")
             dp = m.new_int_var(0, horizon, f"dp_{i}")
             opt = m.new_int_var(0, horizon, f"opt_{i}")
-            if tb.by_start is not None:
-                counts = self._stages_by_start(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+            if tb.by_start is not None or tb.by_mix is not None:
+                if tb.by_start is not None:
+                    counts = self._stages_by_start(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+                else:
+                    counts = self._chunks_by_mix(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+                    self.chunk_level.add(i)
                 for var in (slow, dp, opt):
                     m.add(var == 0).only_enforce_if(x.Not())
                 self.counts.append(counts)
@@ -156,8 +164,12 @@ class SplitModel:
             for i, x in enumerate(self.pick):
                 m.add_hint(x, i == 0)
             first = self.candidates[0].estimate.layout
-            for s, c in enumerate(self.counts[0]):
-                m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
+            if 0 in self.chunk_level:
+                for c, n in zip(self.counts[0], first.stage_layers, strict=True):
+                    m.add_hint(c, n)
+            else:
+                for s, c in enumerate(self.counts[0]):
+                    m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
 
     def _stages_by_start(
         self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,
@@ -200,6 +212,58 @@ class SplitModel:
         m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
         return counts
 
+    def _chunks_by_mix(
+        self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,
+        slow: cp_model.IntVar, dp: cp_model.IntVar, opt: cp_model.IntVar, horizon: int,
+    ) -> list[cp_model.IntVar]:  # fmt: skip
+        """Interleaved stages of a model with several layer kinds: one integer per chunk (schedule
+        order ``v * pp + s``, consecutive in the model); each chunk's layers of each kind follow from
+        its first layer and count (a table over the model's kind prefix sums), a stage's totals are
+        its chunks' sums, and its terms come from a table over (layers, layers of each kind)."""
+        m = self.model
+        tb = cand.tables
+        assert tb.by_mix is not None
+        lay = cand.estimate.layout
+        pp, vpp, layers = lay.pp, lay.vpp, cand.num_layers
+        kinds = len(tb.kind_prefix)
+        most = tb.hi - (vpp - 1)  # a chunk holds at most its stage's layers less one per other chunk
+        windows = [
+            (f, n, *(tb.kind_prefix[k][f + n] - tb.kind_prefix[k][f] for k in range(kinds - 1)))
+            for f in range(layers) for n in range(1, most + 1) if f + n <= layers
+        ]  # fmt: skip
+        chunks: list[cp_model.IntVar] = []
+        mix: list[list[cp_model.IntVar]] = []
+        start: cp_model.LinearExprT = 0
+        for j in range(pp * vpp):
+            c = m.new_int_var(1, most, f"c_{i}_{j}")
+            first = m.new_int_var(0, layers, f"first_{i}_{j}")
+            m.add(first == start).only_enforce_if(x)
+            ks = [m.new_int_var(0, most, f"k_{i}_{j}_{k}") for k in range(kinds - 1)]
+            m.add_allowed_assignments([first, c, *ks], windows)
+            chunks.append(c)
+            mix.append(ks)
+            start = start + c
+        m.add(sum(chunks) == layers).only_enforce_if(x)
+        for s, row in enumerate(tb.by_mix):
+            n = m.new_int_var(tb.lo, tb.hi, f"n_{i}_{s}")
+            m.add(n == sum(chunks[v * pp + s] for v in range(vpp)))
+            totals = [m.new_int_var(0, layers, f"kt_{i}_{s}_{k}") for k in range(kinds - 1)]
+            for k, var in enumerate(totals):
+                m.add(var == sum(mix[v * pp + s][k] for v in range(vpp)))
+            t, d, o = (m.new_int_var(0, horizon, f"{name}_{i}_{s}") for name in ("t", "d", "o"))
+            tuples = [
+                (e[0], *e[1][: kinds - 1], self._units(tb.steady_coefficient * e[2]), self._units(e[3]),
+                 self._units(e[4]))
+                for e in row if e[5] <= cap_bytes  # per-stage memory limit, exact float test
+            ]  # fmt: skip
+            if tuples:
+                m.add_allowed_assignments([n, *totals, t, d, o], tuples)
+            else:
+                m.add_bool_or([x.Not()])  # this stage cannot fit with any mix
+            for var, val in ((slow, t), (dp, d), (opt, o)):
+                m.add(var >= val).only_enforce_if(x)
+        return chunks
+
     def _units(self, seconds: float) -> int:
         return round(seconds * self.scale)
 
@@ -218,8 +282,8 @@ class SplitModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return SolveResult(None, name, None)
         idx = next(i for i, x in enumerate(self.pick) if solver.value(x))
-        per_stage = [int(solver.value(c)) for c in self.counts[idx]]
-        counts = chunk_split(per_stage, self.candidates[idx].estimate.layout.vpp)
+        values = [int(solver.value(c)) for c in self.counts[idx]]
+        counts = tuple(values) if idx in self.chunk_level else chunk_split(values, self.candidates[idx].estimate.layout.vpp)
         return SolveResult(
             Choice(idx, counts, solver.objective_value / self.scale), name, solver.best_objective_bound / self.scale
         )
