@@ -15,40 +15,19 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import replace
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import (
-    certified_split_range,
-    compute_lower_bounds,
-    estimate,
-    geometry_key,
-    layers_floor_s,
-    order_split_floors,
-    split_floor_s,
-    split_tables,
-    stage_fit_limits,
-    step_floor_exceeds,
-)
+from optimizer.cost.estimate import compute_lower_bounds, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import axis_groups
 from optimizer.results import PlanResponse, SolverInfo
-from optimizer.search.cpsat import Candidate, SplitModel
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import enumerate_layouts
+from optimizer.search.splits import POOL_MARGIN_S, SplitBudget, layout_key, solve_splits
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB, to_gib
 
 POOL_EXTRA = 8
 """Candidates kept beyond top_k for the CP-SAT stage."""
-SOLVE_LIMIT_S = 1.0
-"""Time limit of one layer-split CP-SAT model (they solve in milliseconds)."""
-
-
-def _layout_key(lay: ResolvedLayout) -> tuple:
-    """A layout's identity without its layer split."""
-    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-            lay.sequence_parallel)
 
 
 def _rank_key(est: Estimate) -> tuple:
@@ -128,91 +107,18 @@ def search(request: PlanRequest) -> PlanResponse:
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
     pool = fitting[:pool_size]
-    results: list[Estimate] = []
-    cp_status = "OPTIMAL"
-    best_time = {_layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-
-    def kth_now() -> float:
-        return min(kth, _kth_smallest(best_time.values(), spec.top_k))
-
-    # Each (pipelined layout, rank-order geometry) whose split floor is below the running k-th
-    # best time gets its best layer split from its own small CP-SAT model (per-stage layer counts,
-    # per-stage memory limits, exact cost tables over the layer counts such a split can have).
-    # First the pool's layouts in their uniform-best order (the likeliest to improve the top-k,
-    # which lowers the k-th best time and prunes the rest), then every other pair by ascending
-    # floor, until the next floor is above the k-th best time. Picking the layout is a minimum
-    # over the solved optima: the same answer as one joint model (``SplitModel`` takes any number
-    # of candidates) with forbid-and-resolve for the top-k, at a fraction of the time.
-    solved: set[tuple] = set()
-    first = [e for e in pool if e.layout.pp > 1]
-    rest: list[tuple[float, int, ResolvedLayout, object]] = []
-    pool_keys = {(_layout_key(e.layout), geometry_key(axis_groups(ctx.topology, e.order, e.layout.sizes())))
-                 for e in first}  # fmt: skip
-    for n, (bound, lay) in enumerate(pipelined):
-        if bound > kth + POOL_MARGIN_S or layers_floor_s(ctx, lay) > kth + POOL_MARGIN_S:
-            continue  # both bounds hold for every split and rank order
-        for floor, g in order_split_floors(ctx, lay):
-            if floor > kth + POOL_MARGIN_S:
-                break
-            if (_layout_key(lay), geometry_key(g)) not in pool_keys:
-                rest.append((floor, n, lay, g))
-    rest.sort(key=lambda r: (r[0], r[1]))
-    work: list[tuple[float, Estimate | None, ResolvedLayout, object]] = [
-        (split_floor_s(ctx, e.layout), e, e.layout, None) for e in first
-    ] + [(floor, None, lay, g) for floor, _, lay, g in rest]
-    split_proved = True
-    open_floor: float | None = None  # the smallest floor of a pair not solved exactly
-    for n_done, (floor, cand, lay, g) in enumerate(work):
-        threshold = kth_now()
-        if floor > threshold + POOL_MARGIN_S:
-            if cand is None:
-                break  # ``rest`` is in floor order: nothing after this can enter either
-            continue
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            split_proved = False
-            open_floor = min([f for f, *_ in work[n_done:]] + ([open_floor] if open_floor is not None else []))
-            break
-        if cand is None:
-            cand = estimate(ctx, lay, g.order, headroom_bytes=headroom, groups=g)  # uniform split
-        key = (_layout_key(lay), geometry_key(axis_groups(ctx.topology, cand.order, lay.sizes())))
-        if key in solved:
-            continue
-        solved.add(key)
-        limits = stage_fit_limits(ctx, cand)
-        if min(limits) < lay.vpp or sum(limits) < (job.model.num_layers or 0):
-            continue  # no split of this layout fits in memory in this order
-        layer_range = certified_split_range(ctx, cand, threshold + POOL_MARGIN_S, max(limits))
-        if layer_range is not None and layer_range[0] > layer_range[1]:
-            continue  # every split in this order is slower than the k-th best time
-        tables = split_tables(ctx, cand, layer_range)
-        if layer_range is None or not tables.exact:
-            # tabulated over the default range only, or with interleaved stages of a model with
-            # several layer kinds (each stage's mix taken from the even split): not a proof
-            split_proved = False
-            open_floor = floor if open_floor is None else min(open_floor, floor)
-        candidate = Candidate(cand, tables, cand.capacity_bytes, job.model.num_layers or 0)
-        info.candidates_to_solver += 1
-        # These models solve in milliseconds; the limit is a guard, not a budget to share out.
-        res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S))
-        if res.choice is None:
-            if res.status != "INFEASIBLE":
-                cp_status = res.status
-            continue
-        if res.status != "OPTIMAL":
-            cp_status = res.status
-        est = _rescore(ctx, cand, res.choice.stage_layers, headroom)
-        results.append(est)
-        if est.fits_memory:
-            k = _layout_key(est.layout)
-            best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
+    split = solve_splits(
+        ctx, pool, pipelined, kth, SplitBudget(spec.top_k, deadline, headroom, job.model.num_layers or 0)
+    )
+    results, cp_status, split_proved, open_floor = split.results, split.status, split.proved, split.open_floor
+    info.candidates_to_solver = split.models_solved
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
     # answers (which may carry better splits) and keep each layout once, at its best split.
     best_by_layout: dict[tuple, Estimate] = {}
     for est in [*pool, *results]:
         if not est.fits_memory:
             continue
-        key = _layout_key(est.layout)
+        key = layout_key(est.layout)
         if key not in best_by_layout or _rank_key(est) < _rank_key(best_by_layout[key]):
             best_by_layout[key] = est
     results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
@@ -271,11 +177,6 @@ def _push_bounded(heap: list[float], value: float, size: int) -> None:
         heapq.heappop(heap)
 
 
-POOL_MARGIN_S = 2e-9
-"""Ranking compares step times rounded to 1e-9 s; a floor this far above the pool's worst time
-ranks after every pool member whatever the rounding."""
-
-
 def _outside_pool(
     ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int
 ) -> bool:
@@ -287,25 +188,6 @@ def _outside_pool(
     if len(pool_heap) < pool_size:
         return False
     return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
-
-
-def _kth_smallest(values, k: int) -> float:
-    """The k-th smallest of ``values`` (infinity when there are fewer)."""
-    smallest = heapq.nsmallest(k, values)
-    return smallest[-1] if len(smallest) >= k else float("inf")
-
-
-def _rescore(ctx, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:
-    """Float cost model on the chosen split; keep the uniform split unless the new one is better."""
-    if split == cand.layout.stage_layers:
-        return cand
-    lay: ResolvedLayout = replace(cand.layout, stage_layers=split)
-    est = best_estimate(ctx, lay, headroom_bytes=headroom)  # the best rank order may change with the split
-    if not cand.fits_memory:
-        return est
-    if est.fits_memory and est.step_time_s < cand.step_time_s * (1 - 1e-6):
-        return est
-    return cand
 
 
 def _no_layout_explanation(job: JobSpec) -> str:

@@ -1,0 +1,182 @@
+"""The layer-split phase of the search: CP-SAT picks each candidate's best split.
+
+Each (costed pipelined layout, rank-order geometry) whose split floor is below the running k-th
+best time gets its best layer split from its own small CP-SAT model (per-stage layer counts,
+per-stage memory limits, exact cost tables over the layer counts such a split can have). First
+the pool's layouts in their uniform-best order (the likeliest to improve the top-k, which lowers
+the k-th best time and prunes the rest), then every other pair by ascending floor, until the next
+floor is above the k-th best time. Picking the layout is a minimum over the solved optima: the
+same answer as one joint model (``SplitModel`` takes any number of candidates) with
+forbid-and-resolve for the top-k, at a fraction of the time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field, replace
+
+from optimizer.cost import Estimate, best_estimate
+from optimizer.cost.context import JobContext
+from optimizer.cost.estimate import (
+    certified_split_range,
+    estimate,
+    geometry_key,
+    layers_floor_s,
+    order_split_floors,
+    split_floor_s,
+    split_tables,
+    stage_fit_limits,
+)
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.topology import AxisGroups, axis_groups
+from optimizer.search.cpsat import Candidate, SplitModel
+
+POOL_MARGIN_S = 2e-9
+"""Ranking compares step times rounded to 1e-9 s; a floor this far above a time ranks after it
+whatever the rounding."""
+SOLVE_LIMIT_S = 1.0
+"""Time limit of one layer-split CP-SAT model (they solve in milliseconds)."""
+
+
+@dataclass(frozen=True)
+class SplitBudget:
+    top_k: int
+    deadline: float
+    """``time.perf_counter()`` value after which no model is started."""
+    headroom_bytes: float | None
+    num_layers: int
+
+
+@dataclass
+class SplitOutcome:
+    results: list[Estimate] = field(default_factory=list)
+    """Re-scored answers (best split per solved pair; fitting or not)."""
+    status: str = "OPTIMAL"
+    """The worst CP-SAT status of a solve that returned an answer (or timed out)."""
+    proved: bool = True
+    """Every pair that could enter the top-k was solved over exact, certified tables."""
+    open_floor: float | None = None
+    """The smallest split floor of a pair that was not (exactly) solved: a bound on what it hides."""
+    models_solved: int = 0
+
+
+def solve_splits(
+    ctx: JobContext,
+    pool: list[Estimate],
+    pipelined: list[tuple[float, ResolvedLayout]],
+    kth: float,
+    budget: SplitBudget,
+) -> SplitOutcome:
+    """Best layer splits of every pair that could enter the top-k. ``pool``: the best fitting
+    uniform-split estimates; ``pipelined``: every costed pipelined layout with its layout bound;
+    ``kth``: the k-th best uniform-split time."""
+    out = SplitOutcome()
+    best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
+    work = _work(ctx, pool, pipelined, kth)
+    for n_done, (floor, cand, lay, g) in enumerate(work):
+        threshold = min(kth, _kth_smallest(best_time.values(), budget.top_k))
+        if floor > threshold + POOL_MARGIN_S:
+            if cand is None:
+                break  # the rest of the work is in floor order: nothing after this can enter
+            continue
+        remaining = budget.deadline - time.perf_counter()
+        if remaining <= 0:
+            out.proved = False
+            _note_open(out, min(f for f, *_ in work[n_done:]))
+            break
+        if cand is None:
+            assert g is not None
+            cand = estimate(ctx, lay, g.order, headroom_bytes=budget.headroom_bytes, groups=g)  # uniform split
+        est = _solve_pair(ctx, cand, floor, threshold, remaining, budget, out)
+        if est is not None:
+            out.results.append(est)
+            if est.fits_memory:
+                k = layout_key(est.layout)
+                best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
+    return out
+
+
+def _work(
+    ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]], kth: float
+) -> list[tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None]]:
+    """(floor, uniform estimate if known, layout, geometry) of every pair to consider, in order."""
+    first = [e for e in pool if e.layout.pp > 1]
+    in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in first}
+    rest: list[tuple[float, int, ResolvedLayout, AxisGroups]] = []
+    for n, (bound, lay) in enumerate(pipelined):
+        if bound > kth + POOL_MARGIN_S or layers_floor_s(ctx, lay) > kth + POOL_MARGIN_S:
+            continue  # both bounds hold for every split and rank order
+        for floor, g in order_split_floors(ctx, lay):
+            if floor > kth + POOL_MARGIN_S:
+                break
+            if (layout_key(lay), geometry_key(g)) not in in_pool:
+                rest.append((floor, n, lay, g))
+    rest.sort(key=lambda r: (r[0], r[1]))
+    work: list[tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None]] = [
+        (split_floor_s(ctx, e.layout), e, e.layout, None) for e in first
+    ]
+    return work + [(floor, None, lay, g) for floor, _, lay, g in rest]
+
+
+def _solve_pair(
+    ctx: JobContext, cand: Estimate, floor: float, threshold: float, remaining: float,
+    budget: SplitBudget, out: SplitOutcome,
+) -> Estimate | None:  # fmt: skip
+    """The best split of one (layout, rank order), re-scored; None when no split can fit or
+    reach ``threshold``, or CP-SAT found none."""
+    lay = cand.layout
+    limits = stage_fit_limits(ctx, cand)
+    if min(limits) < lay.vpp or sum(limits) < budget.num_layers:
+        return None  # no split of this layout fits in memory in this order
+    layer_range = certified_split_range(ctx, cand, threshold + POOL_MARGIN_S, max(limits))
+    if layer_range is not None and layer_range[0] > layer_range[1]:
+        return None  # every split in this order is slower than the k-th best time
+    tables = split_tables(ctx, cand, layer_range)
+    if layer_range is None or not tables.exact:
+        # tabulated over the default range only, or (a per-mix table too large) with each stage's
+        # mix of layer kinds taken from the even split: not a proof
+        out.proved = False
+        _note_open(out, floor)
+    out.models_solved += 1
+    # These models solve in milliseconds; the limit is a guard, not a budget to share out.
+    candidate = Candidate(cand, tables, cand.capacity_bytes, budget.num_layers)
+    res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S))
+    if res.status not in ("OPTIMAL", "INFEASIBLE"):
+        out.status = res.status
+    if res.choice is None:
+        return None
+    return _rescore(ctx, cand, res.choice.stage_layers, budget.headroom_bytes)
+
+
+def _note_open(out: SplitOutcome, floor: float) -> None:
+    out.open_floor = floor if out.open_floor is None else min(out.open_floor, floor)
+
+
+def _geometry_of(ctx: JobContext, est: Estimate) -> tuple:
+    return geometry_key(axis_groups(ctx.topology, est.order, est.layout.sizes()))
+
+
+def layout_key(lay: ResolvedLayout) -> tuple:
+    """A layout's identity without its layer split."""
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+            lay.sequence_parallel)  # fmt: skip
+
+
+def _kth_smallest(values, k: int) -> float:
+    """The k-th smallest of ``values`` (infinity when there are fewer)."""
+    smallest = heapq.nsmallest(k, values)
+    return smallest[-1] if len(smallest) >= k else float("inf")
+
+
+def _rescore(ctx: JobContext, cand: Estimate, split: tuple[int, ...], headroom: float | None) -> Estimate:
+    """Float cost model on the chosen split; keep the uniform split unless the new one is better."""
+    if split == cand.layout.stage_layers:
+        return cand
+    lay: ResolvedLayout = replace(cand.layout, stage_layers=split)
+    est = best_estimate(ctx, lay, headroom_bytes=headroom)  # the best rank order may change with the split
+    if not cand.fits_memory:
+        return est
+    if est.fits_memory and est.step_time_s < cand.step_time_s * (1 - 1e-6):
+        return est
+    return cand
