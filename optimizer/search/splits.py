@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from optimizer.cost import Estimate, best_estimate
 from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import (
+    SplitTables,
     certified_split_range,
     estimate,
     geometry_key,
@@ -138,6 +139,8 @@ def _solve_pair(
         # mix of layer kinds taken from the even split: not a proof
         out.proved = False
         _note_open(out, floor)
+    if _tables_floor_s(tables, cand.capacity_bytes - cand.headroom_bytes) > threshold + POOL_MARGIN_S:
+        return None  # even each stage's cheapest fitting entry is slower than the k-th best time
     out.models_solved += 1
     # These models solve in milliseconds; the limit is a guard, not a budget to share out.
     candidate = Candidate(cand, tables, cand.capacity_bytes, budget.num_layers)
@@ -147,6 +150,24 @@ def _solve_pair(
     if res.choice is None:
         return None
     return _rescore(ctx, cand, res.choice.stage_layers, budget.headroom_bytes)
+
+
+def _tables_floor_s(tables: SplitTables, cap_bytes: float) -> float:
+    """A lower bound on the best objective of a split model: each stage takes at least its
+    cheapest time, data-parallel and optimizer entries among those that fit in memory."""
+    if tables.by_start is not None or tables.by_mix is not None:
+        rows = [[e[2:] for e in row] for row in (tables.by_start or tables.by_mix or ())]
+    else:
+        rows = [list(zip(t, d, o, m, strict=True)) for t, d, o, m in
+                zip(tables.time_s, tables.dp_s, tables.optimizer_s, tables.memory_bytes, strict=True)]  # fmt: skip
+    worst = [0.0, 0.0, 0.0]
+    for row in rows:
+        fitting = [e for e in row if e[3] <= cap_bytes]
+        if not fitting:
+            return float("inf")
+        for i in range(3):
+            worst[i] = max(worst[i], min(e[i] for e in fitting))
+    return tables.steady_coefficient * worst[0] + worst[1] + worst[2] + tables.pp_comm_s
 
 
 def _note_open(out: SplitOutcome, floor: float) -> None:
