@@ -158,7 +158,8 @@ class SplitModel:
             self.counts.append(counts)
             objective += [slow, dp, opt, self._units(tb.pp_comm_s) * x]
         m.add_exactly_one(self.pick)
-        m.minimize(sum(objective))
+        self.objective = sum(objective)
+        m.minimize(self.objective)
         # Hint: the first candidate (the best exact uniform-split estimate) with its own split.
         if self.candidates:
             for i, x in enumerate(self.pick):
@@ -267,9 +268,14 @@ class SplitModel:
     def _units(self, seconds: float) -> int:
         return round(seconds * self.scale)
 
-    def solve(self, excluded: list[int], time_limit_s: float) -> SolveResult:
+    def solve(self, excluded: list[int], time_limit_s: float, at_most_s: float | None = None) -> SolveResult:
+        """Best choice (``excluded`` candidates left out). ``at_most_s``: only answers whose objective
+        is at most this (INFEASIBLE when there is none), which prunes far better than the bare
+        optimisation; the bound is widened by 1e-5 of the scale reference for the rounding."""
         for i in excluded:
             self.model.add(self.pick[i] == 0)
+        if at_most_s is not None and at_most_s < float("inf"):
+            self.model.add(self.objective <= self._units(at_most_s) + OBJECTIVE_UNITS // 100_000)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
         solver.parameters.num_workers = self.num_workers

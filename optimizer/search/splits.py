@@ -144,7 +144,7 @@ def _solve_pair(
     out.models_solved += 1
     # These models solve in milliseconds; the limit is a guard, not a budget to share out.
     candidate = Candidate(cand, tables, cand.capacity_bytes, budget.num_layers)
-    res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S))
+    res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S), threshold + POOL_MARGIN_S)
     if res.status not in ("OPTIMAL", "INFEASIBLE"):
         out.status = res.status
     if res.choice is None:
