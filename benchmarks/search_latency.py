@@ -16,6 +16,7 @@ job's context (layer kinds, FLOPs, topology).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -126,7 +127,10 @@ class Row:
 
 
 def _fresh_context() -> None:
+    """Empty per-job caches, and collect the previous measurement's garbage so that its cycles are
+    not collected on the next one's clock."""
     _build_context_cached.cache_clear()
+    gc.collect()
 
 
 def describe(plan) -> str:
