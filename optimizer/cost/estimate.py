@@ -856,11 +856,8 @@ def _table_stage_terms(
 ) -> StageTerms:
     """``stage_terms`` of stage ``stage`` holding ``n`` layers, its kind mix taken from where the
     even split (``offsets``: first layer of each stage) puts it."""
-    layers = len(ctx.layer_kind)
-    start = 0 if stage == 0 else min(offsets[stage], layers - n)
-    prefix = ctx.kind_prefix
-    counts = tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
-    return stage_terms(ctx, lay, groups, stage, counts)
+    start = 0 if stage == 0 else min(offsets[stage], len(ctx.layer_kind) - n)
+    return stage_terms(ctx, lay, groups, stage, _counts_at(ctx, start, n))
 
 
 def _counts_at(ctx: JobContext, start: int, n: int) -> tuple[int, ...]:
@@ -938,12 +935,12 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     per_stage = _per_stage_layers(lay)
     offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
     cap = est.capacity_bytes - est.headroom_bytes
-    most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
     layers = len(ctx.layer_kind)
+    most = layers - (lay.pp - 1) * lay.vpp
     by_start = _several_kinds_one_chunk(ctx, lay)
     if len(ctx.kinds) > 1 and not by_start:
         # interleaved stages of a model with several layer kinds: a stage's mix depends on how its
-        # chunks are cut, which the tables do not follow; no limit (the split is not a proof anyway)
+        # chunks are cut; no limit here (the per-chunk split model checks memory exactly)
         return [most] * lay.pp
 
     def fits(s: int, n: int) -> bool:

@@ -136,8 +136,9 @@ def search(request: PlanRequest) -> PlanResponse:
     warnings: list[str] = []
     if open_floor is not None:
         warnings.append(
-            f"not every layer split that could enter the top-k was solved exactly (time limit, or interleaved "
-            f"stages of a model with several layer kinds); best remaining bound {open_floor:.3f} s"
+            f"not every layer split that could enter the top-k was solved exactly (time limit, a split table "
+            f"too wide to tabulate, or a model with several layer kinds whose per-mix table is too large); best "
+            f"remaining bound {open_floor:.3f} s"
         )
     if not proved:
         warnings.append(

@@ -94,7 +94,6 @@ class SplitModel:
                             + max(e[4] for e in entries) + tb.pp_comm_s)  # fmt: skip
             horizon = max(horizon, self._units(worst) + 1)
         for i, cand in enumerate(self.candidates):
-            lay = cand.estimate.layout
             tb = cand.tables
             x = m.new_bool_var(f"pick_{i}")
             self.pick.append(x)
@@ -102,57 +101,13 @@ class SplitModel:
             slow = m.new_int_var(0, horizon, f"slow_{i}")
             dp = m.new_int_var(0, horizon, f"dp_{i}")
             opt = m.new_int_var(0, horizon, f"opt_{i}")
-            if tb.by_start is not None or tb.by_mix is not None:
-                if tb.by_start is not None:
-                    counts = self._stages_by_start(i, cand, x, cap_bytes, slow, dp, opt, horizon)
-                else:
-                    counts = self._chunks_by_mix(i, cand, x, cap_bytes, slow, dp, opt, horizon)
-                    self.chunk_level.add(i)
-                for var in (slow, dp, opt):
-                    m.add(var == 0).only_enforce_if(x.Not())
-                self.counts.append(counts)
-                objective += [slow, dp, opt, self._units(tb.pp_comm_s) * x]
-                continue
-            counts = []
-            allowed_counts: list[list[int]] = []
-            for s in range(lay.pp):
-                # One integer per stage: the tables depend only on how many layers a stage holds
-                # (per-chunk counts would only add symmetric solutions); chunks split it evenly.
-                allowed = [
-                    n for j, n in enumerate(range(tb.lo, tb.hi + 1))
-                    if tb.memory_bytes[s][j] <= cap_bytes  # per-stage memory limit, exact float test
-                ]
-                if lay.pp == 1:
-                    allowed = [cand.num_layers] if allowed else []
-                allowed_counts.append(allowed)
-                n = m.new_int_var_from_domain(cp_model.Domain.FromValues(allowed or [tb.lo]), f"n_{i}_{s}")
-                if not allowed:
-                    m.add_bool_or([x.Not()])  # this candidate cannot fit at all within the tables
-                counts.append(n)
-                idx = m.new_int_var(0, tb.hi - tb.lo, f"idx_{i}_{s}")
-                m.add(idx == n - tb.lo)
-                for name, table, var, weight in (
-                    ("t", tb.time_s[s], slow, tb.steady_coefficient),
-                    ("d", tb.dp_s[s], dp, 1.0),
-                    ("o", tb.optimizer_s[s], opt, 1.0),
-                ):
-                    val = m.new_int_var(0, horizon, f"{name}_{i}_{s}")
-                    m.add_element(idx, [self._units(weight * v) for v in table], val)
-                    m.add(var >= val).only_enforce_if(x)
-            m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
-            # Symmetry: stages with the same time, data-parallel and optimizer rows whose allowed
-            # counts are down-closed with the earlier stage's no wider (activation memory only
-            # falls along the pipeline) can swap counts without changing feasibility or the
-            # objective, so an earlier one may be required to hold no more layers.
-            for s in range(lay.pp - 1):
-                a, b = allowed_counts[s], allowed_counts[s + 1]
-                if (
-                    a and b and a == b[: len(a)] and a == list(range(a[0], a[-1] + 1)) and a[0] == b[0]
-                    and b == list(range(b[0], b[-1] + 1))
-                    and tb.time_s[s] == tb.time_s[s + 1] and tb.dp_s[s] == tb.dp_s[s + 1]
-                    and tb.optimizer_s[s] == tb.optimizer_s[s + 1]
-                ):  # fmt: skip
-                    m.add(counts[s] <= counts[s + 1])
+            if tb.by_start is not None:
+                counts = self._stages_by_start(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+            elif tb.by_mix is not None:
+                counts = self._chunks_by_mix(i, cand, x, cap_bytes, slow, dp, opt, horizon)
+                self.chunk_level.add(i)
+            else:
+                counts = self._stages_by_count(i, cand, x, cap_bytes, slow, dp, opt, horizon)
             for var in (slow, dp, opt):
                 m.add(var == 0).only_enforce_if(x.Not())
             self.counts.append(counts)
@@ -171,6 +126,57 @@ class SplitModel:
             else:
                 for s, c in enumerate(self.counts[0]):
                     m.add_hint(c, sum(first.stage_layers[j] for j in range(s, len(first.stage_layers), first.pp)))
+
+    def _stages_by_count(
+        self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,
+        slow: cp_model.IntVar, dp: cp_model.IntVar, opt: cp_model.IntVar, horizon: int,
+    ) -> list[cp_model.IntVar]:  # fmt: skip
+        """Stages whose terms depend only on how many layers they hold (one layer kind): one
+        integer per stage, element constraints into the per-count tables."""
+        m = self.model
+        tb = cand.tables
+        lay = cand.estimate.layout
+        counts = []
+        allowed_counts: list[list[int]] = []
+        for s in range(lay.pp):
+            # One integer per stage: the tables depend only on how many layers a stage holds
+            # (per-chunk counts would only add symmetric solutions); chunks split it evenly.
+            allowed = [
+                n for j, n in enumerate(range(tb.lo, tb.hi + 1))
+                if tb.memory_bytes[s][j] <= cap_bytes  # per-stage memory limit, exact float test
+            ]
+            if lay.pp == 1:
+                allowed = [cand.num_layers] if allowed else []
+            allowed_counts.append(allowed)
+            n = m.new_int_var_from_domain(cp_model.Domain.FromValues(allowed or [tb.lo]), f"n_{i}_{s}")
+            if not allowed:
+                m.add_bool_or([x.Not()])  # this candidate cannot fit at all within the tables
+            counts.append(n)
+            idx = m.new_int_var(0, tb.hi - tb.lo, f"idx_{i}_{s}")
+            m.add(idx == n - tb.lo)
+            for name, table, var, weight in (
+                ("t", tb.time_s[s], slow, tb.steady_coefficient),
+                ("d", tb.dp_s[s], dp, 1.0),
+                ("o", tb.optimizer_s[s], opt, 1.0),
+            ):
+                val = m.new_int_var(0, horizon, f"{name}_{i}_{s}")
+                m.add_element(idx, [self._units(weight * v) for v in table], val)
+                m.add(var >= val).only_enforce_if(x)
+        m.add(sum(counts) == cand.num_layers).only_enforce_if(x)
+        # Symmetry: stages with the same time, data-parallel and optimizer rows whose allowed
+        # counts are down-closed with the earlier stage's no wider (activation memory only
+        # falls along the pipeline) can swap counts without changing feasibility or the
+        # objective, so an earlier one may be required to hold no more layers.
+        for s in range(lay.pp - 1):
+            a, b = allowed_counts[s], allowed_counts[s + 1]
+            if (
+                a and b and a == b[: len(a)] and a == list(range(a[0], a[-1] + 1)) and a[0] == b[0]
+                and b == list(range(b[0], b[-1] + 1))
+                and tb.time_s[s] == tb.time_s[s + 1] and tb.dp_s[s] == tb.dp_s[s + 1]
+                and tb.optimizer_s[s] == tb.optimizer_s[s + 1]
+            ):  # fmt: skip
+                m.add(counts[s] <= counts[s + 1])
+        return counts
 
     def _stages_by_start(
         self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,

@@ -55,11 +55,14 @@ class SplitOutcome:
     """Re-scored answers (best split per solved pair; fitting or not)."""
     status: str = "OPTIMAL"
     """The worst CP-SAT status of a solve that returned an answer (or timed out)."""
-    proved: bool = True
-    """Every pair that could enter the top-k was solved over exact, certified tables."""
     open_floor: float | None = None
     """The smallest split floor of a pair that was not (exactly) solved: a bound on what it hides."""
     models_solved: int = 0
+
+    @property
+    def proved(self) -> bool:
+        """Every pair that could enter the top-k was solved over exact, certified tables."""
+        return self.open_floor is None
 
 
 def solve_splits(
@@ -83,7 +86,6 @@ def solve_splits(
             continue
         remaining = budget.deadline - time.perf_counter()
         if remaining <= 0:
-            out.proved = False
             _note_open(out, min(f for f, *_ in work[n_done:]))
             break
         if cand is None:
@@ -137,7 +139,6 @@ def _solve_pair(
     if layer_range is None or not tables.exact:
         # tabulated over the default range only, or (a per-mix table too large) with each stage's
         # mix of layer kinds taken from the even split: not a proof
-        out.proved = False
         _note_open(out, floor)
     if _tables_floor_s(tables, cand.capacity_bytes - cand.headroom_bytes) > threshold + POOL_MARGIN_S:
         return None  # even each stage's cheapest fitting entry is slower than the k-th best time
