@@ -37,7 +37,9 @@ Training
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
-    ``fused_kernels`` false for torchtitan runs without ``torch.compile``.
+    ``fused_kernels`` false for torchtitan runs without ``torch.compile``; ``attention_kernel``
+    flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
+    the rest (FlashAttention-2 era; torchtitan's PyTorch SDPA flash backend).
 
 Cluster
   - GPU: A100 40/80 GB -> ``a100-sxm-40gb`` / ``a100-sxm-80gb``; H100 80 GB -> ``h100-sxm-80gb``;
@@ -80,6 +82,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,6 +354,16 @@ def map_fused_kernels(row: dict[str, Any]) -> bool:
     return not _is_torchtitan(row) or "compile" in str(row["config"].get("other") or "").lower()
 
 
+def map_attention_kernel(row: dict[str, Any]) -> str:
+    """Stacks of 2025 and later run Hopper-native attention kernels (Transformer Engine 2.x with
+    cuDNN 9 fused attention); earlier stacks ran FlashAttention-2-class kernels (FlashAttention-3
+    was released in July 2024; torchtitan's context parallelism of December 2024 wraps PyTorch
+    SDPA's flash backend, FlashAttention-2). The year is the first one in the source's date."""
+    m = re.search(r"(19|20)\d\d", str(row.get("source", {}).get("date") or ""))
+    year = int(m.group(0)) if m else 0
+    return "flash3" if year >= 2025 and not _is_torchtitan(row) else "flash2"
+
+
 def map_precision(text: str | None) -> tuple[str, list[str]]:
     t = (text or "").lower()
     if "fp8" in t or "float8" in t:
@@ -609,7 +622,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
         training = TrainingSpec(
             seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
             tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
-            fused_kernels=map_fused_kernels(row),
+            fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

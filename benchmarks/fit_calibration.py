@@ -20,6 +20,7 @@ from optimizer.calibration import DEFAULT, Calibration
 GRID: dict[str, list[float]] = {
     "gemm_training_fraction": [0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9],
     "attention_efficiency": [0.25, 0.28, 0.3, 0.32, 0.35, 0.4, 0.45, 0.55],
+    "attention_efficiency_flash3": [0.45, 0.5, 0.55, 0.6, 0.65],
     "attention_seq_half": [0.0, 1024.0, 2048.0, 4096.0, 8192.0],
     "gemm_dim_half": [64.0, 96.0, 160.0, 256.0, 384.0],
     "tp_comm_overlap": [0.0, 0.25, 0.5, 0.75, 1.0],
@@ -28,7 +29,7 @@ GRID: dict[str, list[float]] = {
     "cp_overlap": [0.0, 0.5, 1.0],
     "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
     "ep_comm_overlap": [0.0, 0.25, 0.4, 0.5, 0.75],
-    "ep_comm_overlap_batched": [0.5, 0.65, 0.75, 0.9],
+    "ep_comm_overlap_batched": [0.5, 0.55, 0.65, 0.75, 0.9],
     "hbm_efficiency": [0.5, 0.75, 0.9],
     "fp8_cast_bytes": [0.0, 0.5, 1.0, 1.5],
     "unfused_elementwise_factor": [1.5, 2.0, 2.5, 2.75, 3.0],

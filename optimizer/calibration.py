@@ -27,7 +27,15 @@ class Calibration:
     """Tile/wave quantisation: a GEMM dimension ``d`` runs at ``d / (d + gemm_dim_half)`` of the
     large-shape rate (the three dimensions multiply)."""
     attention_efficiency: float = 0.30
-    """Flash-attention core kernels reach this fraction of dense peak at long sequences."""
+    """FlashAttention-2-class core kernels (``training.attention_kernel`` flash2, and every GPU
+    before Hopper) reach this fraction of the bf16 dense peak at long sequences, forward and
+    backward together."""
+    attention_efficiency_flash3: float = 0.55
+    """Same for kernels written for Hopper and later (FlashAttention-3, cuDNN fused attention):
+    asynchronous warp-group MMA and TMA overlap softmax with the matrix products. Set from the
+    Qwen3-235B runs at 16k-128k tokens (Megatron-Core 2025; the attention core is 36-82% of their
+    work): the fit prefers 0.6, 0.55 stays nearer FlashAttention-3's published kernel rates
+    (about 0.5 of peak, forward and backward together, in model FLOPs)."""
     attention_seq_half: float = 1024.0
     """Attention kernels on ``q`` local query tokens per sequence run at ``q / (q + attention_seq_half)``
     of ``attention_efficiency`` (tile quantisation and per-sequence work at short lengths)."""
@@ -76,10 +84,10 @@ class Calibration:
     DeepEP dispatch overlapping the router, permutation and shared experts of the same
     micro-batch). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and no A2A
     overlap (measured 19.7 s/step; 0.75 predicted it 20% fast, 0 25% slow)."""
-    ep_comm_overlap_batched: float = 0.65
+    ep_comm_overlap_batched: float = 0.55
     """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
     another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
-    with the overlap on (measured 17.6 s/step, 1.12x faster than without)."""
+    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.11x)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

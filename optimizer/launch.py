@@ -86,9 +86,15 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--fp8-format",
         "--fp4-format",
         "--fp4-recipe",
+        "--attention-backend",  # AttnBackend: flash, fused, unfused, local, auto
     }
 )
 """Every Megatron-LM flag ``build_launch`` may emit, each checked against ``arguments.py``."""
+
+ATTENTION_BACKEND = {"flash3": "fused", "flash2": "flash"}
+"""``training.attention_kernel`` as Megatron's ``--attention-backend`` / Bridge's
+``model.attention_backend`` (AttnBackend): 'fused' is Transformer Engine's cuDNN fused attention
+(Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2)."""
 
 # Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
 _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
@@ -280,6 +286,7 @@ def _megatron(
             "--recompute-method", "uniform",
             "--recompute-num-layers", "1",
         ]  # fmt: skip
+    args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
     if training.precision == "fp16":
         args.append("--fp16")
     else:
@@ -366,10 +373,15 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
-    if training.precision == "fp16":
+    if training.attention_kernel == "flash3":
         comments["training"] = [
-            "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
+            "attention costed with Hopper-native kernels: run SDPA's cuDNN backend or FlashAttention-3 "
+            "(PyTorch SDPA's default flash backend is FlashAttention-2, slower than the plan)"
         ]
+    if training.precision == "fp16":
+        comments.setdefault("training", []).append(
+            "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
+        )
     else:
         train["mixed_precision_param"] = "bfloat16"
     train["mixed_precision_reduce"] = "float32"
@@ -455,6 +467,7 @@ def _nemo(
         ("train.micro_batch_size", geo.mbs),
         ("train.global_batch_size", geo.gbs),
         ("mixed_precision", _NEMO_PRECISION[training.precision]),
+        ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
         ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
     ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.cost.context import attention_kernel_class
 from optimizer.launch import build_launch
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
@@ -62,6 +64,13 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
+    if "attention_kernel" in job.training.model_fields_set and job.training.attention_kernel == "flash3":
+        gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
+        if attention_kernel_class(job, gpu) == "flash2":
+            notes.append(
+                f"attention_kernel flash3: {gpu.name} ({gpu.generation}) has no FlashAttention-3-class "
+                "kernels; attention costed as flash2"
+            )
     return Plan(
         config=config,
         placement=est.placement,

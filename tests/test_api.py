@@ -272,6 +272,14 @@ def test_missing_seq_len_is_422_naming_it(client: TestClient) -> None:
     assert ["body", "training", "seq_len"] in _detail_locs(response)
 
 
+def test_unknown_attention_kernel_is_422_naming_it(client: TestClient) -> None:
+    training = {**JOB["training"], "attention_kernel": "flash9"}
+    response = client.post("/plan", json={**JOB, "training": training})
+    assert response.status_code == 422
+    assert ["body", "training", "attention_kernel"] in _detail_locs(response)
+    assert "'flash2' or 'flash3'" in _messages(response)
+
+
 def test_extra_unknown_field_is_422_naming_it(client: TestClient) -> None:
     response = client.post(
         "/evaluate", json={**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "tpp": 2}}

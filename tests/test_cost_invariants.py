@@ -342,3 +342,55 @@ def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
     w = {p: e.memory[e.peak_stage].weights_bytes for p, e in (("bf16", bf16), ("fp8", fp8), ("fp4", fp4))}
     assert w["fp4"] / w["bf16"] == pytest.approx((2.0 + FP4_COPY_BYTES) / 2.0)
     assert w["fp8"] / w["bf16"] == pytest.approx((2.0 + FP8_COPY_BYTES) / 2.0)
+
+
+def test_attention_kernel_class_scales_only_the_attention_core():
+    """flash3 (Hopper-native kernels) runs the attention core at ``attention_efficiency_flash3``
+    instead of ``attention_efficiency``; GPUs before Hopper run flash2-class kernels either way."""
+    from optimizer.calibration import DEFAULT
+    from optimizer.cost.layer import Dims, attention_core_time_s
+
+    def ctx_for(gpu_preset: str, kernel: str):
+        job = JobSpec(
+            model={"preset": "llama3-8b"},
+            training={"seq_len": 32768, "global_batch_size": 8, "attention_kernel": kernel},
+            cluster={"preset": gpu_preset, "num_gpus": 8},
+        )
+        return job, build_context(job, DEFAULT)
+
+    dims = Dims(tp=1, cp=2, ep=1, micro_batch_size=1, sequence_parallel=False, recompute="none")
+    (_, h3), (_, h2) = ctx_for("dgx-h100", "flash3"), ctx_for("dgx-h100", "flash2")
+    t3, t2 = (attention_core_time_s(c, c.kinds[0], dims) for c in (h3, h2))
+    assert t2 / t3 == pytest.approx(DEFAULT.attention_efficiency_flash3 / DEFAULT.attention_efficiency)
+    assert DEFAULT.attention_efficiency_flash3 > DEFAULT.attention_efficiency
+
+    lay = Layout(tp=1, pp=1, cp=2, micro_batch_size=1, zero_stage=1, recompute="none")
+    (j3, c3), (j2, c2) = ctx_for("dgx-h100", "flash3"), ctx_for("dgx-h100", "flash2")
+    e3, e2 = best_estimate(c3, resolve_layout(j3, lay)), best_estimate(c2, resolve_layout(j2, lay))
+    assert e3.step_time_s < e2.step_time_s  # 32k tokens: the attention core is a large share
+    assert e3.breakdown_s["tp_comm"] == e2.breakdown_s["tp_comm"]
+    assert e3.peak_memory_bytes == e2.peak_memory_bytes
+
+    (a3j, a3), (a2j, a2) = ctx_for("dgx-a100", "flash3"), ctx_for("dgx-a100", "flash2")
+    assert a3.attention_efficiency == a2.attention_efficiency == DEFAULT.attention_efficiency
+    assert best_estimate(a3, resolve_layout(a3j, lay)).step_time_s == best_estimate(
+        a2, resolve_layout(a2j, lay)
+    ).step_time_s
+
+
+def test_flash3_on_a_gpu_without_it_is_noted():
+    req = EvaluateRequest.model_validate(
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"seq_len": 8192, "global_batch_size": 16, "attention_kernel": "flash3"},
+            "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+            "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
+        }
+    )
+    assert any("costed as flash2" in n for n in evaluate(req).notes)
+    # the default (not set by the job) stays quiet
+    quiet = EvaluateRequest.model_validate(
+        {**req.model_dump(exclude_none=True), "training": {"seq_len": 8192, "global_batch_size": 16}}
+    )
+    assert quiet.training.attention_kernel == "flash3"
+    assert not any("attention" in n for n in evaluate(quiet).notes)

@@ -168,7 +168,7 @@ def test_megatron_llama3_70b_interleaved():
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
         "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
-        "--use-distributed-optimizer --recompute-granularity selective --bf16"
+        "--use-distributed-optimizer --recompute-granularity selective --attention-backend fused --bf16"
     )
 
 
@@ -178,7 +178,7 @@ def test_megatron_mixtral_ep8_full_recompute():
         "--context-parallel-size 1 --expert-model-parallel-size 8 "
         "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
         "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
-        "--recompute-num-layers 1 --bf16"
+        "--recompute-num-layers 1 --attention-backend fused --bf16"
     )
 
 
@@ -188,7 +188,7 @@ def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
         "--context-parallel-size 1 --micro-batch-size 2 --global-batch-size 512 "
         "--seq-length 8192 --use-distributed-optimizer --use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
-        "--ckpt-format fsdp_dtensor --bf16 --fp8-format hybrid"
+        "--ckpt-format fsdp_dtensor --attention-backend fused --bf16 --fp8-format hybrid"
     )
 
 
@@ -216,7 +216,7 @@ def test_megatron_uneven_first_last():
         "--context-parallel-size 1 --decoder-first-pipeline-num-layers 9 "
         "--decoder-last-pipeline-num-layers 11 --micro-batch-size 1 --global-batch-size 64 "
         "--seq-length 4096 --sequence-parallel --use-distributed-optimizer "
-        "--recompute-granularity selective --bf16"
+        "--recompute-granularity selective --attention-backend fused --bf16"
     )
 
 
@@ -398,7 +398,7 @@ def test_nemo_llama3_70b_exact():
         "model.tensor_model_parallel_size=8 model.pipeline_model_parallel_size=4 "
         "model.virtual_pipeline_model_parallel_size=5 model.context_parallel_size=1 "
         "model.sequence_parallel=true model.seq_length=8192 dataset.seq_length=8192 "
-        "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed "
+        "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed model.attention_backend=fused "
         "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "
         "model.recompute_granularity=selective model.recompute_method=null "
         "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
@@ -596,3 +596,19 @@ def test_fp4_flags_in_every_framework():
     assert cfg["model"]["converters"] == ["float8"]
     assert "no NVFP4" in out.torchtitan.split("[model]")[1]
     assert json.loads(out.deepspeed)["bf16"]["enabled"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# training.attention_kernel
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kernel", "backend"), [("flash3", "fused"), ("flash2", "flash")])
+def test_attention_kernel_selects_the_te_backend(kernel: str, backend: str):
+    model, training, layout = llama_case()
+    out = launch((model, training.model_copy(update={"attention_kernel": kernel}), layout))
+    assert f"--attention-backend {backend}" in out.megatron
+    assert nemo_overrides(out.nemo)["model.attention_backend"] == backend
+    # torchtitan's SDPA defaults to FlashAttention-2: only the flash3 plan needs a warning
+    assert ("SDPA's cuDNN backend" in out.torchtitan) == (kernel == "flash3")
+    tomllib.loads(out.torchtitan)

@@ -497,7 +497,7 @@ def test_split_of_a_layout_outside_the_pool_can_win() -> None:
     solved, in every rank-order geometry."""
     job = {
         "model": {"preset": "qwen3-235b-a22b"},
-        "training": {"seq_len": 4096, "global_batch_size": 1024},
+        "training": {"seq_len": 4096, "global_batch_size": 1024, "attention_kernel": "flash2"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
     }
     response = search(_request(job))
@@ -541,7 +541,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
 
     req = PlanRequest(
         model={"preset": "llama3-70b"},
-        training={"seq_len": 8192, "global_batch_size": 1184},
+        training={"seq_len": 8192, "global_batch_size": 1184, "attention_kernel": "flash2"},
         cluster={"preset": "gb200-nvl72", "num_gpus": 148},
         search={"top_k": 1, "allow": {"zero_stage": [1], "recompute": ["selective", "full"]}},
     )
@@ -605,7 +605,7 @@ def test_small_jobs_consider_every_layer_split():
     two stages is [39, 1], far outside a split table around the even share."""
     req = PlanRequest(
         model={"num_layers": 40, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1_000_000},
-        training={"seq_len": 2048, "global_batch_size": 16},
+        training={"seq_len": 2048, "global_batch_size": 16, "attention_kernel": "flash2"},
         cluster={"preset": "dgx-h100", "num_gpus": 8},
         search={"top_k": 1, "fix": {"pp": 2, "tp": 1, "zero_stage": 1, "recompute": "selective",
                                      "micro_batch_size": 1, "vpp": 1}},

@@ -140,7 +140,7 @@ def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_
     req = PlanRequest.model_validate(
         {
             "model": {"preset": "mixtral-8x22b"},
-            "training": {"seq_len": 4096, "global_batch_size": 1024},
+            "training": {"seq_len": 4096, "global_batch_size": 1024, "attention_kernel": "flash2"},
             "cluster": {"preset": "dgx-h100", "num_gpus": 2048},
         }
     )

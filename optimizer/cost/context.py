@@ -49,6 +49,9 @@ class JobContext:
     bf16_peak_flops: float
     mfu_peak_flops: float
     """Dense peak at the training precision (the MFU denominator)."""
+    attention_efficiency: float
+    """Fraction of the bf16 peak the attention-core kernels reach at long sequences (kernel class
+    from ``training.attention_kernel`` and the GPU generation)."""
     capacity_bytes: float
     """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -57,6 +60,19 @@ class JobContext:
     @property
     def num_gpus(self) -> int:
         return self.job.cluster.num_gpus
+
+
+FLASH3_GENERATIONS = frozenset({"hopper", "blackwell", "blackwell-ultra"})
+"""GPU generations with kernels of the FlashAttention-3 class (asynchronous warp-group MMA and
+TMA: Hopper; tcgen05 on Blackwell, cuDNN 9.x and FlashAttention-4 kernels). Earlier NVIDIA parts
+and the AMD parts in the catalog are costed with FlashAttention-2-class kernels."""
+
+
+def attention_kernel_class(job: JobSpec, gpu: GpuEntry) -> str:
+    """The attention kernel class a job runs: what it asks for, capped by what the GPU has."""
+    if job.training.attention_kernel == "flash3" and gpu.generation in FLASH3_GENERATIONS:
+        return "flash3"
+    return "flash2"
 
 
 def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
@@ -141,5 +157,10 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         gemm_efficiency=eff * cal.gemm_training_fraction,
         bf16_peak_flops=bf16,
         mfu_peak_flops=nominal_peak,
+        attention_efficiency=(
+            cal.attention_efficiency_flash3
+            if attention_kernel_class(job, gpu) == "flash3"
+            else cal.attention_efficiency
+        ),
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
     )

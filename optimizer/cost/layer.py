@@ -242,5 +242,5 @@ def attention_core_time_s(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
     s = ctx.job.training.seq_len
     tokens = d.micro_batch_size * s / d.cp
     q_local = s / d.cp
-    attn_eff = cal.attention_efficiency * q_local / (q_local + cal.attention_seq_half)
+    attn_eff = ctx.attention_efficiency * q_local / (q_local + cal.attention_seq_half)
     return kind.attn_core_flops * tokens / d.tp / (ctx.bf16_peak_flops * attn_eff)
