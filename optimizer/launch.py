@@ -375,8 +375,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         ]
     if training.attention_kernel == "flash3":
         comments["training"] = [
-            "attention costed with Hopper-native kernels: run SDPA's cuDNN backend or FlashAttention-3 "
-            "(PyTorch SDPA's default flash backend is FlashAttention-2, slower than the plan)"
+            (
+                "attention costed with Hopper-native kernels: run SDPA's cuDNN backend or FlashAttention-3 "
+                "(PyTorch SDPA's default flash backend is FlashAttention-2, slower than the plan)"
+            )
         ]
     if training.precision == "fp16":
         comments.setdefault("training", []).append(
