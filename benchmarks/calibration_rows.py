@@ -66,8 +66,9 @@ Layout
     it (sources dated before 2022-05, and Megatron-DeepSpeed), where it is off.
   - When ``micro_batch_size`` is stated but gives fewer micro-batches than pipeline stages (torchtitan
     reports a per-DP-rank "local batch" that its pipeline schedule splits into micro-batches), the
-    stated value is taken as the local batch and the micro-batch size is searched among its
-    divisors in {1, 2, 4}. If ``grad_accum_steps`` is stated and the micro-batch size is not, it is
+    stated value is taken as the local batch. torchtitan splits it into ``pp x vpp`` micro-batches
+    (``pipeline_parallel_microbatches`` unset: one per pipeline stage in total), which fixes the
+    micro-batch size; for other stacks it is searched among the local batch's divisors in {1, 2, 4}. If ``grad_accum_steps`` is stated and the micro-batch size is not, it is
     derived as ``global_batch / (dp * grad_accum_steps)``.
 
 Measured throughput (tokens/s/GPU), first available of:
@@ -449,12 +450,16 @@ def layout_space(
     dp = fixed.get("dp") or max(1, job.cluster.num_gpus // (tp * pp * fixed["cp"]))
 
     # micro-batch size
+    local_batch = 0
     mbs = cfg.get("micro_batch_size")
     if mbs is not None:
         mbs = int(mbs)
         if pp > 1 and gbs // max(1, dp * mbs) < pp:
-            grid["micro_batch_size"] = tuple(v for v in MBS_GRID if v <= mbs and mbs % v == 0)
-            notes.append(f"stated micro-batch {mbs} is the per-DP-rank batch (m < pp): searched")
+            if _is_torchtitan(row):
+                local_batch = mbs  # set below from the virtual stages (torchtitan's default split)
+            else:
+                grid["micro_batch_size"] = tuple(v for v in MBS_GRID if v <= mbs and mbs % v == 0)
+                notes.append(f"stated micro-batch {mbs} is the per-DP-rank batch (m < pp): searched")
         else:
             fixed["micro_batch_size"] = mbs
     elif cfg.get("grad_accum_steps") and gbs % (dp * int(cfg["grad_accum_steps"])) == 0:
@@ -484,6 +489,22 @@ def layout_space(
         if "interleav" in schedule:
             cands = [v for v in cands if v > 1] or [2]
         grid["vpp"] = tuple(cands)
+
+    if local_batch:
+        # torchtitan splits the per-DP-rank batch into as many micro-batches as there are pipeline
+        # stages in total (``pipeline_parallel_microbatches`` unset: pp x stages per rank)
+        vpps = grid.get("vpp", (fixed.get("vpp", 1),))
+        sizes = sorted({local_batch // (pp * v) for v in vpps if local_batch % (pp * v) == 0})
+        if not sizes:
+            raise Unmappable(f"local batch {local_batch} does not split into pp x vpp micro-batches")
+        if len(sizes) == 1:
+            fixed["micro_batch_size"] = sizes[0]
+        else:
+            grid["micro_batch_size"] = tuple(sizes)
+        notes.append(
+            f"stated batch {local_batch} is torchtitan's per-DP-rank batch, split into pp x vpp "
+            "micro-batches (its default pipeline_parallel_microbatches)"
+        )
 
     # optimizer sharding
     zero = map_zero_stage(cfg)

@@ -132,10 +132,17 @@ def test_torchtitan_rows(rows) -> None:
     assert m.fixed["micro_batch_size"] == 2 and m.grid == {}
     assert m.measured_tokens_per_s_per_gpu == 8532
 
-    # PP: the stated "local batch" is split into micro-batches by the schedule; 1F1B pins vpp = 1
+    # PP: the stated "local batch" (32) is split into pp x vpp micro-batches (torchtitan's default
+    # pipeline_parallel_microbatches); 1F1B pins vpp = 1, so 8 micro-batches of 4
     pp = map_row(rows["torchtitan-llama31-405b-512gpu-1f1b"])
-    assert pp.fixed["vpp"] == 1 and "micro_batch_size" not in pp.fixed
-    assert pp.grid["micro_batch_size"] == (1, 2, 4)
+    assert pp.fixed["vpp"] == 1 and pp.fixed["micro_batch_size"] == 4
+    assert "micro_batch_size" not in pp.grid
+    inter = map_row(rows["torchtitan-llama31-405b-512gpu-interleaved-1f1b"])
+    assert inter.grid["vpp"] == (2,) and inter.fixed["micro_batch_size"] == 2
+    # the measured 1.28x of interleaved over 1F1B needs the 1F1B bubble of 7 / 8 micro-batches
+    one, two = (evaluate_row(m, DEFAULT) for m in (pp, inter))
+    assert abs(one.error_pct) <= 5.0, one.error_pct
+    assert 1.2 < two.predicted / one.predicted < 1.6  # measured 1.28
 
     # no stated global batch: local batch x dp (torchtitan has no gradient accumulation)
     cp = map_row(rows["torchtitan-llama31-405b-512gpu-fsdp4-cp2"])
