@@ -64,13 +64,15 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
-    if "attention_kernel" in job.training.model_fields_set and job.training.attention_kernel == "flash3":
-        gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
-        if attention_kernel_class(job, gpu) == "flash2":
-            notes.append(
-                f"attention_kernel flash3: {gpu.name} ({gpu.generation}) has no FlashAttention-3-class "
-                "kernels; attention costed as flash2"
-            )
+    gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
+    kernel = attention_kernel_class(job, gpu)
+    if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:
+        notes.append(
+            f"attention_kernel flash3: {gpu.name} ({gpu.generation}) has no FlashAttention-3-class "
+            "kernels; attention costed as flash2"
+        )
+    # launch arguments select the attention backend that was costed
+    training = job.training.model_copy(update={"attention_kernel": kernel})
     return Plan(
         config=config,
         placement=est.placement,
@@ -84,7 +86,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         memory_gib=memory,
         fits_memory=est.fits_memory,
         bottleneck=est.bottleneck,  # type: ignore[arg-type]
-        launch=build_launch(job.model, job.training, config) if launch else None,
+        launch=build_launch(job.model, training, config) if launch else None,
         notes=notes,
     )
 

@@ -394,3 +394,19 @@ def test_flash3_on_a_gpu_without_it_is_noted():
     )
     assert quiet.training.attention_kernel == "flash3"
     assert not any("attention" in n for n in evaluate(quiet).notes)
+
+
+def test_launch_arguments_name_the_attention_backend_that_was_costed():
+    def megatron(preset: str) -> str:
+        req = EvaluateRequest.model_validate(
+            {
+                "model": {"preset": "llama3-8b"},
+                "training": {"seq_len": 8192, "global_batch_size": 16},
+                "cluster": {"preset": preset, "num_gpus": 8},
+                "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
+            }
+        )
+        return evaluate(req).launch.megatron
+
+    assert "--attention-backend fused" in megatron("dgx-h100")
+    assert "--attention-backend flash" in megatron("dgx-a100")  # no Hopper-native kernels there
