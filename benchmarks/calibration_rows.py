@@ -38,6 +38,7 @@ Training
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; ``attention_kernel``
+    unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
     the rest (FlashAttention-2 era; torchtitan's PyTorch SDPA flash backend).
 
@@ -357,11 +358,15 @@ def map_fused_kernels(row: dict[str, Any]) -> bool:
 
 def map_attention_kernel(row: dict[str, Any]) -> str:
     """Stacks of 2025 and later run Hopper-native attention kernels (Transformer Engine 2.x with
-    cuDNN 9 fused attention); earlier stacks ran FlashAttention-2-class kernels (FlashAttention-3
+    cuDNN 9 fused attention); 2023-2024 stacks ran FlashAttention-2-class kernels (FlashAttention-3
     was released in July 2024; torchtitan's context parallelism of December 2024 wraps PyTorch
-    SDPA's flash backend, FlashAttention-2). The year is the first one in the source's date."""
+    SDPA's flash backend, FlashAttention-2); stacks of 2022 and before materialised the attention
+    scores (Megatron-LM / Megatron-DeepSpeed before FlashAttention). The year is the first one in
+    the source's date."""
     m = re.search(r"(19|20)\d\d", str(row.get("source", {}).get("date") or ""))
     year = int(m.group(0)) if m else 0
+    if year and year <= 2022:
+        return "unfused"
     return "flash3" if year >= 2025 and not _is_torchtitan(row) else "flash2"
 
 

@@ -508,6 +508,8 @@ def render_markdown(rep: ValidationReport) -> str:
         "none/selective/full, VPP = divisors of layers/pp up to 8; ZeRO-1 and sequence parallel with",
         "TP > 1 by default) and the fastest layout that fits in memory is kept. Error is",
         "(predicted - measured) / measured tokens/s/GPU; positive means the model is optimistic.",
+        "The attention kernel class follows the source's stack and date: `unfused` (scores",
+        "materialised) up to 2022, `flash3` for non-torchtitan stacks from 2025, `flash2` otherwise.",
         "",
         "## Summary",
         "",

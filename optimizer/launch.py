@@ -91,10 +91,11 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
 )
 """Every Megatron-LM flag ``build_launch`` may emit, each checked against ``arguments.py``."""
 
-ATTENTION_BACKEND = {"flash3": "fused", "flash2": "flash"}
+ATTENTION_BACKEND = {"flash3": "fused", "flash2": "flash", "unfused": "unfused"}
 """``training.attention_kernel`` as Megatron's ``--attention-backend`` / Bridge's
 ``model.attention_backend`` (AttnBackend): 'fused' is Transformer Engine's cuDNN fused attention
-(Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2)."""
+(Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2), 'unfused' Megatron's
+own softmax over materialised scores."""
 
 # Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
 _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
@@ -373,7 +374,11 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
-    if training.attention_kernel == "flash3":
+    if training.attention_kernel == "unfused":
+        comments["training"] = [
+            "attention costed with materialised scores: torchtitan's SDPA kernels are faster and leaner than the plan"
+        ]
+    elif training.attention_kernel == "flash3":
         comments["training"] = [
             (
                 "attention costed with Hopper-native kernels: run SDPA's cuDNN backend or FlashAttention-3 "

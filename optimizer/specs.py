@@ -206,13 +206,16 @@ class TrainingSpec(Strict):
             "PyTorch, one kernel and one HBM round trip per elementwise op."
         ),
     )
-    attention_kernel: Literal["flash2", "flash3"] = Field(
+    attention_kernel: Literal["unfused", "flash2", "flash3"] = Field(
         default="flash3",
         description=(
             "Attention kernel generation the stack runs. flash3: kernels written for Hopper and later "
             "(FlashAttention-3, cuDNN fused attention in Transformer Engine 2.x, PyTorch SDPA's cuDNN "
             "backend); flash2: FlashAttention-2-class kernels (PyTorch SDPA flash backend, ring attention "
-            "in PyTorch context parallel of 2024). GPUs before Hopper run flash2-class kernels either way."
+            "in PyTorch context parallel of 2024); unfused: the s x s scores are materialised in memory "
+            "(batched GEMMs, softmax and attention dropout as separate kernels: stacks before "
+            "FlashAttention, Megatron --attention-backend unfused); no context parallelism. GPUs before "
+            "Hopper run flash2-class kernels when flash3 is asked for."
         ),
     )
     ep_comm_overlap: bool = Field(

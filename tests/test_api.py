@@ -277,7 +277,19 @@ def test_unknown_attention_kernel_is_422_naming_it(client: TestClient) -> None:
     response = client.post("/plan", json={**JOB, "training": training})
     assert response.status_code == 422
     assert ["body", "training", "attention_kernel"] in _detail_locs(response)
-    assert "'flash2' or 'flash3'" in _messages(response)
+    assert "'unfused', 'flash2' or 'flash3'" in _messages(response)
+
+
+def test_context_parallel_with_unfused_attention_is_422_under_config_cp(client: TestClient) -> None:
+    body = {
+        **EVALUATE_BODY,
+        "training": {**JOB["training"], "attention_kernel": "unfused"},
+        "config": {**EVALUATE_BODY["config"], "tp": 4, "cp": 2},
+    }
+    response = client.post("/evaluate", json=body)
+    assert response.status_code == 422
+    assert ["body", "config", "cp"] in _detail_locs(response)
+    assert "needs a fused attention kernel" in _messages(response)
 
 
 def test_extra_unknown_field_is_422_naming_it(client: TestClient) -> None:

@@ -410,3 +410,34 @@ def test_launch_arguments_name_the_attention_backend_that_was_costed():
 
     assert "--attention-backend fused" in megatron("dgx-h100")
     assert "--attention-backend flash" in megatron("dgx-a100")  # no Hopper-native kernels there
+
+
+def test_unfused_attention_keeps_the_scores_unless_recomputed_and_forbids_cp():
+    """``attention_kernel: unfused`` materialises the s x s scores: Korthikanti et al.'s 5as^2b
+    bytes per layer stay for backward with no recompute, none with selective recompute (the
+    attention core is re-run); context parallelism needs a fused kernel."""
+    from optimizer.cost.layer import UNFUSED_SCORE_BYTES_STORED
+
+    def est(kernel: str, recompute: str, cp: int = 1):
+        job = JobSpec(
+            model={"preset": "llama2-7b"},
+            training={"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
+            cluster={"preset": "dgx-a100", "num_gpus": 8},
+        )
+        lay = resolve_layout(job, Layout(tp=2, pp=1, cp=cp, micro_batch_size=1, zero_stage=1, recompute=recompute))
+        return best_estimate(build_context(job), lay)
+
+    scores = 32 * UNFUSED_SCORE_BYTES_STORED * 1 * (32 / 2) * 4096**2  # layers x bytes x b x heads/tp x s^2
+    none_u, none_f = est("unfused", "none"), est("flash2", "none")
+    assert none_u.memory[0].activations_bytes - none_f.memory[0].activations_bytes == pytest.approx(scores)
+    sel_u, sel_f = est("unfused", "selective"), est("flash2", "selective")
+    assert sel_u.memory[0].activations_bytes == pytest.approx(sel_f.memory[0].activations_bytes)
+    # the scores' HBM round trips make the unfused core slower at 4k tokens, and re-running it
+    # (selective recompute) costs more than re-running a flash kernel
+    assert none_u.breakdown_s["compute"] > none_f.breakdown_s["compute"]
+    assert sel_u.breakdown_s["compute"] - none_u.breakdown_s["compute"] > (
+        sel_f.breakdown_s["compute"] - none_f.breakdown_s["compute"]
+    )
+    with pytest.raises(InvalidLayout) as exc:
+        est("unfused", "none", cp=2)
+    assert exc.value.field == "config.cp"

@@ -603,7 +603,7 @@ def test_fp4_flags_in_every_framework():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kernel", "backend"), [("flash3", "fused"), ("flash2", "flash")])
+@pytest.mark.parametrize(("kernel", "backend"), [("flash3", "fused"), ("flash2", "flash"), ("unfused", "unfused")])
 def test_attention_kernel_selects_the_te_backend(kernel: str, backend: str):
     model, training, layout = llama_case()
     out = launch((model, training.model_copy(update={"attention_kernel": kernel}), layout))
@@ -611,4 +611,5 @@ def test_attention_kernel_selects_the_te_backend(kernel: str, backend: str):
     assert nemo_overrides(out.nemo)["model.attention_backend"] == backend
     # torchtitan's SDPA defaults to FlashAttention-2: only the flash3 plan needs a warning
     assert ("SDPA's cuDNN backend" in out.torchtitan) == (kernel == "flash3")
+    assert ("materialised scores" in out.torchtitan) == (kernel == "unfused")
     tomllib.loads(out.torchtitan)

@@ -49,9 +49,11 @@ class JobContext:
     bf16_peak_flops: float
     mfu_peak_flops: float
     """Dense peak at the training precision (the MFU denominator)."""
+    attention_kernel: str
+    """The attention kernel class costed (``attention_kernel_class``)."""
     attention_efficiency: float
-    """Fraction of the bf16 peak the attention-core kernels reach at long sequences (kernel class
-    from ``training.attention_kernel`` and the GPU generation)."""
+    """Fraction of the bf16 peak the fused attention-core kernels reach at long sequences (kernel
+    class from ``training.attention_kernel`` and the GPU generation; unused for 'unfused')."""
     capacity_bytes: float
     """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -70,9 +72,10 @@ and the AMD parts in the catalog are costed with FlashAttention-2-class kernels.
 
 def attention_kernel_class(job: JobSpec, gpu: GpuEntry) -> str:
     """The attention kernel class a job runs: what it asks for, capped by what the GPU has."""
-    if job.training.attention_kernel == "flash3" and gpu.generation in FLASH3_GENERATIONS:
-        return "flash3"
-    return "flash2"
+    kernel = job.training.attention_kernel
+    if kernel == "flash3" and gpu.generation not in FLASH3_GENERATIONS:
+        return "flash2"
+    return kernel
 
 
 def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
@@ -157,6 +160,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         gemm_efficiency=eff * cal.gemm_training_fraction,
         bf16_peak_flops=bf16,
         mfu_peak_flops=nominal_peak,
+        attention_kernel=attention_kernel_class(job, gpu),
         attention_efficiency=(
             cal.attention_efficiency_flash3
             if attention_kernel_class(job, gpu) == "flash3"

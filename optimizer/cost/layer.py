@@ -17,6 +17,20 @@ ACT_BYTES = 2.0
 """Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
 
 
+UNFUSED_SCORE_BYTES_FWD = 13.0
+"""HBM bytes per attention-score element in forward when the scores are materialised
+(``attention_kernel`` 'unfused', 16-bit): QK^T writes S (2), the fused scale-mask-softmax reads S
+and writes P (4), attention dropout reads P and writes P' and a 1-byte mask (5), the PV GEMM
+reads P' (2)."""
+UNFUSED_SCORE_BYTES_BWD = 19.0
+"""The same in backward: the dP' GEMM writes it (2), dropout backward reads dP' and the mask and
+writes dP (5), softmax backward reads P and dP and writes dS (6), the dQ and dK GEMMs read dS
+(4), the dV GEMM reads P' (2)."""
+UNFUSED_SCORE_BYTES_STORED = 5.0
+"""Bytes per score element kept for backward (Korthikanti et al. 2022: softmax output 2, dropout
+mask 1, dropout output 2; ``5 a s^2 b`` per layer)."""
+
+
 @dataclass(frozen=True)
 class Dims:
     """The layout numbers the per-layer cost depends on."""
@@ -72,7 +86,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     tokens = b * s / cp  # tokens per GEMM on a TP rank
     # ---- compute (forward) ---------------------------------------------------------------
     t_attn_gemm = gemm_time_s(ctx, kind.attn_proj_flops * tokens / tp, tokens, h, p.attention / (2 * h * tp))
-    t_core = attention_core_time_s(ctx, kind, d)
+    t_core, t_core_bwd = attention_core_times_s(ctx, kind, d)
     if kind.is_moe:
         moe = model.moe
         assert moe is not None
@@ -108,7 +122,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         elementwise_bytes *= cal.unfused_elementwise_factor
     t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem
-    bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + 2.5 * t_core  # flash-attention backward ~2.5x forward
+    bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + t_core_bwd
     moe_block = d.recompute == "moe" and kind.is_moe  # the MoE block is re-run in backward
     if d.recompute == "full":
         bwd += fwd
@@ -165,6 +179,12 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     per_token_bytes = ACT_BYTES * tokens
     stored = stored_elems * per_token_bytes
     working = full_elems * per_token_bytes
+    if ctx.attention_kernel == "unfused" and d.recompute == "none":
+        # materialised scores, kept for backward unless the attention core is recomputed
+        # (Korthikanti et al.'s 5as^2b). Not added to the transient working set of a recomputed
+        # layer: Korthikanti et al. count stored activations only, and with it the SC'21 ZeRO-3
+        # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
+        stored += UNFUSED_SCORE_BYTES_STORED * _score_elements(ctx, kind, d)
     # ---- parameters on this GPU --------------------------------------------------------------
     dense = (p.attention + p.mlp_dense + p.shared_experts) / tp + p.router + p.norms
     expert = 0.0
@@ -236,8 +256,46 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     return count * one * (1.0 - hidden)
 
 
+def _score_elements(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
+    """Attention-score elements of one layer and micro-batch on one GPU (``b a/tp s^2``; the
+    unfused kernels compute and store the full square, masked half included; no CP)."""
+    if kind.attn_core_flops <= 0:
+        return 0.0
+    s = ctx.job.training.seq_len
+    heads = float(ctx.job.model.num_attention_heads or 0)
+    return d.micro_batch_size * heads / d.tp * s * s
+
+
+def attention_core_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[float, float]:
+    """Forward and backward attention-core time of one layer and micro-batch.
+
+    Fused (flash) kernels: ``attention_core_time_s`` forward, 2.5x that backward (the scores are
+    recomputed). Unfused: the QK^T and PV batched GEMMs at the bf16 GEMM rate of their shapes
+    (twice as many GEMMs backward), plus the HBM traffic of the materialised scores."""
+    if ctx.attention_kernel != "unfused":
+        t = attention_core_time_s(ctx, kind, d)
+        return t, 2.5 * t
+    elems = _score_elements(ctx, kind, d)
+    if elems <= 0:
+        return 0.0, 0.0
+    cal = ctx.cal
+    s = float(ctx.job.training.seq_len)
+    rate = ctx.bf16_peak_flops * ctx.gpu.gemm_efficiency_bf16.value * cal.gemm_training_fraction
+    d0 = cal.gemm_dim_half
+
+    def g(x: float) -> float:
+        return x / (x + d0)
+
+    qk = 2.0 * elems * ctx.d_qk / (rate * g(s) * g(s) * g(ctx.d_qk))
+    pv = 2.0 * elems * ctx.d_v / (rate * g(s) * g(ctx.d_v) * g(s))
+    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency
+    fwd = qk + pv + UNFUSED_SCORE_BYTES_FWD * elems / hbm
+    bwd = 2.0 * (qk + pv) + UNFUSED_SCORE_BYTES_BWD * elems / hbm
+    return fwd, bwd
+
+
 def attention_core_time_s(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
-    """Forward attention-core time of one layer and micro-batch (what CP's ring hides behind)."""
+    """Forward fused attention-core time of one layer and micro-batch (what CP's ring hides behind)."""
     cal = ctx.cal
     s = ctx.job.training.seq_len
     tokens = d.micro_batch_size * s / d.cp

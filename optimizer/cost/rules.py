@@ -109,6 +109,12 @@ def resolve(
             raise InvalidLayout("config.ep", f"ep ({ep}) must divide tp*dp*cp ({tp * dp * cp})")
         if model.moe.num_experts % ep:
             raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
+    if cp > 1 and job.training.attention_kernel == "unfused":
+        raise InvalidLayout(
+            "config.cp",
+            "context parallelism needs a fused attention kernel: training.attention_kernel 'unfused' "
+            "materialises the full s x s scores (use flash2 or flash3)",
+        )
     if cp > 1 and seq % (2 * cp):
         raise InvalidLayout("config.cp", f"seq_len ({seq}) must be divisible by 2*cp ({2 * cp}) for load-balanced CP")
     mbs = micro_batch_size
