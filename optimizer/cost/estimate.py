@@ -203,6 +203,15 @@ def _stage_memory(
     return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers)
 
 
+def stage_memory_bytes(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, stage: int, kind_counts: tuple[int, ...]
+) -> float:
+    """``stage_terms(...).memory.total_bytes`` without the stage's exposed data-parallel time
+    (memory does not depend on it): the layer-split fit limits probe many layer counts."""
+    t, stored, grads_bytes, _ = _stage_fixed_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
+    return _stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes
+
+
 def _stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, float, float]:
@@ -791,17 +800,31 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
     one = group_geometry(topo, 1, 1)
     groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    costs = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]  # compute and parameters only
-    tp_geos = _axis_geometries(ctx, lay.tp) if lay.tp > 1 else ()
-    cp_geos = _axis_geometries(ctx, lay.cp) if lay.cp > 1 else ()
-    ep_geos = _axis_geometries(ctx, lay.ep) if lay.ep > 1 else ()
+    memo = ctx.memo
+    # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
+    # are shared by every expert-parallel degree (most of the keys of an MoE job).
+    no_ep = Dims(lay.tp, lay.cp, 1, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     times = []
-    for kind, c in zip(ctx.kinds, costs, strict=True):
-        t_core = attention_core_time_s(ctx, kind, dims)
-        tp_s = min((tp_comm_s(ctx, kind, dims, g) for g in tp_geos), default=0.0)
-        cp_s = min((cp_comm_s(ctx, dims, g, t_core) for g in cp_geos), default=0.0)
-        ep_s = min((ep_comm_s(ctx, kind, dims, g) for g in ep_geos), default=0.0)
-        times.append(c.fwd_s + c.bwd_s + tp_s + cp_s + ep_s)
+    costs = []
+    for i, kind in enumerate(ctx.kinds):
+        kd = dims if kind.is_moe else no_ep
+        c = memo.get(("lb-layer", i, kd))
+        if c is None:
+            c = memo[("lb-layer", i, kd)] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
+        tp_cp = memo.get(("lb-tp-cp", i, no_ep))
+        if tp_cp is None:
+            tp_cp = 0.0
+            if lay.tp > 1:
+                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in _axis_geometries(ctx, lay.tp))
+            if lay.cp > 1:
+                t_core = attention_core_time_s(ctx, kind, no_ep)
+                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core) for g in _axis_geometries(ctx, lay.cp))
+            memo[("lb-tp-cp", i, no_ep)] = tp_cp
+        t = c.fwd_s + c.bwd_s + tp_cp
+        if kind.is_moe and lay.ep > 1:
+            t += min(ep_comm_s(ctx, kind, dims, g) for g in _axis_geometries(ctx, lay.ep))
+        costs.append(c)
+        times.append(t)
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
@@ -932,9 +955,19 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     and interleaved stages there is no limit)."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
+    cap = est.capacity_bytes - est.headroom_bytes
+    # memory takes nothing else from the rank order (see memory_signature): every geometry of a
+    # layout shares its limits
+    key = ("fit-limits", lay, memory_signature(groups), cap)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        cached = ctx.memo[key] = tuple(_stage_fit_limits(ctx, lay, groups, cap))
+    return list(cached)
+
+
+def _stage_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> list[int]:
     per_stage = _per_stage_layers(lay)
     offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
-    cap = est.capacity_bytes - est.headroom_bytes
     layers = len(ctx.layer_kind)
     most = layers - (lay.pp - 1) * lay.vpp
     by_start = _several_kinds_one_chunk(ctx, lay)
@@ -945,10 +978,11 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
 
     def fits(s: int, n: int) -> bool:
         if not by_start:
-            return _table_stage_terms(ctx, lay, groups, s, n, offsets).memory.total_bytes <= cap
+            start = 0 if s == 0 else min(offsets[s], layers - n)  # as _table_stage_terms places it
+            return stage_memory_bytes(ctx, lay, groups, s, _counts_at(ctx, start, n)) <= cap
         # several layer kinds: n layers fit if they do at some position the stage can start at
         mixes = _mixes(ctx, _stage_starts(lay, layers, s, n, lay.vpp, most), n)
-        return any(stage_terms(ctx, lay, groups, s, c).memory.total_bytes <= cap for c in mixes)
+        return any(stage_memory_bytes(ctx, lay, groups, s, c) <= cap for c in mixes)
 
     limits = []
     for s in range(lay.pp):
