@@ -60,7 +60,12 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
     return {
         "model": {"preset": model},
-        "training": {"seq_len": draw(st.sampled_from([2048, 4096])), "global_batch_size": dp * mbs * m},
+        "training": {
+            "seq_len": draw(st.sampled_from([2048, 4096])),
+            "global_batch_size": dp * mbs * m,
+            # materialised scores only without context parallelism
+            "attention_kernel": draw(st.sampled_from(["flash3", "flash2"] + (["unfused"] if cp == 1 else []))),
+        },
         "cluster": {"preset": cluster, "num_gpus": n},
         "config": {
             "tp": tp,
