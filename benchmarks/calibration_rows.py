@@ -498,14 +498,16 @@ def layout_space(
     if local_batch:
         # torchtitan splits the per-DP-rank batch into as many micro-batches as there are pipeline
         # stages in total (``pipeline_parallel_microbatches`` unset: pp x stages per rank)
-        vpps = grid.get("vpp", (fixed.get("vpp", 1),))
-        sizes = sorted({local_batch // (pp * v) for v in vpps if local_batch % (pp * v) == 0})
-        if not sizes:
+        vpps = [v for v in grid.get("vpp", (fixed.get("vpp", 1),)) if local_batch % (pp * v) == 0]
+        if not vpps:
             raise Unmappable(f"local batch {local_batch} does not split into pp x vpp micro-batches")
-        if len(sizes) == 1:
-            fixed["micro_batch_size"] = sizes[0]
-        else:
-            grid["micro_batch_size"] = tuple(sizes)
+        if len(vpps) > 1:
+            # one micro-batch size per vpp: keep the largest vpp (the schedule's own choice is
+            # not stated; a grid over vpp alone would pair it with the wrong micro-batch size)
+            notes.append(f"vpp not stated: {max(vpps)} of {vpps} kept, micro-batch size follows it")
+        if "vpp" in grid:
+            grid["vpp"] = (max(vpps),)  # still marked as chosen, not stated
+        fixed["micro_batch_size"] = local_batch // (pp * max(vpps))
         notes.append(
             f"stated batch {local_batch} is torchtitan's per-DP-rank batch, split into pp x vpp "
             "micro-batches (its default pipeline_parallel_microbatches)"

@@ -94,8 +94,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
 ATTENTION_BACKEND = {"flash3": "fused", "flash2": "flash", "unfused": "unfused"}
 """``training.attention_kernel`` as Megatron's ``--attention-backend`` / Bridge's
 ``model.attention_backend`` (AttnBackend): 'fused' is Transformer Engine's cuDNN fused attention
-(Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2), 'unfused' Megatron's
-own softmax over materialised scores."""
+(Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2), 'unfused' its
+unfused attention over materialised scores (Megatron's own implementation is 'local')."""
 
 # Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
 _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}

@@ -619,3 +619,15 @@ def test_small_jobs_consider_every_layer_split():
     assert response.status == "optimal"
     assert response.plans[0].config.stage_layers == [39, 1]
     assert response.plans[0].step_time_s == pytest.approx(0.1154, abs=1e-4)
+
+
+def test_unfused_attention_with_context_parallelism_pinned_is_infeasible_and_says_why() -> None:
+    job = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 16, "attention_kernel": "unfused"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "search": {"fix": {"cp": 2}},
+    }
+    response = search(_request(job))
+    assert response.status == "infeasible" and not response.plans
+    assert "attention_kernel 'unfused' allows only cp = 1" in (response.explanation or "")

@@ -7,6 +7,7 @@ are asserted here; the full gate, including the p90 target the model does not me
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -294,3 +295,14 @@ def test_long_context_moe_rows_with_hopper_attention_kernels(rows) -> None:
     for seq in ("16k", "32k", "64k", "128k"):
         r = evaluate_row(map_row(rows[f"modelzoo-qwen3-235b-256gpu-seq{seq}"]), DEFAULT)
         assert abs(r.error_pct) <= 16.0, (seq, r.error_pct)
+
+
+def test_torchtitan_micro_batch_size_follows_the_kept_vpp(rows) -> None:
+    """With several possible stage counts per rank, each implies its own micro-batch size
+    (local batch / (pp x vpp)); the mapping keeps one pair instead of crossing them."""
+    row = copy.deepcopy(rows["torchtitan-llama31-405b-512gpu-interleaved-1f1b"])
+    row["model"]["num_layers"] = 128  # vpp candidates 2, 4, 8; local batch 32 over pp 8 allows 2 and 4
+    m = map_row(row)
+    assert m.grid["vpp"] == (4,) and m.fixed["micro_batch_size"] == 1
+    for lay in m.layouts():
+        assert m.job.training.global_batch_size // (m.fixed["dp"] * lay.micro_batch_size) == 8 * lay.vpp

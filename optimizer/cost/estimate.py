@@ -34,7 +34,7 @@ from optimizer.cost.layer import (
     ACT_BYTES,
     Dims,
     LayerCost,
-    attention_core_time_s,
+    attention_core_times_s,
     cp_comm_s,
     ep_comm_s,
     gemm_time_s,
@@ -714,6 +714,11 @@ def estimate(
     tokens_step = float((ctx.job.training.global_batch_size or 0) * ctx.job.training.seq_len)
     model_flops = ctx.flops.model_per_token * tokens_step
     hw_flops = model_flops + recompute_flops_per_token(ctx.flops, lay.recompute) * tokens_step
+    if ctx.attention_kernel == "unfused":
+        # materialised scores cover the full square: the masked half of every attention core run
+        # (forward, backward, and the recomputed forward) is computed too
+        runs = 3 + (1 if lay.recompute != "none" else 0)
+        hw_flops += ctx.flops.attn_core_forward_per_token * runs * tokens_step
     denom = step * ctx.num_gpus * ctx.mfu_peak_flops
     return Estimate(
         layout=lay,
@@ -817,8 +822,8 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
             if lay.tp > 1:
                 tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in _axis_geometries(ctx, lay.tp))
             if lay.cp > 1:
-                t_core = attention_core_time_s(ctx, kind, no_ep)
-                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core) for g in _axis_geometries(ctx, lay.cp))
+                t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
+                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in _axis_geometries(ctx, lay.cp))
             memo[("lb-tp-cp", i, no_ep)] = tp_cp
         t = c.fwd_s + c.bwd_s + tp_cp
         if kind.is_moe and lay.ep > 1:

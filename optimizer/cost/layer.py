@@ -130,7 +130,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
     # ---- communication (each term depends only on its own axis's group) --------------------
     tp_s = tp_comm_s(ctx, kind, d, groups.tp)
-    cp_s = cp_comm_s(ctx, d, groups.cp, t_core)
+    cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
     ep_s = ep_comm_s(ctx, kind, d, groups.ep)
     heads = float(model.num_attention_heads or 0)
     kv_width_local = _kv_width_local(ctx, tp)
@@ -223,9 +223,10 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     return count * per_ar * (1.0 - hidden)
 
 
-def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float) -> float:
+def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_core_bwd: float) -> float:
     """Exposed context-parallel K/V ring time of one layer and micro-batch: ``cp - 1`` steps at
-    the slowest tier, forward once and backward twice, hidden behind the attention core."""
+    the slowest tier, forward once and backward twice, hidden behind the attention core
+    (``t_core`` forward, ``t_core_bwd`` backward: ``attention_core_times_s``)."""
     if d.cp <= 1 or not geo.levels:
         return 0.0
     cal = ctx.cal
@@ -235,7 +236,7 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float) -> fl
     alpha = max(lv.alpha_s for lv in geo.levels)
     ring = (d.cp - 1) * (alpha + chunk / slowest)
     cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
-    cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * 2.5 * t_core)
+    cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
     return cp_fwd + cp_bwd + (cp_fwd if d.recompute != "none" else 0.0)
 
 

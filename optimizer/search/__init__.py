@@ -199,6 +199,7 @@ def _no_layout_explanation(job: JobSpec) -> str:
         f"num_attention_heads={m.num_attention_heads}, num_kv_heads={m.num_kv_heads}, num_layers={m.num_layers} "
         "no combination of tp/pp/cp/dp (and the search.fix / search.allow restrictions) divides evenly "
         "with micro-batches >= pp"
+        + ("; training.attention_kernel 'unfused' allows only cp = 1" if t.attention_kernel == "unfused" else "")
     )
 
 
