@@ -37,6 +37,7 @@ Training
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
+    ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
@@ -57,7 +58,8 @@ Layout
     ``zero_stage`` from ``zero_stage``, else ``fsdp`` (any degree, or "on") -> 3, else
     ``distributed_optimizer`` true -> 1 / false -> 0; ``activation_recompute`` phrasings ->
     full / selective / moe / none ("selective (...)" maps to ``selective`` unless its module list
-    names ``moe``, Megatron's whole-MoE-block recompute, which maps to ``moe``).
+    names ``moe``, Megatron's whole-MoE-block recompute, which maps to ``moe``; torchtitan's
+    selective checkpointing is its op-level policy, ``op``).
     ``pipeline_schedule`` "1f1b" pins ``vpp = 1``; "interleaved" excludes ``vpp = 1``.
   - Unstated knobs are searched (the fastest layout that fits memory is kept):
     ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full}; ``vpp`` (pp > 1)
@@ -349,6 +351,13 @@ def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
     return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
 
 
+def map_pp_comm_overlap(row: dict[str, Any]) -> bool:
+    """Runs on DeepSpeed's pipeline engine (MT-NLG, Megatron-DeepSpeed for BLOOM) send and
+    receive activations with blocking calls: no pipeline communication overlap."""
+    text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
+    return "deepspeed" not in text.lower()
+
+
 def map_fused_kernels(row: dict[str, Any]) -> bool:
     """torchtitan runs without ``torch.compile`` in ``config.other`` are eager (unfused); every
     other stack in the set fuses its elementwise kernels (Megatron / Transformer Engine, DeepSpeed
@@ -477,6 +486,10 @@ def layout_space(
     rc = map_recompute(cfg.get("activation_recompute"))
     if rc is None:
         grid["recompute"] = RECOMPUTE_GRID
+    elif rc == "selective" and _is_torchtitan(row):
+        # torchtitan's selective checkpointing is its op-level policy (llama3 train configs:
+        # selective_ac_option = "op")
+        fixed["recompute"] = "op"
     else:
         fixed["recompute"] = rc
         text = str(cfg.get("activation_recompute"))
@@ -651,6 +664,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
             tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
             fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
+            pp_comm_overlap=map_pp_comm_overlap(row),
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

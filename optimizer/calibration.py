@@ -76,7 +76,8 @@ class Calibration:
     dp_bucket_bytes: float = 160e6
     """Gradient bucket size (Megatron default: 40 M fp32 elements)."""
     pp_comm_exposed: float = 0.25
-    """Fraction of pipeline send/recv time left on the critical path (p2p overlap)."""
+    """Fraction of pipeline send/recv time left on the critical path when the stack overlaps it
+    (``training.pp_comm_overlap``; all of it otherwise)."""
     ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
     ep_comm_overlap: float = 0.4

@@ -63,6 +63,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--data-parallel-sharding-strategy",
         # _add_moe_args
         "--expert-model-parallel-size",
+        "--overlap-p2p-communication",  # _add_distributed_args (interleaved schedules)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
         "--delay-wgrad-compute",  # required with the flag above
         # _add_training_args
@@ -259,6 +260,8 @@ def _megatron(
                     "--decoder-first-pipeline-num-layers", str(split.first),
                     "--decoder-last-pipeline-num-layers", str(split.last),
                 ]  # fmt: skip
+        if geo.vpp > 1 and training.pp_comm_overlap:
+            args.append("--overlap-p2p-communication")  # the interleaved schedule's p2p overlap
     args += [
         "--micro-batch-size", str(geo.mbs),
         "--global-batch-size", str(geo.gbs),
@@ -277,7 +280,7 @@ def _megatron(
             "--no-gradient-accumulation-fusion",
             "--ckpt-format", "fsdp_dtensor",
         ]  # fmt: skip
-    if layout.recompute == "selective":
+    if layout.recompute in ("selective", "op"):  # op: torchtitan's policy; Megatron's nearest
         args += ["--recompute-granularity", "selective"]
     elif layout.recompute == "moe":
         args += ["--recompute-granularity", "selective", "--recompute-modules", *MEGATRON_MOE_RECOMPUTE_MODULES]
@@ -354,8 +357,9 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     else:
         # One micro-batch per forward; torchtitan accumulates global / (local * dp) of them.
         local_batch = geo.mbs
-    checkpoint: dict[str, object] = {"mode": "full" if layout.recompute == "moe" else layout.recompute}
-    if layout.recompute == "selective":
+    mode = {"moe": "full", "op": "selective"}.get(layout.recompute, layout.recompute)
+    checkpoint: dict[str, object] = {"mode": mode}
+    if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
     train: dict[str, object] = {
         "local_batch_size": local_batch,
@@ -369,6 +373,13 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     if layout.recompute == "moe":
         comments["activation_checkpoint"] = [
             "torchtitan has no MoE-block recompute: full recompute (slower than the plan's 'moe')"
+        ]
+    elif layout.recompute == "selective":
+        comments["activation_checkpoint"] = [
+            (
+                "torchtitan has no attention-core-only recompute: op-level selective checkpointing (plan "
+                "with recompute 'op' to cost it exactly)"
+            )
         ]
     if training.ep_comm_overlap and geo.ep > 1:  # ep > 1 only for MoE models
         comments["parallelism"] = [
@@ -464,6 +475,8 @@ def _nemo(
         over.append(("model.expert_model_parallel_size", geo.ep))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
+    if not training.pp_comm_overlap and geo.pp > 1:
+        over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
         over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
         over.append(("comm_overlap.delay_wgrad_compute", True))
@@ -487,7 +500,7 @@ def _nemo(
             ("model.gradient_accumulation_fusion", False),
             ("checkpoint.ckpt_format", "fsdp_dtensor"),
         ]
-    granularity = {"none": None, "moe": "selective"}.get(layout.recompute, layout.recompute)
+    granularity = {"none": None, "moe": "selective", "op": "selective"}.get(layout.recompute, layout.recompute)
     full = layout.recompute == "full"
     over += [
         ("model.recompute_granularity", granularity),

@@ -64,6 +64,11 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
+    if lay.recompute == "op":
+        notes.append(
+            "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
+            "DeepSpeed arguments use their own selective recompute, which re-runs the attention core instead"
+        )
     gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
     if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:

@@ -17,9 +17,13 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
 FP4 tensor cores."""
-Recompute = Literal["none", "selective", "moe", "full"]
-"""Activation recompute, least to most: ``moe`` is ``selective`` plus the whole MoE block
-(router, dispatch, experts, combine), recomputed in backward from its input (MoE models only)."""
+Recompute = Literal["none", "selective", "op", "moe", "full"]
+"""Activation recompute. ``selective``: the attention core (Megatron). ``op``: torchtitan's
+op-level selective checkpointing: keeps matmul and attention outputs, re-runs every second
+matmul, the elementwise ops and the tensor/expert-parallel collectives in backward (searched only
+when ``search.allow`` or ``search.fix`` names it). ``moe``: ``selective`` plus the whole MoE block
+(router, dispatch, experts, combine), recomputed from its input (MoE models only). ``full``: every
+layer from its input."""
 Activation = Literal["swiglu", "gelu"]
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Parallel axes that own process groups, in the canonical (innermost-first) rank order."""
@@ -216,6 +220,14 @@ class TrainingSpec(Strict):
             "(batched GEMMs, softmax and attention dropout as separate kernels: stacks before "
             "FlashAttention, Megatron --attention-backend unfused); no context parallelism. GPUs before "
             "Hopper run flash2-class kernels when flash3 is asked for."
+        ),
+    )
+    pp_comm_overlap: bool = Field(
+        default=True,
+        description=(
+            "The stack overlaps pipeline send/recv with compute (Megatron-Core with "
+            "--overlap-p2p-communication for interleaved schedules, torchtitan's pipelining). False: "
+            "blocking sends (DeepSpeed's pipeline engine), every transfer on the critical path."
         ),
     )
     ep_comm_overlap: bool = Field(

@@ -463,3 +463,50 @@ def test_unfused_hfu_counts_the_masked_half_of_the_scores():
     assert unfused.model_flops_per_step == flash.model_flops_per_step
     extra = unfused.hardware_flops_per_step - flash.hardware_flops_per_step
     assert extra == pytest.approx(ctx.flops.attn_core_forward_per_token * 4 * tokens)  # fwd, bwd (2x), recompute
+
+
+def test_op_level_recompute_sits_between_none_and_full_and_reruns_tp_collectives():
+    """``op`` (torchtitan's policy) re-runs every second matmul and the elementwise ops, keeps the
+    attention core's output, and re-runs the sequence-parallel all-gathers: half of each layer's
+    forward TP traffic."""
+    def est(recompute: str):
+        job = JobSpec(
+            model={"preset": "llama3-8b"},
+            training={"seq_len": 8192, "global_batch_size": 96},
+            cluster={"preset": "dgx-h100", "num_gpus": 64},
+        )
+        lay = resolve_layout(job, Layout(tp=8, pp=1, micro_batch_size=12, zero_stage=3, recompute=recompute))
+        return best_estimate(build_context(job), lay)
+
+    none, sel, op, full = (est(r) for r in ("none", "selective", "op", "full"))
+    assert none.breakdown_s["compute"] < op.breakdown_s["compute"] < full.breakdown_s["compute"]
+    assert op.breakdown_s["tp_comm"] == pytest.approx(1.25 * none.breakdown_s["tp_comm"])  # 4 -> 5 per layer
+    assert full.breakdown_s["tp_comm"] == pytest.approx(1.5 * none.breakdown_s["tp_comm"])
+    assert sel.breakdown_s["tp_comm"] == pytest.approx(none.breakdown_s["tp_comm"])
+    assert op.memory[0].activations_bytes == pytest.approx(sel.memory[0].activations_bytes)
+    assert none.hardware_flops_per_step < op.hardware_flops_per_step < full.hardware_flops_per_step
+    assert op.model_flops_per_step == none.model_flops_per_step
+
+
+def test_blocking_pipeline_sends_are_all_exposed():
+    from optimizer.calibration import DEFAULT
+
+    def est(overlap: bool):
+        job = JobSpec(
+            model={"preset": "gpt3-175b"},
+            training={"seq_len": 2048, "global_batch_size": 256, "pp_comm_overlap": overlap},
+            cluster={"preset": "dgx-a100", "num_gpus": 256},
+        )
+        lay = resolve_layout(job, Layout(tp=8, pp=8, micro_batch_size=1, zero_stage=1, recompute="full"))
+        return best_estimate(build_context(job), lay)
+
+    overlapped, blocking = est(True), est(False)
+    assert blocking.breakdown_s["pp_comm"] > 3 * overlapped.breakdown_s["pp_comm"] > 0
+    fill = 2 * 7  # the fill/drain chain is on the critical path either way
+    steady_overlapped = overlapped.breakdown_s["pp_comm"]
+    steady_blocking = blocking.breakdown_s["pp_comm"]
+    # (exposed * m * 2 + fill) * t_p2p: solve both for t_p2p and compare
+    m = 256 // 4
+    t1 = steady_overlapped / (DEFAULT.pp_comm_exposed * m * 2 + fill)
+    t2 = steady_blocking / (m * 2 + fill)
+    assert t1 == pytest.approx(t2)

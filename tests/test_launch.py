@@ -166,7 +166,7 @@ def parse_megatron_layout(layout: str) -> list[list[str]]:
 def test_megatron_llama3_70b_interleaved():
     assert launch(llama_case()).megatron == (
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
-        "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
+        "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 --overlap-p2p-communication "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
         "--use-distributed-optimizer --recompute-granularity selective --attention-backend fused --bf16"
     )
@@ -613,3 +613,32 @@ def test_attention_kernel_selects_the_te_backend(kernel: str, backend: str):
     assert ("SDPA's cuDNN backend" in out.torchtitan) == (kernel == "flash3")
     assert ("materialised scores" in out.torchtitan) == (kernel == "unfused")
     tomllib.loads(out.torchtitan)
+
+
+# ---------------------------------------------------------------------------------------------
+# training.pp_comm_overlap
+# ---------------------------------------------------------------------------------------------
+
+
+def test_pp_comm_overlap_flags():
+    model, training, layout = llama_case()  # pp 4, vpp 5
+    out = launch((model, training, layout))
+    assert "--overlap-p2p-communication" in megatron_flags(out.megatron)
+    assert "comm_overlap.overlap_p2p_comm" not in nemo_overrides(out.nemo)  # Bridge's default with vpp > 1
+    blocking = launch((model, training.model_copy(update={"pp_comm_overlap": False}), layout))
+    assert "--overlap-p2p-communication" not in megatron_flags(blocking.megatron)
+    assert nemo_overrides(blocking.nemo)["comm_overlap.overlap_p2p_comm"] == "false"
+    one_chunk = launch((model, training, layout.model_copy(update={"vpp": 1})))
+    assert "--overlap-p2p-communication" not in megatron_flags(one_chunk.megatron)  # interleaved only
+
+
+def test_op_level_recompute_in_every_framework():
+    model, training, layout = llama_case()
+    out = launch((model, training, layout.model_copy(update={"recompute": "op"})))
+    assert "--recompute-granularity selective" in out.megatron  # Megatron's nearest
+    cfg = tomllib.loads(out.torchtitan)
+    assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert "attention-core-only" not in out.torchtitan  # exact for torchtitan: no comment
+    assert nemo_overrides(out.nemo)["model.recompute_granularity"] == "selective"
+    sel = launch((model, training, layout.model_copy(update={"recompute": "selective"})))
+    assert "attention-core-only" in sel.torchtitan  # torchtitan runs op-level SAC for it

@@ -31,7 +31,7 @@ from optimizer.search.brute_force import (
 )
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
-from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest
+from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
 
 REL = 1e-6
@@ -631,3 +631,20 @@ def test_unfused_attention_with_context_parallelism_pinned_is_infeasible_and_say
     response = search(_request(job))
     assert response.status == "infeasible" and not response.plans
     assert "attention_kernel 'unfused' allows only cp = 1" in (response.explanation or "")
+
+
+def test_op_level_recompute_is_searched_only_when_named() -> None:
+    base = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 64},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+    }
+    default = list(enumerate_layouts(JobSpec(**{k: base[k] for k in ("model", "training", "cluster")}), SearchSpec()))
+    assert default and all(lay.recompute != "op" for lay in default)
+    allowed = PlanRequest.model_validate({**base, "search": {"allow": {"recompute": ["op", "full"]}}})
+    job = JobSpec(model=allowed.model, training=allowed.training, cluster=allowed.cluster)
+    assert {lay.recompute for lay in enumerate_layouts(job, allowed.search)} == {"op", "full"}
+    fixed = PlanRequest.model_validate({**base, "search": {"fix": {"recompute": "op"}}})
+    response = search(fixed)
+    assert response.status == "optimal" and response.plans[0].config.recompute == "op"
+    assert any("op-level selective checkpointing" in n for n in response.plans[0].notes)

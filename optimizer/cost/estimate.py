@@ -381,7 +381,8 @@ def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float
     msg = tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
     outer = groups.pp.levels[-1]
     t_p2p = p2p_time_s(msg, outer.beta_bytes_per_s, outer.alpha_s)
-    return ctx.cal.pp_comm_exposed * lay.num_micro_batches * 2 * lay.vpp * t_p2p + 2 * (lay.pp - 1) * t_p2p
+    exposed = ctx.cal.pp_comm_exposed if ctx.job.training.pp_comm_overlap else 1.0
+    return exposed * lay.num_micro_batches * 2 * lay.vpp * t_p2p + 2 * (lay.pp - 1) * t_p2p
 
 
 def compose_step(

@@ -97,6 +97,8 @@ def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
         return mf.attn_core_forward_per_token
     if recompute == "moe":
         return mf.attn_core_forward_per_token + mf.moe_block_forward_per_token
+    if recompute == "op":  # every second matmul of the layers (attention core kept)
+        return 0.5 * (mf.forward_layers_per_token - mf.attn_core_forward_per_token)
     return 0.0
 
 

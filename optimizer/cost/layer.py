@@ -128,6 +128,10 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         bwd += fwd
     elif d.recompute in ("selective", "moe"):
         bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
+    elif d.recompute == "op":
+        # torchtitan's op-level policy: every second matmul's output is recomputed (half the
+        # forward GEMM time), the attention core's is kept
+        bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem
     # ---- communication (each term depends only on its own axis's group) --------------------
     tp_s = tp_comm_s(ctx, kind, d, groups.tp)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
@@ -172,8 +176,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     elif moe_block:
         # the MoE block keeps only its input (never more than what selective keeps)
         stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
-    elif d.recompute in ("selective", "moe"):
-        stored_elems = always
+    elif d.recompute in ("selective", "moe", "op"):
+        stored_elems = always  # op keeps fewer matmul outputs; counted like selective (upper bound)
     else:
         stored_elems = full_elems
     per_token_bytes = ACT_BYTES * tokens
@@ -215,6 +219,10 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
     blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
     count = 2 * blocks + (blocks if d.recompute == "full" else 0)
+    if d.recompute == "op":
+        # the op-level policy re-runs the forward collectives it does not save: the all-gathers
+        # (half of each RS + AG pair) with sequence parallelism, the all-reduces without
+        count += 0.5 * blocks if d.sequence_parallel else blocks
     # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
     # parallelism and the group inside one scale-up domain
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
@@ -237,7 +245,7 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     ring = (d.cp - 1) * (alpha + chunk / slowest)
     cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
     cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
-    return cp_fwd + cp_bwd + (cp_fwd if d.recompute != "none" else 0.0)
+    return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ("selective", "moe", "full") else 0.0)
 
 
 def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
@@ -252,7 +260,7 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
     bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
     one = all_to_all_time_s(bytes_out, geo.levels)
-    count = 4 + (2 if d.recompute in ("full", "moe") else 0)
+    count = 4 + (2 if d.recompute in ("full", "moe", "op") else 0)
     hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
     return count * one * (1.0 - hidden)
 

@@ -25,7 +25,8 @@ MAX_VPP = 8
 MAX_MICRO_BATCH = 16
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "moe", "full")
-"""``moe`` only for MoE models (on a dense model it is ``selective``)."""
+"""``moe`` only for MoE models (on a dense model it is ``selective``). ``op`` (torchtitan's
+op-level policy) only when ``search.allow`` or ``search.fix`` names it: no other stack runs it."""
 
 
 def astuple_shallow(lay: ResolvedLayout) -> tuple:
@@ -81,7 +82,12 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
         # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
         # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
         zeros.remove(1)
-    rcs = _choices("recompute", [r for r in RECOMPUTE if r != "moe" or model.moe is not None], search)
+    named = set(search.allow.recompute or ()) | {search.fix.recompute}
+    rcs = _choices(
+        "recompute",
+        [r for r in RECOMPUTE if r != "moe" or model.moe is not None] + (["op"] if "op" in named else []),
+        search,
+    )
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
