@@ -63,7 +63,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--data-parallel-sharding-strategy",
         # _add_moe_args
         "--expert-model-parallel-size",
-        "--overlap-p2p-communication",  # _add_distributed_args (interleaved schedules)
+        "--no-overlap-p2p-communication",  # _add_distributed_args (overlap is the interleaved default)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
         "--delay-wgrad-compute",  # required with the flag above
         # _add_training_args
@@ -260,8 +260,10 @@ def _megatron(
                     "--decoder-first-pipeline-num-layers", str(split.first),
                     "--decoder-last-pipeline-num-layers", str(split.last),
                 ]  # fmt: skip
-        if geo.vpp > 1 and training.pp_comm_overlap:
-            args.append("--overlap-p2p-communication")  # the interleaved schedule's p2p overlap
+        if geo.vpp > 1 and not training.pp_comm_overlap and geo.pp > 2:
+            # Megatron overlaps p2p in interleaved schedules by default (and never otherwise); it
+            # refuses to turn it off with pp = 2
+            args.append("--no-overlap-p2p-communication")
     args += [
         "--micro-batch-size", str(geo.mbs),
         "--global-batch-size", str(geo.gbs),

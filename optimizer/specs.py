@@ -19,9 +19,10 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 FP4 tensor cores."""
 Recompute = Literal["none", "selective", "op", "moe", "full"]
 """Activation recompute. ``selective``: the attention core (Megatron). ``op``: torchtitan's
-op-level selective checkpointing: keeps matmul and attention outputs, re-runs every second
-matmul, the elementwise ops and the tensor/expert-parallel collectives in backward (searched only
-when ``search.allow`` or ``search.fix`` names it). ``moe``: ``selective`` plus the whole MoE block
+op-level selective checkpointing: keeps the attention output, the expert all-to-all output and
+every second matmul output; re-runs the other matmuls, the elementwise ops and the tensor-parallel
+all-gathers / all-reduces in backward (searched only when ``search.allow`` or ``search.fix`` names
+it). ``moe``: ``selective`` plus the whole MoE block
 (router, dispatch, experts, combine), recomputed from its input (MoE models only). ``full``: every
 layer from its input."""
 Activation = Literal["swiglu", "gelu"]
@@ -225,9 +226,9 @@ class TrainingSpec(Strict):
     pp_comm_overlap: bool = Field(
         default=True,
         description=(
-            "The stack overlaps pipeline send/recv with compute (Megatron-Core with "
-            "--overlap-p2p-communication for interleaved schedules, torchtitan's pipelining). False: "
-            "blocking sends (DeepSpeed's pipeline engine), every transfer on the critical path."
+            "The stack overlaps pipeline send/recv with compute (Megatron-Core's interleaved schedule "
+            "by default, torchtitan's pipelining). False: blocking sends (DeepSpeed's pipeline engine, "
+            "Megatron --no-overlap-p2p-communication), every transfer on the critical path."
         ),
     )
     ep_comm_overlap: bool = Field(
@@ -420,6 +421,12 @@ class JobSpec(Strict):
 
 class PlanRequest(JobSpec):
     search: SearchSpec = Field(default_factory=SearchSpec)
+
+    @model_validator(mode="after")
+    def _moe_recompute_needs_moe(self) -> PlanRequest:
+        if self.model.moe is None and self.search.fix.recompute == "moe":
+            raise ValueError("search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model")
+        return self
 
 
 class EvaluateRequest(JobSpec):

@@ -626,3 +626,9 @@ def test_low_precision_on_a_gpu_without_its_tensor_cores_is_422_naming_training_
     assert response.status_code == 422, response.text
     detail = response.json()["detail"]
     assert any(d["loc"] == ["body", "training", "precision"] and units in d["msg"] for d in detail), detail
+
+
+def test_moe_recompute_pinned_on_a_dense_model_is_422(client: TestClient) -> None:
+    response = client.post("/plan", json={**JOB, "search": {"fix": {"recompute": "moe"}}})
+    assert response.status_code == 422
+    assert "search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model" in _messages(response)

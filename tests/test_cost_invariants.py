@@ -65,6 +65,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
             "global_batch_size": dp * mbs * m,
             # materialised scores only without context parallelism
             "attention_kernel": draw(st.sampled_from(["flash3", "flash2"] + (["unfused"] if cp == 1 else []))),
+            "pp_comm_overlap": draw(st.booleans()),
         },
         "cluster": {"preset": cluster, "num_gpus": n},
         "config": {
@@ -158,6 +159,20 @@ def test_more_recompute_never_raises_activations_nor_lowers_hardware_work(req):
     acts = [[m.activations_bytes for m in _estimate(_with(req, "config", recompute=r)).memory] for r in levels]
     for i in range(len(levels) - 1):
         assert work[i + 1] >= work[i] * (1 - REL), (levels[i], levels[i + 1], work)
+        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1])):
+            assert after <= before * (1 + REL), (levels[i], levels[i + 1], stage, before, after)
+
+
+@SETTINGS
+@given(requests())
+def test_op_level_recompute_sits_between_none_and_full(req):
+    """torchtitan's op-level policy keeps less than no recompute and more than full recompute, and
+    its hardware work lies between theirs."""
+    levels = ("none", "op", "full")
+    work = [(lambda p: p.hfu * p.step_time_s)(_evaluate(_with(req, "config", recompute=r))) for r in levels]
+    acts = [[m.activations_bytes for m in _estimate(_with(req, "config", recompute=r)).memory] for r in levels]
+    for i in range(len(levels) - 1):
+        assert work[i + 1] >= work[i] * (1 - REL), (levels, work)
         for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1])):
             assert after <= before * (1 + REL), (levels[i], levels[i + 1], stage, before, after)
 
@@ -483,7 +498,7 @@ def test_op_level_recompute_sits_between_none_and_full_and_reruns_tp_collectives
     assert op.breakdown_s["tp_comm"] == pytest.approx(1.25 * none.breakdown_s["tp_comm"])  # 4 -> 5 per layer
     assert full.breakdown_s["tp_comm"] == pytest.approx(1.5 * none.breakdown_s["tp_comm"])
     assert sel.breakdown_s["tp_comm"] == pytest.approx(none.breakdown_s["tp_comm"])
-    assert op.memory[0].activations_bytes == pytest.approx(sel.memory[0].activations_bytes)
+    assert op.memory[0].activations_bytes == pytest.approx(sel.memory[0].activations_bytes)  # as documented
     assert none.hardware_flops_per_step < op.hardware_flops_per_step < full.hardware_flops_per_step
     assert op.model_flops_per_step == none.model_flops_per_step
 
@@ -510,3 +525,27 @@ def test_blocking_pipeline_sends_are_all_exposed():
     t1 = steady_overlapped / (DEFAULT.pp_comm_exposed * m * 2 + fill)
     t2 = steady_blocking / (m * 2 + fill)
     assert t1 == pytest.approx(t2)
+
+
+def test_op_level_recompute_keeps_the_attention_core_outputs():
+    """With materialised scores, ``op`` keeps them (the attention core is not re-run) where
+    selective recompute drops them; its HFU counts no re-run of the core either."""
+    from optimizer.cost.layer import UNFUSED_SCORE_BYTES_STORED
+
+    def est(recompute: str):
+        job = JobSpec(
+            model={"preset": "llama2-7b"},
+            training={"seq_len": 4096, "global_batch_size": 8, "attention_kernel": "unfused"},
+            cluster={"preset": "dgx-a100", "num_gpus": 8},
+        )
+        lay = resolve_layout(job, Layout(tp=2, pp=1, micro_batch_size=1, zero_stage=1, recompute=recompute))
+        return build_context(job), best_estimate(build_context(job), lay)
+
+    (ctx, op), (_, sel), (_, none) = est("op"), est("selective"), est("none")
+    scores = 32 * UNFUSED_SCORE_BYTES_STORED * (32 / 2) * 4096**2
+    assert op.memory[0].activations_bytes - sel.memory[0].activations_bytes == pytest.approx(scores)
+    masked = ctx.flops.attn_core_forward_per_token * 8 * 4096  # one run of the masked half
+    op_extra = op.hardware_flops_per_step - op.model_flops_per_step
+    none_extra = none.hardware_flops_per_step - none.model_flops_per_step
+    assert none_extra == pytest.approx(3 * masked)
+    assert op_extra - none_extra == pytest.approx(0.5 * (ctx.flops.forward_layers_per_token * 8 * 4096 - masked))

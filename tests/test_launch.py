@@ -124,6 +124,11 @@ ALL_CASES = {
         TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16"),
         Layout(tp=1, pp=1, dp=16, micro_batch_size=2, num_micro_batches=2, zero_stage=0),
     ),
+    "llama3-70b-blocking-pp": (
+        LLAMA3_70B,
+        TrainingSpec(seq_len=8192, global_batch_size=1024, precision="bf16", pp_comm_overlap=False),
+        llama_case()[2],
+    ),
 }
 
 
@@ -166,7 +171,7 @@ def parse_megatron_layout(layout: str) -> list[list[str]]:
 def test_megatron_llama3_70b_interleaved():
     assert launch(llama_case()).megatron == (
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
-        "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 --overlap-p2p-communication "
+        "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
         "--use-distributed-optimizer --recompute-granularity selective --attention-backend fused --bf16"
     )
@@ -621,15 +626,19 @@ def test_attention_kernel_selects_the_te_backend(kernel: str, backend: str):
 
 
 def test_pp_comm_overlap_flags():
-    model, training, layout = llama_case()  # pp 4, vpp 5
+    model, training, layout = llama_case()  # pp 4, vpp 5: Megatron and Bridge overlap by default
     out = launch((model, training, layout))
-    assert "--overlap-p2p-communication" in megatron_flags(out.megatron)
-    assert "comm_overlap.overlap_p2p_comm" not in nemo_overrides(out.nemo)  # Bridge's default with vpp > 1
-    blocking = launch((model, training.model_copy(update={"pp_comm_overlap": False}), layout))
-    assert "--overlap-p2p-communication" not in megatron_flags(blocking.megatron)
+    assert "--no-overlap-p2p-communication" not in megatron_flags(out.megatron)
+    assert "comm_overlap.overlap_p2p_comm" not in nemo_overrides(out.nemo)
+    blocking_training = training.model_copy(update={"pp_comm_overlap": False})
+    blocking = launch((model, blocking_training, layout))
+    assert "--no-overlap-p2p-communication" in megatron_flags(blocking.megatron)
     assert nemo_overrides(blocking.nemo)["comm_overlap.overlap_p2p_comm"] == "false"
-    one_chunk = launch((model, training, layout.model_copy(update={"vpp": 1})))
-    assert "--overlap-p2p-communication" not in megatron_flags(one_chunk.megatron)  # interleaved only
+    # Megatron never overlaps without interleaving, and refuses to turn it off with pp = 2
+    one_chunk = launch((model, blocking_training, layout.model_copy(update={"vpp": 1})))
+    assert "--no-overlap-p2p-communication" not in megatron_flags(one_chunk.megatron)
+    two = launch((model, blocking_training, layout.model_copy(update={"pp": 2, "dp": 64, "num_micro_batches": 16})))
+    assert "--no-overlap-p2p-communication" not in megatron_flags(two.megatron)
 
 
 def test_op_level_recompute_in_every_framework():
@@ -640,5 +649,6 @@ def test_op_level_recompute_in_every_framework():
     assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
     assert "attention-core-only" not in out.torchtitan  # exact for torchtitan: no comment
     assert nemo_overrides(out.nemo)["model.recompute_granularity"] == "selective"
+    assert "activation_checkpointing" in json.loads(out.deepspeed)
     sel = launch((model, training, layout.model_copy(update={"recompute": "selective"})))
     assert "attention-core-only" in sel.torchtitan  # torchtitan runs op-level SAC for it

@@ -718,7 +718,7 @@ def estimate(
     if ctx.attention_kernel == "unfused":
         # materialised scores cover the full square: the masked half of every attention core run
         # (forward, backward, and the recomputed forward) is computed too
-        runs = 3 + (1 if lay.recompute != "none" else 0)
+        runs = 3 + (1 if lay.recompute in ("selective", "moe", "full") else 0)  # op keeps the core's output
         hw_flops += ctx.flops.attn_core_forward_per_token * runs * tokens_step
     denom = step * ctx.num_gpus * ctx.mfu_peak_flops
     return Estimate(

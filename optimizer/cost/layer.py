@@ -183,9 +183,9 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     per_token_bytes = ACT_BYTES * tokens
     stored = stored_elems * per_token_bytes
     working = full_elems * per_token_bytes
-    if ctx.attention_kernel == "unfused" and d.recompute == "none":
+    if ctx.attention_kernel == "unfused" and d.recompute in ("none", "op"):
         # materialised scores, kept for backward unless the attention core is recomputed
-        # (Korthikanti et al.'s 5as^2b). Not added to the transient working set of a recomputed
+        # (Korthikanti et al.'s 5as^2b; op keeps the attention core's outputs). Not added to the transient working set of a recomputed
         # layer: Korthikanti et al. count stored activations only, and with it the SC'21 ZeRO-3
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * _score_elements(ctx, kind, d)
@@ -260,7 +260,7 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
     bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
     one = all_to_all_time_s(bytes_out, geo.levels)
-    count = 4 + (2 if d.recompute in ("full", "moe", "op") else 0)
+    count = 4 + (2 if d.recompute in ("full", "moe") else 0)  # op saves the all-to-all outputs
     hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
     return count * one * (1.0 - hidden)
 
