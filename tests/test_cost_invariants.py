@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.cost import Estimate, JobContext, best_estimate, build_context, resolve_layout
 from optimizer.cost.context import _build_context_cached
 from optimizer.cost.topology import _group_geometry
 from optimizer.errors import InvalidLayout
@@ -79,6 +79,17 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
             "recompute": draw(st.sampled_from(RECOMPUTE_LEVELS[model])),
         },
     }
+
+
+def _scored(
+    model: str, cluster: str, num_gpus: int, training: dict[str, Any], cal: Any = None, **layout: Any
+) -> tuple[JobContext, Estimate]:
+    """A preset model on a preset cluster, one layout scored (its best rank order)."""
+    job = JobSpec(
+        model={"preset": model}, training=training, cluster={"preset": cluster, "num_gpus": num_gpus}
+    )
+    ctx = build_context(job) if cal is None else build_context(job, cal)
+    return ctx, best_estimate(ctx, resolve_layout(job, Layout(**layout)))
 
 
 def _with(req: dict[str, Any], section: str, **changes: Any) -> dict[str, Any]:
@@ -169,7 +180,8 @@ def test_op_level_recompute_sits_between_none_and_full(req):
     """torchtitan's op-level policy keeps less than no recompute and more than full recompute, and
     its hardware work lies between theirs."""
     levels = ("none", "op", "full")
-    work = [(lambda p: p.hfu * p.step_time_s)(_evaluate(_with(req, "config", recompute=r))) for r in levels]
+    plans = [_evaluate(_with(req, "config", recompute=r)) for r in levels]
+    work = [p.hfu * p.step_time_s for p in plans]
     acts = [[m.activations_bytes for m in _estimate(_with(req, "config", recompute=r)).memory] for r in levels]
     for i in range(len(levels) - 1):
         assert work[i + 1] >= work[i] * (1 - REL), (levels, work)
@@ -286,13 +298,11 @@ def test_tp_comm_overlap_hides_tp_time_only_inside_nvlink_with_sequence_parallel
     cal = dataclasses.replace(DEFAULT, tp_comm_overlap=0.5)
 
     def tp_time(overlap: bool, tp: int, sp: bool) -> float:
-        job = JobSpec(
-            model={"preset": "llama3-70b"},
-            training={"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap},
-            cluster={"preset": "dgx-h100", "num_gpus": 64},
-        )
-        lay = resolve_layout(job, Layout(tp=tp, pp=1, sequence_parallel=sp, recompute="selective"))
-        return best_estimate(build_context(job, cal), lay).breakdown_s["tp_comm"]
+        return _scored(
+            "llama3-70b", "dgx-h100", 64,
+            {"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap},
+            cal=cal, tp=tp, pp=1, sequence_parallel=sp, recompute="selective",
+        )[1].breakdown_s["tp_comm"]
 
     assert tp_time(True, 8, True) == pytest.approx(0.5 * tp_time(False, 8, True))
     assert tp_time(True, 8, False) == pytest.approx(tp_time(False, 8, False))  # needs sequence parallel
@@ -303,13 +313,11 @@ def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothin
     from optimizer.calibration import DEFAULT
 
     def breakdown(overlap: bool) -> dict[str, float]:
-        job = JobSpec(
-            model={"preset": "mixtral-8x7b"},
-            training={"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": overlap},
-            cluster={"preset": "dgx-h100", "num_gpus": 64},
-        )
-        lay = resolve_layout(job, Layout(tp=1, pp=1, ep=8, micro_batch_size=1, recompute="selective"))
-        return best_estimate(build_context(job, DEFAULT), lay).breakdown_s
+        return _scored(
+            "mixtral-8x7b", "dgx-h100", 64,
+            {"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": overlap},
+            tp=1, pp=1, ep=8, micro_batch_size=1, recompute="selective",
+        )[1].breakdown_s
 
     off, on = breakdown(False), breakdown(True)
     assert off["ep_comm"] > 0
@@ -322,16 +330,12 @@ def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothin
 
 
 def test_unfused_kernels_only_slow_the_memory_bound_work():
-    from optimizer.calibration import DEFAULT
-
     def step(fused: bool) -> tuple[float, dict[str, float]]:
-        job = JobSpec(
-            model={"preset": "llama3-8b"},
-            training={"seq_len": 8192, "global_batch_size": 16, "fused_kernels": fused},
-            cluster={"preset": "dgx-h100", "num_gpus": 8},
-        )
-        lay = resolve_layout(job, Layout(tp=1, pp=1, micro_batch_size=2, zero_stage=3, recompute="selective"))
-        est = best_estimate(build_context(job, DEFAULT), lay)
+        est = _scored(
+            "llama3-8b", "dgx-h100", 8,
+            {"seq_len": 8192, "global_batch_size": 16, "fused_kernels": fused},
+            tp=1, pp=1, micro_batch_size=2, zero_stage=3, recompute="selective",
+        )[1]
         return est.step_time_s, est.breakdown_s
 
     (fused_s, fused), (eager_s, eager) = step(True), step(False)
@@ -343,17 +347,14 @@ def test_unfused_kernels_only_slow_the_memory_bound_work():
 
 
 def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
-    from optimizer.calibration import DEFAULT
     from optimizer.cost.estimate import FP4_COPY_BYTES, FP8_COPY_BYTES
 
     def est(precision: str):
-        job = JobSpec(
-            model={"preset": "llama3-70b"},
-            training={"seq_len": 8192, "global_batch_size": 72, "precision": precision},
-            cluster={"preset": "gb200-nvl72", "num_gpus": 72},
-        )
-        lay = resolve_layout(job, Layout(tp=8, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective"))
-        return best_estimate(build_context(job, DEFAULT), lay)
+        return _scored(
+            "llama3-70b", "gb200-nvl72", 72,
+            {"seq_len": 8192, "global_batch_size": 72, "precision": precision},
+            tp=8, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective",
+        )[1]
 
     bf16, fp8, fp4 = est("bf16"), est("fp8"), est("fp4")
     assert bf16.step_time_s > fp8.step_time_s > fp4.step_time_s
@@ -439,13 +440,11 @@ def test_unfused_attention_keeps_the_scores_unless_recomputed_and_forbids_cp():
     from optimizer.cost.layer import UNFUSED_SCORE_BYTES_STORED
 
     def est(kernel: str, recompute: str, cp: int = 1):
-        job = JobSpec(
-            model={"preset": "llama2-7b"},
-            training={"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
-            cluster={"preset": "dgx-a100", "num_gpus": 8},
-        )
-        lay = resolve_layout(job, Layout(tp=2, pp=1, cp=cp, micro_batch_size=1, zero_stage=1, recompute=recompute))
-        return best_estimate(build_context(job), lay)
+        return _scored(
+            "llama2-7b", "dgx-a100", 8,
+            {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
+            tp=2, pp=1, cp=cp, micro_batch_size=1, zero_stage=1, recompute=recompute,
+        )[1]
 
     scores = 32 * UNFUSED_SCORE_BYTES_STORED * 1 * (32 / 2) * 4096**2  # layers x bytes x b x heads/tp x s^2
     none_u, none_f = est("unfused", "none"), est("flash2", "none")
@@ -465,13 +464,11 @@ def test_unfused_attention_keeps_the_scores_unless_recomputed_and_forbids_cp():
 
 def test_unfused_hfu_counts_the_masked_half_of_the_scores():
     def est(kernel: str):
-        job = JobSpec(
-            model={"preset": "llama2-7b"},
-            training={"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
-            cluster={"preset": "dgx-a100", "num_gpus": 8},
+        return _scored(
+            "llama2-7b", "dgx-a100", 8,
+            {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
+            tp=1, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective",
         )
-        lay = resolve_layout(job, Layout(tp=1, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective"))
-        return build_context(job), best_estimate(build_context(job), lay)
 
     (ctx, unfused), (_, flash) = est("unfused"), est("flash2")
     tokens = 8 * 4096
@@ -485,13 +482,11 @@ def test_op_level_recompute_sits_between_none_and_full_and_reruns_tp_collectives
     attention core's output, and re-runs the sequence-parallel all-gathers: half of each layer's
     forward TP traffic."""
     def est(recompute: str):
-        job = JobSpec(
-            model={"preset": "llama3-8b"},
-            training={"seq_len": 8192, "global_batch_size": 96},
-            cluster={"preset": "dgx-h100", "num_gpus": 64},
-        )
-        lay = resolve_layout(job, Layout(tp=8, pp=1, micro_batch_size=12, zero_stage=3, recompute=recompute))
-        return best_estimate(build_context(job), lay)
+        return _scored(
+            "llama3-8b", "dgx-h100", 64,
+            {"seq_len": 8192, "global_batch_size": 96},
+            tp=8, pp=1, micro_batch_size=12, zero_stage=3, recompute=recompute,
+        )[1]
 
     none, sel, op, full = (est(r) for r in ("none", "selective", "op", "full"))
     assert none.breakdown_s["compute"] < op.breakdown_s["compute"] < full.breakdown_s["compute"]
@@ -507,13 +502,11 @@ def test_blocking_pipeline_sends_are_all_exposed():
     from optimizer.calibration import DEFAULT
 
     def est(overlap: bool):
-        job = JobSpec(
-            model={"preset": "gpt3-175b"},
-            training={"seq_len": 2048, "global_batch_size": 256, "pp_comm_overlap": overlap},
-            cluster={"preset": "dgx-a100", "num_gpus": 256},
-        )
-        lay = resolve_layout(job, Layout(tp=8, pp=8, micro_batch_size=1, zero_stage=1, recompute="full"))
-        return best_estimate(build_context(job), lay)
+        return _scored(
+            "gpt3-175b", "dgx-a100", 256,
+            {"seq_len": 2048, "global_batch_size": 256, "pp_comm_overlap": overlap},
+            tp=8, pp=8, micro_batch_size=1, zero_stage=1, recompute="full",
+        )[1]
 
     overlapped, blocking = est(True), est(False)
     assert blocking.breakdown_s["pp_comm"] > 3 * overlapped.breakdown_s["pp_comm"] > 0
@@ -533,13 +526,11 @@ def test_op_level_recompute_keeps_the_attention_core_outputs():
     from optimizer.cost.layer import UNFUSED_SCORE_BYTES_STORED
 
     def est(recompute: str):
-        job = JobSpec(
-            model={"preset": "llama2-7b"},
-            training={"seq_len": 4096, "global_batch_size": 8, "attention_kernel": "unfused"},
-            cluster={"preset": "dgx-a100", "num_gpus": 8},
+        return _scored(
+            "llama2-7b", "dgx-a100", 8,
+            {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": "unfused"},
+            tp=2, pp=1, micro_batch_size=1, zero_stage=1, recompute=recompute,
         )
-        lay = resolve_layout(job, Layout(tp=2, pp=1, micro_batch_size=1, zero_stage=1, recompute=recompute))
-        return build_context(job), best_estimate(build_context(job), lay)
 
     (ctx, op), (_, sel), (_, none) = est("op"), est("selective"), est("none")
     scores = 32 * UNFUSED_SCORE_BYTES_STORED * (32 / 2) * 4096**2

@@ -137,6 +137,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     if c.gpu_power_limit_w is not None and c.gpu_power_limit_w < gpu.tdp_w.value:
         clock = (c.gpu_power_limit_w / gpu.tdp_w.value) ** cal.power_clock_exponent
     nominal_peak = gemm_peak  # MFU is always against the datasheet dense peak
+    kernel = attention_kernel_class(job, gpu)
     gemm_peak *= clock
     bf16 *= clock
     return JobContext(
@@ -160,11 +161,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         gemm_efficiency=eff * cal.gemm_training_fraction,
         bf16_peak_flops=bf16,
         mfu_peak_flops=nominal_peak,
-        attention_kernel=attention_kernel_class(job, gpu),
-        attention_efficiency=(
-            cal.attention_efficiency_flash3
-            if attention_kernel_class(job, gpu) == "flash3"
-            else cal.attention_efficiency
-        ),
+        attention_kernel=kernel,
+        attention_efficiency=cal.attention_efficiency_flash3 if kernel == "flash3" else cal.attention_efficiency,
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
     )

@@ -32,6 +32,7 @@ from optimizer.cost.context import JobContext
 from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import (
     ACT_BYTES,
+    ATTENTION_CORE_RECOMPUTED,
     Dims,
     LayerCost,
     attention_core_times_s,
@@ -718,7 +719,7 @@ def estimate(
     if ctx.attention_kernel == "unfused":
         # materialised scores cover the full square: the masked half of every attention core run
         # (forward, backward, and the recomputed forward) is computed too
-        runs = 3 + (1 if lay.recompute in ("selective", "moe", "full") else 0)  # op keeps the core's output
+        runs = 3 + (1 if lay.recompute in ATTENTION_CORE_RECOMPUTED else 0)
         hw_flops += ctx.flops.attn_core_forward_per_token * runs * tokens_step
     denom = step * ctx.num_gpus * ctx.mfu_peak_flops
     return Estimate(

@@ -31,6 +31,10 @@ UNFUSED_SCORE_BYTES_STORED = 5.0
 mask 1, dropout output 2; ``5 a s^2 b`` per layer)."""
 
 
+ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full"})
+"""Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
+
+
 @dataclass(frozen=True)
 class Dims:
     """The layout numbers the per-layer cost depends on."""
@@ -66,13 +70,18 @@ class LayerCost:
         return self.fwd_s + self.bwd_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def gemm_time_s(ctx: JobContext, flops: float, m: float, n: float, k: float) -> float:
-    """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate."""
+def gemm_time_s(
+    ctx: JobContext, flops: float, m: float, n: float, k: float, rate_flops: float | None = None
+) -> float:
+    """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate
+    (``rate_flops`` for large shapes; default the training precision's)."""
     if flops <= 0:
         return 0.0
+    if rate_flops is None:
+        rate_flops = ctx.gemm_peak_flops * ctx.gemm_efficiency
     d0 = ctx.cal.gemm_dim_half
     shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
-    return flops / (ctx.gemm_peak_flops * ctx.gemm_efficiency * shape)
+    return flops / (rate_flops * shape)
 
 
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
@@ -183,9 +192,9 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     per_token_bytes = ACT_BYTES * tokens
     stored = stored_elems * per_token_bytes
     working = full_elems * per_token_bytes
-    if ctx.attention_kernel == "unfused" and d.recompute in ("none", "op"):
+    if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
         # materialised scores, kept for backward unless the attention core is recomputed
-        # (Korthikanti et al.'s 5as^2b; op keeps the attention core's outputs). Not added to the transient working set of a recomputed
+        # (Korthikanti et al.'s 5as^2b). Not added to the transient working set of a recomputed
         # layer: Korthikanti et al. count stored activations only, and with it the SC'21 ZeRO-3
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * _score_elements(ctx, kind, d)
@@ -245,7 +254,7 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     ring = (d.cp - 1) * (alpha + chunk / slowest)
     cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
     cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
-    return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ("selective", "moe", "full") else 0.0)
+    return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
 
 
 def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
@@ -289,14 +298,9 @@ def attention_core_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[f
         return 0.0, 0.0
     cal = ctx.cal
     s = float(ctx.job.training.seq_len)
-    rate = ctx.bf16_peak_flops * ctx.gpu.gemm_efficiency_bf16.value * cal.gemm_training_fraction
-    d0 = cal.gemm_dim_half
-
-    def g(x: float) -> float:
-        return x / (x + d0)
-
-    qk = 2.0 * elems * ctx.d_qk / (rate * g(s) * g(s) * g(ctx.d_qk))
-    pv = 2.0 * elems * ctx.d_v / (rate * g(s) * g(ctx.d_v) * g(s))
+    bf16_rate = ctx.bf16_peak_flops * ctx.gpu.gemm_efficiency_bf16.value * cal.gemm_training_fraction
+    qk = gemm_time_s(ctx, 2.0 * elems * ctx.d_qk, s, s, ctx.d_qk, bf16_rate)
+    pv = gemm_time_s(ctx, 2.0 * elems * ctx.d_v, s, ctx.d_v, s, bf16_rate)
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency
     fwd = qk + pv + UNFUSED_SCORE_BYTES_FWD * elems / hbm
     bwd = 2.0 * (qk + pv) + UNFUSED_SCORE_BYTES_BWD * elems / hbm
