@@ -105,6 +105,18 @@ MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
 
 
+def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, ...] | None:
+    """Megatron-Core ``recompute_modules`` for a selective-granularity plan (None: its default,
+    ``core_attn``). MLA models add ``mla_up_proj``: the plan's selective and moe recompute keep
+    the latents and re-make the per-head q, k, v (``cost.layer.MLA_UP_RECOMPUTED``)."""
+    mla = ("mla_up_proj",) if model.mla is not None else ()
+    if recompute == "moe":
+        return MEGATRON_MOE_RECOMPUTE_MODULES + mla
+    if recompute in ("selective", "op") and mla:
+        return ("core_attn", *mla)
+    return None
+
+
 @dataclass(frozen=True)
 class _Geometry:
     """Batch and pipeline geometry shared by every framework."""
@@ -282,10 +294,11 @@ def _megatron(
             "--no-gradient-accumulation-fusion",
             "--ckpt-format", "fsdp_dtensor",
         ]  # fmt: skip
-    if layout.recompute in ("selective", "op"):  # op: torchtitan's policy; Megatron's nearest
+    if layout.recompute in ("selective", "op", "moe"):  # op: torchtitan's policy; Megatron's nearest
         args += ["--recompute-granularity", "selective"]
-    elif layout.recompute == "moe":
-        args += ["--recompute-granularity", "selective", "--recompute-modules", *MEGATRON_MOE_RECOMPUTE_MODULES]
+        modules = megatron_recompute_modules(model, layout.recompute)
+        if modules:
+            args += ["--recompute-modules", *modules]
     elif layout.recompute == "full":
         args += [
             "--recompute-granularity", "full",
@@ -511,8 +524,9 @@ def _nemo(
         ("model.num_layers_in_first_pipeline_stage", split.first),
         ("model.num_layers_in_last_pipeline_stage", split.last),
     ]
-    if layout.recompute == "moe":
-        over.append(("model.recompute_modules", "[" + ",".join(MEGATRON_MOE_RECOMPUTE_MODULES) + "]"))
+    modules = megatron_recompute_modules(model, layout.recompute) if granularity == "selective" else None
+    if modules:
+        over.append(("model.recompute_modules", "[" + ",".join(modules) + "]"))
     tokens = [f"{k}={_hydra(v)}" for k, v in over]
     # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.
     layout_value = "null" if split.layout is None else f"'{split.layout}'"

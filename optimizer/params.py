@@ -43,6 +43,7 @@ __all__ = [
     "LayerParams",
     "ParamCount",
     "attention_params",
+    "mla_up_projection_params",
     "count_params",
     "embedding_params",
     "layer_params",
@@ -114,22 +115,29 @@ def mlp_params(hidden: int, ffn: int, activation: str) -> int:
     raise ValueError(f"unknown activation {activation!r}")
 
 
+def mla_up_projection_params(model: ModelSpec) -> tuple[int, int]:
+    """MLA up-projections of one layer: (query latent -> per-head q, 0 without query compression;
+    key/value latent -> per-head k (no-rope part) and v). 0, 0 for models without MLA."""
+    mla = model.mla
+    if mla is None:
+        return 0, 0
+    a = _req(model.num_attention_heads, "num_attention_heads")
+    q_up = 0 if mla.q_lora_rank is None else mla.q_lora_rank * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    return q_up, mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
+
+
 def attention_params(model: ModelSpec) -> int:
     """Attention projections of one layer (GQA/MHA, or MLA when ``model.mla`` is set)."""
     h = _req(model.hidden_size, "hidden_size")
     a = _req(model.num_attention_heads, "num_attention_heads")
     mla = model.mla
     if mla is not None:
-        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        q_up, kv_up = mla_up_projection_params(model)
         if mla.q_lora_rank is None:
-            q = h * a * qk_head
+            q = h * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
         else:
-            q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a * qk_head
-        kv = (
-            h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
-            + mla.kv_lora_rank
-            + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
-        )
+            q = h * mla.q_lora_rank + mla.q_lora_rank + q_up
+        kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank + kv_up
         o = a * mla.v_head_dim * h
         return q + kv + o
     g = _req(model.num_kv_heads, "num_kv_heads")

@@ -18,7 +18,8 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
 FP4 tensor cores."""
 Recompute = Literal["none", "selective", "op", "moe", "full"]
-"""Activation recompute. ``selective``: the attention core (Megatron). ``op``: torchtitan's
+"""Activation recompute. ``selective``: the attention core (Megatron), norms and activation
+functions, and on MLA models the up-projections (the latents are kept). ``op``: torchtitan's
 op-level selective checkpointing: keeps the attention output, the expert all-to-all output and
 every second matmul output; re-runs the other matmuls, the elementwise ops and the tensor-parallel
 all-gathers / all-reduces in backward (searched only when ``search.allow`` or ``search.fix`` names

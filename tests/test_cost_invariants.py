@@ -22,13 +22,16 @@ from optimizer.errors import InvalidLayout
 from optimizer.results import Plan
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout
+from optimizer.units import GIB
 
-MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b")
+MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3")
 RECOMPUTE_LEVELS = {
     "llama3-8b": ("none", "selective", "full"),
     "llama3-70b": ("none", "selective", "full"),
     "mixtral-8x7b": ("none", "selective", "moe", "full"),  # moe: the whole MoE block recomputed
+    "deepseek-v3": ("none", "selective", "moe", "full"),  # MLA: selective also re-makes q, k, v
 }
+NUM_EXPERTS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 """Recompute policies in order of increasing recompute, per model."""
 CLUSTER_GPUS = {
     "dgx-h100": (8, 16, 32, 64, 128, 256),
@@ -53,8 +56,8 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     cp = draw(st.sampled_from(_divisors(n // (tp * pp), 2)))
     dp = n // (tp * pp * cp)
     ep = 1
-    if model == "mixtral-8x7b":
-        ep = draw(st.sampled_from([e for e in _divisors(dp * cp, 8) if 8 % e == 0]))
+    if model in NUM_EXPERTS:
+        ep = draw(st.sampled_from([e for e in _divisors(dp * cp, 8) if NUM_EXPERTS[model] % e == 0]))
     mbs = draw(st.sampled_from([1, 2]))
     m = pp * draw(st.sampled_from([1, 2, 4]))  # micro-batches: >= pp and a multiple of pp
     vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
@@ -540,3 +543,52 @@ def test_op_level_recompute_keeps_the_attention_core_outputs():
     none_extra = none.hardware_flops_per_step - none.model_flops_per_step
     assert none_extra == pytest.approx(3 * masked)
     assert op_extra - none_extra == pytest.approx(0.5 * (ctx.flops.forward_layers_per_token * 8 * 4096 - masked))
+
+
+def _deepseek_v3_h800(recompute: str, **training: Any) -> tuple[JobContext, Estimate]:
+    """DeepSeek-V3's published pre-training layout (report section 3.2: 2,048 H800, PP16, EP64
+    over 8 nodes, ZeRO-1 data parallel; 4k sequences, batch 15,360, FP8 GEMMs)."""
+    job = JobSpec(
+        model={"preset": "deepseek-v3"},
+        training={"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", **training},
+        cluster={"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 2048},
+    )
+    ctx = build_context(job)
+    layout = Layout(tp=1, pp=16, ep=64, micro_batch_size=1, zero_stage=1, recompute=recompute)
+    return ctx, best_estimate(ctx, resolve_layout(job, layout))
+
+
+def test_mla_selective_recompute_keeps_the_latents_and_reruns_the_up_projections():
+    """On MLA models selective recompute keeps the compressed latents and the rotary key and re-makes
+    the per-head q, k, v in backward (DeepSeek-V3 report 3.2.3; Megatron's ``mla_up_proj``):
+    128 heads x (192 + 192 + 128) elements per token fewer per layer than ``op`` (which keeps them,
+    memory otherwise counted the same), at the cost of the two up-projection GEMMs."""
+    from optimizer.cost.layer import ACT_BYTES, Dims, layer_cost
+    from optimizer.cost.topology import axis_groups
+
+    ctx, sel = _deepseek_v3_h800("selective")
+    _, op = _deepseek_v3_h800("op")
+    _, none = _deepseek_v3_h800("none")
+    tokens = 15360 * 4096
+    # q_b 1536 x 128 x 192 and kv_b 512 x 128 x (128 + 128), 61 layers, 2 FLOPs per multiply-add
+    up_flops_per_token = 2 * 61 * (1536 * 128 * 192 + 512 * 128 * 256)
+    assert ctx.flops.mla_up_forward_per_token == up_flops_per_token
+    assert sel.hardware_flops_per_step - none.hardware_flops_per_step == pytest.approx(
+        (ctx.flops.attn_core_forward_per_token + up_flops_per_token) * tokens
+    )
+    groups = axis_groups(ctx.topology, sel.order, sel.layout.sizes())
+    moe_kind = next(k for k in ctx.kinds if k.is_moe)
+
+    def cost(recompute: str):
+        return layer_cost(ctx, moe_kind, Dims(1, 1, 64, 1, False, recompute), groups)
+
+    per_head_qkv = 128 * (192 + 192 + 128) * 4096 * ACT_BYTES  # one micro-batch of 4,096 tokens
+    assert cost("op").stored_act_bytes - cost("selective").stored_act_bytes == pytest.approx(per_head_qkv)
+    assert cost("selective").working_act_bytes == pytest.approx(cost("op").working_act_bytes)
+    assert cost("selective").bwd_s > cost("none").bwd_s
+    # the published layout ran: with the up-projections recomputed it fits the H800's 80 GB
+    # (78.6 GiB on stage 1, bf16 activations; DeepSeek also cached activations in FP8); keeping the
+    # per-head q, k, v it would need about 111 GiB
+    assert sel.fits_memory
+    assert sel.peak_memory_bytes / GIB == pytest.approx(78.6, abs=0.1)
+    assert op.peak_memory_bytes / GIB > 100

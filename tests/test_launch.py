@@ -506,6 +506,38 @@ def test_moe_recompute_megatron_modules():
     assert "--recompute-method" not in args
 
 
+def _mla_case(recompute: str) -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """A small MLA + MoE model (DeepSeek-V3's attention shapes, fewer layers)."""
+    model = ModelSpec(
+        name="mla-moe", num_layers=8, hidden_size=7168, num_attention_heads=128, num_kv_heads=128,
+        vocab_size=129280, ffn_hidden_size=18432,
+        mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+             "v_head_dim": 128},
+        moe=MoEConfig(num_experts=64, top_k=8, expert_ffn_hidden_size=2048),
+    )  # fmt: skip
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
+    layout = Layout(
+        tp=1, pp=2, ep=8, dp=8, micro_batch_size=1, num_micro_batches=8, zero_stage=1, recompute=recompute,
+    )  # fmt: skip
+    return model, training, layout
+
+
+@pytest.mark.parametrize(
+    ("recompute", "modules"),
+    [("selective", ["core_attn", "mla_up_proj"]), ("moe", ["core_attn", "layernorm", "moe", "mla_up_proj"])],
+)
+def test_mla_recompute_names_the_up_projection_module(recompute, modules):
+    """The cost model's selective and moe recompute re-make MLA's per-head q, k, v from the
+    latents (``cost.layer.MLA_UP_RECOMPUTED``): Megatron and Bridge are told so."""
+    out = launch(_mla_case(recompute))
+    args = shlex.split(out.megatron)
+    i = args.index("--recompute-modules")
+    assert args[i + 1 : i + 1 + len(modules)] == modules
+    assert nemo_overrides(out.nemo)["model.recompute_modules"] == "[" + ",".join(modules) + "]"
+    assert "--recompute-modules" not in launch(_mla_case("none")).megatron
+    assert "--recompute-modules" not in launch(llama_case()).megatron  # no MLA: Megatron's default
+
+
 def test_moe_recompute_nemo_modules():
     over = nemo_overrides(launch(mixtral_moe_recompute_case()).nemo)
     assert over["model.recompute_granularity"] == "selective"

@@ -11,7 +11,7 @@ from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params
+from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params, mla_up_projection_params
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
 
@@ -44,6 +44,8 @@ class JobContext:
     lm_head_params: int
     d_qk: int
     d_v: int
+    mla_up_params: tuple[int, int]
+    """MLA up-projection parameters per layer (query, key/value; ``params.mla_up_projection_params``)."""
     gemm_peak_flops: float
     gemm_efficiency: float
     bf16_peak_flops: float
@@ -157,6 +159,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         lm_head_params=lm_head_params(model),
         d_qk=d_qk,
         d_v=d_v,
+        mla_up_params=mla_up_projection_params(model),
         gemm_peak_flops=gemm_peak,
         gemm_efficiency=eff * cal.gemm_training_fraction,
         bf16_peak_flops=bf16,

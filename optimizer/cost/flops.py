@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.params import layer_params
+from optimizer.params import layer_params, mla_up_projection_params
 from optimizer.specs import ModelSpec
 
 
@@ -73,6 +73,8 @@ class ModelFlops:
     attn_core_forward_per_token: float
     moe_block_forward_per_token: float
     """Router, routed and shared experts of the MoE layers (what ``recompute="moe"`` re-runs)."""
+    mla_up_forward_per_token: float
+    """MLA up-projections of every layer (re-run by ``selective`` and ``moe`` on MLA models)."""
 
 
 def model_flops(model: ModelSpec, seq_len: int) -> ModelFlops:
@@ -86,7 +88,8 @@ def model_flops(model: ModelSpec, seq_len: int) -> ModelFlops:
         if layer_params(model, i).num_routed_experts:
             moe_block += lf.mlp
     fwd = fwd_layers + lm_head_flops_per_token(model)
-    return ModelFlops(3.0 * fwd, fwd_layers, core, moe_block)
+    mla_up = 2.0 * sum(mla_up_projection_params(model)) * (model.num_layers or 0)
+    return ModelFlops(3.0 * fwd, fwd_layers, core, moe_block, mla_up)
 
 
 def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
@@ -94,9 +97,9 @@ def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
     if recompute == "full":
         return mf.forward_layers_per_token
     if recompute == "selective":
-        return mf.attn_core_forward_per_token
+        return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token
     if recompute == "moe":
-        return mf.attn_core_forward_per_token + mf.moe_block_forward_per_token
+        return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token + mf.moe_block_forward_per_token
     if recompute == "op":  # every second matmul of the layers (attention core kept)
         return 0.5 * (mf.forward_layers_per_token - mf.attn_core_forward_per_token)
     return 0.0

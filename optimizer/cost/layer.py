@@ -34,6 +34,11 @@ mask 1, dropout output 2; ``5 a s^2 b`` per layer)."""
 ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full"})
 """Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
 
+MLA_UP_RECOMPUTED = frozenset({"selective", "moe"})
+"""Recompute modes that, on MLA models, keep the compressed query / key-value latents instead of
+the per-head q, k, v and re-run the up-projections in backward (DeepSeek-V3 report section 3.2.3;
+Megatron-Core's ``mla_up_proj`` recompute module). ``full`` re-runs them with the whole layer."""
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -132,6 +137,18 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem
     bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + t_core_bwd
+    mla_up_kept = model.mla is None or d.recompute not in MLA_UP_RECOMPUTED
+    if not mla_up_kept:
+        assert model.mla is not None
+        q_up, kv_up = ctx.mla_up_params
+        heads_local = float(model.num_attention_heads or 0) / tp
+        if q_up:
+            q_rank = float(model.mla.q_lora_rank or 0)
+            bwd += gemm_time_s(ctx, 2 * tokens * q_up / tp, tokens, heads_local * ctx.d_qk, q_rank)
+        kv_rank = float(model.mla.kv_lora_rank)
+        bwd += gemm_time_s(
+            ctx, 2 * tokens * kv_up / tp, tokens, heads_local * (model.mla.qk_nope_head_dim + ctx.d_v), kv_rank
+        )
     moe_block = d.recompute == "moe" and kind.is_moe  # the MoE block is re-run in backward
     if d.recompute == "full":
         bwd += fwd
@@ -150,11 +167,16 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
     hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
     if model.mla is not None:
-        # decompressed q, k, v per head (split over TP) plus the compressed latents (replicated)
-        attn_inner = heads * ctx.d_qk / tp + kv_width_local
-        attn_inner += (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+        # compressed latents (replicated over TP) and the shared rotary key, plus the per-head
+        # q, k, v the up-projections make (split over TP; a model without query compression
+        # projects q from the hidden state, and keeps it when the up-projections are recomputed)
+        mla = model.mla
+        q_heads = heads * ctx.d_qk / tp
+        mla_up_out = (q_heads if mla.q_lora_rank else 0.0) + kv_width_local
+        attn_inner = (mla.q_lora_rank or q_heads) + mla.kv_lora_rank + mla.qk_rope_head_dim + mla_up_out
     else:
         attn_inner = heads * ctx.d_qk / tp + kv_width_local  # q, and k/v (replicated if tp > kv heads)
+        mla_up_out = 0.0
     core_out = heads * ctx.d_v / tp
     gated = model.activation == "swiglu"
     if kind.is_moe:
@@ -189,6 +211,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         stored_elems = always  # op keeps fewer matmul outputs; counted like selective (upper bound)
     else:
         stored_elems = full_elems
+    if not mla_up_kept:
+        stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
     per_token_bytes = ACT_BYTES * tokens
     stored = stored_elems * per_token_bytes
     working = full_elems * per_token_bytes
