@@ -43,11 +43,11 @@ __all__ = [
     "LayerParams",
     "ParamCount",
     "attention_params",
-    "mla_up_projection_params",
     "count_params",
     "embedding_params",
     "layer_params",
     "lm_head_params",
+    "mla_up_projection_params",
     "mlp_params",
 ]
 

@@ -11,7 +11,13 @@ from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.params import LayerParams, embedding_params, layer_params, lm_head_params, mla_up_projection_params
+from optimizer.params import (
+    LayerParams,
+    embedding_params,
+    layer_params,
+    lm_head_params,
+    mla_up_projection_params,
+)
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
 
