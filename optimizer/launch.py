@@ -112,7 +112,7 @@ def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, .
     mla = ("mla_up_proj",) if model.mla is not None else ()
     if recompute == "moe":
         return MEGATRON_MOE_RECOMPUTE_MODULES + mla
-    if recompute in ("selective", "op") and mla:
+    if recompute == "selective" and mla:
         return ("core_attn", *mla)
     return None
 

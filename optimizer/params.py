@@ -116,13 +116,15 @@ def mlp_params(hidden: int, ffn: int, activation: str) -> int:
 
 
 def mla_up_projection_params(model: ModelSpec) -> tuple[int, int]:
-    """MLA up-projections of one layer: (query latent -> per-head q, 0 without query compression;
-    key/value latent -> per-head k (no-rope part) and v). 0, 0 for models without MLA."""
+    """The projections that make MLA's per-head q, k, v in one layer: (query latent -> per-head q,
+    or hidden state -> per-head q without query compression; key/value latent -> per-head k
+    (no-rope part) and v). 0, 0 for models without MLA."""
     mla = model.mla
     if mla is None:
         return 0, 0
     a = _req(model.num_attention_heads, "num_attention_heads")
-    q_up = 0 if mla.q_lora_rank is None else mla.q_lora_rank * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    q_in = _req(model.hidden_size, "hidden_size") if mla.q_lora_rank is None else mla.q_lora_rank
+    q_up = q_in * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
     return q_up, mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
 
 
@@ -133,10 +135,7 @@ def attention_params(model: ModelSpec) -> int:
     mla = model.mla
     if mla is not None:
         q_up, kv_up = mla_up_projection_params(model)
-        if mla.q_lora_rank is None:
-            q = h * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
-        else:
-            q = h * mla.q_lora_rank + mla.q_lora_rank + q_up
+        q = q_up if mla.q_lora_rank is None else h * mla.q_lora_rank + mla.q_lora_rank + q_up
         kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank + kv_up
         o = a * mla.v_head_dim * h
         return q + kv + o

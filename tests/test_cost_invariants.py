@@ -31,8 +31,8 @@ RECOMPUTE_LEVELS = {
     "mixtral-8x7b": ("none", "selective", "moe", "full"),  # moe: the whole MoE block recomputed
     "deepseek-v3": ("none", "selective", "moe", "full"),  # MLA: selective also re-makes q, k, v
 }
-NUM_EXPERTS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 """Recompute policies in order of increasing recompute, per model."""
+NUM_EXPERTS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 CLUSTER_GPUS = {
     "dgx-h100": (8, 16, 32, 64, 128, 256),
     "gb200-nvl72": (8, 16, 32, 64, 72, 144),
@@ -585,10 +585,58 @@ def test_mla_selective_recompute_keeps_the_latents_and_reruns_the_up_projections
     per_head_qkv = 128 * (192 + 192 + 128) * 4096 * ACT_BYTES  # one micro-batch of 4,096 tokens
     assert cost("op").stored_act_bytes - cost("selective").stored_act_bytes == pytest.approx(per_head_qkv)
     assert cost("selective").working_act_bytes == pytest.approx(cost("op").working_act_bytes)
-    assert cost("selective").bwd_s > cost("none").bwd_s
     # the published layout ran: with the up-projections recomputed it fits the H800's 80 GB
     # (78.6 GiB on stage 1, bf16 activations; DeepSeek also cached activations in FP8); keeping the
     # per-head q, k, v it would need about 111 GiB
     assert sel.fits_memory
     assert sel.peak_memory_bytes / GIB == pytest.approx(78.6, abs=0.1)
     assert op.peak_memory_bytes / GIB > 100
+
+
+def test_mla_up_projection_recompute_costs_its_two_gemms_and_keeps_split_latents(monkeypatch):
+    """Backward re-runs q_b (1536 -> 128 x 192) and kv_b (512 -> 128 x 256) on every token of the
+    micro-batch, heads split over TP; with sequence parallelism the latents are split too."""
+    from optimizer.cost import layer as layer_mod
+    from optimizer.cost.layer import ACT_BYTES, Dims, gemm_time_s, layer_cost
+    from optimizer.cost.topology import axis_groups
+
+    ctx, sel = _deepseek_v3_h800("selective")
+    groups = axis_groups(ctx.topology, sel.order, sel.layout.sizes())
+    moe_kind = next(k for k in ctx.kinds if k.is_moe)
+    tp, tokens = 2, 4096.0
+    dims = Dims(tp, 1, 64, 1, True, "selective")
+    recomputed = layer_cost(ctx, moe_kind, dims, groups)
+    monkeypatch.setattr(layer_mod, "MLA_UP_RECOMPUTED", frozenset())
+    kept = layer_cost(ctx, moe_kind, dims, groups)
+    gemms = gemm_time_s(ctx, 2 * tokens * 1536 * 128 * 192 / tp, tokens, 128 * 192 / tp, 1536) + gemm_time_s(
+        ctx, 2 * tokens * 512 * 128 * 256 / tp, tokens, 128 * 256 / tp, 512
+    )
+    assert recomputed.bwd_s - kept.bwd_s == pytest.approx(gemms)
+    assert recomputed.fwd_s == kept.fwd_s
+    # stored per token: norm inputs 2 x 7168/2, latents (1536 + 512)/2, rotary key 64, attention
+    # output 128 x 128/2, routed copies 8/2 x (7168 + 2 x 2048), shared expert 2 x 2048/2
+    elements = 7168 + 1024 + 64 + 8192 + 4 * 11264 + 2048
+    assert recomputed.stored_act_bytes == pytest.approx(elements * tokens * ACT_BYTES)
+
+
+def test_mla_without_query_compression_re_makes_q_from_the_hidden_state():
+    """Megatron's mla_up_proj checkpoint also re-runs the direct query projection when a model
+    has no query latent (DeepSeek-V2-Lite): q is dropped and its GEMM re-run in backward."""
+    mla = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    model = {"name": "mla-lite", "num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16,
+             "num_kv_heads": 16, "vocab_size": 32000, "ffn_hidden_size": 8192, "mla": mla}  # fmt: skip
+    job = JobSpec(
+        model=model, training={"seq_len": 4096, "global_batch_size": 8},
+        cluster={"preset": "dgx-h100", "num_gpus": 8},
+    )  # fmt: skip
+    ctx = build_context(job)
+    assert ctx.mla_up_params == (2048 * 16 * 192, 512 * 16 * 256)
+    assert ctx.flops.mla_up_forward_per_token == 2 * 4 * (2048 * 16 * 192 + 512 * 16 * 256)
+
+    def est(recompute: str) -> Estimate:
+        lay = Layout(tp=1, pp=1, micro_batch_size=1, zero_stage=1, recompute=recompute)
+        return best_estimate(ctx, resolve_layout(job, lay))
+
+    sel, op = est("selective"), est("op")
+    per_head_qkv = 4 * 16 * (192 + 192 + 128) * 4096 * 2  # layers x elements per token x tokens x bytes
+    assert op.memory[0].activations_bytes - sel.memory[0].activations_bytes == pytest.approx(per_head_qkv)

@@ -535,6 +535,7 @@ def test_mla_recompute_names_the_up_projection_module(recompute, modules):
     assert args[i + 1 : i + 1 + len(modules)] == modules
     assert nemo_overrides(out.nemo)["model.recompute_modules"] == "[" + ",".join(modules) + "]"
     assert "--recompute-modules" not in launch(_mla_case("none")).megatron
+    assert "--recompute-modules" not in launch(_mla_case("op")).megatron  # op keeps q, k, v
     assert "--recompute-modules" not in launch(llama_case()).megatron  # no MLA: Megatron's default
 
 

@@ -142,9 +142,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         assert model.mla is not None
         q_up, kv_up = ctx.mla_up_params
         heads_local = float(model.num_attention_heads or 0) / tp
-        if q_up:
-            q_rank = float(model.mla.q_lora_rank or 0)
-            bwd += gemm_time_s(ctx, 2 * tokens * q_up / tp, tokens, heads_local * ctx.d_qk, q_rank)
+        q_in = float(model.mla.q_lora_rank or h)  # the query latent, or the hidden state
+        bwd += gemm_time_s(ctx, 2 * tokens * q_up / tp, tokens, heads_local * ctx.d_qk, q_in)
         kv_rank = float(model.mla.kv_lora_rank)
         bwd += gemm_time_s(
             ctx, 2 * tokens * kv_up / tp, tokens, heads_local * (model.mla.qk_nope_head_dim + ctx.d_v), kv_rank
@@ -167,13 +166,12 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
     hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
     if model.mla is not None:
-        # compressed latents (replicated over TP) and the shared rotary key, plus the per-head
-        # q, k, v the up-projections make (split over TP; a model without query compression
-        # projects q from the hidden state, and keeps it when the up-projections are recomputed)
+        # compressed latents (replicated over TP, split with sequence parallelism) and the shared
+        # rotary key, plus the per-head q, k, v the up-projections make (split over TP; without
+        # query compression q is projected from the norm output, counted in ``hid``)
         mla = model.mla
-        q_heads = heads * ctx.d_qk / tp
-        mla_up_out = (q_heads if mla.q_lora_rank else 0.0) + kv_width_local
-        attn_inner = (mla.q_lora_rank or q_heads) + mla.kv_lora_rank + mla.qk_rope_head_dim + mla_up_out
+        mla_up_out = heads * ctx.d_qk / tp + kv_width_local
+        attn_inner = ((mla.q_lora_rank or 0) + mla.kv_lora_rank) / sp_div + mla.qk_rope_head_dim + mla_up_out
     else:
         attn_inner = heads * ctx.d_qk / tp + kv_width_local  # q, and k/v (replicated if tp > kv heads)
         mla_up_out = 0.0
