@@ -171,6 +171,8 @@ def job_from_seed(seed: int) -> dict[str, Any]:
         "cluster": {"preset": preset, "num_gpus": num_gpus},
         "search": search_spec,
     }
+    if random.Random(seed ^ 0x5EED).random() < 0.3:  # name uneven interleaving depths (own draw: the rest unchanged)
+        search_spec["allow"]["vpp"] = [1, 2, 3]
     # Bound the oracle's work: no interleaving, then at most two stages, then fewer GPUs.
     for step in ("vpp", "pp", "gpus", "gpus", "gpus", "gpus"):
         if oracle_work(job) <= ORACLE_BUDGET:
@@ -648,3 +650,47 @@ def test_op_level_recompute_is_searched_only_when_named() -> None:
     response = search(fixed)
     assert response.status == "optimal" and response.plans[0].config.recompute == "op"
     assert any("op-level selective checkpointing" in n for n in response.plans[0].notes)
+
+
+# ---- uneven interleaving ---------------------------------------------------------------------
+
+# 9 layers on 2 stages x 2 or 4 chunks: no depth divides them evenly, so the default space has
+# only vpp 1; naming the depths puts the uneven splits in (checked against the brute force).
+JOB_UNEVEN_INTERLEAVING = {
+    "model": {"name": "generated", "num_layers": 9, "hidden_size": 1024, "num_attention_heads": 8,
+              "vocab_size": 32000},
+    "training": {"seq_len": 4096, "global_batch_size": 16},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+    "search": {"top_k": 2, "allow": {"vpp": [1, 2, 4]},
+               "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}},
+}
+
+
+def test_uneven_interleaving_is_searched_when_named_and_agrees_with_brute_force() -> None:
+    req = _request(JOB_UNEVEN_INTERLEAVING)
+    spec = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    named = {lay.vpp for lay in enumerate_layouts(spec, req.search)}
+    default = _request({**JOB_UNEVEN_INTERLEAVING, "search": {"fix": JOB_UNEVEN_INTERLEAVING["search"]["fix"]}})
+    assert named == {1, 2, 4}
+    assert {lay.vpp for lay in enumerate_layouts(spec, default.search)} == {1}
+    check_against_oracle(JOB_UNEVEN_INTERLEAVING)
+
+
+def test_uneven_interleaving_finds_a_faster_llama_405b_plan_when_named() -> None:
+    """Llama 3.1 405B has 126 layers: with pp 16 no depth divides them, so the default space
+    interleaves nothing there and the planner answers TP16 ZeRO-3 (6.27 s). Naming depths 1-8
+    finds TP4 PP16 with 7 uneven chunks per stage (2 or 1 layers each), 16% faster."""
+    base = {
+        "model": {"preset": "llama3.1-405b"},
+        "training": {"seq_len": 8192, "global_batch_size": 2048},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16384},
+    }
+    default = search(_request(base))
+    named = search(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
+    assert default.status == named.status == "optimal"
+    d, n = default.plans[0], named.plans[0]
+    assert (d.config.tp, d.config.pp, d.config.vpp) == (16, 1, 1)
+    assert d.step_time_s == pytest.approx(6.265, abs=1e-3)
+    assert (n.config.tp, n.config.pp, n.config.vpp) == (4, 16, 7)
+    assert n.step_time_s == pytest.approx(5.251, abs=1e-3)
+    assert sorted(set(n.config.stage_layers)) == [1, 2] and sum(n.config.stage_layers) == 126

@@ -377,13 +377,23 @@ def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float
     """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain."""
     if lay.pp == 1 or not groups.pp.levels:
         return 0.0
+    outer = groups.pp.levels[-1]
+    t_p2p = p2p_time_s(_pp_message_bytes(ctx, lay), outer.beta_bytes_per_s, outer.alpha_s)
+    return pp_comm_from_p2p_s(ctx, lay.pp, lay.vpp, lay.num_micro_batches, t_p2p)
+
+
+def _pp_message_bytes(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """One micro-batch's activations crossing a pipeline boundary (split by TP with SP)."""
     h = float(ctx.job.model.hidden_size or 0)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-    msg = tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
-    outer = groups.pp.levels[-1]
-    t_p2p = p2p_time_s(msg, outer.beta_bytes_per_s, outer.alpha_s)
+    return tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
+
+
+def pp_comm_from_p2p_s(ctx: JobContext, pp: int, vpp: int, m: int, t_p2p: float) -> float:
+    """``pp_comm_s`` from one send's time: every chunk boundary sends forward and backward per
+    micro-batch (the exposed share of them), plus the fill / drain chain across the stages."""
     exposed = ctx.cal.pp_comm_exposed if ctx.job.training.pp_comm_overlap else 1.0
-    return exposed * lay.num_micro_batches * 2 * lay.vpp * t_p2p + 2 * (lay.pp - 1) * t_p2p
+    return exposed * m * 2 * vpp * t_p2p + 2 * (pp - 1) * t_p2p
 
 
 def compose_step(
@@ -754,9 +764,30 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
 
 def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[float]:
     """``compute_lower_bound_s`` of each layout, in one loop (the search bounds every layout)."""
+    return [
+        bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
+        for terms, lay in zip(lower_bound_terms(ctx, layouts), layouts)
+    ]
+
+
+def bound_at_vpp(ctx: JobContext, terms: tuple[float, float, float, float], pp: int, vpp: int, m: int) -> float:
+    """The lower bound from a layout's ``lower_bound_terms`` at interleaving depth ``vpp``: the
+    bubble falls as it rises, the pipeline sends grow with it (``pp_comm_from_p2p_s`` at the
+    cheapest send)."""
+    steady, avg, optimizer, p2p = terms
+    bound = steady + (pp - 1) / vpp * avg + optimizer
+    if p2p > 0:
+        bound += pp_comm_from_p2p_s(ctx, pp, vpp, m, p2p)
+    return bound
+
+
+def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:
+    """Per layout, what its bound is made of apart from the interleaving depth: ``m`` times the
+    average stage's time per micro-batch, that time, the average stage's optimizer step, and one
+    pipeline send at its cheapest over every geometry the pipeline group can have."""
     memo = ctx.memo
     hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
-    bounds = []
+    terms = []
     for lay in layouts:
         key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
         per_layer_total = memo.get(key)
@@ -765,14 +796,27 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
             memo[key] = per_layer_total
         layer_time, dense, expert = per_layer_total
         avg = layer_time / lay.pp
-        bound = lay.num_micro_batches * avg + (lay.pp - 1) / lay.vpp * avg
         # The optimizer step of the heaviest stage is at least that of the average stage.
         if lay.zero_stage >= 1:
             dense /= lay.dp * lay.cp
             expert /= lay.tp * lay.dp * lay.cp // lay.ep
-        bound += (dense + expert) / lay.pp * ADAM_STEP_BYTES / hbm
-        bounds.append(bound)
-    return bounds
+        p2p = 0.0
+        if lay.pp > 1:
+            p2p_key = ("lb-p2p", lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1)
+            p2p = memo.get(p2p_key)
+            if p2p is None:
+                p2p = memo[p2p_key] = _p2p_floor_s(ctx, lay)
+        terms.append((lay.num_micro_batches * avg, avg, (dense + expert) / lay.pp * ADAM_STEP_BYTES / hbm, p2p))
+    return terms
+
+
+def _p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """The cheapest pipeline send of ``lay`` over every geometry its pipeline group can have."""
+    msg = _pp_message_bytes(ctx, lay)
+    return min(
+        p2p_time_s(msg, g.levels[-1].beta_bytes_per_s, g.levels[-1].alpha_s) if g.levels else 0.0
+        for g in _axis_geometries(ctx, lay.pp)
+    )
 
 
 def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:

@@ -1,9 +1,11 @@
 """Planner search: exact enumeration with bounds, then CP-SAT over layouts and layer splits.
 
-1. ``space.enumerate_layouts`` lists every valid regular layout (uniform split).
+1. ``space.layout_families`` lists every valid regular layout (uniform split), grouped by all
+   but the interleaving depth.
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
+   A family's deeper interleavings are resolved only when the bound of its deepest is reached.
 3. CP-SAT chooses the layer split (per-stage layer counts under per-stage memory limits, exact
    cost tables) of every costed pipelined layout, in every distinct geometry of its rank orders,
    whose split floor is below the running k-th best time: the pool's best layouts first, then
@@ -17,11 +19,16 @@ import heapq
 import time
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import compute_lower_bounds, step_floor_exceeds
+from optimizer.cost.estimate import (
+    bound_at_vpp,
+    compute_lower_bounds,
+    lower_bound_terms,
+    step_floor_exceeds,
+)
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.screen import Screen, Unfit, screen_memory
-from optimizer.search.space import enumerate_layouts
+from optimizer.search.space import LayoutFamily, count_layouts, layout_families
 from optimizer.search.splits import POOL_MARGIN_S, SplitBudget, layout_key, solve_splits
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB, to_gib
@@ -51,9 +58,9 @@ def search(request: PlanRequest) -> PlanResponse:
     ctx = build_context(job)
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
     deadline = t0 + spec.time_limit_s
-    layouts = list(enumerate_layouts(job, spec))
-    info = SolverInfo(candidates_enumerated=len(layouts))
-    if not layouts:
+    families = list(layout_families(job, spec))
+    info = SolverInfo(candidates_enumerated=count_layouts(families))
+    if not families:
         info.wall_time_s = time.perf_counter() - t0
         return PlanResponse(
             status="infeasible",
@@ -61,8 +68,19 @@ def search(request: PlanRequest) -> PlanResponse:
             solver=info,
             explanation=_no_layout_explanation(job),
         )
-    bounds = compute_lower_bounds(ctx, layouts)
-    order = sorted(range(len(layouts)), key=lambda i: bounds[i])
+    # Bound-ordered queue of layouts and of families whose deeper interleavings are unresolved;
+    # a family enters at the smallest of its deeper members' bounds, so popping
+    # in bound order visits every layout in bound order. Ties pop in enumeration order.
+    queue: list[tuple[float, int, ResolvedLayout | LayoutFamily]] = []
+    for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
+        lay = fam.first
+        queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i, lay))
+        if fam.more_vpps:
+            deeper = min(bound_at_vpp(ctx, terms, lay.pp, v, lay.num_micro_batches) for v in fam.more_vpps)
+            queue.append((deeper, 2 * i + 1, fam))
+    heapq.heapify(queue)
+    seq = 2 * len(families)
+    n_layouts = info.candidates_enumerated
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -74,18 +92,26 @@ def search(request: PlanRequest) -> PlanResponse:
     next_bound: float | None = None
     costed = 0
     budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
-    for i in order:
-        if len(kth_heap) >= spec.top_k and bounds[i] > -kth_heap[0]:
-            next_bound = bounds[i]  # nothing from here on can enter the top-k
+    while queue:
+        bound, _, item = queue[0]
+        if len(kth_heap) >= spec.top_k and bound > -kth_heap[0]:
+            next_bound = bound  # nothing from here on can enter the top-k
             break
         if time.perf_counter() > budget_end:
             proved = False
-            next_bound = bounds[i]
+            next_bound = bound
             break
-        lay = layouts[i]
+        heapq.heappop(queue)
+        if isinstance(item, LayoutFamily):
+            members = item.expand(job)
+            for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
+                heapq.heappush(queue, (member_bound, seq, member))
+                seq += 1
+            continue
+        lay = item
         costed += 1
         if lay.pp > 1:
-            pipelined.append((bounds[i], lay))
+            pipelined.append((bound, lay))
         screen = screen_memory(ctx, lay, headroom)
         if screen is not None and not screen.fits_memory:
             unfit = Unfit(lay, screen.peak_memory_bytes)
@@ -142,7 +168,7 @@ def search(request: PlanRequest) -> PlanResponse:
         )
     if not proved:
         warnings.append(
-            f"time limit reached after costing {costed} of {len(layouts)} layouts; best remaining bound "
+            f"time limit reached after costing {costed} of {n_layouts} layouts; best remaining bound "
             f"{next_bound:.3f} s"
         )
     if not results:
@@ -153,7 +179,7 @@ def search(request: PlanRequest) -> PlanResponse:
                 solver=info,
                 explanation=(
                     f"no layout that fits in memory was found within search.time_limit_s = {spec.time_limit_s} s "
-                    f"({costed} of {len(layouts)} layouts costed); infeasibility is not proved: raise the time "
+                    f"({costed} of {n_layouts} layouts costed); infeasibility is not proved: raise the time "
                     "limit or narrow search.fix / search.allow"
                 ),
                 warnings=warnings,

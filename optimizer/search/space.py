@@ -8,6 +8,7 @@ Values are any divisors (not just powers of two) that satisfy the model's divisi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from itertools import product
 
@@ -60,8 +61,60 @@ def _choices(name: str, default: list, search: SearchSpec) -> list:
     return values
 
 
+@dataclass(frozen=True)
+class LayoutFamily:
+    """Layouts that differ only in their interleaving depth: ``first`` (resolved, the smallest
+    admitted ``vpp``) and the other admitted ``vpp`` values, ascending, resolved on demand
+    (``expand``). A pipeline's bound falls as ``vpp`` rises (``estimate.lower_bound_terms``), so
+    the search can order a family by its deepest member and resolve the rest only if reached."""
+
+    first: ResolvedLayout
+    more_vpps: tuple[int, ...]
+
+    def expand(self, job: JobSpec) -> list[ResolvedLayout]:
+        """The family's other layouts (those ``resolve`` accepts), in ``more_vpps`` order."""
+        out = []
+        lay = self.first
+        for vpp in self.more_vpps:
+            try:
+                base = _resolve_with_vpp(job, lay, vpp)
+            except InvalidLayout:
+                continue
+            out.append(_variant(base.__dict__, lay.zero_stage, lay.recompute))
+        return out
+
+
+def _resolve_with_vpp(job: JobSpec, lay: ResolvedLayout, vpp: int) -> ResolvedLayout:
+    return resolve(
+        job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp, micro_batch_size=lay.micro_batch_size,
+        zero_stage=lay.zero_stage, recompute=lay.recompute, sequence_parallel=lay.sequence_parallel,
+    )  # fmt: skip
+
+
 def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayout]:
     """Every valid layout (uniform layer split) that ``search.fix`` / ``search.allow`` admit."""
+    for family in layout_families(job, search):
+        yield family.first
+        yield from family.expand(job)
+
+
+def count_layouts(families: list[LayoutFamily]) -> int:
+    """How many layouts ``families`` hold (what ``enumerate_layouts`` would yield, up to layouts
+    whose deeper interleaving ``resolve`` rejects)."""
+    return sum(1 + len(f.more_vpps) for f in families)
+
+
+def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
+    """``enumerate_layouts`` grouped by everything but ``vpp``, deeper interleaving unresolved.
+
+    Interleaving (``vpp > 1``) needs ``pp > 1``, micro-batches divisible by ``pp`` and at least
+    one layer per chunk (``pp * vpp <= num_layers``). By default only depths whose chunks hold
+    equal layer counts (``num_layers % (pp * vpp) == 0``) are searched; uneven chunks (Megatron's
+    ``--pipeline-model-parallel-layout``, torchtitan's module lists) when ``search.allow.vpp`` or
+    ``search.fix.vpp`` names the depth: their layer-split models are the slowest CP-SAT models
+    the planner builds, and a default space with every depth measured 2-3x slower on the MoE
+    jobs of ``benchmarks/search_latency.py`` (DeepSeek-V3, whose 61 layers no pp x vpp divides,
+    past the 10 s time limit)."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
@@ -88,6 +141,7 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
         [r for r in RECOMPUTE if r != "moe" or model.moe is not None] + (["op"] if "op" in named else []),
         search,
     )
+    named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -106,17 +160,20 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
                 continue
             vpps = [1]
             if pp > 1 and m % pp == 0:
-                vpps += [v for v in range(2, MAX_VPP + 1) if layers % (pp * v) == 0]
-            for vpp, ep in product(_choices("vpp", vpps, search), eps):
-                for sp in _choices("sequence_parallel", [tp > 1], search):
+                vpps += [v for v in range(2, MAX_VPP + 1) if pp * v <= layers and (layers % (pp * v) == 0 or v in named_vpps)]
+            vpps = _choices("vpp", vpps, search)
+            for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
+                for i, vpp in enumerate(vpps):  # the first vpp the rules accept heads the family
                     try:
                         base = resolve(
                             job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs,
                             zero_stage=zeros[0] if zeros else 1, recompute=rcs[0] if rcs else "none",
                             sequence_parallel=sp,
-                        )
+                        )  # fmt: skip
                     except InvalidLayout:
                         continue
+                    more = tuple(vpps[i + 1 :])
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
                     for zero, rc in product(zeros, rcs):
-                        yield _variant(base.__dict__, zero, rc)
+                        yield LayoutFamily(_variant(base.__dict__, zero, rc), more)
+                    break
