@@ -8,9 +8,9 @@ Values are any divisors (not just powers of two) that satisfy the model's divisi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from itertools import product
+from typing import NamedTuple
 
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve
 from optimizer.errors import InvalidLayout
@@ -61,12 +61,12 @@ def _choices(name: str, default: list, search: SearchSpec) -> list:
     return values
 
 
-@dataclass(frozen=True)
-class LayoutFamily:
+class LayoutFamily(NamedTuple):
     """Layouts that differ only in their interleaving depth: ``first`` (resolved, the smallest
     admitted ``vpp``) and the other admitted ``vpp`` values, ascending, resolved on demand
-    (``expand``). A pipeline's bound falls as ``vpp`` rises (``estimate.lower_bound_terms``), so
-    the search can order a family by its deepest member and resolve the rest only if reached."""
+    (``expand``). The search bounds the deeper members from ``first``'s bound terms
+    (``estimate.bound_at_vpp``) and resolves them only if the bound-ordered costing reaches them.
+    A named tuple: the planner builds one per regular layout."""
 
     first: ResolvedLayout
     more_vpps: tuple[int, ...]
