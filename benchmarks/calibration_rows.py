@@ -177,7 +177,7 @@ def load_rows(path: Path | str = DATA_PATH) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         rows = json.load(f)
     if not isinstance(rows, list):
-        raise ValueError(f"{path}: expected a JSON list of rows")
+        raise TypeError(f"{path}: expected a JSON list of rows")
     return rows
 
 
@@ -258,18 +258,18 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
             raise Unmappable(f"vocab_size not stated and no default for family {fam!r}")
         notes.append(f"vocab {vocab} assumed (family default)")
     moe = _moe(m["moe"]) if m.get("moe") else None
-    base = dict(
-        name=m.get("name") or row["id"],
-        num_layers=layers,
-        hidden_size=hidden,
-        ffn_hidden_size=ffn,
-        num_attention_heads=heads,
-        num_kv_heads=m.get("num_kv_heads"),
-        head_dim=head_dim,
-        vocab_size=vocab,
-        activation=activation,
-        moe=moe,
-    )
+    base = {
+        "name": m.get("name") or row["id"],
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "ffn_hidden_size": ffn,
+        "num_attention_heads": heads,
+        "num_kv_heads": m.get("num_kv_heads"),
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "activation": activation,
+        "moe": moe,
+    }
     try:
         tied = ModelSpec(**base, tied_embeddings=True)
         untied = ModelSpec(**base, tied_embeddings=False)

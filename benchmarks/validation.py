@@ -325,7 +325,7 @@ def flop_definition_checks(raw_rows: list[dict[str, Any]]) -> tuple[tuple[str, s
             continue
         try:
             mapped = map_row(row)
-        except Exception:  # noqa: BLE001 - a check, not a gate: unmappable rows are listed elsewhere
+        except Exception:  # noqa: BLE001, S112 - a check, not a gate: unmappable rows are listed elsewhere
             continue
         causal, factor, label = flop_definition(row)
         per_token = source_flops_per_token(
@@ -384,7 +384,7 @@ def worst_rows(rep: ValidationReport, n: int = 10) -> list[RowResult]:
 
 
 def _measurement_kind(label: str) -> str:
-    if label.startswith("TFLOP/s") or label.startswith("MFU"):
+    if label.startswith(("TFLOP/s", "MFU")):
         return "converted from TFLOP/s"
     return "tokens/s or step time"
 

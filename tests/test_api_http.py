@@ -186,15 +186,17 @@ def test_streamed_body_over_the_limit_is_413(http: httpx.Client) -> None:
 
 def test_saturated_pool_answers_503_with_retry_after(tmp_path: Path) -> None:
     env = {"PPLAN_SOLVER_WORKERS": "1", "PPLAN_MAX_QUEUE": "0"}
-    with running_server(tmp_path, env, [sys.executable, "-c", SLOW_SERVER]) as base_url:
-        with httpx.Client(base_url=base_url, timeout=60) as client:
-            with ThreadPoolExecutor(max_workers=6) as threads:
-                responses = list(threads.map(lambda _: client.post("/plan", json=JOB), range(6)))
-            statuses = sorted(r.status_code for r in responses)
-            assert set(statuses) == {200, 503}, statuses
-            assert statuses.count(200) >= 1 and statuses.count(503) >= 1
-            assert all(r.headers["Retry-After"] == "1" for r in responses if r.status_code == 503)
-            assert client.post("/plan", json=JOB).status_code == 200  # the slot was given back
+    with (
+        running_server(tmp_path, env, [sys.executable, "-c", SLOW_SERVER]) as base_url,
+        httpx.Client(base_url=base_url, timeout=60) as client,
+    ):
+        with ThreadPoolExecutor(max_workers=6) as threads:
+            responses = list(threads.map(lambda _: client.post("/plan", json=JOB), range(6)))
+        statuses = sorted(r.status_code for r in responses)
+        assert set(statuses) == {200, 503}, statuses
+        assert statuses.count(200) >= 1 and statuses.count(503) >= 1
+        assert all(r.headers["Retry-After"] == "1" for r in responses if r.status_code == 503)
+        assert client.post("/plan", json=JOB).status_code == 200  # the slot was given back
 
 
 class TestRealService:

@@ -355,6 +355,7 @@ def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) 
 def test_console_script_catalog_table() -> None:
     result = subprocess.run(
         [str(PPLAN), "catalog", "clusters", "--format", "table"],
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
@@ -366,7 +367,7 @@ def test_console_script_catalog_table() -> None:
 def test_console_script_invalid_input_exits_2(tmp_path: Path) -> None:
     path = write(tmp_path, "job.yaml", {**JOB, "model": {"preset": "nope"}})
     result = subprocess.run(
-        [str(PPLAN), "plan", str(path)], capture_output=True, text=True, timeout=60
+        [str(PPLAN), "plan", str(path)], check=False, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert "unknown model preset id 'nope'" in result.stderr
@@ -426,6 +427,7 @@ class TestRealService:
                 "--format",
                 "table",
             ],
+            check=False,
             capture_output=True,
             text=True,
             timeout=120,

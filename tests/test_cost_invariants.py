@@ -9,6 +9,7 @@ path ``evaluate`` takes is used).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -151,7 +152,7 @@ def _request(model: str, num_gpus: int, seq: int, gbs: int, **config: Any) -> di
 @example(req=_request("mixtral-8x7b", 8, 4096, 16, tp=1, pp=4, ep=2))
 def test_higher_zero_stage_never_raises_memory(req):
     totals = [_evaluate(_with(req, "config", zero_stage=z)).memory_gib.total for z in (0, 1, 2, 3)]
-    for lower, higher in zip(totals, totals[1:]):
+    for lower, higher in itertools.pairwise(totals):
         assert higher <= lower * (1 + REL), totals
 
 

@@ -282,7 +282,7 @@ def test_allow_list_is_exactly_what_can_be_emitted():
 
 @pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_torchtitan_toml_parses_with_right_degrees(name):
-    model, training, layout = ALL_CASES[name]
+    _model, training, layout = ALL_CASES[name]
     cfg = tomllib.loads(launch(ALL_CASES[name]).torchtitan)
     par = cfg["parallelism"]
     assert par["tensor_parallel_degree"] == layout.tp
@@ -336,7 +336,7 @@ def test_torchtitan_uneven_split_follows_plan():
     assert par["pipeline_parallel_schedule"] == "1F1B"
     layers = [[m for m in p if m.startswith("layers.")] for p in par["module_fqns_per_model_part"]]
     assert [len(p) for p in layers] == [10, 9, 10, 11]
-    assert sum(layers, []) == [f"layers.{i}" for i in range(40)]
+    assert [name for part in layers for name in part] == [f"layers.{i}" for i in range(40)]
 
 
 def test_torchtitan_precision():
@@ -372,7 +372,7 @@ DEEPSPEED_AC_KEYS = {
 
 @pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_deepspeed_json_parses_and_batch_adds_up(name):
-    model, training, layout = ALL_CASES[name]
+    _model, training, layout = ALL_CASES[name]
     text = launch(ALL_CASES[name]).deepspeed
     cfg = json.loads(text)
     assert text == json.dumps(cfg, indent=2, sort_keys=True)

@@ -20,15 +20,15 @@ from optimizer.specs import ModelSpec
 TOLERANCE = 0.02
 
 # A tiny dense model: h=8, a=2 heads, g=1 KV head, d=4, f=16, V=10, 2 layers.
-TINY = dict(
-    num_layers=2,
-    hidden_size=8,
-    ffn_hidden_size=16,
-    num_attention_heads=2,
-    num_kv_heads=1,
-    head_dim=4,
-    vocab_size=10,
-)
+TINY = {
+    "num_layers": 2,
+    "hidden_size": 8,
+    "ffn_hidden_size": 16,
+    "num_attention_heads": 2,
+    "num_kv_heads": 1,
+    "head_dim": 4,
+    "vocab_size": 10,
+}
 
 
 def tiny(**overrides) -> ModelSpec:
@@ -82,14 +82,14 @@ def test_moe_model():
     # 3 layers; layer 0 dense, layers 1-2 MoE with 4 experts (f_e=6), top-2, 1 shared expert (f_s=10)
     m = tiny(
         num_layers=3,
-        moe=dict(
-            num_experts=4,
-            top_k=2,
-            expert_ffn_hidden_size=6,
-            num_shared_experts=1,
-            shared_expert_ffn_hidden_size=10,
-            first_dense_layers=1,
-        ),
+        moe={
+            "num_experts": 4,
+            "top_k": 2,
+            "expert_ffn_hidden_size": 6,
+            "num_shared_experts": 1,
+            "shared_expert_ffn_hidden_size": 10,
+            "first_dense_layers": 1,
+        },
     )
     assert [m.is_moe_layer(i) for i in range(3)] == [False, True, True]
     dense = layer_params(m, 0)
@@ -118,7 +118,7 @@ def test_moe_layer_frequency_and_default_shared_width():
     # every 2nd layer is MoE; shared expert width defaults to the routed expert width
     m = tiny(
         num_layers=4,
-        moe=dict(num_experts=2, top_k=1, expert_ffn_hidden_size=6, num_shared_experts=2, layer_frequency=2),
+        moe={"num_experts": 2, "top_k": 1, "expert_ffn_hidden_size": 6, "num_shared_experts": 2, "layer_frequency": 2},
     )
     assert [m.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
     moe = layer_params(m, 0)
@@ -130,7 +130,7 @@ def test_moe_layer_frequency_and_default_shared_width():
 
 def test_mla_attention():
     # h=8, a=2, r_q=4, r_kv=3, nope=2, rope=1, v=2
-    mla = dict(q_lora_rank=4, kv_lora_rank=3, qk_nope_head_dim=2, qk_rope_head_dim=1, v_head_dim=2)
+    mla = {"q_lora_rank": 4, "kv_lora_rank": 3, "qk_nope_head_dim": 2, "qk_rope_head_dim": 1, "v_head_dim": 2}
     # q_a 8*4=32, q_a_norm 4, q_b 4*2*(2+1)=24, kv_a 8*(3+1)=32, kv_a_norm 3, kv_b 3*2*(2+2)=24, o 2*2*8=32
     assert attention_params(tiny(mla=mla)) == 151
     # no query compression: q 8*2*(2+1)=48 replaces q_a + q_a_norm + q_b
