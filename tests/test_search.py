@@ -694,3 +694,29 @@ def test_uneven_interleaving_finds_a_faster_llama_405b_plan_when_named() -> None
     assert (n.config.tp, n.config.pp, n.config.vpp) == (4, 16, 7)
     assert n.step_time_s == pytest.approx(5.251, abs=1e-3)
     assert sorted(set(n.config.stage_layers)) == [1, 2] and sum(n.config.stage_layers) == 126
+
+
+def test_search_gives_the_garbage_collector_back() -> None:
+    """``search`` pauses the cyclic collector while it runs and restores it afterwards, also
+    when the request fails and when it was off to begin with."""
+    import gc
+
+    from optimizer.search import cyclic_gc_paused
+
+    assert gc.isenabled()
+    search(_request(JOB_SPLIT_OBJECTIVE))
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), cyclic_gc_paused():
+        assert not gc.isenabled()
+        with cyclic_gc_paused():  # nested (a second concurrent search)
+            pass
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
