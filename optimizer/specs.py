@@ -384,7 +384,13 @@ class LayoutAllow(Strict):
     dp: list[int] | None = None
     cp: list[int] | None = None
     ep: list[int] | None = None
-    vpp: list[int] | None = None
+    vpp: list[int] | None = Field(
+        default=None,
+        description=(
+            "Interleaving depths to search (at most 8). Depths whose pp*vpp chunks cannot hold equal layer "
+            "counts are searched only when listed here (or pinned with fix.vpp)."
+        ),
+    )
     micro_batch_size: list[int] | None = None
     zero_stage: list[Literal[0, 1, 2, 3]] | None = None
     recompute: list[Recompute] | None = None
