@@ -756,8 +756,9 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """A lower bound on ``estimate(...).step_time_s`` for every rank order and layer split.
 
     The slowest stage is at least the average stage, so ``m * avg + (pp-1)/vpp * avg`` bounds the
-    steady pipeline plus bubble, and the average stage's optimizer step bounds the optimizer term;
-    every other term is non-negative. Uses the same per-layer costs.
+    steady pipeline plus bubble, the average stage's optimizer step bounds the optimizer term, and
+    ``pp_comm_s`` at the cheapest send any pipeline-group geometry gives bounds the pipeline
+    sends; every other term is non-negative. Uses the same per-layer costs.
     """
     return compute_lower_bounds(ctx, (lay,))[0]
 

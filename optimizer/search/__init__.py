@@ -5,7 +5,7 @@
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
-   A family's deeper interleavings are resolved only when the bound of its deepest is reached.
+   A family's deeper interleavings are resolved only when the smallest of their bounds is reached.
 3. CP-SAT chooses the layer split (per-stage layer counts under per-stage memory limits, exact
    cost tables) of every costed pipelined layout, in every distinct geometry of its rank orders,
    whose split floor is below the running k-th best time: the pool's best layouts first, then
@@ -64,20 +64,27 @@ def cyclic_gc_paused() -> Iterator[None]:
     frees everything). A large search allocates hundreds of thousands of short-lived acyclic
     objects and the collector's passes over them cost about a quarter of its time (DeepSeek-V3 on
     2,048 GPUs: 3.1 s -> 2.4 s). Collection resumes when the last concurrent search ends, if it
-    was on when the first began."""
+    was on when the first began; a search that ends while others still run collects the young
+    generations, so overlapping searches on a busy server do not let cyclic garbage pile up."""
     global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
+    paused = False
     try:
+        with _gc_lock:
+            if _gc_pausers == 0:
+                _gc_was_enabled = gc.isenabled()
+                gc.disable()
+            _gc_pausers += 1
+            paused = True
         yield
     finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
+        if paused:
+            with _gc_lock:
+                _gc_pausers -= 1
+                last = _gc_pausers == 0
+                if last and _gc_was_enabled:
+                    gc.enable()
+            if not last:
+                gc.collect(1)
 
 
 def search(request: PlanRequest) -> PlanResponse:
@@ -107,7 +114,8 @@ def _search(request: PlanRequest) -> PlanResponse:
         )
     # Bound-ordered queue of layouts and of families whose deeper interleavings are unresolved;
     # a family enters at the smallest of its deeper members' bounds, so popping
-    # in bound order visits every layout in bound order. Ties pop in enumeration order.
+    # in bound order visits every layout in bound order. Ties pop in queue order (enumeration
+    # order, then expanded members in the order they were expanded).
     queue: list[tuple[float, int, ResolvedLayout | LayoutFamily]] = []
     for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
         lay = fam.first

@@ -66,7 +66,7 @@ class LayoutFamily(NamedTuple):
     admitted ``vpp``) and the other admitted ``vpp`` values, ascending, resolved on demand
     (``expand``). The search bounds the deeper members from ``first``'s bound terms
     (``estimate.bound_at_vpp``) and resolves them only if the bound-ordered costing reaches them.
-    A named tuple: the planner builds one per regular layout."""
+    A named tuple: the planner builds one per regular layout up to ``vpp``."""
 
     first: ResolvedLayout
     more_vpps: tuple[int, ...]
@@ -170,8 +170,10 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
                             zero_stage=zeros[0] if zeros else 1, recompute=rcs[0] if rcs else "none",
                             sequence_parallel=sp,
                         )  # fmt: skip
-                    except InvalidLayout:
-                        continue
+                    except InvalidLayout as err:
+                        if err.field == "config.vpp":
+                            continue
+                        break  # invalid whatever the depth
                     more = tuple(vpps[i + 1 :])
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
                     for zero, rc in product(zeros, rcs):
