@@ -111,10 +111,9 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     one layer per chunk (``pp * vpp <= num_layers``). By default only depths whose chunks hold
     equal layer counts (``num_layers % (pp * vpp) == 0``) are searched; uneven chunks (Megatron's
     ``--pipeline-model-parallel-layout``, torchtitan's module lists) when ``search.allow.vpp`` or
-    ``search.fix.vpp`` names the depth: their layer-split models are the slowest CP-SAT models
-    the planner builds, and a default space with every depth measured 2-3x slower on the MoE
-    jobs of ``benchmarks/search_latency.py`` (DeepSeek-V3, whose 61 layers no pp x vpp divides,
-    past the 10 s time limit)."""
+    ``search.fix.vpp`` names the depth: a default space with every depth measured 2-3x slower on
+    the MoE jobs of ``benchmarks/search_latency.py`` (many more pipelined candidates to floor and
+    split; DeepSeek-V3, whose 61 layers no pp x vpp divides, past the 10 s time limit)."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
