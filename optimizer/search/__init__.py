@@ -125,7 +125,6 @@ def _search(request: PlanRequest) -> PlanResponse:
             queue.append((deeper, 2 * i + 1, fam))
     heapq.heapify(queue)
     seq = 2 * len(families)
-    n_layouts = info.candidates_enumerated
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -213,7 +212,7 @@ def _search(request: PlanRequest) -> PlanResponse:
         )
     if not proved:
         warnings.append(
-            f"time limit reached after costing {costed} of {n_layouts} layouts; best remaining bound "
+            f"time limit reached after costing {costed} of {info.candidates_enumerated} layouts; best remaining bound "
             f"{next_bound:.3f} s"
         )
     if not results:
@@ -224,7 +223,7 @@ def _search(request: PlanRequest) -> PlanResponse:
                 solver=info,
                 explanation=(
                     f"no layout that fits in memory was found within search.time_limit_s = {spec.time_limit_s} s "
-                    f"({costed} of {n_layouts} layouts costed); infeasibility is not proved: raise the time "
+                    f"({costed} of {info.candidates_enumerated} layouts costed); infeasibility is not proved: raise the time "
                     "limit or narrow search.fix / search.allow"
                 ),
                 warnings=warnings,

@@ -77,18 +77,13 @@ class LayoutFamily(NamedTuple):
         lay = self.first
         for vpp in self.more_vpps:
             try:
-                base = _resolve_with_vpp(job, lay, vpp)
+                out.append(resolve(
+                    job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp, micro_batch_size=lay.micro_batch_size,
+                    zero_stage=lay.zero_stage, recompute=lay.recompute, sequence_parallel=lay.sequence_parallel,
+                ))  # fmt: skip
             except InvalidLayout:
                 continue
-            out.append(_variant(base.__dict__, lay.zero_stage, lay.recompute))
         return out
-
-
-def _resolve_with_vpp(job: JobSpec, lay: ResolvedLayout, vpp: int) -> ResolvedLayout:
-    return resolve(
-        job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp, micro_batch_size=lay.micro_batch_size,
-        zero_stage=lay.zero_stage, recompute=lay.recompute, sequence_parallel=lay.sequence_parallel,
-    )  # fmt: skip
 
 
 def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayout]:
