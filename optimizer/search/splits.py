@@ -77,16 +77,12 @@ def solve_splits(
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
     best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-    work = _work(ctx, pool, pipelined, kth)
-    for n_done, (floor, cand, lay, g) in enumerate(work):
-        threshold = min(kth, _kth_smallest(best_time.values(), budget.top_k))
-        if floor > threshold + POOL_MARGIN_S:
-            if cand is None:
-                break  # the rest of the work is in floor order: nothing after this can enter
-            continue
+    work = _Work(ctx, pool, pipelined)
+    while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
+        floor, cand, lay, g, threshold = item
         remaining = budget.deadline - time.perf_counter()
         if remaining <= 0:
-            _note_open(out, min(f for f, *_ in work[n_done:]))
+            _note_open(out, min(floor, work.smallest_key()))
             break
         if cand is None:
             assert g is not None
@@ -100,26 +96,64 @@ def solve_splits(
     return out
 
 
-def _work(
-    ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]], kth: float
-) -> list[tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None]]:
-    """(floor, uniform estimate if known, layout, geometry) of every pair to consider, in order."""
-    first = [e for e in pool if e.layout.pp > 1]
-    in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in first}
-    rest: list[tuple[float, int, ResolvedLayout, AxisGroups]] = []
-    for n, (bound, lay) in enumerate(pipelined):
-        if bound > kth + POOL_MARGIN_S or layers_floor_s(ctx, lay) > kth + POOL_MARGIN_S:
-            continue  # both bounds hold for every split and rank order
-        for floor, g in order_split_floors(ctx, lay):
-            if floor > kth + POOL_MARGIN_S:
-                break
-            if (layout_key(lay), geometry_key(g)) not in in_pool:
-                rest.append((floor, n, lay, g))
-    rest.sort(key=lambda r: (r[0], r[1]))
-    work: list[tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None]] = [
-        (split_floor_s(ctx, e.layout), e, e.layout, None) for e in first
-    ]
-    return work + [(floor, None, lay, g) for floor, _, lay, g in rest]
+class _Work:
+    """The (layout, rank-order geometry) pairs to solve, produced lazily in the order the split
+    phase wants them: the pool's pipelined layouts in their uniform-best geometry first, then
+    every other pair by ascending split floor.
+
+    A layout's per-geometry floors (``order_split_floors``) are computed only when the queue
+    reaches its layout bound, which holds for every rank order and split: once the smallest key
+    in the queue is above the k-th best time, no pair behind it can enter the top-k, and the
+    layouts still unexpanded never need their floors (most of them, once CP-SAT's splits have
+    lowered the k-th best time below the uniform splits')."""
+
+    _LAYOUT, _PAIR = 0, 1
+
+    def __init__(self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]]) -> None:
+        self.ctx = ctx
+        self.first = [e for e in pool if e.layout.pp > 1]
+        self.in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in self.first}
+        self.first_floors = [split_floor_s(ctx, e.layout) for e in self.first]
+        # (key, layout index, entry kind, geometry rank, layout, geometry): ties pop in
+        # enumeration order, a layout's pairs in ascending floor order
+        self.heap: list[tuple[float, int, int, int, ResolvedLayout, AxisGroups | None]] = [
+            (bound, n, self._LAYOUT, 0, lay, None) for n, (bound, lay) in enumerate(pipelined)
+        ]
+        heapq.heapify(self.heap)
+
+    def smallest_key(self) -> float:
+        """A lower bound on the step time of every pair not yet produced."""
+        keys = list(self.first_floors)
+        if self.heap:
+            keys.append(self.heap[0][0])
+        return min(keys, default=float("inf"))
+
+    def next(
+        self, threshold: float
+    ) -> tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None, float] | None:
+        """The next pair whose floor is at most ``threshold`` (the current k-th best time), as
+        (floor, uniform estimate if known, layout, geometry, threshold); None when no pair left
+        can enter the top-k. ``threshold`` never increases between calls."""
+        ctx = self.ctx
+        limit = threshold + POOL_MARGIN_S
+        while self.first:
+            est, floor = self.first.pop(0), self.first_floors.pop(0)
+            if floor <= limit:
+                return floor, est, est.layout, None, threshold
+        while self.heap and self.heap[0][0] <= limit:
+            key, n, kind, _, lay, g = heapq.heappop(self.heap)
+            if kind == self._PAIR:
+                return key, None, lay, g, threshold
+            if layers_floor_s(ctx, lay) > limit:
+                continue  # no split in any rank order is fast enough
+            lkey = layout_key(lay)
+            for rank, (floor, g) in enumerate(order_split_floors(ctx, lay)):
+                if floor > limit:
+                    break
+                if (lkey, geometry_key(g)) not in self.in_pool:
+                    heapq.heappush(self.heap, (floor, n, self._PAIR, rank, lay, g))
+        self.heap.clear()  # everything left is above a threshold that only decreases
+        return None
 
 
 def _solve_pair(
