@@ -63,6 +63,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--data-parallel-sharding-strategy",
         # _add_moe_args
         "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
         "--no-overlap-p2p-communication",  # _add_distributed_args (overlap is the interleaved default)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
         "--delay-wgrad-compute",  # required with the flag above
@@ -256,7 +257,9 @@ def _megatron(
         "--context-parallel-size", str(geo.cp),
     ]  # fmt: skip
     if model.is_moe:
-        args += ["--expert-model-parallel-size", str(geo.ep)]
+        # The cost model keeps experts whole (expert tensor parallelism 1: expert parallelism spans
+        # tp x dp x cp); Megatron's default would split them over the tensor-parallel group.
+        args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", "1"]
         if training.ep_comm_overlap and geo.ep > 1:
             # combined 1F1B schedule: one micro-batch's all-to-all under another's compute
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
@@ -360,6 +363,8 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "context_parallel_degree": geo.cp,
         "expert_parallel_degree": geo.ep,
     }
+    if geo.ep > 1:
+        parallelism["expert_tensor_parallel_degree"] = 1  # experts whole, as the cost model keeps them
     async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
     if async_tp:
         parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
@@ -400,6 +405,13 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
+    shard = geo.dp if fsdp else 1
+    if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
+        comments.setdefault("parallelism", []).append(
+            f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "
+            f"multiple of tp x cp ({geo.tp * geo.cp}) and at most data_parallel_shard_degree x cp x tp "
+            f"({shard * geo.cp * geo.tp}): this layout does not run there"
+        )
     if training.attention_kernel == "unfused":
         comments["training"] = [
             "attention costed with materialised scores: torchtitan's SDPA kernels are faster and leaner than the plan"
@@ -488,6 +500,7 @@ def _nemo(
     ]
     if model.is_moe:
         over.append(("model.expert_model_parallel_size", geo.ep))
+        over.append(("model.expert_tensor_parallel_size", 1))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     if not training.pp_comm_overlap and geo.pp > 1:

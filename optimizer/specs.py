@@ -183,6 +183,12 @@ class ModelSpec(Strict):
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers or 0))
 
+    @property
+    def mixes_layer_kinds(self) -> bool:
+        """Whether some layers are MoE and others dense (DeepSeek's first dense layers, an MoE
+        layer frequency above 1): the only way this spec's layers differ from one another."""
+        return self.moe is not None and 0 < self.num_moe_layers < (self.num_layers or 0)
+
 
 def _swiglu_default_ffn(hidden: int) -> int:
     """Llama rule: 2/3 * 4h rounded up to a multiple of 256."""
@@ -387,8 +393,9 @@ class LayoutAllow(Strict):
     vpp: list[int] | None = Field(
         default=None,
         description=(
-            "Interleaving depths to search (at most 8). Depths whose pp*vpp chunks cannot hold equal layer "
-            "counts are searched only when listed here (or pinned with fix.vpp)."
+            "Interleaving depths to search (at most 8). For models that mix dense and MoE layers, depths whose "
+            "pp*vpp chunks cannot hold equal layer counts are searched only when listed here (or pinned with "
+            "fix.vpp); for every other model they are searched by default."
         ),
     )
     micro_batch_size: list[int] | None = None

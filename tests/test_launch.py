@@ -180,7 +180,7 @@ def test_megatron_llama3_70b_interleaved():
 def test_megatron_mixtral_ep8_full_recompute():
     assert launch(mixtral_case()).megatron == (
         "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
-        "--context-parallel-size 1 --expert-model-parallel-size 8 "
+        "--context-parallel-size 1 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 "
         "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
         "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
         "--recompute-num-layers 1 --attention-backend fused --bf16"
@@ -289,6 +289,7 @@ def test_torchtitan_toml_parses_with_right_degrees(name):
     assert par["pipeline_parallel_degree"] == layout.pp
     assert par["context_parallel_degree"] == layout.cp
     assert par["expert_parallel_degree"] == layout.ep
+    assert par.get("expert_tensor_parallel_degree") == (1 if layout.ep > 1 else None)
     assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == layout.dp
     if layout.zero_stage == 3:
         assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
@@ -414,6 +415,7 @@ def test_nemo_llama3_70b_exact():
 def test_nemo_mixtral_ep_and_full_recompute():
     over = nemo_overrides(launch(mixtral_case()).nemo)
     assert over["model.expert_model_parallel_size"] == "8"
+    assert over["model.expert_tensor_parallel_size"] == "1"  # experts whole, as costed
     assert over["model.virtual_pipeline_model_parallel_size"] == "null"
     assert over["model.recompute_granularity"] == "full"
     assert over["model.recompute_method"] == "uniform"
@@ -429,6 +431,7 @@ def test_nemo_zero3_fsdp_and_fp8():
     assert over["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
     assert over["model.recompute_granularity"] == "null"
     assert "model.expert_model_parallel_size" not in over  # dense model
+    assert "model.expert_tensor_parallel_size" not in over
 
 
 def test_nemo_uneven_splits():
@@ -685,3 +688,30 @@ def test_op_level_recompute_in_every_framework():
     assert "activation_checkpointing" in json.loads(out.deepspeed)
     sel = launch((model, training, layout.model_copy(update={"recompute": "selective"})))
     assert "attention-core-only" in sel.torchtitan  # torchtitan runs op-level SAC for it
+
+
+# ---------------------------------------------------------------------------------------------
+# experts kept whole (expert tensor parallelism 1), as the cost model keeps them
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("update", "runs"),
+    [
+        ({}, False),  # DDP (zero 1): torchtitan's expert ranks come from tp x cp only (2 < 8)
+        ({"zero_stage": 3}, True),  # FSDP: 8 is a multiple of tp x cp = 2 and at most 8 x 1 x 2
+        ({"zero_stage": 3, "tp": 4, "dp": 4, "ep": 2, "num_micro_batches": 64}, False),  # 2 is no multiple of tp = 4
+    ],
+)
+def test_torchtitan_expert_parallel_limits_are_flagged(update, runs):
+    model, training, layout = mixtral_case()
+    layout = layout.model_copy(update=update)
+    text = launch((model, training, layout)).torchtitan
+    par = tomllib.loads(text)["parallelism"]
+    assert par["expert_tensor_parallel_degree"] == 1
+    assert ("this layout does not run there" in text) is not runs
+
+
+def test_megatron_keeps_experts_whole_only_for_moe_models():
+    assert megatron_value(launch(mixtral_case()).megatron, "--expert-tensor-parallel-size") == "1"
+    assert "--expert-tensor-parallel-size" not in megatron_flags(launch(zero3_case()).megatron)

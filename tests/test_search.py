@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from optimizer.cost import build_context, estimate, resolve_layout
 from optimizer.cost.topology import candidate_orders
 from optimizer.errors import InvalidLayout
+from optimizer.results import PlanResponse
 from optimizer.search import search
 from optimizer.search.brute_force import (
     best_per_layout,
@@ -212,7 +213,8 @@ JOB_ONLY_NON_UNIFORM_FITS = {
 }
 
 
-def check_against_oracle(job: dict[str, Any]) -> None:
+def check_against_oracle(job: dict[str, Any]) -> PlanResponse:
+    """Assert the planner's answer matches the brute force's; returns the planner's response."""
     req = _request(job)
     response = search(req)
     oracle = best_per_layout(brute_force(req))
@@ -231,7 +233,7 @@ def check_against_oracle(job: dict[str, Any]) -> None:
     if not oracle:
         assert response.status == "infeasible", context
         assert not response.plans, context
-        return
+        return response
     assert response.status == "optimal", context
     assert all(p.fits_memory for p in response.plans), context
     assert response.plans[0].step_time_s <= oracle[0].step_time_s * (1 + REL), context
@@ -239,6 +241,7 @@ def check_against_oracle(job: dict[str, Any]) -> None:
         assert len(response.plans) == min(req.search.top_k, len(oracle)), context
         for k, plan in enumerate(response.plans):
             assert plan.step_time_s == pytest.approx(oracle[k].step_time_s, rel=REL), f"rank {k}" + context
+    return response
 
 
 @settings(
@@ -501,11 +504,13 @@ def test_split_of_a_layout_outside_the_pool_can_win() -> None:
     but [6 x 15, 4] (a light last stage for the head) is the best layout: 7.156 s against 7.212 s
     for the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
     Every costed pipelined layout whose split floor is below the k-th best time gets its split
-    solved, in every rank-order geometry."""
+    solved, in every rank-order geometry. Without interleaving: the default space's uneven
+    interleaved layouts beat all of these (no pp x vpp > pp divides 94 layers)."""
     job = {
         "model": {"preset": "qwen3-235b-a22b"},
         "training": {"seq_len": 4096, "global_batch_size": 1024, "attention_kernel": "flash2"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"allow": {"vpp": [1]}},
     }
     response = search(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
@@ -654,46 +659,73 @@ def test_op_level_recompute_is_searched_only_when_named() -> None:
 
 # ---- uneven interleaving ---------------------------------------------------------------------
 
-# 9 layers on 2 stages x 2 or 4 chunks: no depth divides them evenly, so the default space has
-# only vpp 1; naming the depths puts the uneven splits in (checked against the brute force).
+# 9 layers on 2 stages x 2, 3 or 4 chunks: no depth divides them evenly. For a model with one
+# layer kind the default space interleaves anyway (uneven chunks); checked against the brute force.
 JOB_UNEVEN_INTERLEAVING = {
     "model": {"name": "generated", "num_layers": 9, "hidden_size": 1024, "num_attention_heads": 8,
               "vocab_size": 32000},
     "training": {"seq_len": 4096, "global_batch_size": 16},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 2, "allow": {"vpp": [1, 2, 4]},
+    "search": {"top_k": 2,
                "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}},
 }
 
+# The same with dense and MoE layers mixed: uneven depths only when named.
+JOB_UNEVEN_INTERLEAVING_MIXED = {
+    **JOB_UNEVEN_INTERLEAVING,
+    "model": {**JOB_UNEVEN_INTERLEAVING["model"], "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024,
+                                                          "first_dense_layers": 1}},
+    "search": {**JOB_UNEVEN_INTERLEAVING["search"], "allow": {"vpp": [1, 2, 4]}},
+}
 
-def test_uneven_interleaving_is_searched_when_named_and_agrees_with_brute_force() -> None:
-    req = _request(JOB_UNEVEN_INTERLEAVING)
+
+def _searched_vpps(job: dict[str, Any]) -> set[int]:
+    req = _request(job)
     spec = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
-    named = {lay.vpp for lay in enumerate_layouts(spec, req.search)}
-    default = _request({**JOB_UNEVEN_INTERLEAVING, "search": {"fix": JOB_UNEVEN_INTERLEAVING["search"]["fix"]}})
-    assert named == {1, 2, 4}
-    assert {lay.vpp for lay in enumerate_layouts(spec, default.search)} == {1}
-    check_against_oracle(JOB_UNEVEN_INTERLEAVING)
+    return {lay.vpp for lay in enumerate_layouts(spec, req.search)}
 
 
-def test_uneven_interleaving_finds_a_faster_llama_405b_plan_when_named() -> None:
-    """Llama 3.1 405B has 126 layers: with pp 16 no depth divides them, so the default space
-    interleaves nothing there and the planner answers TP16 ZeRO-3 (6.27 s). Naming depths 1-8
-    finds TP4 PP16 with 7 uneven chunks per stage (2 or 1 layers each), 16% faster."""
+def test_uneven_interleaving_is_searched_by_default_for_one_layer_kind() -> None:
+    assert _searched_vpps(JOB_UNEVEN_INTERLEAVING) == {1, 2, 3, 4}
+    response = check_against_oracle(JOB_UNEVEN_INTERLEAVING)
+    assert response.plans[0].config.vpp > 1  # the uneven interleaving wins here
+
+
+def test_uneven_interleaving_of_mixed_layer_kinds_is_searched_when_named() -> None:
+    mixed = JOB_UNEVEN_INTERLEAVING_MIXED
+    assert _searched_vpps(mixed) == {1, 2, 4}
+    assert _searched_vpps({**mixed, "search": {"fix": mixed["search"]["fix"]}}) == {1}
+    check_against_oracle(mixed)
+
+
+def test_deepseek_v3_default_space_does_not_interleave() -> None:
+    """61 layers, 3 of them dense: no pp x vpp divides them, and uneven depths of a model with
+    mixed layer kinds are searched only when named."""
+    job = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 256}, "search": {"allow": {"tp": [1], "cp": [1]}}}
+    assert _searched_vpps(job) == {1}
+    named = {**job, "search": {"allow": {"tp": [1], "cp": [1], "vpp": [1, 2]}}}
+    assert _searched_vpps(named) == {1, 2}
+
+
+def test_uneven_interleaving_finds_a_faster_llama_405b_plan() -> None:
+    """Llama 3.1 405B has 126 layers: with pp 16 no depth divides them. Without interleaving the
+    planner answers TP16 ZeRO-3 (6.27 s); the default space finds TP4 PP16 with 7 uneven chunks
+    per stage (2 or 1 layers each), 16% faster."""
     base = {
         "model": {"preset": "llama3.1-405b"},
         "training": {"seq_len": 8192, "global_batch_size": 2048},
         "cluster": {"preset": "dgx-h100", "num_gpus": 16384},
     }
+    flat = search(_request({**base, "search": {"allow": {"vpp": [1]}}}))
     default = search(_request(base))
-    named = search(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
-    assert default.status == named.status == "optimal"
-    d, n = default.plans[0], named.plans[0]
-    assert (d.config.tp, d.config.pp, d.config.vpp) == (16, 1, 1)
-    assert d.step_time_s == pytest.approx(6.265, abs=1e-3)
-    assert (n.config.tp, n.config.pp, n.config.vpp) == (4, 16, 7)
-    assert n.step_time_s == pytest.approx(5.251, abs=1e-3)
-    assert sorted(set(n.config.stage_layers)) == [1, 2] and sum(n.config.stage_layers) == 126
+    assert default.status == flat.status == "optimal"
+    f, d = flat.plans[0], default.plans[0]
+    assert (f.config.tp, f.config.pp, f.config.vpp) == (16, 1, 1)
+    assert f.step_time_s == pytest.approx(6.265, abs=1e-3)
+    assert (d.config.tp, d.config.pp, d.config.vpp) == (4, 16, 7)
+    assert d.step_time_s == pytest.approx(5.251, abs=1e-3)
+    assert sorted(set(d.config.stage_layers)) == [1, 2] and sum(d.config.stage_layers) == 126
 
 
 def test_search_gives_the_garbage_collector_back() -> None:

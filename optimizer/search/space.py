@@ -103,12 +103,12 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     """``enumerate_layouts`` grouped by everything but ``vpp``, deeper interleaving unresolved.
 
     Interleaving (``vpp > 1``) needs ``pp > 1``, micro-batches divisible by ``pp`` and at least
-    one layer per chunk (``pp * vpp <= num_layers``). By default only depths whose chunks hold
-    equal layer counts (``num_layers % (pp * vpp) == 0``) are searched; uneven chunks (Megatron's
-    ``--pipeline-model-parallel-layout``, torchtitan's module lists) when ``search.allow.vpp`` or
-    ``search.fix.vpp`` names the depth: a default space with every depth measured 2-3x slower on
-    the MoE jobs of ``benchmarks/search_latency.py`` (many more pipelined candidates to floor and
-    split; DeepSeek-V3, whose 61 layers no pp x vpp divides, past the 10 s time limit)."""
+    one layer per chunk (``pp * vpp <= num_layers``). Chunks may hold unequal layer counts
+    (Megatron's ``--pipeline-model-parallel-layout``, torchtitan's module lists). For models that
+    mix dense and MoE layers (DeepSeek-V3's first three dense layers) such uneven depths are
+    searched only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
+    layer-split models are the slowest the planner builds, and with every depth DeepSeek-V3 on
+    2,048 GPUs did not finish within 60 s (``benchmarks/search_latency.py``)."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
@@ -136,6 +136,7 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
         search,
     )
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
+    uneven = not model.mixes_layer_kinds  # uneven interleaving searched by default
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -154,7 +155,7 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
                 continue
             vpps = [1]
             if pp > 1 and m % pp == 0:
-                vpps += [v for v in range(2, MAX_VPP + 1) if pp * v <= layers and (layers % (pp * v) == 0 or v in named_vpps)]
+                vpps += [v for v in range(2, MAX_VPP + 1) if pp * v <= layers and (uneven or layers % (pp * v) == 0 or v in named_vpps)]
             vpps = _choices("vpp", vpps, search)
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
                 for i, vpp in enumerate(vpps):  # the first vpp the rules accept heads the family
