@@ -217,7 +217,8 @@ def _stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, float, float]:
     """``_stage_core``, memoised per job."""
-    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+    # the interleaving depth does not enter (only the in-flight count, added in _stage_memory)
+    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
            # the only geometries a stage's own terms depend on (pp placement does not enter)
            groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
@@ -248,8 +249,10 @@ def _stage_fixed_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
     """``_stage_fixed``, memoised per job."""
-    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+    # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
+    # are added in _stage_memory, the exposed data-parallel time in _stage_core)
+    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel,
            # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
            groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last, kind_counts)
     fixed = ctx.memo.get(key)
@@ -532,14 +535,28 @@ def _uniform_floor_terms(
     for g in _order_geometries(ctx, lay)[2]:
         key = (g.tp, g.cp, g.ep)
         if key not in per_layer_geometry:
-            times = _kind_times(ctx, lay, g)
-            per_layer_geometry[key] = mult * max(
-                sum(n * t for n, t in zip(counts, times, strict=True)) + (head if last else 0.0)
-                for _, last, counts in stages
-            )
+            per_layer_geometry[key] = mult * _slowest_stage_s(ctx, lay, g, stages, head)
         pairs.append((per_layer_geometry[key], (g.dp_cp, g.edp, g.pp), g))
     pairs.sort(key=lambda p: p[0])
     return pairs, optimizer, dp_inputs
+
+
+def _slowest_stage_s(
+    ctx: JobContext, lay: ResolvedLayout, g: AxisGroups, stages: list[tuple[bool, bool, tuple[int, ...]]], head: float
+) -> float:
+    """The slowest of ``stages`` (``_distinct_stages``) counting its layers' times under ``g``'s
+    per-layer geometry and the LM head on the last stage. Memoised per distinct stages: the ZeRO
+    stage and the interleaving depth do not enter, so layouts that differ only in them share it."""
+    key = ("slowest", tuple(stages), lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+           lay.recompute, g.tp, g.cp, g.ep)  # fmt: skip
+    slowest = ctx.memo.get(key)
+    if slowest is None:
+        times = _kind_times(ctx, lay, g)
+        slowest = ctx.memo[key] = max(
+            sum(n * t for n, t in zip(counts, times, strict=True)) + (head if last else 0.0)
+            for _, last, counts in stages
+        )
+    return slowest
 
 
 def _uniform_comm_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups, dp_inputs: list) -> float:
@@ -594,6 +611,14 @@ def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[fl
     the head on the last stage: the best any split can do is the best choice of the last
     stage's layer count with the rest spread as evenly as whole layers allow.
     """
+    key = ("min_max_stage", lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times)  # all it reads
+    floor = ctx.memo.get(key)
+    if floor is None:
+        floor = ctx.memo[key] = _min_max_stage_floor_uncached(ctx, lay, times)
+    return floor
+
+
+def _min_max_stage_floor_uncached(ctx: JobContext, lay: ResolvedLayout, times: tuple[float, ...]) -> float:
     head = _head_time(ctx, lay)
     totals = [ctx.kind_prefix[k][-1] for k in range(len(times))]
     average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / lay.pp
@@ -694,7 +719,14 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float
         if lkey not in per_layer_geometry:
             per_layer_geometry[lkey] = steady * _min_max_stage_floor_s(ctx, lay, _kind_times(ctx, lay, g))
         if ckey not in per_comm_geometry:
-            per_comm_geometry[ckey] = dp_floor(g) + pp_comm_s(ctx, lay, g)
+            # the data-parallel floor does not depend on the interleaving depth: deeper members of
+            # a layout family share it
+            dkey = ("dp_floor", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                    lay.recompute, lay.sequence_parallel, g.dp_cp, g.edp)  # fmt: skip
+            dp = ctx.memo.get(dkey)
+            if dp is None:
+                dp = ctx.memo[dkey] = dp_floor(g)
+            per_comm_geometry[ckey] = dp + pp_comm_s(ctx, lay, g)
         floors.append(
             ((optimizer + (per_layer_geometry[lkey] + per_comm_geometry[ckey])) * (1.0 - STEP_FLOOR_MARGIN), g)
         )
@@ -1148,6 +1180,15 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
 
 
 def _head_time(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """Forward and backward of the LM head and loss for one micro-batch (memoised per job)."""
+    key = ("head", lay.tp, lay.cp, lay.micro_batch_size)
+    t = ctx.memo.get(key)
+    if t is None:
+        t = ctx.memo[key] = _head_time_uncached(ctx, lay)
+    return t
+
+
+def _head_time_uncached(ctx: JobContext, lay: ResolvedLayout) -> float:
     model = ctx.job.model
     h = float(model.hidden_size or 0)
     vocab = float(model.vocab_size or 0)
