@@ -14,6 +14,7 @@ every answer is re-scored with the float cost model afterwards.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
@@ -239,17 +240,35 @@ class SplitModel:
             for f in range(layers) for n in range(1, most + 1) if f + n <= layers
         ]  # fmt: skip
         chunks: list[cp_model.IntVar] = []
-        mix: list[list[cp_model.IntVar]] = []
+        mix: list[list[cp_model.LinearExprT]] = []
         start: cp_model.LinearExprT = 0
-        for j in range(pp * vpp):
+        n_chunks = pp * vpp
+        last_table = -1  # the last chunk whose kind mix depends on where it starts
+        for j in range(n_chunks):
             c = m.new_int_var(1, most, f"c_{i}_{j}")
-            first = m.new_int_var(0, layers, f"first_{i}_{j}")
-            m.add(first == start).only_enforce_if(x)
-            ks = [m.new_int_var(0, most, f"k_{i}_{j}_{k}") for k in range(kinds - 1)]
-            m.add_allowed_assignments([first, c, *ks], windows)
+            # every chunk holds at least one layer: chunk j starts at layer j or later and leaves
+            # one layer for each chunk after it
+            reach = [w for w in windows if j <= w[0] and w[0] + w[1] <= layers - (n_chunks - 1 - j)]
+            if len({w[2:] for w in reach}) == 1:
+                # the same kind mix wherever the chunk starts (DeepSeek's chunks past its first
+                # dense layers hold MoE layers only): constants instead of a table
+                ks: list[cp_model.LinearExprT] = list(reach[0][2:])
+            else:
+                first = m.new_int_var(0, layers, f"first_{i}_{j}")
+                m.add(first == start).only_enforce_if(x)
+                ks = [m.new_int_var(0, most, f"k_{i}_{j}_{k}") for k in range(kinds - 1)]
+                m.add_allowed_assignments([first, c, *ks], reach)
+                last_table = j
             chunks.append(c)
             mix.append(ks)
             start = start + c
+        # Symmetry: a stage's chunks after ``last_table`` can trade layer counts without changing
+        # any stage's totals (the chunks between them have fixed kind mixes too), so their counts
+        # are required to fall along the schedule.
+        for s in range(pp):
+            tail = [v * pp + s for v in range(vpp) if v * pp + s > last_table]
+            for a, b in pairwise(tail):
+                m.add(chunks[a] >= chunks[b])
         m.add(sum(chunks) == layers).only_enforce_if(x)
         for s, row in enumerate(tb.by_mix):
             n = m.new_int_var(tb.lo, tb.hi, f"n_{i}_{s}")
