@@ -607,9 +607,11 @@ def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[fl
     ``times[k]`` (one rank order's, or a floor over orders).
 
     Stage times add up to every layer's time plus the LM head, so the slowest is at least their
-    average. And stages hold whole layers, each at least the smallest of ``times``, with
-    the head on the last stage: the best any split can do is the best choice of the last
-    stage's layer count with the rest spread as evenly as whole layers allow.
+    average. And stages hold whole layers, a stage of q layers taking at least the time of the
+    model's q cheapest layers, with the head on the last stage: the best any split can do is the
+    best choice of the last stage's layer count with the rest spread as evenly as whole layers
+    allow (with one layer kind, q times its time; with several, e.g. DeepSeek-V3's three dense
+    layers among 58 MoE layers, much more than q times the cheapest kind's).
     """
     key = ("min_max_stage", lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times)  # all it reads
     floor = ctx.memo.get(key)
@@ -624,17 +626,27 @@ def _min_max_stage_floor_uncached(ctx: JobContext, lay: ResolvedLayout, times: t
     average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / lay.pp
     if lay.pp == 1:
         return average
-    layers, per_layer = sum(totals), min(times)
+    layers = sum(totals)
+    by_time = sorted(range(len(times)), key=lambda k: times[k])
+
+    def cheapest(q: int) -> float:
+        """The time of the model's q cheapest layers: no stage of q layers is faster."""
+        t, left = 0.0, q
+        for k in by_time:
+            take = min(left, totals[k])
+            t += take * times[k]
+            left -= take
+        return t
 
     def worst(n_last: int) -> float:  # the last stage holds n_last layers, the rest spread evenly
-        return max(n_last * per_layer + head, -(-(layers - n_last) // (lay.pp - 1)) * per_layer)
+        return max(cheapest(n_last) + head, cheapest(-(-(layers - n_last) // (lay.pp - 1))))
 
     # The last stage's time grows with n_last and the others' shrinks (in steps), so the smallest
     # worst case is at the first n_last where the last stage is the slowest, or just before it.
     lo, hi = 0, layers
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid * per_layer + head >= -(-(layers - mid) // (lay.pp - 1)) * per_layer:
+        if cheapest(mid) + head >= cheapest(-(-(layers - mid) // (lay.pp - 1))):
             hi = mid
         else:
             lo = mid + 1
