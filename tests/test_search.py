@@ -351,6 +351,31 @@ def test_splits_without_exact_tables_are_not_claimed_optimal(monkeypatch: pytest
     assert response.solver.objective_bound <= oracle[0].step_time_s <= response.plans[0].step_time_s
 
 
+def test_a_split_model_stopped_at_its_limit_is_not_claimed_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split model that ends UNKNOWN (its time limit) proves nothing: the answer is `feasible`,
+    with a warning and a bound no higher than the true optimum."""
+    from optimizer.search import cpsat
+    from optimizer.search.cpsat import SolveResult
+
+    solve = cpsat.SplitModel.solve
+    calls = 0
+
+    def first_one_times_out(self, *args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return SolveResult(None, "UNKNOWN", None) if calls == 1 else solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(cpsat.SplitModel, "solve", first_one_times_out)
+    req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
+    response = search(req)
+    oracle = best_per_layout(brute_force(req))
+    assert calls >= 1
+    assert response.status == "feasible", response.solver
+    assert any("stopped at its" in w for w in response.warnings), response.warnings
+    assert response.solver.objective_bound is not None
+    assert response.solver.objective_bound <= oracle[0].step_time_s
+
+
 # ---- named jobs --------------------------------------------------------------------------------
 
 LLAMA70B_64 = {

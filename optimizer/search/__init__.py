@@ -33,7 +33,13 @@ from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import LayoutFamily, count_layouts, layout_families
-from optimizer.search.splits import POOL_MARGIN_S, SplitBudget, layout_key, solve_splits
+from optimizer.search.splits import (
+    POOL_MARGIN_S,
+    SOLVE_LIMIT_S,
+    SplitBudget,
+    layout_key,
+    solve_splits,
+)
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB, to_gib
 
@@ -206,9 +212,9 @@ def _search(request: PlanRequest) -> PlanResponse:
     warnings: list[str] = []
     if open_floor is not None:
         warnings.append(
-            f"not every layer split that could enter the top-k was solved exactly (time limit, a split table "
-            f"too wide to tabulate, or a model with several layer kinds whose per-mix table is too large); best "
-            f"remaining bound {open_floor:.3f} s"
+            f"not every layer split that could enter the top-k was solved exactly (time limit, a split model "
+            f"stopped at its {SOLVE_LIMIT_S:g} s limit, a split table too wide to tabulate, or a model with "
+            f"several layer kinds whose per-mix table is too large); best remaining bound {open_floor:.3f} s"
         )
     if not proved:
         warnings.append(

@@ -107,8 +107,8 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     (Megatron's ``--pipeline-model-parallel-layout``, torchtitan's module lists). For models that
     mix dense and MoE layers (DeepSeek-V3's first three dense layers) such uneven depths are
     searched only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
-    layer-split models are the slowest the planner builds, and with every depth DeepSeek-V3 on
-    2,048 GPUs did not finish within 60 s (``benchmarks/search_latency.py``)."""
+    layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
+    GPUs (``benchmarks/search_latency.py``) takes about 40 s and can still end unproved."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0

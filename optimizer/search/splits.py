@@ -182,6 +182,7 @@ def _solve_pair(
     res = SplitModel([candidate], cand.step_time_s).solve([], min(remaining, SOLVE_LIMIT_S), threshold + POOL_MARGIN_S)
     if res.status not in ("OPTIMAL", "INFEASIBLE"):
         out.status = res.status
+        _note_open(out, floor)  # stopped at its limit: not a proof, the pair's floor bounds it
     if res.choice is None:
         return None
     return _rescore(ctx, cand, res.choice.stage_layers, budget.headroom_bytes)
