@@ -355,9 +355,10 @@ def _toml_value(value: object) -> str:
 
 def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     fsdp = layout.zero_stage == 3
+    shard = geo.dp if fsdp else 1
     parallelism: dict[str, object] = {
-        "data_parallel_replicate_degree": 1 if fsdp else geo.dp,
-        "data_parallel_shard_degree": geo.dp if fsdp else 1,
+        "data_parallel_replicate_degree": geo.dp // shard,
+        "data_parallel_shard_degree": shard,
         "tensor_parallel_degree": geo.tp,
         "pipeline_parallel_degree": geo.pp,
         "context_parallel_degree": geo.cp,
@@ -405,7 +406,6 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
-    shard = geo.dp if fsdp else 1
     if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
         comments.setdefault("parallelism", []).append(
             f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "

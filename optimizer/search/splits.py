@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from optimizer.cost import Estimate, best_estimate
@@ -111,9 +112,9 @@ class _Work:
 
     def __init__(self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]]) -> None:
         self.ctx = ctx
-        self.first = [e for e in pool if e.layout.pp > 1]
-        self.in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in self.first}
-        self.first_floors = [split_floor_s(ctx, e.layout) for e in self.first]
+        first = [e for e in pool if e.layout.pp > 1]
+        self.in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in first}
+        self.first = deque((split_floor_s(ctx, e.layout), e) for e in first)
         # (key, layout index, entry kind, geometry rank, layout, geometry): ties pop in
         # enumeration order, a layout's pairs in ascending floor order
         self.heap: list[tuple[float, int, int, int, ResolvedLayout, AxisGroups | None]] = [
@@ -123,7 +124,7 @@ class _Work:
 
     def smallest_key(self) -> float:
         """A lower bound on the step time of every pair not yet produced."""
-        keys = list(self.first_floors)
+        keys = [floor for floor, _ in self.first]
         if self.heap:
             keys.append(self.heap[0][0])
         return min(keys, default=float("inf"))
@@ -137,7 +138,7 @@ class _Work:
         ctx = self.ctx
         limit = threshold + POOL_MARGIN_S
         while self.first:
-            est, floor = self.first.pop(0), self.first_floors.pop(0)
+            floor, est = self.first.popleft()
             if floor <= limit:
                 return floor, est, est.layout, None, threshold
         while self.heap and self.heap[0][0] <= limit:
