@@ -155,3 +155,68 @@ def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_
     best = best_estimate(ctx, lay).step_time_s
     assert best == pytest.approx(best_split_s, rel=1e-3)
     assert 0.99 * best <= split_floor_s(ctx, lay) <= best
+
+
+def _reference_limits(ctx, est) -> list[int]:
+    """Per stage, the most layers for which some kind mix the stage could hold fits in memory:
+    every count tried, no monotonicity assumed (interleaved stages may hold any mix)."""
+    from optimizer.cost.estimate import _mix_vectors, stage_memory_bytes
+
+    lay = est.layout
+    groups = axis_groups(ctx.topology, est.order, lay.sizes())
+    cap = est.capacity_bytes - est.headroom_bytes
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
+    most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
+    limits = []
+    for s in range(lay.pp):
+        fitting = [
+            n for n in range(lay.vpp, most + 1)
+            if any(stage_memory_bytes(ctx, lay, groups, s, mix) <= cap for mix in _mix_vectors(n, totals))
+        ]  # fmt: skip
+        limits.append(max(fitting, default=lay.vpp - 1))
+    return limits
+
+
+FIT_LIMIT_JOBS = {
+    "deepseek-v3, 288 GB200": ("deepseek-v3", "gb200-nvl72", 288, 576),
+    "deepseek-v3, 576 GB200": ("deepseek-v3", "gb200-nvl72", 576, 1152),
+    "llama3-70b, 32 H100": ("llama3-70b", "dgx-h100", 32, 64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIT_LIMIT_JOBS))
+def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
+    """Interleaved stages: each stage's limit is the most layers some kind mix fits (checked
+    against trying every count; the middle stages step up from their predecessor's limit), and no
+    split that fits in memory puts more layers on a stage. For DeepSeek-V3 (3 dense + 58 MoE
+    layers) the limits once were "no limit", so hundreds of split models per job proved what
+    memory alone rules out."""
+    from optimizer.cost.estimate import _per_stage_layers, stage_fit_limits
+
+    model, cluster, num_gpus, global_batch_size = FIT_LIMIT_JOBS[name]
+    req = PlanRequest.model_validate({
+        "model": {"preset": model},
+        "training": {"seq_len": 4096, "global_batch_size": global_batch_size},
+        "cluster": {"preset": cluster, "num_gpus": num_gpus},
+        "search": {"allow": {"vpp": [2, 3, 4]}},
+    })  # fmt: skip
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    rng = random.Random(1)
+    layouts = rng.sample([lay for lay in enumerate_layouts(job, req.search) if lay.vpp > 1], 40)
+    layers = len(ctx.layer_kind)
+    binding = fitting = 0
+    for lay in layouts:
+        est = best_estimate(ctx, lay)
+        limits = stage_fit_limits(ctx, est)
+        assert limits == _reference_limits(ctx, est), lay
+        most = layers - (lay.pp - 1) * lay.vpp
+        binding += any(n < most for n in limits)
+        for _ in range(4):
+            split = replace(lay, stage_layers=_random_split(rng, layers, lay.pp * lay.vpp))
+            other = estimate(ctx, split, est.order)
+            if other.fits_memory:
+                fitting += 1
+                assert all(n <= lim for n, lim in zip(_per_stage_layers(split), limits, strict=True))
+    assert binding > len(layouts) // 2  # memory binds on most of these layouts
+    assert fitting  # and some random splits fit

@@ -1048,7 +1048,8 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     fits). A stage's memory grows with its layers, so a split fits only if every stage is within
     its limit; binary search over the same stage terms as ``split_tables`` (with several layer
     kinds and one chunk per stage: at some position the stage can start at; with several kinds
-    and interleaved stages there is no limit)."""
+    and interleaved stages: with the kind mix of that many layers that needs the least memory,
+    as the stage's chunks may add up to any mix)."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
     cap = est.capacity_bytes - est.headroom_bytes
@@ -1067,22 +1068,35 @@ def _stage_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, 
     layers = len(ctx.layer_kind)
     most = layers - (lay.pp - 1) * lay.vpp
     by_start = _several_kinds_one_chunk(ctx, lay)
-    if len(ctx.kinds) > 1 and not by_start:
-        # interleaved stages of a model with several layer kinds: a stage's mix depends on how its
-        # chunks are cut; no limit here (the per-chunk split model checks memory exactly)
-        return [most] * lay.pp
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
 
     def fits(s: int, n: int) -> bool:
-        if not by_start:
+        if len(ctx.kinds) == 1:
             start = 0 if s == 0 else min(offsets[s], layers - n)  # as _table_stage_terms places it
             return stage_memory_bytes(ctx, lay, groups, s, _counts_at(ctx, start, n)) <= cap
-        # several layer kinds: n layers fit if they do at some position the stage can start at
-        mixes = _mixes(ctx, _stage_starts(lay, layers, s, n, lay.vpp, most), n)
+        if by_start:  # n layers fit if they do at some position the stage can start at
+            mixes = _mixes(ctx, _stage_starts(lay, layers, s, n, lay.vpp, most), n)
+        else:
+            # interleaved stages: the chunks' cuts decide the stage's mix, so n layers fit if some
+            # mix of n layers does (a stage's memory never shrinks when it gains a layer, so the
+            # least over the mixes grows with n and the binary search below holds)
+            mixes = _mix_vectors(n, totals)
         return any(stage_memory_bytes(ctx, lay, groups, s, c) <= cap for c in mixes)
 
-    limits = []
+    limits: list[int] = []
     for s in range(lay.pp):
         lo, hi = lay.vpp - 1, most  # invariant: lo fits (or is vpp - 1), hi + 1 does not
+        if not by_start and 1 < s < lay.pp - 1:
+            # Middle stages try the same mixes and differ only in their in-flight micro-batches,
+            # which never grow with the stage index: what fits stage s - 1 fits stage s. Step up
+            # from its limit in doubling strides, then bisect the last stride.
+            lo, step = limits[-1], 1
+            while lo < hi:
+                probe = min(hi, lo + step)
+                if not fits(s, probe):
+                    hi = probe - 1
+                    break
+                lo, step = probe, 2 * step
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if fits(s, mid):

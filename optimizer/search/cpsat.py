@@ -307,7 +307,9 @@ class SplitModel:
         solver.parameters.random_seed = 0
         solver.parameters.interleave_search = False
         solver.parameters.linearization_level = 0  # measured fastest on these small table models
-        solver.parameters.cp_model_presolve = False  # (presolve cost more than it saved here)
+        # Presolve costs more than it saves on the per-stage table models, and saves 10-30x on the
+        # chunk-level ones (DeepSeek-V3 with 8 stages of 4 chunks: 1.5 s without, 0.06 s with).
+        solver.parameters.cp_model_presolve = bool(self.chunk_level)
         status = solver.solve(self.model)
         name = solver.status_name(status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
