@@ -157,14 +157,11 @@ def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_
     assert 0.99 * best <= split_floor_s(ctx, lay) <= best
 
 
-def _reference_limits(ctx, est) -> list[int]:
+def _reference_limits(ctx, lay, groups, cap: float) -> list[int]:
     """Per stage, the most layers for which some kind mix the stage could hold fits in memory:
     every count tried, no monotonicity assumed (interleaved stages may hold any mix)."""
     from optimizer.cost.estimate import _mix_vectors, stage_memory_bytes
 
-    lay = est.layout
-    groups = axis_groups(ctx.topology, est.order, lay.sizes())
-    cap = est.capacity_bytes - est.headroom_bytes
     totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
     most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
     limits = []
@@ -191,7 +188,12 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
     split that fits in memory puts more layers on a stage. For DeepSeek-V3 (3 dense + 58 MoE
     layers) the limits once were "no limit", so hundreds of split models per job proved what
     memory alone rules out."""
-    from optimizer.cost.estimate import _per_stage_layers, stage_fit_limits
+    from optimizer.cost.estimate import (
+        _order_geometries,
+        _per_stage_layers,
+        some_split_may_fit,
+        stage_fit_limits,
+    )
 
     model, cluster, num_gpus, global_batch_size = FIT_LIMIT_JOBS[name]
     req = PlanRequest.model_validate({
@@ -203,13 +205,19 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
     ctx = build_context(job)
     rng = random.Random(1)
-    layouts = rng.sample([lay for lay in enumerate_layouts(job, req.search) if lay.vpp > 1], 40)
+    layouts = rng.sample([lay for lay in enumerate_layouts(job, req.search) if lay.vpp > 1], 24)
     layers = len(ctx.layer_kind)
     binding = fitting = 0
     for lay in layouts:
         est = best_estimate(ctx, lay)
         limits = stage_fit_limits(ctx, est)
-        assert limits == _reference_limits(ctx, est), lay
+        cap = est.capacity_bytes - est.headroom_bytes
+        assert limits == _reference_limits(ctx, lay, axis_groups(ctx.topology, est.order, lay.sizes()), cap), lay
+        # the split phase's layout-level test (early exits, every rank order) agrees with the limits
+        admitted = [_reference_limits(ctx, lay, g, cap) for g in _order_geometries(ctx, lay)[2]]
+        assert some_split_may_fit(ctx, lay, cap) == any(
+            min(r) >= lay.vpp and sum(r) >= layers for r in admitted
+        ), lay
         most = layers - (lay.pp - 1) * lay.vpp
         binding += any(n < most for n in limits)
         for _ in range(4):

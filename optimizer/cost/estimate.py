@@ -1042,6 +1042,40 @@ def _per_stage_layers(lay: ResolvedLayout) -> list[int]:
     return [sum(lay.stage_layers[j] for j in range(s, len(lay.stage_layers), lay.pp)) for s in range(lay.pp)]
 
 
+def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -> bool:
+    """False when no layer split of ``lay`` in any of its rank orders fits within ``cap_bytes``
+    per GPU: for every memory signature of its orders, some stage cannot hold one layer per chunk
+    or the stages' limits (``stage_fit_limits``, sharing its memo) add up to fewer layers than the
+    model has. The split phase skips such layouts before computing their split floors."""
+    total = len(ctx.layer_kind)
+    seen = set()
+    for g in _order_geometries(ctx, lay)[2]:
+        sig = memory_signature(g)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        key = ("fit-admits", lay, sig, cap_bytes)
+        admits = ctx.memo.get(key)
+        if admits is None:
+            limits = _stage_fit_limits(ctx, lay, g, cap_bytes, needed=total)
+            admits = ctx.memo[key] = limits is not None and min(limits) >= lay.vpp and sum(limits) >= total
+        if admits:
+            return True
+    return False
+
+
+def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
+    # memory takes nothing else from the rank order (see memory_signature): every geometry of a
+    # layout shares its limits
+    key = ("fit-limits", lay, memory_signature(groups), cap)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        limits = _stage_fit_limits(ctx, lay, groups, cap)
+        assert limits is not None
+        cached = ctx.memo[key] = tuple(limits)
+    return cached
+
+
 def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     """Per pipeline stage of ``est``'s layout in ``est``'s rank order, the most layers it can hold
     with its memory within capacity less headroom (``vpp - 1`` when not even one layer per chunk
@@ -1052,17 +1086,15 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     as the stage's chunks may add up to any mix)."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
-    cap = est.capacity_bytes - est.headroom_bytes
-    # memory takes nothing else from the rank order (see memory_signature): every geometry of a
-    # layout shares its limits
-    key = ("fit-limits", lay, memory_signature(groups), cap)
-    cached = ctx.memo.get(key)
-    if cached is None:
-        cached = ctx.memo[key] = tuple(_stage_fit_limits(ctx, lay, groups, cap))
-    return list(cached)
+    return list(_cached_fit_limits(ctx, lay, groups, est.capacity_bytes - est.headroom_bytes))
 
 
-def _stage_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> list[int]:
+def _stage_fit_limits(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float, needed: int | None = None
+) -> list[int] | None:
+    """``stage_fit_limits`` of one memory signature. With ``needed`` (the model's layers): None as
+    soon as stage 0 cannot hold one layer per chunk or the first, last and largest middle limits
+    show that the stages cannot hold ``needed`` layers together."""
     per_stage = _per_stage_layers(lay)
     offsets = [sum(per_stage[:s]) for s in range(lay.pp)]
     layers = len(ctx.layer_kind)
@@ -1083,27 +1115,46 @@ def _stage_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, 
             mixes = _mix_vectors(n, totals)
         return any(stage_memory_bytes(ctx, lay, groups, s, c) <= cap for c in mixes)
 
-    limits: list[int] = []
-    for s in range(lay.pp):
-        lo, hi = lay.vpp - 1, most  # invariant: lo fits (or is vpp - 1), hi + 1 does not
-        if not by_start and 1 < s < lay.pp - 1:
-            # Middle stages try the same mixes and differ only in their in-flight micro-batches,
-            # which never grow with the stage index: what fits stage s - 1 fits stage s. Step up
-            # from its limit in doubling strides, then bisect the last stride.
-            lo, step = limits[-1], 1
-            while lo < hi:
-                probe = min(hi, lo + step)
-                if not fits(s, probe):
-                    hi = probe - 1
-                    break
-                lo, step = probe, 2 * step
+    def limit(s: int, lo: int, hi: int) -> int:
+        """The most layers stage s fits, given that ``lo`` fits (or is vpp - 1) and ``hi + 1``
+        does not: doubling strides up from ``lo``, then a bisection of the last stride."""
+        step = 1
+        while lo < hi:
+            probe = min(hi, lo + step)
+            if not fits(s, probe):
+                hi = probe - 1
+                break
+            lo, step = probe, 2 * step
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if fits(s, mid):
                 lo = mid
             else:
                 hi = mid - 1
-        limits.append(lo)
+        return lo
+
+    pp, none_fit = lay.pp, lay.vpp - 1
+    # Middle stages try the same mixes and differ only in their in-flight micro-batches, which
+    # never grow with the stage index: what fits stage s - 1 fits stage s, so their limits rise
+    # along the pipeline and the last middle stage's bounds them all.
+    ordered_middle = not by_start and pp > 3
+    first = limit(0, none_fit, most)
+    if needed is not None and first < lay.vpp:
+        return None
+    known = {0: first}
+    if ordered_middle:
+        known[pp - 1] = limit(pp - 1, none_fit, most)
+        known[pp - 2] = limit(pp - 2, none_fit, most)
+        if needed is not None and first + known[pp - 1] + (pp - 2) * known[pp - 2] < needed:
+            return None
+    limits: list[int] = []
+    for s in range(pp):
+        if s in known:
+            limits.append(known[s])
+        elif ordered_middle and s > 1:
+            limits.append(limit(s, limits[-1], known[pp - 2]))
+        else:
+            limits.append(limit(s, none_fit, most))
     return limits
 
 

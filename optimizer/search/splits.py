@@ -26,6 +26,7 @@ from optimizer.cost.estimate import (
     geometry_key,
     layers_floor_s,
     order_split_floors,
+    some_split_may_fit,
     split_floor_s,
     split_tables,
     stage_fit_limits,
@@ -78,7 +79,8 @@ def solve_splits(
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
     best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-    work = _Work(ctx, pool, pipelined)
+    headroom = ctx.cal.memory_headroom_bytes if budget.headroom_bytes is None else budget.headroom_bytes
+    work = _Work(ctx, pool, pipelined, ctx.capacity_bytes - headroom)
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
         remaining = budget.deadline - time.perf_counter()
@@ -106,12 +108,16 @@ class _Work:
     reaches its layout bound, which holds for every rank order and split: once the smallest key
     in the queue is above the k-th best time, no pair behind it can enter the top-k, and the
     layouts still unexpanded never need their floors (most of them, once CP-SAT's splits have
-    lowered the k-th best time below the uniform splits')."""
+    lowered the k-th best time below the uniform splits'). A layout no split of which fits in
+    memory in any rank order (``some_split_may_fit``) is dropped then too."""
 
     _LAYOUT, _PAIR = 0, 1
 
-    def __init__(self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]]) -> None:
+    def __init__(
+        self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]], cap_bytes: float
+    ) -> None:
         self.ctx = ctx
+        self.cap_bytes = cap_bytes
         first = [e for e in pool if e.layout.pp > 1]
         self.in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in first}
         self.first = deque((split_floor_s(ctx, e.layout), e) for e in first)
@@ -147,8 +153,11 @@ class _Work:
                 return key, None, lay, g, threshold
             if layers_floor_s(ctx, lay) > limit:
                 continue  # no split in any rank order is fast enough
+            floors = order_split_floors(ctx, lay)
+            if floors[0][0] > limit or not some_split_may_fit(ctx, lay, self.cap_bytes):
+                continue  # no split in any rank order is fast enough, or fits (_solve_pair's test)
             lkey = layout_key(lay)
-            for rank, (floor, g) in enumerate(order_split_floors(ctx, lay)):
+            for rank, (floor, g) in enumerate(floors):
                 if floor > limit:
                     break
                 if (lkey, geometry_key(g)) not in self.in_pool:
