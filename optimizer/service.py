@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hardware_catalog import load_catalog
-from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
+from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
 from optimizer.launch import build_launch
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
@@ -64,6 +66,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
+    if lay.recompute == "selective":
+        notes += _selective_recompute_note(job, est)
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
@@ -94,6 +98,33 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         launch=build_launch(job.model, training, config) if launch else None,
         notes=notes,
     )
+
+
+def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
+    """What the plan's ``selective`` recompute assumes that Megatron-Core does not do by default,
+    and the memory that costs: the cost model re-runs the norms and activation functions in
+    backward (their outputs not kept, as torchtitan's op-level checkpointing and Megatron-Core's
+    ``layernorm`` / ``moe_act`` modules do); Megatron-Core's default selective recompute
+    (``core_attn``) with Transformer Engine keeps them. With flash-class attention that is what
+    recompute ``none`` keeps, so the same layout, order and split costed with ``none`` bounds it
+    (on MLA models from above: ``mla_up_proj``, which the launch arguments add, still saves)."""
+    ctx = build_context(job)
+    if ctx.attention_kernel == "unfused":
+        return []  # selective then also drops the materialised scores, which none keeps
+    kept = estimate(ctx, replace(est.layout, recompute="none"), est.order, headroom_bytes=est.headroom_bytes)
+    extra = kept.peak_memory_bytes - est.peak_memory_bytes
+    if extra < 0.05 * GIB:
+        return []
+    usable = est.capacity_bytes - est.headroom_bytes
+    verdict = "still fits" if kept.peak_memory_bytes <= usable else "does not fit"
+    note = (
+        "recompute 'selective' is costed with the norm and activation-function outputs re-made in "
+        "backward (as torchtitan's op-level checkpointing and Megatron-Core's 'layernorm'/'moe_act' "
+        "recompute modules do); Megatron-Core's default selective recompute (core_attn) with "
+        f"Transformer Engine keeps them: up to {to_gib(extra):.1f} GiB more on the peak stage, "
+        f"{to_gib(kept.peak_memory_bytes):.1f} GiB of {to_gib(usable):.1f} GiB usable ({verdict})"
+    )
+    return [note]
 
 
 def plan(request: PlanRequest) -> PlanResponse:

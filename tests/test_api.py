@@ -632,3 +632,32 @@ def test_moe_recompute_pinned_on_a_dense_model_is_422(client: TestClient) -> Non
     response = client.post("/plan", json={**JOB, "search": {"fix": {"recompute": "moe"}}})
     assert response.status_code == 422
     assert "search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model" in _messages(response)
+
+
+# ------------------------------------------------------------------------------ recompute notes
+
+
+def _evaluate_llama70b(recompute: str, kernel: str = "flash3", cp: int = 2) -> Any:
+    return service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512, "attention_kernel": kernel},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 512},
+        "config": {"tp": 1, "pp": 1, "cp": cp, "micro_batch_size": 1, "zero_stage": 3, "recompute": recompute},
+    }))  # fmt: skip
+
+
+def test_selective_recompute_plan_says_what_megatron_default_would_keep() -> None:
+    """The planner's best Llama 3 70B layout on 512 H100 (TP1 CP2 ZeRO-3, selective recompute):
+    71.8 GiB as costed, but Megatron-Core's default selective recompute keeps the norm and
+    activation outputs, which is the same layout's memory with recompute none (101.5 GiB): the
+    note gives both numbers so that nobody launches it that way and runs out of memory."""
+    selective, none = _evaluate_llama70b("selective"), _evaluate_llama70b("none")
+    assert selective.fits_memory and not none.fits_memory
+    assert selective.memory_gib.total == pytest.approx(71.8, abs=0.05)
+    (note,) = [n for n in selective.notes if "core_attn" in n]
+    extra = none.memory_gib.total - selective.memory_gib.total
+    assert f"up to {extra:.1f} GiB more" in note and f"{none.memory_gib.total:.1f} GiB of" in note
+    assert "(does not fit)" in note
+    assert not [n for n in none.notes if "core_attn" in n]
+    # unfused attention: selective also drops the materialised scores, so none is no bound
+    assert not [n for n in _evaluate_llama70b("selective", "unfused", cp=1).notes if "core_attn" in n]
