@@ -7,6 +7,7 @@ from dataclasses import replace
 from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
+from optimizer.cost.layer import MEGATRON_SELECTIVE
 from optimizer.launch import build_launch
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
@@ -101,28 +102,28 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
 
 
 def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
-    """What the plan's ``selective`` recompute assumes that Megatron-Core does not do by default,
-    and the memory that costs: the cost model re-runs the norms and activation functions in
-    backward (their outputs not kept, as torchtitan's op-level checkpointing and Megatron-Core's
-    ``layernorm`` / ``moe_act`` modules do); Megatron-Core's default selective recompute
-    (``core_attn``) with Transformer Engine keeps them. With flash-class attention that is what
-    recompute ``none`` keeps, so the same layout, order and split costed with ``none`` bounds it
-    (on MLA models from above: ``mla_up_proj``, which the launch arguments add, still saves)."""
+    """What the plan's ``selective`` recompute assumes that Megatron-Core's selective recompute
+    does not do, and the memory that costs. The cost model re-runs the norms and activation
+    functions in backward (their outputs not kept), as torchtitan's op-level checkpointing does;
+    with the modules the Megatron and Bridge arguments name (``core_attn``, plus ``mla_up_proj``
+    on MLA models) Megatron-Core and Transformer Engine keep those outputs. The same layout,
+    order and split costed with that recompute (``MEGATRON_SELECTIVE``) gives the memory."""
     ctx = build_context(job)
-    if ctx.attention_kernel == "unfused":
-        return []  # selective then also drops the materialised scores, which none keeps
-    kept = estimate(ctx, replace(est.layout, recompute="none"), est.order, headroom_bytes=est.headroom_bytes)
-    extra = kept.peak_memory_bytes - est.peak_memory_bytes
+    megatron = estimate(
+        ctx, replace(est.layout, recompute=MEGATRON_SELECTIVE), est.order, headroom_bytes=est.headroom_bytes
+    )
+    extra = megatron.peak_memory_bytes - est.peak_memory_bytes
     if extra < 0.05 * GIB:
         return []
     usable = est.capacity_bytes - est.headroom_bytes
-    verdict = "still fits" if kept.peak_memory_bytes <= usable else "does not fit"
+    verdict = "still fits" if megatron.peak_memory_bytes <= usable else "does not fit"
+    modules = "core_attn, mla_up_proj" if job.model.mla is not None else "core_attn"
     note = (
         "recompute 'selective' is costed with the norm and activation-function outputs re-made in "
-        "backward (as torchtitan's op-level checkpointing and Megatron-Core's 'layernorm'/'moe_act' "
-        "recompute modules do); Megatron-Core's default selective recompute (core_attn) with "
-        f"Transformer Engine keeps them: up to {to_gib(extra):.1f} GiB more on the peak stage, "
-        f"{to_gib(kept.peak_memory_bytes):.1f} GiB of {to_gib(usable):.1f} GiB usable ({verdict})"
+        "backward (as torchtitan's op-level checkpointing does); Megatron-Core's selective recompute "
+        f"with the modules the launch arguments name ({modules}) keeps them under Transformer Engine: "
+        f"{to_gib(extra):.1f} GiB more on the peak stage, {to_gib(megatron.peak_memory_bytes):.1f} GiB of "
+        f"{to_gib(usable):.1f} GiB usable ({verdict})"
     )
     return [note]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -648,16 +649,40 @@ def _evaluate_llama70b(recompute: str, kernel: str = "flash3", cp: int = 2) -> A
 
 def test_selective_recompute_plan_says_what_megatron_default_would_keep() -> None:
     """The planner's best Llama 3 70B layout on 512 H100 (TP1 CP2 ZeRO-3, selective recompute):
-    71.8 GiB as costed, but Megatron-Core's default selective recompute keeps the norm and
-    activation outputs, which is the same layout's memory with recompute none (101.5 GiB): the
-    note gives both numbers so that nobody launches it that way and runs out of memory."""
+    71.8 GiB as costed, but Megatron-Core's selective recompute (core_attn, the launch arguments)
+    keeps the norm and activation outputs: with flash-class attention that is the same layout's
+    memory with recompute none (101.5 GiB). The note gives both numbers so that nobody launches
+    it that way and runs out of memory."""
     selective, none = _evaluate_llama70b("selective"), _evaluate_llama70b("none")
     assert selective.fits_memory and not none.fits_memory
     assert selective.memory_gib.total == pytest.approx(71.8, abs=0.05)
     (note,) = [n for n in selective.notes if "core_attn" in n]
     extra = none.memory_gib.total - selective.memory_gib.total
-    assert f"up to {extra:.1f} GiB more" in note and f"{none.memory_gib.total:.1f} GiB of" in note
-    assert "(does not fit)" in note
+    assert f": {extra:.1f} GiB more" in note and f", {none.memory_gib.total:.1f} GiB of" in note
+    assert "(core_attn)" in note and "(does not fit)" in note
     assert not [n for n in none.notes if "core_attn" in n]
-    # unfused attention: selective also drops the materialised scores, so none is no bound
-    assert not [n for n in _evaluate_llama70b("selective", "unfused", cp=1).notes if "core_attn" in n]
+
+
+def _megatron_gib(note: str) -> float:
+    return float(re.search(r"more on the peak stage, ([0-9.]+) GiB of", note).group(1))
+
+
+def test_selective_recompute_note_drops_what_megatron_still_drops() -> None:
+    """Megatron's core_attn still drops unfused attention's materialised scores, and on MLA
+    models mla_up_proj (which the launch arguments add) the per-head q, k, v: the note's memory
+    sits between the costed selective and recompute none."""
+    sel, none = _evaluate_llama70b("selective", "unfused", cp=1), _evaluate_llama70b("none", "unfused", cp=1)
+    (note,) = [n for n in sel.notes if "core_attn" in n]
+    assert sel.memory_gib.total + 1 < _megatron_gib(note) < none.memory_gib.total - 1
+
+    def deepseek(recompute: str) -> Any:
+        return service.evaluate(EvaluateRequest.model_validate({
+            "model": {"preset": "deepseek-v3"},
+            "training": {"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8"},
+            "cluster": {"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 2048},
+            "config": {"tp": 1, "pp": 16, "ep": 64, "zero_stage": 1, "recompute": recompute},
+        }))  # fmt: skip
+
+    sel, none = deepseek("selective"), deepseek("none")
+    (note,) = [n for n in sel.notes if "core_attn, mla_up_proj" in n]
+    assert sel.memory_gib.total + 1 < _megatron_gib(note) < none.memory_gib.total - 1

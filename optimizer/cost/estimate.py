@@ -1058,6 +1058,8 @@ def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -
         admits = ctx.memo.get(key)
         if admits is None:
             limits = _stage_fit_limits(ctx, lay, g, cap_bytes, needed=total)
+            if limits is not None:  # computed in full: the per-pair test reads them
+                ctx.memo[("fit-limits", lay, sig, cap_bytes)] = tuple(limits)
             admits = ctx.memo[key] = limits is not None and min(limits) >= lay.vpp and sum(limits) >= total
         if admits:
             return True

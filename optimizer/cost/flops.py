@@ -96,7 +96,7 @@ def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
     """Extra forward FLOPs per token that activation recompute adds (hardware FLOPs only)."""
     if recompute == "full":
         return mf.forward_layers_per_token
-    if recompute == "selective":
+    if recompute in ("selective", "core_attn"):
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token
     if recompute == "moe":
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token + mf.moe_block_forward_per_token

@@ -31,10 +31,16 @@ UNFUSED_SCORE_BYTES_STORED = 5.0
 mask 1, dropout output 2; ``5 a s^2 b`` per layer)."""
 
 
-ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full"})
+MEGATRON_SELECTIVE = "core_attn"
+"""Internal recompute mode, never searched: Megatron-Core's selective recompute with the modules
+the launch arguments name for ``selective`` (``core_attn``, plus ``mla_up_proj`` on MLA models).
+Under Transformer Engine it keeps the norm and activation-function outputs that ``selective``
+drops. Plan notes cost a ``selective`` layout with it to say how much more memory that takes."""
+
+ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full", MEGATRON_SELECTIVE})
 """Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
 
-MLA_UP_RECOMPUTED = frozenset({"selective", "moe"})
+MLA_UP_RECOMPUTED = frozenset({"selective", "moe", MEGATRON_SELECTIVE})
 """Recompute modes that, on MLA models, keep the compressed query / key-value latents instead of
 the per-head q, k, v and re-run the up-projections in backward (DeepSeek-V3 report section 3.2.3;
 Megatron-Core's ``mla_up_proj`` recompute module). ``full`` re-runs them with the whole layer."""
@@ -153,6 +159,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         bwd += fwd
     elif d.recompute in ("selective", "moe"):
         bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
+    elif d.recompute == MEGATRON_SELECTIVE:
+        bwd += t_core  # the norms and activation functions are not re-run
     elif d.recompute == "op":
         # torchtitan's op-level policy: every second matmul's output is recomputed (half the
         # forward GEMM time), the attention core's is kept
@@ -207,7 +215,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
     elif d.recompute in ("selective", "moe", "op"):
         stored_elems = always  # op keeps fewer matmul outputs; counted like selective (upper bound)
-    else:
+    else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems
     if not mla_up_kept:
         stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
