@@ -7,8 +7,8 @@ from dataclasses import replace
 from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
-from optimizer.cost.layer import MEGATRON_SELECTIVE
-from optimizer.launch import build_launch
+from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
@@ -117,7 +117,7 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
         return []
     usable = est.capacity_bytes - est.headroom_bytes
     verdict = "still fits" if megatron.peak_memory_bytes <= usable else "does not fit"
-    modules = "core_attn, mla_up_proj" if job.model.mla is not None else "core_attn"
+    modules = ", ".join(megatron_recompute_modules(job.model, "selective") or (MEGATRON_SELECTIVE,))
     note = (
         "recompute 'selective' is costed with the norm and activation-function outputs re-made in "
         "backward (as torchtitan's op-level checkpointing does); Megatron-Core's selective recompute "

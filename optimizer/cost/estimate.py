@@ -1059,17 +1059,27 @@ def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -
         if admits is None:
             limits = _stage_fit_limits(ctx, lay, g, cap_bytes, needed=total)
             if limits is not None:  # computed in full: the per-pair test reads them
-                ctx.memo[("fit-limits", lay, sig, cap_bytes)] = tuple(limits)
-            admits = ctx.memo[key] = limits is not None and min(limits) >= lay.vpp and sum(limits) >= total
+                ctx.memo[_fit_limits_key(lay, sig, cap_bytes)] = tuple(limits)
+            admits = ctx.memo[key] = limits is not None and limits_admit_split(limits, lay.vpp, total)
         if admits:
             return True
     return False
 
 
-def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
+def limits_admit_split(limits: Sequence[int], vpp: int, num_layers: int) -> bool:
+    """Some layer split fits within per-stage ``limits``: every stage holds one layer per chunk
+    and together they hold every layer."""
+    return min(limits) >= vpp and sum(limits) >= num_layers
+
+
+def _fit_limits_key(lay: ResolvedLayout, signature: tuple[bool, ...], cap: float) -> tuple:
     # memory takes nothing else from the rank order (see memory_signature): every geometry of a
     # layout shares its limits
-    key = ("fit-limits", lay, memory_signature(groups), cap)
+    return ("fit-limits", lay, signature, cap)
+
+
+def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
+    key = _fit_limits_key(lay, memory_signature(groups), cap)
     cached = ctx.memo.get(key)
     if cached is None:
         limits = _stage_fit_limits(ctx, lay, groups, cap)

@@ -92,11 +92,18 @@ def model_flops(model: ModelSpec, seq_len: int) -> ModelFlops:
     return ModelFlops(3.0 * fwd, fwd_layers, core, moe_block, mla_up)
 
 
+MEGATRON_SELECTIVE = "core_attn"
+"""Internal recompute mode, never searched: Megatron-Core's selective recompute with the modules
+the launch arguments name for ``selective`` (``core_attn``, plus ``mla_up_proj`` on MLA models).
+Under Transformer Engine it keeps the norm and activation-function outputs that ``selective``
+drops. Plan notes cost a ``selective`` layout with it to say how much more memory that takes."""
+
+
 def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
     """Extra forward FLOPs per token that activation recompute adds (hardware FLOPs only)."""
     if recompute == "full":
         return mf.forward_layers_per_token
-    if recompute in ("selective", "core_attn"):
+    if recompute in ("selective", MEGATRON_SELECTIVE):
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token
     if recompute == "moe":
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token + mf.moe_block_forward_per_token

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from optimizer.cost.comm import all_to_all_time_s, hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
 ACT_BYTES = 2.0
@@ -30,12 +31,6 @@ UNFUSED_SCORE_BYTES_STORED = 5.0
 """Bytes per score element kept for backward (Korthikanti et al. 2022: softmax output 2, dropout
 mask 1, dropout output 2; ``5 a s^2 b`` per layer)."""
 
-
-MEGATRON_SELECTIVE = "core_attn"
-"""Internal recompute mode, never searched: Megatron-Core's selective recompute with the modules
-the launch arguments name for ``selective`` (``core_attn``, plus ``mla_up_proj`` on MLA models).
-Under Transformer Engine it keeps the norm and activation-function outputs that ``selective``
-drops. Plan notes cost a ``selective`` layout with it to say how much more memory that takes."""
 
 ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full", MEGATRON_SELECTIVE})
 """Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""

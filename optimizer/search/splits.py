@@ -25,6 +25,7 @@ from optimizer.cost.estimate import (
     estimate,
     geometry_key,
     layers_floor_s,
+    limits_admit_split,
     order_split_floors,
     some_split_may_fit,
     split_floor_s,
@@ -174,7 +175,7 @@ def _solve_pair(
     reach ``threshold``, or CP-SAT found none."""
     lay = cand.layout
     limits = stage_fit_limits(ctx, cand)
-    if min(limits) < lay.vpp or sum(limits) < budget.num_layers:
+    if not limits_admit_split(limits, lay.vpp, budget.num_layers):
         return None  # no split of this layout fits in memory in this order
     layer_range = certified_split_range(ctx, cand, threshold + POOL_MARGIN_S, max(limits))
     if layer_range is not None and layer_range[0] > layer_range[1]:
