@@ -44,6 +44,7 @@ from optimizer.cost.layer import (
 )
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout, divisors
+from optimizer.cost.split_bound import stage_split_reaches
 from optimizer.cost.topology import (
     AxisGroups,
     GroupGeometry,
@@ -698,31 +699,8 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float
     floors = ctx.memo.get(key)
     if floors is not None:
         return floors
-    groups = any_order_groups(ctx, lay)
-    totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
-    # one stage holding every layer and the embedding: its parameters, compute and optimizer step
-    everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)
-    dense, expert, n_layers, max_layer_params, compute, fwd, bwd = dp_inputs
-    pp = lay.pp
-    optimizer = everything.optimizer_s / pp
-    smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
-    average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + _head_time(ctx, lay)) / pp,
-               fwd / pp, bwd / pp)  # fmt: skip
-    if lay.zero_stage == 3 or smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
-        stage = average  # the head is on the last stage: more compute to overlap with
-    else:
-        stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
-
-    def dp_floor(g: AxisGroups) -> float:
-        if stage is average:
-            return _dp_exposed_s(ctx, lay, g, *stage)
-        # What no overlap hides, or the overlap-limited part of the average stage (each stage's
-        # exposed time is at least its own, which is affine in the stage's parameters and compute).
-        t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
-        excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
-        return max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
-
-    steady = lay.num_micro_batches + (pp - 1) / lay.vpp
+    optimizer = _split_floor_optimizer_s(ctx, lay)
+    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
     floors = []
     per_layer_geometry: dict[tuple, float] = {}
     per_comm_geometry: dict[tuple, float] = {}
@@ -731,20 +709,85 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float
         if lkey not in per_layer_geometry:
             per_layer_geometry[lkey] = steady * _min_max_stage_floor_s(ctx, lay, _kind_times(ctx, lay, g))
         if ckey not in per_comm_geometry:
-            # the data-parallel floor does not depend on the interleaving depth: deeper members of
-            # a layout family share it
-            dkey = ("dp_floor", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-                    lay.recompute, lay.sequence_parallel, g.dp_cp, g.edp)  # fmt: skip
-            dp = ctx.memo.get(dkey)
-            if dp is None:
-                dp = ctx.memo[dkey] = dp_floor(g)
-            per_comm_geometry[ckey] = dp + pp_comm_s(ctx, lay, g)
+            per_comm_geometry[ckey] = _split_floor_comm_s(ctx, lay, g)
         floors.append(
             ((optimizer + (per_layer_geometry[lkey] + per_comm_geometry[ckey])) * (1.0 - STEP_FLOOR_MARGIN), g)
         )
     floors.sort(key=lambda fg: fg[0])
     ctx.memo[key] = floors
     return floors
+
+
+def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], threshold_s: float) -> bool:
+    """False when no layer split of ``est``'s layout in ``est``'s rank order with stage ``s``
+    holding at most ``limits[s]`` layers (``stage_fit_limits``) can have a step time at most
+    ``threshold_s``.
+
+    The step is at least ``split_floor_s``'s terms of this order with the slowest stage at
+    its smallest over such splits, and ``stage_split_reaches`` decides exactly, for a relaxation
+    (layer kinds on any stage), whether that stage can be fast enough. Tighter than the floor when
+    stages must hold whole layers of unequal kinds or memory caps some stages."""
+    lay = est.layout
+    if lay.pp == 1 or not math.isfinite(threshold_s):
+        return True
+    groups = axis_groups(ctx.topology, est.order, lay.sizes())
+    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    rest = _split_floor_optimizer_s(ctx, lay) + _split_floor_comm_s(ctx, lay, groups)
+    stage_time = (threshold_s / (1.0 - STEP_FLOOR_MARGIN) - rest) / steady
+    totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
+    return stage_split_reaches(stage_time, _kind_times(ctx, lay, groups), totals, _head_time(ctx, lay), lay.vpp, limits)
+
+
+def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, tuple, tuple]:
+    """(the average stage's optimizer step, the average stage's data-parallel inputs, the inputs
+    of the stage the data-parallel floor is taken from) of ``split_floor_s``. Memoised."""
+    key = ("split_floor_inputs", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel)  # fmt: skip
+    cached = ctx.memo.get(key)
+    if cached is not None:
+        return cached
+    groups = any_order_groups(ctx, lay)
+    totals = tuple(ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds)))
+    # one stage holding every layer and the embedding: its parameters, compute and optimizer step
+    everything, _, _, dp_inputs = _stage_fixed_cached(ctx, lay, groups, totals, True, False)
+    dense, expert, n_layers, max_layer_params, compute, fwd, bwd = dp_inputs
+    pp = lay.pp
+    smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
+    average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + _head_time(ctx, lay)) / pp,
+               fwd / pp, bwd / pp)  # fmt: skip
+    if lay.zero_stage == 3 or smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
+        stage = average  # the head is on the last stage: more compute to overlap with
+    else:
+        stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
+    cached = ctx.memo[key] = (everything.optimizer_s / pp, average, stage)
+    return cached
+
+
+def _split_floor_optimizer_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """The average stage's optimizer step: no split's slowest is below it."""
+    return _split_floor_stage_inputs(ctx, lay)[0]
+
+
+def _split_floor_comm_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> float:
+    """``split_floor_s``'s floor on the slowest stage's exposed data-parallel time plus the
+    pipeline sends, in the rank order of ``g``."""
+    # the data-parallel floor does not depend on the interleaving depth: deeper members of a
+    # layout family share it
+    dkey = ("dp_floor", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+            lay.recompute, lay.sequence_parallel, g.dp_cp, g.edp)  # fmt: skip
+    dp = ctx.memo.get(dkey)
+    if dp is None:
+        _, average, stage = _split_floor_stage_inputs(ctx, lay)
+        if stage is average:
+            dp = _dp_exposed_s(ctx, lay, g, *stage)
+        else:
+            # What no overlap hides, or the overlap-limited part of the average stage (each stage's
+            # exposed time is at least its own, which is affine in the stage's parameters and compute).
+            t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
+            excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
+            dp = max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
+        ctx.memo[dkey] = dp
+    return dp + pp_comm_s(ctx, lay, g)
 
 
 def geometry_key(groups: AxisGroups) -> tuple:

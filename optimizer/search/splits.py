@@ -29,6 +29,7 @@ from optimizer.cost.estimate import (
     order_split_floors,
     some_split_may_fit,
     split_floor_s,
+    split_may_reach,
     split_tables,
     stage_fit_limits,
 )
@@ -177,6 +178,8 @@ def _solve_pair(
     limits = stage_fit_limits(ctx, cand)
     if not limits_admit_split(limits, lay.vpp, budget.num_layers):
         return None  # no split of this layout fits in memory in this order
+    if not split_may_reach(ctx, cand, limits, threshold + POOL_MARGIN_S):
+        return None  # whole layers of each kind, within the memory limits: no split is fast enough
     layer_range = certified_split_range(ctx, cand, threshold + POOL_MARGIN_S, max(limits))
     if layer_range is not None and layer_range[0] > layer_range[1]:
         return None  # every split in this order is slower than the k-th best time
