@@ -78,7 +78,13 @@ class SolverInfo(_Out):
     proved_optimal: bool = False
     objective_bound: float | None = Field(default=None, description="Lower bound on the best step time (s).")
     candidates_enumerated: int = 0
-    candidates_fitting_memory: int = 0
+    candidates_fitting_memory: int = Field(
+        default=0,
+        description=(
+            "Layouts the search examined that fit in memory (with their uniform layer split); layouts its lower "
+            "bounds ruled out before examining them are not counted."
+        ),
+    )
     candidates_to_solver: int = Field(
         default=0,
         description=(

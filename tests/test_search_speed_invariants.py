@@ -5,6 +5,8 @@
 - ``step_floor_s`` never exceeds the best step time over rank orders; ``step_floor_exceeds``
   agrees with it.
 - ``kind_time_floor`` never exceeds a layer kind's time under any rank order.
+- ``family_bound`` (the closed-form minimum over a layout family's depths) equals the minimum of
+  ``bound_at_vpp`` over them.
 - ``split_floor_s`` never exceeds the best step time of any layer split, and is tight where a
   loose floor once let hundreds of layouts through (MoE data-parallel terms).
 """
@@ -20,7 +22,10 @@ import pytest
 from optimizer.cost import best_estimate, build_context, estimate
 from optimizer.cost.estimate import (
     _kind_costs,
+    bound_at_vpp,
+    family_bound,
     kind_time_floor,
+    lower_bound_terms,
     split_floor_s,
     step_floor_exceeds,
     step_floor_s,
@@ -104,6 +109,25 @@ def test_kind_time_floor_is_a_floor(name: str) -> None:
         for order in candidate_orders(lay.sizes()):
             costs = _kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
             assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_family_bound_is_the_smallest_member_bound(name: str) -> None:
+    req = PlanRequest.model_validate(JOBS[name])
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    firsts = [lay for lay in enumerate_layouts(job, req.search) if lay.pp > 1]
+    rng = random.Random(1)
+    checked = 0
+    for lay, terms in zip(firsts[::STRIDE], lower_bound_terms(ctx, firsts[::STRIDE]), strict=True):
+        for vpps in ((1, 2, 3, 4, 5, 6, 7, 8), (2, 3), (2, 4, 8), tuple(sorted(rng.sample(range(1, 9), 4)))):
+            # the sends' weight on the depth grows with the pipeline send; scale it to move the optimum
+            for scale in (0.0, 1.0, 30.0, 1000.0):
+                t = (*terms[:3], terms[3] * scale)
+                expected = min(bound_at_vpp(ctx, t, lay.pp, v, lay.num_micro_batches) for v in vpps)
+                assert family_bound(ctx, t, lay.pp, vpps, lay.num_micro_batches) == expected
+                checked += 1
+    assert checked > 100
 
 
 def _random_split(rng: random.Random, layers: int, chunks: int) -> tuple[int, ...]:

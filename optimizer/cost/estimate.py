@@ -18,6 +18,7 @@ same arithmetic.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -693,29 +694,51 @@ def layers_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
 def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float, AxisGroups]]:
     """``split_floor_s`` per distinct rank-order geometry of the layout (a representative order's
     groups), ascending: a lower bound on ``estimate`` in that order over every layer split.
-    Memoised per layout (the layout's own split does not enter)."""
+    Memoised per layout (the layout's own split does not enter); the terms that do not depend on
+    the interleaving depth are shared by the layouts that differ only in it."""
     key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches)
     floors = ctx.memo.get(key)
     if floors is not None:
         return floors
-    optimizer = _split_floor_optimizer_s(ctx, lay)
+    optimizer, parts = _split_floor_parts(ctx, lay)
     steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    sends: dict[GroupGeometry, float] = {}
     floors = []
-    per_layer_geometry: dict[tuple, float] = {}
-    per_comm_geometry: dict[tuple, float] = {}
-    for g in _order_geometries(ctx, lay)[2]:
-        lkey, ckey = (g.tp, g.cp, g.ep), (g.dp_cp, g.edp, g.pp)
-        if lkey not in per_layer_geometry:
-            per_layer_geometry[lkey] = steady * _min_max_stage_floor_s(ctx, lay, _kind_times(ctx, lay, g))
-        if ckey not in per_comm_geometry:
-            per_comm_geometry[ckey] = _split_floor_comm_s(ctx, lay, g)
-        floors.append(
-            ((optimizer + (per_layer_geometry[lkey] + per_comm_geometry[ckey])) * (1.0 - STEP_FLOOR_MARGIN), g)
-        )
+    for stage, dp, g in parts:
+        send = sends.get(g.pp)
+        if send is None:
+            send = sends[g.pp] = pp_comm_s(ctx, lay, g)
+        floors.append(((optimizer + (steady * stage + (dp + send))) * (1.0 - STEP_FLOOR_MARGIN), g))
     floors.sort(key=lambda fg: fg[0])
     ctx.memo[key] = floors
     return floors
+
+
+def _split_floor_parts(
+    ctx: JobContext, lay: ResolvedLayout
+) -> tuple[float, list[tuple[float, float, AxisGroups]]]:
+    """The terms of ``order_split_floors`` that do not depend on the interleaving depth: the
+    average stage's optimizer step, and per distinct rank-order geometry the slowest stage's
+    floor (``_min_max_stage_floor_s`` of that order's layer times), the data-parallel floor and
+    a representative order's groups. Memoised."""
+    key = ("split_floor_parts", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel)  # fmt: skip
+    cached = ctx.memo.get(key)
+    if cached is not None:
+        return cached
+    per_layer_geometry: dict[tuple, float] = {}
+    per_dp_geometry: dict[tuple, float] = {}
+    parts = []
+    for g in _order_geometries(ctx, lay)[2]:
+        lkey, dkey = (g.tp, g.cp, g.ep), (g.dp_cp, g.edp)
+        if lkey not in per_layer_geometry:
+            per_layer_geometry[lkey] = _min_max_stage_floor_s(ctx, lay, _kind_times(ctx, lay, g))
+        if dkey not in per_dp_geometry:
+            per_dp_geometry[dkey] = _split_floor_dp_s(ctx, lay, g)
+        parts.append((per_layer_geometry[lkey], per_dp_geometry[dkey], g))
+    cached = ctx.memo[key] = (_split_floor_stage_inputs(ctx, lay)[0], parts)
+    return cached
 
 
 def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], threshold_s: float) -> bool:
@@ -732,7 +755,7 @@ def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], thres
         return True
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
     steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
-    rest = _split_floor_optimizer_s(ctx, lay) + _split_floor_comm_s(ctx, lay, groups)
+    rest = _split_floor_stage_inputs(ctx, lay)[0] + _split_floor_dp_s(ctx, lay, groups) + pp_comm_s(ctx, lay, groups)
     stage_time = (threshold_s / (1.0 - STEP_FLOOR_MARGIN) - rest) / steady
     totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
     return stage_split_reaches(stage_time, _kind_times(ctx, lay, groups), totals, _head_time(ctx, lay), lay.vpp, limits)
@@ -763,31 +786,17 @@ def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[flo
     return cached
 
 
-def _split_floor_optimizer_s(ctx: JobContext, lay: ResolvedLayout) -> float:
-    """The average stage's optimizer step: no split's slowest is below it."""
-    return _split_floor_stage_inputs(ctx, lay)[0]
-
-
-def _split_floor_comm_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> float:
-    """``split_floor_s``'s floor on the slowest stage's exposed data-parallel time plus the
-    pipeline sends, in the rank order of ``g``."""
-    # the data-parallel floor does not depend on the interleaving depth: deeper members of a
-    # layout family share it
-    dkey = ("dp_floor", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-            lay.recompute, lay.sequence_parallel, g.dp_cp, g.edp)  # fmt: skip
-    dp = ctx.memo.get(dkey)
-    if dp is None:
-        _, average, stage = _split_floor_stage_inputs(ctx, lay)
-        if stage is average:
-            dp = _dp_exposed_s(ctx, lay, g, *stage)
-        else:
-            # What no overlap hides, or the overlap-limited part of the average stage (each stage's
-            # exposed time is at least its own, which is affine in the stage's parameters and compute).
-            t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
-            excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
-            dp = max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
-        ctx.memo[dkey] = dp
-    return dp + pp_comm_s(ctx, lay, g)
+def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> float:
+    """``split_floor_s``'s floor on the slowest stage's exposed data-parallel time in the rank
+    order of ``g`` (the same for every interleaving depth)."""
+    _, average, stage = _split_floor_stage_inputs(ctx, lay)
+    if stage is average:
+        return _dp_exposed_s(ctx, lay, g, *stage)
+    # What no overlap hides, or the overlap-limited part of the average stage (each stage's
+    # exposed time is at least its own, which is affine in the stage's parameters and compute).
+    t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
+    excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
+    return max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
 
 
 def geometry_key(groups: AxisGroups) -> tuple:
@@ -867,6 +876,18 @@ def bound_at_vpp(ctx: JobContext, terms: tuple[float, float, float, float], pp: 
     if p2p > 0:
         bound += pp_comm_from_p2p_s(ctx, pp, vpp, m, p2p)
     return bound
+
+
+def family_bound(ctx: JobContext, terms: tuple[float, float, float, float], pp: int, vpps: Sequence[int], m: int) -> float:
+    """The smallest ``bound_at_vpp`` over the depths ``vpps`` (ascending). The bound is
+    ``a + b / vpp + c * vpp`` with ``b, c >= 0`` (the bubble falls, the sends grow), convex in
+    ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``."""
+    if len(vpps) <= 2:
+        return min(bound_at_vpp(ctx, terms, pp, v, m) for v in vpps)
+    b = (pp - 1) * terms[1]
+    c = pp_comm_from_p2p_s(ctx, pp, 1, m, terms[3]) - pp_comm_from_p2p_s(ctx, pp, 0, m, terms[3])
+    i = bisect.bisect_left(vpps, math.sqrt(b / c)) if c > 0 else len(vpps)
+    return min(bound_at_vpp(ctx, terms, pp, vpps[j], m) for j in (i - 1, i) if 0 <= j < len(vpps))
 
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:

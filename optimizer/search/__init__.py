@@ -26,7 +26,9 @@ from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.estimate import (
     bound_at_vpp,
     compute_lower_bounds,
+    family_bound,
     lower_bound_terms,
+    split_floor_s,
     step_floor_exceeds,
 )
 from optimizer.cost.rules import ResolvedLayout
@@ -127,7 +129,7 @@ def _search(request: PlanRequest) -> PlanResponse:
         lay = fam.first
         queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i, lay))
         if fam.more_vpps:
-            deeper = min(bound_at_vpp(ctx, terms, lay.pp, v, lay.num_micro_batches) for v in fam.more_vpps)
+            deeper = family_bound(ctx, terms, lay.pp, fam.more_vpps, lay.num_micro_batches)
             queue.append((deeper, 2 * i + 1, fam))
     heapq.heapify(queue)
     seq = 2 * len(families)
@@ -159,6 +161,8 @@ def _search(request: PlanRequest) -> PlanResponse:
                 seq += 1
             continue
         lay = item
+        if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
+            continue  # no rank order and no layer split of it can enter the top-k
         costed += 1
         if lay.pp > 1:
             pipelined.append((bound, lay))
