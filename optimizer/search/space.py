@@ -108,7 +108,8 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     mix dense and MoE layers (DeepSeek-V3's first three dense layers) such uneven depths are
     searched only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
     layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
-    GPUs (``benchmarks/search_latency.py``) takes about 8 s, too close to the 10 s default limit."""
+    GPUs (``benchmarks/search_latency.py``) takes about 4.5 s, more than twice the default
+    space's time and close to the benchmark's 5 s target."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
