@@ -89,7 +89,8 @@ class SolverInfo(_Out):
         default=0,
         description=(
             "Layer-split CP-SAT models solved: one per pipelined layout and rank-order geometry whose "
-            "split floor is below the k-th best step time and some split of which fits in memory."
+            "split floor is below the k-th best step time and some split of which fits in memory and, in whole "
+            "layers, could reach that time."
         ),
     )
 
