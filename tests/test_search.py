@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context, estimate, resolve_layout
+from optimizer.cost.estimate import certified_split_range, split_tables, stage_fit_limits
 from optimizer.cost.topology import candidate_orders
 from optimizer.errors import InvalidLayout
 from optimizer.results import PlanResponse
@@ -30,6 +31,7 @@ from optimizer.search.brute_force import (
     enumerates_all_splits,
     splits_of,
 )
+from optimizer.search.cpsat import Candidate, SplitModel
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
@@ -770,6 +772,29 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
     assert best.step_time_s == pytest.approx(0.7132, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
     assert best.step_time_s < 0.82 * 0.876  # the default space's best (benchmarks/search_latency.py)
+
+
+def test_chunk_split_of_alternating_layer_kinds_is_proved() -> None:
+    """Mixtral-8x22B with MoE on every second layer (a dense first layer), 256 H100, TP1 PP2 EP8
+    with 7 chunks per stage, no recompute: no layer split that fits in memory is below 3.07 s. A chunk's kind mix depends on where
+    it starts, so every chunk reads a (first layer, count) table; CP-SAT proves the bound in
+    milliseconds once the model states that the stages' layer counts and MoE layers add up to the
+    model's. Without those two sums it had no answer after 3 s (nor after 30 s on its siblings)."""
+    job = JobSpec.model_validate({
+        "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2,
+                  "expert_ffn_hidden_size": 16384, "layer_frequency": 2, "first_dense_layers": 1}},
+        "training": {"seq_len": 4096, "global_batch_size": 512},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+    })  # fmt: skip
+    ctx = build_context(job)
+    lay = resolve_layout(job, Layout(tp=1, pp=2, cp=1, ep=8, vpp=7, micro_batch_size=1, zero_stage=2, recompute="none"))
+    cand = estimate(ctx, lay, ("tp", "cp", "dp", "pp"))
+    assert not cand.fits_memory  # the even split (4 layers per chunk); uneven ones may fit
+    limits = stage_fit_limits(ctx, cand)
+    tables = split_tables(ctx, cand, certified_split_range(ctx, cand, 3.07, max(limits)))
+    assert tables.by_mix is not None and tables.exact
+    model = SplitModel([Candidate(cand, tables, cand.capacity_bytes, 56)], cand.step_time_s)
+    assert model.solve([], 2.0, 3.07).status == "INFEASIBLE"
 
 
 def test_search_gives_the_garbage_collector_back() -> None:

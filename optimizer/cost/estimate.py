@@ -742,9 +742,10 @@ def _split_floor_parts(
 
 
 def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], threshold_s: float) -> bool:
-    """False when no layer split of ``est``'s layout in ``est``'s rank order with stage ``s``
-    holding at most ``limits[s]`` layers (``stage_fit_limits``) can have a step time at most
-    ``threshold_s``.
+    """False only when no layer split of ``est``'s layout in ``est``'s rank order with stage
+    ``s`` holding at most ``limits[s]`` layers (``stage_fit_limits``) can have a step time at
+    most ``threshold_s`` (True does not promise one: the test is of a relaxation, and rules
+    nothing out for three or more layer kinds).
 
     The step is at least ``split_floor_s``'s terms of this order with the slowest stage at
     its smallest over such splits, and ``stage_split_reaches`` decides exactly, for a relaxation
@@ -881,7 +882,10 @@ def bound_at_vpp(ctx: JobContext, terms: tuple[float, float, float, float], pp: 
 def family_bound(ctx: JobContext, terms: tuple[float, float, float, float], pp: int, vpps: Sequence[int], m: int) -> float:
     """The smallest ``bound_at_vpp`` over the depths ``vpps`` (ascending). The bound is
     ``a + b / vpp + c * vpp`` with ``b, c >= 0`` (the bubble falls, the sends grow), convex in
-    ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``."""
+    ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``.
+    ``b`` and ``c`` are read off ``bound_at_vpp`` and ``pp_comm_from_p2p_s`` (the sends' share
+    per unit of depth): a change to either formula's shape must keep it convex in ``vpp`` or
+    change this too (``test_family_bound_is_the_smallest_member_bound`` checks the two agree)."""
     if len(vpps) <= 2:
         return min(bound_at_vpp(ctx, terms, pp, v, m) for v in vpps)
     b = (pp - 1) * terms[1]

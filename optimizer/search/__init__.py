@@ -6,8 +6,8 @@
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
    A family's deeper interleavings are resolved only when the smallest of their bounds is reached.
-   Once k layouts are costed, a pipelined layout whose split floor (every rank order and layer
-   split) is above the k-th best time is dropped without costing.
+   Once k layouts that fit in memory are costed, a pipelined layout whose split floor (every rank
+   order and layer split) is above the k-th best time is dropped without costing.
 3. CP-SAT chooses the layer split (per-stage layer counts under per-stage memory limits, exact
    cost tables) of every costed pipelined layout, in every distinct geometry of its rank orders,
    whose split floor is below the running k-th best time: the pool's best layouts first, then

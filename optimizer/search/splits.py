@@ -5,7 +5,10 @@ best time gets its best layer split from its own small CP-SAT model (per-stage l
 per-stage memory limits, exact cost tables over the layer counts such a split can have). First
 the pool's layouts in their uniform-best order (the likeliest to improve the top-k, which lowers
 the k-th best time and prunes the rest), then every other pair by ascending floor, until the next
-floor is above the k-th best time. Picking the layout is a minimum over the solved optima: the
+floor is above the k-th best time. A pair is settled without a model when no split fits in memory,
+when no split within the memory limits could reach the k-th best time in whole layers
+(``estimate.split_may_reach``), or when its tables' cheapest fitting entries already exceed it.
+Picking the layout is a minimum over the solved optima: the
 same answer as one joint model (``SplitModel`` takes any number of candidates) with
 forbid-and-resolve for the top-k, at a fraction of the time.
 """
@@ -173,7 +176,8 @@ def _solve_pair(
     budget: SplitBudget, out: SplitOutcome,
 ) -> Estimate | None:  # fmt: skip
     """The best split of one (layout, rank order), re-scored; None when no split can fit or
-    reach ``threshold``, or CP-SAT found none."""
+    reach ``threshold`` (memory limits, the whole-layer test, the certified table range, the
+    tables' cheapest entries), or CP-SAT found none."""
     lay = cand.layout
     limits = stage_fit_limits(ctx, cand)
     if not limits_admit_split(limits, lay.vpp, budget.num_layers):
