@@ -715,6 +715,13 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float
     return floors
 
 
+def _depth_free_key(tag: str, lay: ResolvedLayout) -> tuple:
+    """Memo key of a term the layouts of one family share: every field but the interleaving depth
+    and the layer split (``num_micro_batches`` follows from ``dp`` and ``micro_batch_size``)."""
+    return (tag, lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+            lay.sequence_parallel)  # fmt: skip
+
+
 def _split_floor_parts(
     ctx: JobContext, lay: ResolvedLayout
 ) -> tuple[float, list[tuple[float, float, AxisGroups]]]:
@@ -722,8 +729,7 @@ def _split_floor_parts(
     average stage's optimizer step, and per distinct rank-order geometry the slowest stage's
     floor (``_min_max_stage_floor_s`` of that order's layer times), the data-parallel floor and
     a representative order's groups. Memoised."""
-    key = ("split_floor_parts", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel)  # fmt: skip
+    key = _depth_free_key("split_floor_parts", lay)
     cached = ctx.memo.get(key)
     if cached is not None:
         return cached
@@ -765,8 +771,7 @@ def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], thres
 def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, tuple, tuple]:
     """(the average stage's optimizer step, the average stage's data-parallel inputs, the inputs
     of the stage the data-parallel floor is taken from) of ``split_floor_s``. Memoised."""
-    key = ("split_floor_inputs", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel)  # fmt: skip
+    key = _depth_free_key("split_floor_inputs", lay)
     cached = ctx.memo.get(key)
     if cached is not None:
         return cached
