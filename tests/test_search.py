@@ -776,10 +776,11 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
 
 def test_chunk_split_of_alternating_layer_kinds_is_proved() -> None:
     """Mixtral-8x22B with MoE on every second layer (a dense first layer), 256 H100, TP1 PP2 EP8
-    with 7 chunks per stage, no recompute: no layer split that fits in memory is below 3.07 s. A chunk's kind mix depends on where
-    it starts, so every chunk reads a (first layer, count) table; CP-SAT proves the bound in
-    milliseconds once the model states that the stages' layer counts and MoE layers add up to the
-    model's. Without those two sums it had no answer after 3 s (nor after 30 s on its siblings)."""
+    with 7 chunks per stage, no recompute: no layer split that fits in memory is below 3.07 s. A
+    chunk's kind mix depends on where it starts. With a (first layer, count) table per chunk
+    CP-SAT proved the bound in milliseconds only once the model stated that the stages' layer
+    counts and MoE layers add up to the model's (without those two sums: no answer after 3 s, nor
+    after 30 s on its siblings); the chunks now follow the kinds' repeat (``kind_period``)."""
     job = JobSpec.model_validate({
         "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2,
                   "expert_ffn_hidden_size": 16384, "layer_frequency": 2, "first_dense_layers": 1}},

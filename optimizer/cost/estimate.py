@@ -1107,6 +1107,30 @@ def _mix_vectors(n: int, totals: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+def _chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[int, ...]]:
+    """Every layer-kind mix (layers of each kind) that ``vpp`` runs of consecutive layers, each
+    of at least one layer and together at most ``most``, can add up to (memoised per job).
+
+    A stage of an interleaved split holds ``vpp`` such runs (its chunks), so its mix is among
+    these; the runs' order and disjointness are left out, so some of them no split gives. With
+    MoE on every second layer a run of ``n`` layers holds ``n // 2`` or ``n - n // 2`` MoE layers,
+    so a stage of ``n`` layers holds within ``vpp / 2`` of ``n / 2``: of the ``n + 1`` mixes a
+    stage of ``n`` layers could otherwise hold, at most ``vpp + 1`` remain.
+    """
+    key = ("chunk_sum_mixes", vpp, most)
+    found = ctx.memo.get(key)
+    if found is None:
+        layers = len(ctx.layer_kind)
+        longest = most - (vpp - 1)
+        runs = {_counts_at(ctx, f, n) for f in range(layers) for n in range(1, min(longest, layers - f) + 1)}
+        sums: set[tuple[int, ...]] = {(0,) * len(ctx.kinds)}
+        for _ in range(vpp):
+            sums = {tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most}
+        found = frozenset(sums)
+        ctx.memo[key] = found
+    return found
+
+
 def _several_kinds_one_chunk(ctx: JobContext, lay: ResolvedLayout) -> bool:
     return len(ctx.kinds) > 1 and lay.vpp == 1 and lay.pp > 1
 
@@ -1322,7 +1346,8 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
     by_mix = None
     if len(ctx.kinds) > 1 and lay.vpp > 1 and lay.pp > 1:
         totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
-        mixes = {n: _mix_vectors(n, totals) for n in range(lo, hi + 1)}
+        reachable = _chunk_sum_mixes(ctx, lay.vpp, hi)
+        mixes = {n: [v for v in _mix_vectors(n, totals) if v in reachable] for n in range(lo, hi + 1)}
         if sum(len(v) for v in mixes.values()) * lay.pp <= SPLIT_MIX_TABLE_MAX:
             rows = []
             for s in range(lay.pp):
