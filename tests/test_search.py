@@ -771,7 +771,46 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (2, 8, 7, 8)
     assert best.step_time_s == pytest.approx(0.7132, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
-    assert best.step_time_s < 0.82 * 0.876  # the default space's best (benchmarks/search_latency.py)
+    assert not any("uneven interleaving" in w for w in named.warnings)
+    # The default space leaves those depths out, and says that one of them may be faster: their
+    # layouts' lower bound (0.506 s) is below its best plan.
+    default = search(_request({**base, "search": {"time_limit_s": 60}}))
+    assert default.status == "optimal"
+    assert default.plans[0].step_time_s == pytest.approx(0.8764, abs=1e-4)
+    assert best.step_time_s < 0.82 * default.plans[0].step_time_s
+    [warning] = [w for w in default.warnings if "uneven interleaving" in w]
+    assert "lower bound is 0.506 s, below the best plan's 0.876 s" in warning
+    assert "search.allow.vpp" in warning
+
+
+def test_depths_left_out_by_default_are_the_uneven_ones_of_mixed_kind_models() -> None:
+    """A family's depths the default space leaves out are exactly those the named space adds:
+    uneven ones (``pp * vpp`` not dividing the layers) of a model that mixes layer kinds; none
+    for one-kind models or when the request names depths."""
+    from optimizer.search.space import layout_families
+
+    deepseek = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
+                "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
+    default = _request(deepseek)
+    named = _request({**deepseek, "search": {"allow": {"vpp": list(range(1, 9))}}})
+    job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
+    named_depths = {_key_without_vpp(f.first): (f.first.vpp, *f.more_vpps) for f in layout_families(job, named.search)}
+    left_out = 0
+    for fam in layout_families(job, default.search):
+        depths = named_depths[_key_without_vpp(fam.first)]
+        assert sorted((fam.first.vpp, *fam.more_vpps, *fam.skipped_vpps)) == sorted(depths)
+        assert all(61 % (fam.first.pp * v) for v in fam.skipped_vpps)
+        left_out += len(fam.skipped_vpps)
+    assert left_out > 0
+    assert not any(f.skipped_vpps for f in layout_families(job, named.search))
+    dense = _request({**deepseek, "model": {"preset": "llama3-70b"}})
+    dense_job = JobSpec(model=dense.model, training=dense.training, cluster=dense.cluster)
+    assert not any(f.skipped_vpps for f in layout_families(dense_job, dense.search))
+
+
+def _key_without_vpp(lay) -> tuple:
+    """A layout's identity without its interleaving depth and layer split."""
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute, lay.sequence_parallel)
 
 
 def test_chunk_split_of_alternating_layer_kinds_is_proved() -> None:

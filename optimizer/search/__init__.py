@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from optimizer.cost import Estimate, best_estimate, build_context
+from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import (
     bound_at_vpp,
     compute_lower_bounds,
@@ -127,12 +128,15 @@ def _search(request: PlanRequest) -> PlanResponse:
     # in bound order visits every layout in bound order. Ties pop in queue order (enumeration
     # order, then expanded members in the order they were expanded).
     queue: list[tuple[float, int, ResolvedLayout | LayoutFamily]] = []
+    skipped: list[tuple[LayoutFamily, tuple[float, float, float, float]]] = []  # depths left out by default
     for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
         lay = fam.first
         queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i, lay))
         if fam.more_vpps:
             deeper = family_bound(ctx, terms, lay.pp, fam.more_vpps, lay.num_micro_batches)
             queue.append((deeper, 2 * i + 1, fam))
+        if fam.skipped_vpps:
+            skipped.append((fam, terms))
     heapq.heapify(queue)
     seq = 2 * len(families)
     pool_size = spec.top_k + POOL_EXTRA
@@ -248,9 +252,33 @@ def _search(request: PlanRequest) -> PlanResponse:
             explanation=_memory_explanation(smallest.resolve(ctx, headroom) if smallest else None),
             warnings=warnings,
         )
+    skipped_bound = _skipped_bound(ctx, skipped, results[0].step_time_s)
+    if skipped_bound < results[0].step_time_s:
+        warnings.append(
+            f"uneven interleaving depths (pp * vpp not dividing num_layers = {job.model.num_layers}) are not "
+            "searched by default for models that mix dense and MoE layers; their layouts' lower bound is "
+            f"{skipped_bound:.3f} s, below the best plan's {results[0].step_time_s:.3f} s, so one of them may be "
+            "faster: name the depths in search.allow.vpp (1-8) to search them too (slower; docs/search.md)"
+        )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _skipped_bound(
+    ctx: JobContext, skipped: list[tuple[LayoutFamily, tuple[float, float, float, float]]], best_s: float
+) -> float:
+    """The smallest lower bound of the depths the space left out by default, when it is below
+    ``best_s`` (else some value at least ``best_s``). A family's bound is at least its steady and
+    optimizer terms, whatever the depth: families where those reach ``best_s`` are passed over."""
+    return min(
+        (
+            family_bound(ctx, terms, fam.first.pp, fam.skipped_vpps, fam.first.num_micro_batches)
+            for fam, terms in skipped
+            if terms[0] + terms[2] < best_s
+        ),
+        default=float("inf"),
+    )
 
 
 def _push_bounded(heap: list[float], value: float, size: int) -> None:

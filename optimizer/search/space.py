@@ -70,6 +70,9 @@ class LayoutFamily(NamedTuple):
 
     first: ResolvedLayout
     more_vpps: tuple[int, ...]
+    skipped_vpps: tuple[int, ...] = ()
+    """Depths left out by default (uneven chunks of a model that mixes layer kinds, none named):
+    never resolved or costed; the search bounds them only to say whether one might be faster."""
 
     def expand(self, job: JobSpec) -> list[ResolvedLayout]:
         """The family's other layouts (those ``resolve`` accepts), in ``more_vpps`` order."""
@@ -109,7 +112,8 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     searched only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
     layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
     GPUs (``benchmarks/search_latency.py``) takes about 4.5 s, more than twice the default
-    space's time and close to the benchmark's 5 s target."""
+    space's time and close to the benchmark's 5 s target. Each family lists the depths it leaves
+    out (``skipped_vpps``) so that the search can say when one of them might be faster."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
@@ -154,9 +158,12 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
             m = gbs // (dp * mbs)
             if pp > 1 and m < pp:
                 continue
-            vpps = [1]
+            vpps, skipped = [1], ()
             if pp > 1 and m % pp == 0:
-                vpps += [v for v in range(2, MAX_VPP + 1) if pp * v <= layers and (uneven or layers % (pp * v) == 0 or v in named_vpps)]
+                deeper = [v for v in range(2, MAX_VPP + 1) if pp * v <= layers]
+                vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
+                if not uneven and search.allow.vpp is None and search.fix.vpp is None:
+                    skipped = tuple(v for v in deeper if layers % (pp * v))
             vpps = _choices("vpp", vpps, search)
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
                 for i, vpp in enumerate(vpps):  # the first vpp the rules accept heads the family
@@ -173,5 +180,5 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
                     more = tuple(vpps[i + 1 :])
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
                     for zero, rc in product(zeros, rcs):
-                        yield LayoutFamily(_variant(base.__dict__, zero, rc), more)
+                        yield LayoutFamily(_variant(base.__dict__, zero, rc), more, skipped)
                     break
