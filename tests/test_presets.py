@@ -28,6 +28,8 @@ EXPECTED_IDS = {
     "nemotron4-15b",
     "nemotron4-340b",
     "gpt-oss-120b",
+    "llama4-scout",
+    "llama4-maverick",
 }
 
 

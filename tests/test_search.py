@@ -771,16 +771,36 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (2, 8, 7, 8)
     assert best.step_time_s == pytest.approx(0.7132, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
-    assert not any("uneven interleaving" in w for w in named.warnings)
+    assert not any("unequal chunks" in w for w in named.warnings)
+    assert named.solver.left_out_depths_bound_s is None
     # The default space leaves those depths out, and says that one of them may be faster: their
     # layouts' lower bound (0.506 s) is below its best plan.
     default = search(_request({**base, "search": {"time_limit_s": 60}}))
     assert default.status == "optimal"
     assert default.plans[0].step_time_s == pytest.approx(0.8764, abs=1e-4)
     assert best.step_time_s < 0.82 * default.plans[0].step_time_s
-    [warning] = [w for w in default.warnings if "uneven interleaving" in w]
+    assert default.solver.left_out_depths_bound_s == pytest.approx(0.5065, abs=1e-4)
+    [warning] = [w for w in default.warnings if "unequal chunks" in w]
+    assert "pipelines over 32 stages" in warning
     assert "lower bound is 0.506 s, below the best plan's 0.876 s" in warning
     assert "search.allow.vpp" in warning
+
+
+def test_no_warning_about_left_out_depths_when_the_best_plan_does_not_pipeline() -> None:
+    """Llama 4 Maverick (MoE on every second layer) on 256 H100: the best plan has no pipeline,
+    the left-out depths' bound is below it but only reported in ``solver``, and naming every
+    depth gives the same plan."""
+    base = {"model": {"preset": "llama4-maverick"}, "training": {"seq_len": 4096, "global_batch_size": 512},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
+    default = search(_request(base))
+    named = search(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
+    assert default.status == named.status == "optimal"
+    best = default.plans[0]
+    assert best.config.pp == 1 and best.step_time_s == pytest.approx(1.6421, abs=1e-4)
+    assert named.plans[0].step_time_s == best.step_time_s
+    assert default.solver.left_out_depths_bound_s is not None
+    assert default.solver.left_out_depths_bound_s < best.step_time_s
+    assert not any("unequal chunks" in w for w in default.warnings)
 
 
 def test_depths_left_out_by_default_are_the_uneven_ones_of_mixed_kind_models() -> None:
