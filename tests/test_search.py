@@ -718,20 +718,25 @@ def test_uneven_interleaving_is_searched_by_default_for_one_layer_kind() -> None
     assert response.plans[0].config.vpp > 1  # the uneven interleaving wins here
 
 
-def test_uneven_interleaving_of_mixed_layer_kinds_is_searched_when_named() -> None:
+def test_uneven_interleaving_of_mixed_layer_kinds_is_searched_when_named_or_few(monkeypatch) -> None:
     mixed = JOB_UNEVEN_INTERLEAVING_MIXED
     assert _searched_vpps(mixed) == {1, 2, 4}
-    assert _searched_vpps({**mixed, "search": {"fix": mixed["search"]["fix"]}}) == {1}
+    unnamed = {**mixed, "search": {"fix": mixed["search"]["fix"]}}
+    assert _searched_vpps(unnamed) == {1, 2, 3, 4}  # they add few layouts: in the default space
+    monkeypatch.setattr("optimizer.search.space.UNEVEN_DEPTHS_DEFAULT_MAX", 0)
+    assert _searched_vpps(unnamed) == {1}
+    assert _searched_vpps(mixed) == {1, 2, 4}
     check_against_oracle(mixed)
 
 
 def test_deepseek_v3_default_space_does_not_interleave() -> None:
     """61 layers, 3 of them dense: no pp x vpp divides them, and uneven depths of a model with
-    mixed layer kinds are searched only when named."""
+    mixed layer kinds are searched only when named once they add more than
+    ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts (152,472 here)."""
     job = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
-           "cluster": {"preset": "dgx-h100", "num_gpus": 256}, "search": {"allow": {"tp": [1], "cp": [1]}}}
+           "cluster": {"preset": "dgx-h100", "num_gpus": 256}}
     assert _searched_vpps(job) == {1}
-    named = {**job, "search": {"allow": {"tp": [1], "cp": [1], "vpp": [1, 2]}}}
+    named = {**job, "search": {"allow": {"vpp": [1, 2]}}}
     assert _searched_vpps(named) == {1, 2}
 
 
@@ -781,26 +786,27 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
     assert best.step_time_s < 0.82 * default.plans[0].step_time_s
     assert default.solver.left_out_depths_bound_s == pytest.approx(0.5065, abs=1e-4)
     [warning] = [w for w in default.warnings if "unequal chunks" in w]
-    assert "pipelines over 32 stages" in warning
     assert "lower bound is 0.506 s, below the best plan's 0.876 s" in warning
     assert "search.allow.vpp" in warning
 
 
-def test_no_warning_about_left_out_depths_when_the_best_plan_does_not_pipeline() -> None:
-    """Llama 4 Maverick (MoE on every second layer) on 256 H100: the best plan has no pipeline,
-    the left-out depths' bound is below it but only reported in ``solver``, and naming every
-    depth gives the same plan."""
+def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
+    """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 32,100
+    layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
+    families, same plan, nothing left out to report."""
+    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, _layout_families, layout_families
+
     base = {"model": {"preset": "llama4-maverick"}, "training": {"seq_len": 4096, "global_batch_size": 512},
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
-    default = search(_request(base))
-    named = search(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
-    assert default.status == named.status == "optimal"
-    best = default.plans[0]
-    assert best.config.pp == 1 and best.step_time_s == pytest.approx(1.6421, abs=1e-4)
-    assert named.plans[0].step_time_s == best.step_time_s
-    assert default.solver.left_out_depths_bound_s is not None
-    assert default.solver.left_out_depths_bound_s < best.step_time_s
-    assert not any("unequal chunks" in w for w in default.warnings)
+    default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
+    job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
+    assert sum(len(f.skipped_vpps) for f in _layout_families(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
+    planned = search(default)
+    assert planned.status == "optimal"
+    assert planned.plans[0].step_time_s == pytest.approx(1.6421, abs=1e-4)
+    assert planned.solver.left_out_depths_bound_s is None
+    assert not any("unequal chunks" in w for w in planned.warnings)
 
 
 def test_depths_left_out_by_default_are_the_uneven_ones_of_mixed_kind_models() -> None:

@@ -131,3 +131,8 @@ def test_deepseek_v3_builds_few_split_models() -> None:
     assert named.solver.candidates_to_solver <= 60
     assert abs(default.plans[0].step_time_s - 20.8635) < 1e-3
     assert default.plans[0].step_time_s == named.plans[0].step_time_s
+    # The default space leaves out 433,008 layouts with uneven depths; their bound (15.70 s) is
+    # below the best plan, so the answer warns, though naming them finds the same plan.
+    assert abs(default.solver.left_out_depths_bound_s - 15.6997) < 1e-3
+    assert any("unequal chunks" in w and "15.700 s" in w for w in default.warnings)
+    assert named.solver.left_out_depths_bound_s is None

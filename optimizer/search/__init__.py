@@ -256,14 +256,13 @@ def _search(request: PlanRequest) -> PlanResponse:
     skipped_bound = _skipped_bound(ctx, skipped, best.step_time_s)
     if skipped_bound < best.step_time_s:
         info.left_out_depths_bound_s = skipped_bound
-        if best.layout.pp > 1:  # a plan without a pipeline already beat every depth searched
-            warnings.append(
-                f"the best plan pipelines over {best.layout.pp} stages, but interleaving depths with unequal chunks "
-                f"(pp * vpp not dividing num_layers = {job.model.num_layers}) are not searched by default for models "
-                f"that mix dense and MoE layers; their layouts' lower bound is {skipped_bound:.3f} s, below the best "
-                f"plan's {best.step_time_s:.3f} s, so one of them may be faster: name the depths in search.allow.vpp "
-                "(1-8) to search them too (slower; docs/search.md)"
-            )
+        warnings.append(
+            f"interleaving depths with unequal chunks (pp * vpp not dividing num_layers = {job.model.num_layers}) "
+            "are not searched by default for models that mix dense and MoE layers; their layouts' lower bound is "
+            f"{skipped_bound:.3f} s, below the best plan's {best.step_time_s:.3f} s, so one of them may be faster "
+            "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "
+            "(slower; docs/search.md)"
+        )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
