@@ -106,7 +106,7 @@ UNEVEN_DEPTHS_DEFAULT_MAX = 40_000
 """Models that mix layer kinds: uneven interleaving depths are in the default space when they add
 at most this many layouts. Llama 4 Maverick on 256 H100 adds 32,100 (about 0.8 s either way);
 a Mixtral-8x22B variant with MoE on every second layer on 256 H100 adds 47,280 (about 5 s
-without them, 6-7 s with, 0.5% better plan); DeepSeek-V3 on 2,048 H800 adds 433,008 (2.3 s
+without them, 5-7 s with, 0.5% better plan); DeepSeek-V3 on 2,048 H800 adds 433,008 (2.3 s
 without them, about 5 s with)."""
 
 
