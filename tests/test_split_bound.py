@@ -134,5 +134,5 @@ def test_deepseek_v3_builds_few_split_models() -> None:
     # The default space leaves out 433,008 layouts with uneven depths; their bound (15.70 s) is
     # below the best plan, so the answer warns, though naming them finds the same plan.
     assert abs(default.solver.left_out_depths_bound_s - 15.6997) < 1e-3
-    assert any("unequal chunks" in w and "15.700 s" in w for w in default.warnings)
+    assert any("unequal chunks" in w and "433,008 layouts" in w and "15.700 s" in w for w in default.warnings)
     assert named.solver.left_out_depths_bound_s is None

@@ -37,7 +37,12 @@ from optimizer.cost.estimate import (
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.screen import Screen, Unfit, screen_memory
-from optimizer.search.space import LayoutFamily, count_layouts, layout_families
+from optimizer.search.space import (
+    UNEVEN_DEPTHS_DEFAULT_MAX,
+    LayoutFamily,
+    count_layouts,
+    layout_families,
+)
 from optimizer.search.splits import (
     POOL_MARGIN_S,
     SOLVE_LIMIT_S,
@@ -256,9 +261,11 @@ def _search(request: PlanRequest) -> PlanResponse:
     skipped_bound = _skipped_bound(ctx, skipped, best.step_time_s)
     if skipped_bound < best.step_time_s:
         info.left_out_depths_bound_s = skipped_bound
+        left_out = sum(len(fam.skipped_vpps) for fam, _ in skipped)
         warnings.append(
             f"interleaving depths with unequal chunks (pp * vpp not dividing num_layers = {job.model.num_layers}) "
-            "are not searched by default for models that mix dense and MoE layers; their layouts' lower bound is "
+            f"were not searched: for a model that mixes dense and MoE layers they would add {left_out:,} layouts, "
+            f"more than the default space takes ({UNEVEN_DEPTHS_DEFAULT_MAX:,}); their layouts' lower bound is "
             f"{skipped_bound:.3f} s, below the best plan's {best.step_time_s:.3f} s, so one of them may be faster "
             "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "
             "(slower; docs/search.md)"
