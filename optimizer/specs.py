@@ -394,8 +394,9 @@ class LayoutAllow(Strict):
         default=None,
         description=(
             "Interleaving depths to search (at most 8). For models that mix dense and MoE layers, depths whose "
-            "pp*vpp chunks cannot hold equal layer counts are searched only when listed here (or pinned with "
-            "fix.vpp); for every other model they are searched by default."
+            "pp*vpp chunks cannot hold equal layer counts are searched by default only when they add at most "
+            "40,000 layouts to the space, and otherwise only when listed here (or pinned with fix.vpp); for every "
+            "other model they are searched by default."
         ),
     )
     micro_batch_size: list[int] | None = None

@@ -71,8 +71,9 @@ class LayoutFamily(NamedTuple):
     first: ResolvedLayout
     more_vpps: tuple[int, ...]
     skipped_vpps: tuple[int, ...] = ()
-    """Depths left out by default (uneven chunks of a model that mixes layer kinds, none named):
-    never resolved or costed; the search bounds them only to say whether one might be faster."""
+    """Depths left out by default (uneven chunks of a model that mixes layer kinds, none named,
+    more than ``UNEVEN_DEPTHS_DEFAULT_MAX`` such layouts in all): never resolved or costed; the
+    search bounds them only to say whether one might be faster."""
 
     def expand(self, job: JobSpec) -> list[ResolvedLayout]:
         """The family's other layouts (those ``resolve`` accepts), in ``more_vpps`` order."""
@@ -104,10 +105,13 @@ def count_layouts(families: list[LayoutFamily]) -> int:
 
 UNEVEN_DEPTHS_DEFAULT_MAX = 40_000
 """Models that mix layer kinds: uneven interleaving depths are in the default space when they add
-at most this many layouts. Llama 4 Maverick on 256 H100 adds 32,100 (about 0.8 s either way);
+at most this many layouts. Llama 4 Maverick on 256 H100 adds 32,100 with 4K sequences and a
+512-sequence batch (about 0.8 s either way), 43,740 with 8K sequences;
 a Mixtral-8x22B variant with MoE on every second layer on 256 H100 adds 47,280 (about 5 s
 without them, 5-7 s with, 0.5% better plan); DeepSeek-V3 on 2,048 H800 adds 433,008 (2.3 s
-without them, about 5 s with)."""
+without them, about 5 s with). The count is of the whole space, so narrowing other fields
+(``search.allow.tp``, say) can bring the uneven depths in and find a plan the wider default
+request does not; that default answer then carries the warning and the bound."""
 
 
 def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
