@@ -1122,7 +1122,7 @@ def _chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[in
     if found is None:
         layers = len(ctx.layer_kind)
         longest = most - (vpp - 1)
-        runs = {_counts_at(ctx, f, n) for f in range(layers) for n in range(1, min(longest, layers - f) + 1)}
+        runs = set().union(*(_mixes(ctx, range(layers - n + 1), n) for n in range(1, min(longest, layers) + 1)))
         sums: set[tuple[int, ...]] = {(0,) * len(ctx.kinds)}
         for _ in range(vpp):
             sums = {tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most}

@@ -128,7 +128,7 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     default space's time and at the benchmark's 5 s target. Each family then lists the depths it
     leaves out (``skipped_vpps``) so that the search can say when one of them might be faster."""
     families = _layout_families(job, search)
-    if not job.model.mixes_layer_kinds or search.allow.vpp is not None or search.fix.vpp is not None:
+    if not _leaves_uneven_depths_out(job, search):
         yield from families
         return
     families = list(families)
@@ -141,6 +141,12 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
             yield LayoutFamily(fam.first, deeper)
         else:
             yield fam
+
+
+def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
+    """Whether ``_layout_families`` lists the uneven depths apart: a model that mixes layer
+    kinds, with no depth named."""
+    return job.model.mixes_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
 def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
@@ -173,6 +179,7 @@ def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]
     )
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     uneven = not model.mixes_layer_kinds  # uneven interleaving searched by default
+    leave_out = _leaves_uneven_depths_out(job, search)
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -193,7 +200,7 @@ def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]
             if pp > 1 and m % pp == 0:
                 deeper = [v for v in range(2, MAX_VPP + 1) if pp * v <= layers]
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
-                if not uneven and search.allow.vpp is None and search.fix.vpp is None:
+                if leave_out:
                     skipped = tuple(v for v in deeper if layers % (pp * v))
             vpps = _choices("vpp", vpps, search)
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
