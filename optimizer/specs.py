@@ -246,6 +246,17 @@ class TrainingSpec(Strict):
             "overlap); MoE models with expert parallelism only, no effect otherwise."
         ),
     )
+    dp_collectives: Literal["hierarchical", "flat"] = Field(
+        default="hierarchical",
+        description=(
+            "How the stack's data-parallel collectives (gradient all-reduce or reduce-scatter, "
+            "ZeRO / FSDP parameter all-gathers) use the network tiers. hierarchical: NCCL-style, the "
+            "GPUs of an NVLink domain share the scale-out traffic (the domain reduces first). flat: "
+            "one ring over every rank with each hop at the scale-out link's rate, so every GPU's NIC "
+            "carries the whole ring's traffic (DeepSpeed ZeRO-3 of 2021: its step time at a fixed "
+            "batch stays at about 3x the parameter bytes over one NIC as the GPU count grows)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:

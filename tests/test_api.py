@@ -281,6 +281,26 @@ def test_unknown_attention_kernel_is_422_naming_it(client: TestClient) -> None:
     assert "'unfused', 'flash2' or 'flash3'" in _messages(response)
 
 
+def test_unknown_dp_collectives_is_422_naming_it(client: TestClient) -> None:
+    training = {**JOB["training"], "dp_collectives": "tree"}
+    response = client.post("/evaluate", json={**JOB, "training": training, "config": {"tp": 8, "pp": 1}})
+    assert response.status_code == 422
+    assert ["body", "training", "dp_collectives"] in _detail_locs(response)
+    assert "'hierarchical' or 'flat'" in _messages(response)
+
+
+def test_flat_dp_collectives_slow_a_zero3_layout_across_nodes(client: TestClient) -> None:
+    """Through the API: Llama 3 70B with ZeRO-3 on 1,024 H100 (128 nodes), hierarchical and flat."""
+    def step(collectives: str) -> float:
+        body = {**JOB, "training": {**JOB["training"], "dp_collectives": collectives},
+                "config": {"tp": 1, "pp": 1, "zero_stage": 3, "recompute": "full"}}
+        response = client.post("/evaluate", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()["step_time_s"]
+
+    assert step("flat") > 1.2 * step("hierarchical")
+
+
 def test_context_parallel_with_unfused_attention_is_422_under_config_cp(client: TestClient) -> None:
     body = {
         **EVALUATE_BODY,

@@ -176,6 +176,8 @@ def job_from_seed(seed: int) -> dict[str, Any]:
     }
     if random.Random(seed ^ 0x5EED).random() < 0.3:  # name uneven interleaving depths (own draw: the rest unchanged)
         search_spec["allow"]["vpp"] = [1, 2, 3]
+    if random.Random(seed ^ 0xF1A7).random() < 0.3:  # flat data-parallel rings (own draw: the rest unchanged)
+        job["training"]["dp_collectives"] = "flat"
     # Bound the oracle's work: no interleaving, then at most two stages, then fewer GPUs.
     for step in ("vpp", "pp", "gpus", "gpus", "gpus", "gpus"):
         if oracle_work(job) <= ORACLE_BUDGET:

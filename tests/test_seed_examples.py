@@ -18,6 +18,7 @@ from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.cost.comm import (
     Level,
     all_to_all_time_s,
+    flat_ring_levels,
     hierarchical_allreduce_time_s,
     p2p_time_s,
     ring_allreduce_time_s,
@@ -163,6 +164,9 @@ def test_s2_hierarchical_allreduce_70b_16x8():
     flat = ring_allreduce_time_s(140 * GB, 128, 50 * GB, 1.5 * US)
     assert hier / MS == pytest.approx(1200.8, abs=0.05)
     assert flat / MS == pytest.approx(5557, abs=0.5)
+    # training.dp_collectives "flat" costs the same tiers as the seed's flat ring
+    levels = (Level(8, 450 * GB, 1.5 * US), Level(16, 50 * GB, 1.5 * US))
+    assert hierarchical_allreduce_time_s(140 * GB, flat_ring_levels(levels)) == pytest.approx(flat, rel=1e-12)
 
 
 def test_s2_flat_ring_3gb_on_1024_gpus_and_measured_100ms():

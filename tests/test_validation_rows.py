@@ -316,3 +316,18 @@ def test_deepspeed_pipeline_rows_do_not_overlap_sends(rows) -> None:
     assert not overlap("mtnlg-530B-2240gpu")  # DeepSpeed's pipeline engine
     assert not overlap("bloom-176B-384gpu")  # Megatron-DeepSpeed
     assert overlap("sc21-t2-ptd-530B-2240gpu") and overlap("nemo2407-gpt3-175b-128gpu")
+
+
+def test_only_deepspeed_zero3_rows_use_flat_collectives(rows) -> None:
+    def collectives(row: dict) -> str | None:
+        try:
+            return map_row(row).job.training.dp_collectives
+        except Unmappable:
+            return None
+
+    flat = {i for i, row in rows.items() if collectives(row) == "flat"}
+    assert flat == {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
+                                                             "530B-1120", "530B-2240")}
+    # FSDP / ZeRO-3 on other stacks stays hierarchical
+    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"]).job.training.dp_collectives == "hierarchical"
+    assert map_row(rows["torchtitan-llama31-8b-128gpu-fsdp"]).job.training.dp_collectives == "hierarchical"

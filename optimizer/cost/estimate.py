@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer.cost.comm import (
+    Level,
+    flat_ring_levels,
     hierarchical_allgather_time_s,
     hierarchical_allreduce_time_s,
     hierarchical_reduce_scatter_time_s,
@@ -264,6 +266,11 @@ def _stage_fixed_cached(
     return fixed
 
 
+def _dp_levels(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
+    """The levels a data-parallel collective runs over (``training.dp_collectives``)."""
+    return flat_ring_levels(geo.levels) if ctx.job.training.dp_collectives == "flat" else geo.levels
+
+
 def _dp_exposed_s(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float, n_layers: int,
     max_layer_params: float, compute: float, fwd: float, bwd: float,
@@ -271,6 +278,7 @@ def _dp_exposed_s(
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     cal = ctx.cal
     m = lay.num_micro_batches
+    dp_cp, edp = _dp_levels(ctx, groups.dp_cp), _dp_levels(ctx, groups.edp)
     # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
@@ -278,10 +286,10 @@ def _dp_exposed_s(
         # FSDP: per layer and micro-batch, gather weights for forward and for backward and
         # reduce-scatter gradients; each collective pays its own latency.
         per_mb = n_layers * (
-            3 * hierarchical_allgather_time_s(g_dense / n_layers, groups.dp_cp.levels)
-            + 3 * hierarchical_allgather_time_s(g_exp / n_layers, groups.edp.levels)
+            3 * hierarchical_allgather_time_s(g_dense / n_layers, dp_cp)
+            + 3 * hierarchical_allgather_time_s(g_exp / n_layers, edp)
         )
-        first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, groups.dp_cp.levels)
+        first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
         dp_exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute)
     else:
         t_b, last_b, t_f, last_f = _dp_bucketed_times_s(ctx, lay, groups, dense, expert)
@@ -298,14 +306,15 @@ def _dp_bucketed_times_s(
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
+    dp_cp, edp = _dp_levels(ctx, groups.dp_cp), _dp_levels(ctx, groups.edp)
     bucket_d = min(ctx.cal.dp_bucket_bytes, g_dense)
     if lay.zero_stage == 0:
-        t_b = hierarchical_allreduce_time_s(g_dense, groups.dp_cp.levels)
-        t_b += hierarchical_allreduce_time_s(g_exp, groups.edp.levels)
-        return t_b, hierarchical_allreduce_time_s(bucket_d, groups.dp_cp.levels), 0.0, 0.0
-    t_b = hierarchical_reduce_scatter_time_s(g_dense, groups.dp_cp.levels)
-    t_b += hierarchical_reduce_scatter_time_s(g_exp, groups.edp.levels)
-    last_b = hierarchical_reduce_scatter_time_s(bucket_d, groups.dp_cp.levels)
+        t_b = hierarchical_allreduce_time_s(g_dense, dp_cp)
+        t_b += hierarchical_allreduce_time_s(g_exp, edp)
+        return t_b, hierarchical_allreduce_time_s(bucket_d, dp_cp), 0.0, 0.0
+    t_b = hierarchical_reduce_scatter_time_s(g_dense, dp_cp)
+    t_b += hierarchical_reduce_scatter_time_s(g_exp, edp)
+    last_b = hierarchical_reduce_scatter_time_s(bucket_d, dp_cp)
     return t_b, last_b, t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
 
 
