@@ -38,7 +38,8 @@ Training
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
-    ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows (``map_dp_collectives``), hierarchical else;
+    ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
+    hierarchical;
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
@@ -361,12 +362,15 @@ def map_pp_comm_overlap(row: dict[str, Any]) -> bool:
 
 def map_dp_collectives(row: dict[str, Any]) -> str:
     """DeepSpeed's ZeRO-3 of 2021 (the SC'21 Table 2 baseline) gathers parameters as flat rings:
-    at a fixed batch its measured step stays at about 3x the parameter bytes over one HDR NIC
-    (66 s for 175B on 768 and on 1,536 GPUs, about 180 s for 530B on 1,120 and 2,240), the
-    seed's flat-ring signature; hierarchical gathers would take an eighth of that. Every other
-    stack in the set runs NCCL's hierarchical collectives."""
+    at a fixed batch its measured step does not fall as GPUs are added (66.7 s for 175B on 768
+    and on 1,536 GPUs, about 180 s for 530B on 1,120 and 2,240), the signature of a per-GPU
+    bandwidth floor; flat rings put one at 3x the parameter bytes over one HDR NIC (47 s for
+    175B), hierarchical gathers at an eighth of that. Rows of later DeepSpeed versions and every
+    other stack in the set run hierarchical collectives."""
     text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
-    return "flat" if row["config"].get("zero_stage") == 3 and "deepspeed" in text.lower() else "hierarchical"
+    year = str(row.get("source", {}).get("date") or "")[:4]
+    deepspeed_2021 = "deepspeed" in text.lower() and year.isdigit() and int(year) <= 2021
+    return "flat" if row["config"].get("zero_stage") == 3 and deepspeed_2021 else "hierarchical"
 
 
 def map_fused_kernels(row: dict[str, Any]) -> bool:

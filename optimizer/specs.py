@@ -252,9 +252,9 @@ class TrainingSpec(Strict):
             "How the stack's data-parallel collectives (gradient all-reduce or reduce-scatter, "
             "ZeRO / FSDP parameter all-gathers) use the network tiers. hierarchical: NCCL-style, the "
             "GPUs of an NVLink domain share the scale-out traffic (the domain reduces first). flat: "
-            "one ring over every rank with each hop at the scale-out link's rate, so every GPU's NIC "
-            "carries the whole ring's traffic (DeepSpeed ZeRO-3 of 2021: its step time at a fixed "
-            "batch stays at about 3x the parameter bytes over one NIC as the GPU count grows)."
+            "one ring over every rank with each hop at the slowest tier's rate and latency, so a group "
+            "spanning nodes loads every GPU's NIC with the whole ring's traffic (DeepSpeed ZeRO-3 of "
+            "2021: at a fixed batch its step time does not fall as GPUs are added)."
         ),
     )
 

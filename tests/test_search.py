@@ -178,6 +178,9 @@ def job_from_seed(seed: int) -> dict[str, Any]:
         search_spec["allow"]["vpp"] = [1, 2, 3]
     if random.Random(seed ^ 0xF1A7).random() < 0.3:  # flat data-parallel rings (own draw: the rest unchanged)
         job["training"]["dp_collectives"] = "flat"
+    own = random.Random(seed ^ 0xDE45)
+    if "moe" in model and own.random() < 0.4:  # dense first layers (own draw: the rest unchanged)
+        model["moe"]["first_dense_layers"] = own.randint(1, model["num_layers"] - 1)
     # Bound the oracle's work: no interleaving, then at most two stages, then fewer GPUs.
     for step in ("vpp", "pp", "gpus", "gpus", "gpus", "gpus"):
         if oracle_work(job) <= ORACLE_BUDGET:
@@ -290,12 +293,32 @@ JOB_SPLIT_OBJECTIVE = {
 }
 
 
-@pytest.mark.parametrize("job", [JOB_RESCUED_ORDER, JOB_SPLIT_OBJECTIVE], ids=["rescued-order", "split-objective"])
+# 3. Mostly dense MoE model, ZeRO-3, latency-bound: a stage that holds only dense layers must pay
+#    the same expert-data-parallel latency per layer as the average stage the split floor is built
+#    from. A rule that skipped zero-byte collectives per message made the floor of TP1 PP4 EP2 exceed
+#    its true best split, and the planner answered "optimal" 10.8% above the oracle.
+JOB_DENSE_ONLY_STAGES = {
+    "model": {"name": "g", "num_layers": 6, "hidden_size": 128, "num_attention_heads": 2, "ffn_hidden_size": 512,
+              "vocab_size": 1024, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 256,
+                                          "first_dense_layers": 4}},
+    "training": {"seq_len": 512, "global_batch_size": 256},
+    "cluster": {"preset": "dgx-a100", "num_gpus": 128},
+    "search": {"top_k": 1, "allow": {"zero_stage": [3], "vpp": [1], "recompute": ["none"], "tp": [1], "ep": [1, 2],
+                                     "pp": [1, 2, 4]}},
+}
+
+
+@pytest.mark.parametrize(
+    "job",
+    [JOB_RESCUED_ORDER, JOB_SPLIT_OBJECTIVE, JOB_DENSE_ONLY_STAGES,
+     {**JOB_DENSE_ONLY_STAGES, "training": {**JOB_DENSE_ONLY_STAGES["training"], "dp_collectives": "flat"}}],
+    ids=["rescued-order", "split-objective", "dense-only-stages", "dense-only-stages-flat"],
+)
 def test_planner_agrees_with_brute_force_on_known_cases(job: dict[str, Any]) -> None:
     check_against_oracle(job)
 
 
-# 3. The split tables' per-layer memory leaves out the allocator-fragmentation share of the
+# 4. The split tables' per-layer memory leaves out the allocator-fragmentation share of the
 #    gradients (the cost model adds ``fragmentation * (activations + gradients)`` to each stage),
 #    so a split that moves layers off a stage is predicted 8% of those layers' gradient bytes
 #    heavier there than it is. With usable memory just above the most frugal split's peak
@@ -319,13 +342,13 @@ def test_planner_agrees_with_brute_force_when_only_the_most_frugal_split_fits() 
     check_against_oracle(job)
 
 
-# 4. Models with several layer kinds (dense-first layers, MoE every other layer): a stage's mix
+# 5. Models with several layer kinds (dense-first layers, MoE every other layer): a stage's mix
 #    depends on where it starts. With one chunk per stage the split model reads exact per-start
 #    tables; the positional approximation it used before put an MoE layer where the last stage
 #    really holds a dense one, ruled the layout out of memory and answered 1.481 s as optimal where
 #    [2, 3, 3, 1] gives 1.392 s.
 JOB_SEVERAL_KINDS = {"model": {"name": "generated", "num_layers": 9, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 16, "vocab_size": 128256, "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 4096, "first_dense_layers": 1, "layer_frequency": 2}, "mla": {"kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "q_lora_rank": None}}, "training": {"seq_len": 16384, "global_batch_size": 8}, "cluster": {"preset": "dgx-a100", "num_gpus": 8}, "search": {"top_k": 1, "time_limit_s": 10.0, "allow": {"zero_stage": [0], "recompute": ["selective", "moe"], "tp": [1], "cp": [1]}, "memory_headroom_gib": 57.491}}
-# 5. The same with interleaved stages (two chunks per stage): a stage's mix depends on how each of
+# 6. The same with interleaved stages (two chunks per stage): a stage's mix depends on how each of
 #    its chunks is cut; the split model follows every chunk (the even split's mixes gave
 #    [2, 1, 3, 2] at 2.224 s where [3, 1, 2, 2] gives 2.168 s).
 JOB_SEVERAL_KINDS_INTERLEAVED = {"model": {"name": "generated", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 16, "vocab_size": 128256, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 4096, "first_dense_layers": 3, "layer_frequency": 1}}, "training": {"seq_len": 32768, "global_batch_size": 32}, "cluster": {"preset": "dgx-h100", "num_gpus": 16}, "search": {"top_k": 3, "time_limit_s": 10.0, "allow": {"zero_stage": [0], "recompute": ["moe", "none"], "tp": [1], "cp": [1]}, "memory_headroom_gib": 37.073}}

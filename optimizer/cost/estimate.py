@@ -266,9 +266,20 @@ def _stage_fixed_cached(
     return fixed
 
 
-def _dp_levels(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
-    """The levels a data-parallel collective runs over (``training.dp_collectives``)."""
-    return flat_ring_levels(geo.levels) if ctx.job.training.dp_collectives == "flat" else geo.levels
+def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
+    """The levels the dense (``dp x cp``) and expert data-parallel collectives run over
+    (``training.dp_collectives``).
+
+    A model without MoE layers has no expert parameters and issues no expert collectives. The
+    rule is per job, not per message: a stage of an MoE model that holds only dense layers still
+    pays the expert groups' latency, which keeps every data-parallel time affine in the stage's
+    parameters (``split_floor_s`` bounds stages by their average).
+    """
+    flat = ctx.job.training.dp_collectives == "flat"
+    dense = flat_ring_levels(groups.dp_cp.levels) if flat else groups.dp_cp.levels
+    if ctx.job.model.moe is None:
+        return dense, ()
+    return dense, flat_ring_levels(groups.edp.levels) if flat else groups.edp.levels
 
 
 def _dp_exposed_s(
@@ -278,7 +289,7 @@ def _dp_exposed_s(
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     cal = ctx.cal
     m = lay.num_micro_batches
-    dp_cp, edp = _dp_levels(ctx, groups.dp_cp), _dp_levels(ctx, groups.edp)
+    dp_cp, edp = _dp_levels(ctx, groups)
     # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
@@ -306,7 +317,7 @@ def _dp_bucketed_times_s(
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
     g_dense = dense * GRAD_BYTES
     g_exp = expert * GRAD_BYTES
-    dp_cp, edp = _dp_levels(ctx, groups.dp_cp), _dp_levels(ctx, groups.edp)
+    dp_cp, edp = _dp_levels(ctx, groups)
     bucket_d = min(ctx.cal.dp_bucket_bytes, g_dense)
     if lay.zero_stage == 0:
         t_b = hierarchical_allreduce_time_s(g_dense, dp_cp)
