@@ -275,11 +275,14 @@ def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], 
     pays the expert groups' latency, which keeps every data-parallel time affine in the stage's
     parameters (``split_floor_s`` bounds stages by their average).
     """
-    flat = ctx.job.training.dp_collectives == "flat"
-    dense = flat_ring_levels(groups.dp_cp.levels) if flat else groups.dp_cp.levels
-    if ctx.job.model.moe is None:
-        return dense, ()
-    return dense, flat_ring_levels(groups.edp.levels) if flat else groups.edp.levels
+    key = ("dp-levels", groups.dp_cp, groups.edp)  # geometries hash by identity: a cheap key
+    levels = ctx.memo.get(key)
+    if levels is None:
+        flat = ctx.job.training.dp_collectives == "flat"
+        dense = flat_ring_levels(groups.dp_cp.levels) if flat else groups.dp_cp.levels
+        expert = () if ctx.job.model.moe is None else flat_ring_levels(groups.edp.levels) if flat else groups.edp.levels
+        levels = ctx.memo[key] = (dense, expert)
+    return levels
 
 
 def _dp_exposed_s(
