@@ -84,11 +84,11 @@ class Calibration:
     """Fraction of expert all-to-all hidden behind compute without batch-level overlap (async
     DeepEP dispatch overlapping the router, permutation and shared experts of the same
     micro-batch). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and no A2A
-    overlap (measured 19.7 s/step; 0.75 predicted it 20% fast, 0 25% slow)."""
+    overlap (measured 19.7 s/step; 0.4 predicts it 1% fast, 0.75 30% fast, 0 20% slow)."""
     ep_comm_overlap_batched: float = 0.55
     """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
     another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
-    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.11x)."""
+    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.10x)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

@@ -713,3 +713,29 @@ def test_mla_without_query_compression_re_makes_q_from_the_hidden_state():
     sel, op = est("selective"), est("op")
     per_head_qkv = 4 * 16 * (192 + 192 + 128) * 4096 * 2  # layers x elements per token x tokens x bytes
     assert op.memory[0].activations_bytes - sel.memory[0].activations_bytes == pytest.approx(per_head_qkv)
+
+
+@pytest.mark.parametrize("recompute, passes_in_backward", [("none", 1), ("selective", 1), ("moe", 2), ("full", 2)])
+def test_moe_permutation_moves_every_routed_copy_through_hbm(monkeypatch, recompute, passes_in_backward):
+    """DeepSeek-V3's MoE layer (top-8, hidden 7168) on one H800 of TP1 EP64: the permutation and
+    unpermutation read and write each of a token's 8 routed copies, 8 bytes per hidden unit
+    forward, the same again in backward, and once more when the MoE block is recomputed. Dense
+    layers move nothing of the kind."""
+    from optimizer.cost import layer as layer_mod
+    from optimizer.cost.layer import Dims, layer_cost
+    from optimizer.cost.topology import axis_groups
+
+    ctx, est = _deepseek_v3_h800(recompute)
+    groups = axis_groups(ctx.topology, est.order, est.layout.sizes())
+    dims = Dims(1, 1, 64, 1, False, recompute)
+    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    moved_s = 4096 * 8 * 7168 * 8.0 / hbm  # tokens x top_k x hidden x PERMUTE_BYTES
+    assert moved_s == pytest.approx(0.623e-3, rel=0.01)  # 1.88 GB at 90% of 3.35 TB/s
+    for kind in ctx.kinds:
+        with_perm = layer_cost(ctx, kind, dims, groups)
+        monkeypatch.setattr(layer_mod, "PERMUTE_BYTES", 0.0)
+        without = layer_cost(ctx, kind, dims, groups)
+        monkeypatch.undo()
+        expected = moved_s if kind.is_moe else 0.0
+        assert with_perm.fwd_s - without.fwd_s == pytest.approx(expected, abs=1e-12)
+        assert with_perm.bwd_s - without.bwd_s == pytest.approx(passes_in_backward * expected, abs=1e-12)

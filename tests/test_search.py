@@ -553,7 +553,7 @@ def test_seed_scenario_gpt3_175b_on_8192_h100() -> None:
 def test_split_of_a_layout_outside_the_pool_can_win() -> None:
     """Qwen3-235B-A22B on 256 H100 (seq 4096, 1,024 sequences). With an even split PP=16 does
     not make the candidate pool (94 layers: stages of 6 and 5, the LM head on a full last stage),
-    but [6 x 15, 4] (a light last stage for the head) is the best layout: 7.156 s against 7.212 s
+    but [6 x 15, 4] (a light last stage for the head) is the best layout: 7.459 s against 7.511 s
     for the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
     Every costed pipelined layout whose split floor is below the k-th best time gets its split
     solved, in every rank-order geometry. Without interleaving: the default space's uneven
@@ -567,10 +567,10 @@ def test_split_of_a_layout_outside_the_pool_can_win() -> None:
     response = search(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(7.1555, rel=1e-3), describe(best)
+    assert best.step_time_s == pytest.approx(7.4591, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
-    assert all(p.step_time_s < 7.2118 for p in response.plans[:4]), [describe(p) for p in response.plans]
+    assert all(p.step_time_s < 7.5114 for p in response.plans[:4]), [describe(p) for p in response.plans]
 
 
 def test_moe_block_recompute_is_searched_only_for_moe_models():
@@ -799,19 +799,19 @@ def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
     assert named.status == "optimal"
     best = named.plans[0]
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (2, 8, 7, 8)
-    assert best.step_time_s == pytest.approx(0.7132, abs=1e-4)
+    assert best.step_time_s == pytest.approx(0.7277, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
     assert not any("unequal chunks" in w for w in named.warnings)
     assert named.solver.left_out_depths_bound_s is None
     # The default space leaves those depths out, and says that one of them may be faster: their
-    # layouts' lower bound (0.506 s) is below its best plan.
+    # layouts' lower bound (0.523 s) is below its best plan.
     default = search(_request({**base, "search": {"time_limit_s": 60}}))
     assert default.status == "optimal"
-    assert default.plans[0].step_time_s == pytest.approx(0.8764, abs=1e-4)
+    assert default.plans[0].step_time_s == pytest.approx(0.8970, abs=1e-4)
     assert best.step_time_s < 0.82 * default.plans[0].step_time_s
-    assert default.solver.left_out_depths_bound_s == pytest.approx(0.5065, abs=1e-4)
+    assert default.solver.left_out_depths_bound_s == pytest.approx(0.5225, abs=1e-4)
     [warning] = [w for w in default.warnings if "unequal chunks" in w]
-    assert "lower bound is 0.506 s, below the best plan's 0.876 s" in warning
+    assert "lower bound is 0.523 s, below the best plan's 0.897 s" in warning
     assert "search.allow.vpp" in warning
 
 
@@ -829,7 +829,7 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
-    assert planned.plans[0].step_time_s == pytest.approx(1.6421, abs=1e-4)
+    assert planned.plans[0].step_time_s == pytest.approx(1.6474, abs=1e-4)
     assert planned.solver.left_out_depths_bound_s is None
     assert not any("unequal chunks" in w for w in planned.warnings)
 

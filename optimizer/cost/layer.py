@@ -18,6 +18,13 @@ ACT_BYTES = 2.0
 """Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
 
 
+PERMUTE_BYTES = 8.0
+"""HBM bytes per routed token copy per hidden unit in an MoE layer's forward: the permutation
+gathers each token's ``top_k`` copies into expert order (reads and writes 2 B each) and the
+unpermutation reads the expert outputs back and accumulates them, weighted, into the token's
+output (2 + 2 B). Backward moves the same bytes the other way (a scatter and a gather)."""
+
+
 UNFUSED_SCORE_BYTES_FWD = 13.0
 """HBM bytes per attention-score element in forward when the scores are materialised
 (``attention_kernel`` 'unfused', 16-bit): QK^T writes S (2), the fused scale-mask-softmax reads S
@@ -135,9 +142,11 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         elementwise_bytes += cal.fp8_cast_bytes * cast_elems
     if not ctx.job.training.fused_kernels:
         elementwise_bytes *= cal.unfused_elementwise_factor
-    t_elem = elementwise_bytes / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
-    fwd = t_attn_gemm + t_core + t_mlp + t_elem
-    bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + t_core_bwd
+    hbm_bytes_per_s = ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency
+    t_elem = elementwise_bytes / hbm_bytes_per_s
+    t_perm = routed_tokens * h * PERMUTE_BYTES / hbm_bytes_per_s if kind.is_moe else 0.0
+    fwd = t_attn_gemm + t_core + t_mlp + t_elem + t_perm
+    bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + t_core_bwd + t_perm
     mla_up_kept = model.mla is None or d.recompute not in MLA_UP_RECOMPUTED
     if not mla_up_kept:
         assert model.mla is not None
@@ -153,7 +162,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     if d.recompute == "full":
         bwd += fwd
     elif d.recompute in ("selective", "moe"):
-        bwd += t_core + t_elem + (t_mlp if moe_block else 0.0)
+        bwd += t_core + t_elem + (t_mlp + t_perm if moe_block else 0.0)
     elif d.recompute == MEGATRON_SELECTIVE:
         bwd += t_core  # the norms and activation functions are not re-run
     elif d.recompute == "op":
