@@ -715,12 +715,15 @@ def test_mla_without_query_compression_re_makes_q_from_the_hidden_state():
     assert op.memory[0].activations_bytes - sel.memory[0].activations_bytes == pytest.approx(per_head_qkv)
 
 
-@pytest.mark.parametrize("recompute, passes_in_backward", [("none", 1), ("selective", 1), ("moe", 2), ("full", 2)])
+@pytest.mark.parametrize(
+    "recompute, passes_in_backward", [("none", 1), ("selective", 1), ("op", 2), ("moe", 2), ("full", 2)]
+)
 def test_moe_permutation_moves_every_routed_copy_through_hbm(monkeypatch, recompute, passes_in_backward):
     """DeepSeek-V3's MoE layer (top-8, hidden 7168) on one H800 of TP1 EP64: the permutation and
     unpermutation read and write each of a token's 8 routed copies, 8 bytes per hidden unit
-    forward, the same again in backward, and once more when the MoE block is recomputed. Dense
-    layers move nothing of the kind."""
+    forward, the same again in backward, and once more when the MoE block is recomputed (torchtitan's
+    op-level policy saves matmul and all-to-all outputs, not gathers and scatters). Dense layers move
+    nothing of the kind."""
     from optimizer.cost import layer as layer_mod
     from optimizer.cost.layer import Dims, layer_cost
     from optimizer.cost.topology import axis_groups

@@ -19,10 +19,12 @@ ACT_BYTES = 2.0
 
 
 PERMUTE_BYTES = 8.0
-"""HBM bytes per routed token copy per hidden unit in an MoE layer's forward: the permutation
-gathers each token's ``top_k`` copies into expert order (reads and writes 2 B each) and the
-unpermutation reads the expert outputs back and accumulates them, weighted, into the token's
-output (2 + 2 B). Backward moves the same bytes the other way (a scatter and a gather)."""
+"""HBM bytes per routed token copy per hidden unit in an MoE layer's forward (bf16): the
+permutation gathers each token's ``top_k`` copies into expert order (read and write each copy)
+and the unpermutation reads the expert outputs back and accumulates them, weighted, into the
+token's output. A middle value: fused kernels (Transformer Engine) move about ``4 + 4 / top_k``
+bytes per copy, unfused index_select / multiply / scatter_add chains 12-14. Backward moves the
+same bytes the other way (a scatter and a gather)."""
 
 
 UNFUSED_SCORE_BYTES_FWD = 13.0
@@ -168,7 +170,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     elif d.recompute == "op":
         # torchtitan's op-level policy: every second matmul's output is recomputed (half the
         # forward GEMM time), the attention core's is kept
-        bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem
+        bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved
     # ---- communication (each term depends only on its own axis's group) --------------------
     tp_s = tp_comm_s(ctx, kind, d, groups.tp)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
