@@ -888,6 +888,23 @@ def test_chunk_split_of_alternating_layer_kinds_is_proved() -> None:
     assert model.solve([], 2.0, 3.07).status == "INFEASIBLE"
 
 
+def test_split_models_stop_on_deterministic_work_not_wall_time(monkeypatch) -> None:
+    """A split model that runs out of its work limit stops at the same point whatever the load:
+    with the limit cut to nothing the four-stage split of JOB_SPLIT_OBJECTIVE is not proved, and
+    the answer (``feasible``, a slower plan, the pair's floor as the bound) is the same on every
+    run. With the real limit it is proved optimal."""
+    from optimizer.search import splits
+
+    proved = search(_request(JOB_SPLIT_OBJECTIVE))
+    assert proved.status == "optimal" and not proved.warnings
+    monkeypatch.setattr(splits, "SOLVE_WORK_LIMIT", 1e-7)
+    cut = [search(_request(JOB_SPLIT_OBJECTIVE)) for _ in range(2)]
+    assert [r.status for r in cut] == ["feasible", "feasible"]
+    assert cut[0].plans == cut[1].plans and cut[0].solver.objective_bound == cut[1].solver.objective_bound
+    assert cut[0].plans[0].step_time_s > proved.plans[0].step_time_s > cut[0].solver.objective_bound
+    assert any("stopped at its work limit" in w for w in cut[0].warnings)
+
+
 def test_search_gives_the_garbage_collector_back() -> None:
     """``search`` pauses the cyclic collector while it runs and restores it afterwards, also
     when the request fails and when it was off to begin with."""

@@ -45,7 +45,7 @@ from optimizer.search.space import (
 )
 from optimizer.search.splits import (
     POOL_MARGIN_S,
-    SOLVE_LIMIT_S,
+    SOLVE_WORK_LIMIT,
     SplitBudget,
     layout_key,
     solve_splits,
@@ -228,7 +228,8 @@ def _search(request: PlanRequest) -> PlanResponse:
     if open_floor is not None:
         warnings.append(
             f"not every layer split that could enter the top-k was solved exactly (time limit, a split model "
-            f"stopped at its {SOLVE_LIMIT_S:g} s limit, a split table too wide to tabulate, or a model with "
+            f"stopped at its work limit ({SOLVE_WORK_LIMIT:g} deterministic units, about 1 s), a split table "
+            f"too wide to tabulate, or a model with "
             f"several layer kinds whose per-mix table is too large); best remaining bound {open_floor:.3f} s"
         )
     if not proved:

@@ -386,16 +386,21 @@ class SplitModel:
     def _units(self, seconds: float) -> int:
         return round(seconds * self.scale)
 
-    def solve(self, excluded: list[int], time_limit_s: float, at_most_s: float | None = None) -> SolveResult:
+    def solve(
+        self, excluded: list[int], time_limit_s: float, at_most_s: float | None = None, work_limit: float | None = None
+    ) -> SolveResult:
         """Best choice (``excluded`` candidates left out). ``at_most_s``: only answers whose objective
         is at most this (INFEASIBLE when there is none), which prunes far better than the bare
-        optimisation; the bound is widened by 1e-5 of the scale reference for the rounding."""
+        optimisation; the bound is widened by 1e-5 of the scale reference for the rounding.
+        ``work_limit``: CP-SAT's deterministic-time limit (load-independent), besides the wall time."""
         for i in excluded:
             self.model.add(self.pick[i] == 0)
         if at_most_s is not None and at_most_s < float("inf"):
             self.model.add(self.objective <= self._units(at_most_s) + OBJECTIVE_UNITS // 100_000)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+        if work_limit is not None:
+            solver.parameters.max_deterministic_time = work_limit
         solver.parameters.num_workers = self.num_workers
         solver.parameters.random_seed = 0
         solver.parameters.interleave_search = False
