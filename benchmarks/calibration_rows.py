@@ -353,11 +353,16 @@ def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
     return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
 
 
+def _names_deepspeed(row: dict[str, Any]) -> bool:
+    """The row's source, ``config.other`` or notes name DeepSpeed."""
+    text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
+    return "deepspeed" in text.lower()
+
+
 def map_pp_comm_overlap(row: dict[str, Any]) -> bool:
     """Runs on DeepSpeed's pipeline engine (MT-NLG, Megatron-DeepSpeed for BLOOM) send and
     receive activations with blocking calls: no pipeline communication overlap."""
-    text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
-    return "deepspeed" not in text.lower()
+    return not _names_deepspeed(row)
 
 
 def map_dp_collectives(row: dict[str, Any]) -> str:
@@ -367,9 +372,8 @@ def map_dp_collectives(row: dict[str, Any]) -> str:
     bandwidth floor; flat rings put one at 3x the parameter bytes over one HDR NIC (47 s for
     175B), hierarchical gathers at an eighth of that. Rows of later DeepSpeed versions and every
     other stack in the set run hierarchical collectives."""
-    text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
     year = str(row.get("source", {}).get("date") or "")[:4]
-    deepspeed_2021 = "deepspeed" in text.lower() and year.isdigit() and int(year) <= 2021
+    deepspeed_2021 = _names_deepspeed(row) and year.isdigit() and int(year) <= 2021
     return "flat" if row["config"].get("zero_stage") == 3 and deepspeed_2021 else "hierarchical"
 
 

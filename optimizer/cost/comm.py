@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,6 @@ def hierarchical_reduce_scatter_time_s(num_bytes: float, levels: Sequence[Level]
 hierarchical_allgather_time_s = hierarchical_reduce_scatter_time_s
 
 
-@lru_cache(maxsize=4096)
 def flat_ring_levels(levels: tuple[Level, ...]) -> tuple[Level, ...]:
     """The same ranks as one flat ring: every hop at the slowest level's bandwidth and latency.
 

@@ -279,9 +279,11 @@ def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], 
     levels = ctx.memo.get(key)
     if levels is None:
         flat = ctx.job.training.dp_collectives == "flat"
-        dense = flat_ring_levels(groups.dp_cp.levels) if flat else groups.dp_cp.levels
-        expert = () if ctx.job.model.moe is None else flat_ring_levels(groups.edp.levels) if flat else groups.edp.levels
-        levels = ctx.memo[key] = (dense, expert)
+
+        def ring(geo: GroupGeometry) -> tuple[Level, ...]:
+            return flat_ring_levels(geo.levels) if flat else geo.levels
+
+        levels = ctx.memo[key] = (ring(groups.dp_cp), () if ctx.job.model.moe is None else ring(groups.edp))
     return levels
 
 
