@@ -18,10 +18,12 @@ same arithmetic.
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from optimizer.cost.comm import (
     Level,
@@ -898,59 +900,96 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     ]
 
 
-def bound_at_vpp(ctx: JobContext, terms: tuple[float, float, float, float], pp: int, vpp: int, m: int) -> float:
+def bound_at_vpp(ctx: JobContext, terms: tuple, pp, vpp, m):
     """The lower bound from a layout's ``lower_bound_terms`` at interleaving depth ``vpp``: the
     bubble falls as it rises, the pipeline sends grow with it (``pp_comm_from_p2p_s`` at the
-    cheapest send)."""
+    cheapest send). Plain arithmetic: the arguments may be numbers or numpy arrays (the search
+    bounds whole blocks of layouts at once), with the same floats either way."""
     steady, avg, optimizer, p2p = terms
-    bound = steady + (pp - 1) / vpp * avg + optimizer
-    if p2p > 0:
-        bound += pp_comm_from_p2p_s(ctx, pp, vpp, m, p2p)
-    return bound
+    return steady + (pp - 1) / vpp * avg + optimizer + pp_comm_from_p2p_s(ctx, pp, vpp, m, p2p)
 
 
-def family_bound(ctx: JobContext, terms: tuple[float, float, float, float], pp: int, vpps: Sequence[int], m: int) -> float:
+def family_bound(ctx: JobContext, terms: tuple, pp, vpps: Sequence[int], m):
     """The smallest ``bound_at_vpp`` over the depths ``vpps`` (ascending). The bound is
     ``a + b / vpp + c * vpp`` with ``b, c >= 0`` (the bubble falls, the sends grow), convex in
     ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``.
     ``b`` and ``c`` are read off ``bound_at_vpp`` and ``pp_comm_from_p2p_s`` (the sends' share
     per unit of depth): a change to either formula's shape must keep it convex in ``vpp`` or
-    change this too (``test_family_bound_is_the_smallest_member_bound`` checks the two agree)."""
+    change this too (``test_family_bound_is_the_smallest_member_bound`` checks the two agree).
+    ``terms``, ``pp`` and ``m`` may be numbers (the answer is a float) or numpy arrays of one
+    shape (the answer is an array of it)."""
     if len(vpps) <= 2:
-        return min(bound_at_vpp(ctx, terms, pp, v, m) for v in vpps)
-    b = (pp - 1) * terms[1]
-    c = pp_comm_from_p2p_s(ctx, pp, 1, m, terms[3]) - pp_comm_from_p2p_s(ctx, pp, 0, m, terms[3])
-    i = bisect.bisect_left(vpps, math.sqrt(b / c)) if c > 0 else len(vpps)
-    return min(bound_at_vpp(ctx, terms, pp, vpps[j], m) for j in (i - 1, i) if 0 <= j < len(vpps))
+        best = functools.reduce(np.minimum, (bound_at_vpp(ctx, terms, pp, v, m) for v in vpps))
+    else:
+        depths = np.asarray(vpps)
+        b = (pp - 1) * terms[1]
+        c = pp_comm_from_p2p_s(ctx, pp, 1, m, terms[3]) - pp_comm_from_p2p_s(ctx, pp, 0, m, terms[3])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beside = np.where(c > 0, np.searchsorted(depths, np.sqrt(np.divide(b, c)), side="left"), len(vpps))
+        below = bound_at_vpp(ctx, terms, pp, depths[np.maximum(beside - 1, 0)], m)
+        above = bound_at_vpp(ctx, terms, pp, depths[np.minimum(beside, len(vpps) - 1)], m)
+        best = np.minimum(np.where(beside >= 1, below, np.inf), np.where(beside < len(vpps), above, np.inf))
+    return best if np.ndim(best) else float(best)
+
+
+def bound_terms(ctx: JobContext, totals: tuple, pp, m, dense_shard, expert_shard, p2p) -> tuple:
+    """``lower_bound_terms`` from a layout's ``lower_bound_layer_totals`` (every layer's time,
+    dense and expert parameters), its ``pp`` and micro-batch count, the ranks its optimizer
+    state is sharded over (dense, expert; 1 without ZeRO) and its ``p2p_floor_s``. Plain
+    arithmetic: numbers or numpy arrays (``search.bounds`` bounds blocks of layouts with it)."""
+    layer_time, dense, expert = totals
+    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    avg = layer_time / pp
+    # The optimizer step of the heaviest stage is at least that of the average stage.
+    return (m * avg, avg, (dense / dense_shard + expert / expert_shard) / pp * ADAM_STEP_BYTES / hbm, p2p)
+
+
+def optimizer_shards(lay: ResolvedLayout) -> tuple[int, int]:
+    """The ranks the dense and the expert optimizer state are sharded over (1, 1 without ZeRO)."""
+    if lay.zero_stage >= 1:
+        return lay.dp * lay.cp, lay.tp * lay.dp * lay.cp // lay.ep
+    return 1, 1
 
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:
     """Per layout, what its bound is made of apart from the interleaving depth: ``m`` times the
     average stage's time per micro-batch, that time, the average stage's optimizer step, and one
     pipeline send at its cheapest over every geometry the pipeline group can have."""
-    memo = ctx.memo
-    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
-    terms = []
+    out = []
     for lay in layouts:
-        key = ("lb", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-        per_layer_total = memo.get(key)
-        if per_layer_total is None:
-            per_layer_total = _lower_bound_totals(ctx, lay)
-            memo[key] = per_layer_total
-        layer_time, dense, expert = per_layer_total
-        avg = layer_time / lay.pp
-        # The optimizer step of the heaviest stage is at least that of the average stage.
-        if lay.zero_stage >= 1:
-            dense /= lay.dp * lay.cp
-            expert /= lay.tp * lay.dp * lay.cp // lay.ep
-        p2p = 0.0
-        if lay.pp > 1:
-            p2p_key = ("lb-p2p", lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1)
-            p2p = memo.get(p2p_key)
-            if p2p is None:
-                p2p = memo[p2p_key] = _p2p_floor_s(ctx, lay)
-        terms.append((lay.num_micro_batches * avg, avg, (dense + expert) / lay.pp * ADAM_STEP_BYTES / hbm, p2p))
-    return terms
+        totals = _layout_totals(ctx, lay)
+        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *optimizer_shards(lay), p2p_floor_s(ctx, lay)))
+    return out
+
+
+def _layout_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+    return lower_bound_layer_totals(
+        ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+    )
+
+
+def lower_bound_layer_totals(
+    ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
+) -> tuple[float, float, float]:
+    """``_lower_bound_totals``, memoised on the six numbers it reads."""
+    key = ("lb", tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
+    totals = ctx.memo.get(key)
+    if totals is None:
+        totals = ctx.memo[key] = _lower_bound_totals(
+            ctx, Dims(tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
+        )
+    return totals
+
+
+def p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """``_p2p_floor_s`` memoised (0 without pipelining)."""
+    if lay.pp == 1:
+        return 0.0
+    key = ("lb-p2p", lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1)
+    p2p = ctx.memo.get(key)
+    if p2p is None:
+        p2p = ctx.memo[key] = _p2p_floor_s(ctx, lay)
+    return p2p
 
 
 def _p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
@@ -984,7 +1023,7 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     return cached
 
 
-def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
+def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU.
 
     A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
@@ -993,11 +1032,10 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
     groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     memo = ctx.memo
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).
-    no_ep = Dims(lay.tp, lay.cp, 1, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    no_ep = Dims(dims.tp, dims.cp, 1, dims.micro_batch_size, dims.sequence_parallel, dims.recompute)
     times = []
     costs = []
     for i, kind in enumerate(ctx.kinds):
@@ -1008,21 +1046,21 @@ def _lower_bound_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, fl
         tp_cp = memo.get(("lb-tp-cp", i, no_ep))
         if tp_cp is None:
             tp_cp = 0.0
-            if lay.tp > 1:
-                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in _axis_geometries(ctx, lay.tp))
-            if lay.cp > 1:
+            if dims.tp > 1:
+                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in _axis_geometries(ctx, dims.tp))
+            if dims.cp > 1:
                 t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
-                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in _axis_geometries(ctx, lay.cp))
+                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in _axis_geometries(ctx, dims.cp))
             memo[("lb-tp-cp", i, no_ep)] = tp_cp
         t = c.fwd_s + c.bwd_s + tp_cp
-        if kind.is_moe and lay.ep > 1:
-            t += min(ep_comm_s(ctx, kind, dims, g) for g in _axis_geometries(ctx, lay.ep))
+        if kind.is_moe and dims.ep > 1:
+            t += min(ep_comm_s(ctx, kind, dims, g) for g in _axis_geometries(ctx, dims.ep))
         costs.append(c)
         times.append(t)
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
-    return (per_layer_total, dense + ctx.embedding_params / lay.tp, expert)
+    return (per_layer_total, dense + ctx.embedding_params / dims.tp, expert)
 
 
 SPLIT_RADIUS_MIN = 4

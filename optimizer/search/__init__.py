@@ -1,7 +1,8 @@
 """Planner search: exact enumeration with bounds, then CP-SAT over layouts and layer splits.
 
-1. ``space.layout_families`` lists every valid regular layout (uniform split), grouped by all
-   but the interleaving depth.
+1. ``space.layout_blocks`` lists every valid regular layout (uniform split), grouped by all
+   but the interleaving depth (families) and by all but ZeRO stage and recompute (blocks), and
+   ``bounds.space_bounds`` bounds every family at once as numpy arrays.
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
@@ -25,23 +26,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import (
-    bound_at_vpp,
     compute_lower_bounds,
-    family_bound,
-    lower_bound_terms,
     split_floor_s,
     step_floor_exceeds,
 )
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
+from optimizer.search.bounds import space_bounds
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
-    LayoutFamily,
     count_layouts,
-    layout_families,
+    layout_blocks,
 )
 from optimizer.search.splits import (
     POOL_MARGIN_S,
@@ -118,9 +115,9 @@ def _search(request: PlanRequest) -> PlanResponse:
     ctx = build_context(job)
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
     deadline = t0 + spec.time_limit_s
-    families = list(layout_families(job, spec))
-    info = SolverInfo(candidates_enumerated=count_layouts(families))
-    if not families:
+    blocks = list(layout_blocks(job, spec))
+    info = SolverInfo(candidates_enumerated=count_layouts(blocks))
+    if not blocks:
         info.wall_time_s = time.perf_counter() - t0
         return PlanResponse(
             status="infeasible",
@@ -129,21 +126,15 @@ def _search(request: PlanRequest) -> PlanResponse:
             explanation=_no_layout_explanation(job),
         )
     # Bound-ordered queue of layouts and of families whose deeper interleavings are unresolved;
-    # a family enters at the smallest of its deeper members' bounds, so popping
-    # in bound order visits every layout in bound order. Ties pop in queue order (enumeration
-    # order, then expanded members in the order they were expanded).
-    queue: list[tuple[float, int, ResolvedLayout | LayoutFamily]] = []
-    skipped: list[tuple[LayoutFamily, tuple[float, float, float, float]]] = []  # depths left out by default
-    for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
-        lay = fam.first
-        queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i, lay))
-        if fam.more_vpps:
-            deeper = family_bound(ctx, terms, lay.pp, fam.more_vpps, lay.num_micro_batches)
-            queue.append((deeper, 2 * i + 1, fam))
-        if fam.skipped_vpps:
-            skipped.append((fam, terms))
-    heapq.heapify(queue)
-    seq = 2 * len(families)
+    # a family enters at the smallest of its deeper members' bounds, so popping in bound order
+    # visits every layout in bound order. The families' entries are sorted once (``bounds``); the
+    # members of families expanded on the way go to a heap, and the two are merged. Ties pop in
+    # sequence order (enumeration order, then expanded members in the order they were expanded).
+    bounds = space_bounds(ctx, blocks)
+    static_bounds, static_seqs = bounds.queue_order()
+    n_static, pos = len(static_bounds), 0
+    queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
+    seq = 2 * bounds.num_families
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -155,8 +146,11 @@ def _search(request: PlanRequest) -> PlanResponse:
     next_bound: float | None = None
     costed = 0
     budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
-    while queue:
-        bound, _, item = queue[0]
+    while pos < n_static or queue:
+        from_static = pos < n_static and (
+            not queue or (static_bounds[pos], static_seqs[pos]) < (queue[0][0], queue[0][1])
+        )
+        bound = static_bounds[pos] if from_static else queue[0][0]
         if len(kth_heap) >= spec.top_k and bound > -kth_heap[0]:
             next_bound = bound  # nothing from here on can enter the top-k
             break
@@ -164,13 +158,19 @@ def _search(request: PlanRequest) -> PlanResponse:
             proved = False
             next_bound = bound
             break
-        heapq.heappop(queue)
-        if isinstance(item, LayoutFamily):
-            members = item.expand(job)
-            for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
-                heapq.heappush(queue, (member_bound, seq, member))
-                seq += 1
-            continue
+        if from_static:
+            family, deeper = divmod(static_seqs[pos], 2)
+            pos += 1
+            fam = bounds.family(family)
+            if deeper:
+                members = fam.expand(job)
+                for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
+                    heapq.heappush(queue, (member_bound, seq, member))
+                    seq += 1
+                continue
+            item = fam.first
+        else:
+            item = heapq.heappop(queue)[2]
         lay = item
         if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
@@ -259,10 +259,10 @@ def _search(request: PlanRequest) -> PlanResponse:
             warnings=warnings,
         )
     best = results[0]
-    skipped_bound = _skipped_bound(ctx, skipped, best.step_time_s)
+    skipped_bound = bounds.left_out_bound(ctx, best.step_time_s)
     if skipped_bound < best.step_time_s:
         info.left_out_depths_bound_s = skipped_bound
-        left_out = sum(len(fam.skipped_vpps) for fam, _ in skipped)
+        left_out = bounds.left_out_count()
         warnings.append(
             f"interleaving depths with unequal chunks (pp * vpp not dividing num_layers = {job.model.num_layers}) "
             f"were not searched: for a model that mixes dense and MoE layers they would add {left_out:,} layouts, "
@@ -274,22 +274,6 @@ def _search(request: PlanRequest) -> PlanResponse:
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
-
-
-def _skipped_bound(
-    ctx: JobContext, skipped: list[tuple[LayoutFamily, tuple[float, float, float, float]]], best_s: float
-) -> float:
-    """The smallest lower bound of the depths the space left out by default, when it is below
-    ``best_s`` (else some value at least ``best_s``). A family's bound is at least its steady and
-    optimizer terms, whatever the depth: families where those reach ``best_s`` are passed over."""
-    return min(
-        (
-            family_bound(ctx, terms, fam.first.pp, fam.skipped_vpps, fam.first.num_micro_batches)
-            for fam, terms in skipped
-            if terms[0] + terms[2] < best_s
-        ),
-        default=float("inf"),
-    )
 
 
 def _push_bounded(heap: list[float], value: float, size: int) -> None:

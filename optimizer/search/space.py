@@ -90,6 +90,29 @@ class LayoutFamily(NamedTuple):
         return out
 
 
+class LayoutBlock(NamedTuple):
+    """The families that differ only in ZeRO stage and recompute: ``base`` (a resolved layout at
+    the block's smallest admitted ``vpp``) in every ``(zero_stage, recompute)`` of ``variants``
+    (``product(zero stages, recompute modes)``, the same for every block of a job), sharing the
+    deeper and the left-out depths. Neither knob changes validity or any derived number, so the
+    planner bounds a whole block as arrays (``estimate.block_bound_terms``) and builds a family's
+    layout only when the bound-ordered costing reaches it."""
+
+    base: ResolvedLayout
+    variants: tuple[tuple[int, str], ...]
+    more_vpps: tuple[int, ...]
+    skipped_vpps: tuple[int, ...] = ()
+
+    def family(self, index: int) -> LayoutFamily:
+        """The ``index``-th family of the block (in ``variants`` order)."""
+        zero, rc = self.variants[index]
+        return LayoutFamily(_variant(self.base.__dict__, zero, rc), self.more_vpps, self.skipped_vpps)
+
+    def families(self) -> Iterator[LayoutFamily]:
+        for i in range(len(self.variants)):
+            yield self.family(i)
+
+
 def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayout]:
     """Every valid layout (uniform layer split) that ``search.fix`` / ``search.allow`` admit."""
     for family in layout_families(job, search):
@@ -97,10 +120,10 @@ def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayo
         yield from family.expand(job)
 
 
-def count_layouts(families: list[LayoutFamily]) -> int:
-    """How many layouts ``families`` hold (what ``enumerate_layouts`` would yield, up to layouts
+def count_layouts(blocks: list[LayoutBlock]) -> int:
+    """How many layouts ``blocks`` hold (what ``enumerate_layouts`` would yield, up to layouts
     whose deeper interleaving ``resolve`` rejects)."""
-    return sum(1 + len(f.more_vpps) for f in families)
+    return sum(len(b.variants) * (1 + len(b.more_vpps)) for b in blocks)
 
 
 UNEVEN_DEPTHS_DEFAULT_MAX = 40_000
@@ -115,7 +138,14 @@ request does not; that default answer then carries the warning and the bound."""
 
 
 def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
-    """``enumerate_layouts`` grouped by everything but ``vpp``, deeper interleaving unresolved.
+    """``enumerate_layouts`` grouped by everything but ``vpp``, deeper interleaving unresolved:
+    the families of ``layout_blocks``, in order."""
+    for block in layout_blocks(job, search):
+        yield from block.families()
+
+
+def layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
+    """``layout_families`` grouped by everything but ZeRO stage and recompute.
 
     Interleaving (``vpp > 1``) needs ``pp > 1``, micro-batches divisible by ``pp`` and at least
     one layer per chunk (``pp * vpp <= num_layers``). Chunks may hold unequal layer counts
@@ -124,23 +154,23 @@ def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     searched by default only when they add at most ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts, and
     otherwise only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
     layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
-    GPUs (``benchmarks/search_latency.py``, 433,008 more layouts) takes about 5 s, twice the
-    default space's time and at the benchmark's 5 s target. Each family then lists the depths it
-    leaves out (``skipped_vpps``) so that the search can say when one of them might be faster."""
-    families = _layout_families(job, search)
+    GPUs (``benchmarks/search_latency.py``, 433,008 more layouts) takes about 4 s, twice the
+    default space's time. Each block then lists the depths it leaves out (``skipped_vpps``) so
+    that the search can say when one of them might be faster."""
+    blocks = _layout_blocks(job, search)
     if not _leaves_uneven_depths_out(job, search):
-        yield from families
+        yield from blocks
         return
-    families = list(families)
-    if sum(len(f.skipped_vpps) for f in families) > UNEVEN_DEPTHS_DEFAULT_MAX:
-        yield from families
+    blocks = list(blocks)
+    if sum(len(b.variants) * len(b.skipped_vpps) for b in blocks) > UNEVEN_DEPTHS_DEFAULT_MAX:
+        yield from blocks
         return
-    for fam in families:
-        if fam.skipped_vpps:
-            deeper = tuple(sorted({*fam.more_vpps, *fam.skipped_vpps} - {fam.first.vpp}))
-            yield LayoutFamily(fam.first, deeper)
+    for block in blocks:
+        if block.skipped_vpps:
+            deeper = tuple(sorted({*block.more_vpps, *block.skipped_vpps} - {block.base.vpp}))
+            yield LayoutBlock(block.base, block.variants, deeper)
         else:
-            yield fam
+            yield block
 
 
 def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
@@ -151,6 +181,12 @@ def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
 
 def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
     """``layout_families`` with every uneven depth of a mixed-kind model left out (and listed)."""
+    for block in _layout_blocks(job, search):
+        yield from block.families()
+
+
+def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
+    """``layout_blocks`` with every uneven depth of a mixed-kind model left out (and listed)."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
@@ -180,6 +216,9 @@ def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     uneven = not model.mixes_layer_kinds  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
+    variants = tuple(product(zeros, rcs))
+    if not variants:
+        return
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -215,8 +254,6 @@ def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]
                         if err.field == "config.vpp":
                             continue
                         break  # invalid whatever the depth
-                    more = tuple(vpps[i + 1 :])
                     # ZeRO stage and recompute never change validity: vary them on the resolved layout
-                    for zero, rc in product(zeros, rcs):
-                        yield LayoutFamily(_variant(base.__dict__, zero, rc), more, skipped)
+                    yield LayoutBlock(base, variants, tuple(vpps[i + 1 :]), skipped)
                     break

@@ -1,0 +1,131 @@
+"""Lower bounds of the whole regular layout space as numpy arrays, and the order they give.
+
+The search costs layouts in the order of their lower bounds. Bounding every family one at a time
+in Python was most of the planner's time on the large MoE spaces (126,456 families for
+DeepSeek-V3 on 2,048 GPUs). Here the per-layer totals are looked up once per block (a resolved
+layout and its recompute modes; ``space.LayoutBlock``) from the cost model's memo, and the
+arithmetic over ZeRO stages, recompute modes and interleaving depths runs as arrays through
+the cost model's own bound functions (``estimate.bound_terms``, ``bound_at_vpp``,
+``family_bound``), which give the same floats on numbers and on arrays. No layout object is built
+until the search reaches it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.estimate import (
+    bound_at_vpp,
+    bound_terms,
+    family_bound,
+    lower_bound_layer_totals,
+    p2p_floor_s,
+)
+from optimizer.search.space import LayoutBlock, LayoutFamily
+
+
+@dataclass(frozen=True)
+class SpaceBounds:
+    """Bounds of every family of ``blocks`` (family ``f`` is variant ``f % n_variants`` of block
+    ``f // n_variants``, the order of ``space.layout_families``)."""
+
+    blocks: Sequence[LayoutBlock]
+    n_variants: int
+    terms: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """``estimate.lower_bound_terms`` of each family's first layout."""
+    pp: np.ndarray
+    m: np.ndarray
+    first: np.ndarray
+    """The bound of each family's first layout (``bound_at_vpp`` at its depth)."""
+    deeper: np.ndarray
+    """The smallest bound of each family's deeper layouts (``family_bound``; inf when none)."""
+
+    @property
+    def num_families(self) -> int:
+        return len(self.first)
+
+    def family(self, f: int) -> LayoutFamily:
+        return self.blocks[f // self.n_variants].family(f % self.n_variants)
+
+    def queue_order(self) -> tuple[list[float], list[int]]:
+        """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
+        layout, ``2 f + 1`` its deeper layouts (at the smallest of their bounds). Ties go to the
+        smaller sequence number, as in a heap of ``(bound, seq)`` pairs."""
+        has_deeper = np.flatnonzero(np.isfinite(self.deeper))
+        bounds = np.concatenate([self.first, self.deeper[has_deeper]])
+        seqs = np.concatenate([2 * np.arange(self.num_families), 2 * has_deeper + 1])
+        order = np.lexsort((seqs, bounds))
+        return bounds[order].tolist(), seqs[order].tolist()
+
+    def left_out_bound(self, ctx: JobContext, best_s: float) -> float:
+        """The smallest bound of the depths the space left out (``LayoutBlock.skipped_vpps``)
+        when it is below ``best_s`` (else some value at least ``best_s``). A family's bound is at
+        least its steady and optimizer terms, whatever the depth: families where those reach
+        ``best_s`` are passed over."""
+        best = float("inf")
+        for vpps, fams in self._families_by(lambda b: b.skipped_vpps).items():
+            fams = fams[self.terms[0][fams] + self.terms[2][fams] < best_s]
+            if len(fams):
+                terms = tuple(t[fams] for t in self.terms)
+                best = min(best, float(np.min(family_bound(ctx, terms, self.pp[fams], vpps, self.m[fams]))))
+        return best
+
+    def left_out_count(self) -> int:
+        return sum(len(b.variants) * len(b.skipped_vpps) for b in self.blocks)
+
+    def _families_by(self, depths) -> dict[tuple[int, ...], np.ndarray]:
+        """Family indices grouped by ``depths(block)``, empty tuples left out."""
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, block in enumerate(self.blocks):
+            vpps = depths(block)
+            if vpps:
+                groups[vpps].append(i)
+        nv = self.n_variants
+        return {
+            vpps: (np.asarray(blocks)[:, None] * nv + np.arange(nv)).ravel() for vpps, blocks in groups.items()
+        }
+
+
+def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
+    """Bound every family of ``blocks`` (which share their ``variants``)."""
+    variants = blocks[0].variants
+    zeros = list(dict.fromkeys(z for z, _ in variants))
+    rcs = list(dict.fromkeys(r for _, r in variants))
+    assert variants == tuple((z, r) for z in zeros for r in rcs)  # product(zeros, rcs)
+    nb, nz, nr = len(blocks), len(zeros), len(rcs)
+    totals = np.empty((3, nb, nr))
+    ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep
+    p2p = np.empty(nb)
+    for b, block in enumerate(blocks):
+        lay = block.base
+        for r, rc in enumerate(rcs):
+            totals[:, b, r] = lower_bound_layer_totals(
+                ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, rc
+            )
+        ints[:, b] = (lay.pp, lay.num_micro_batches, lay.vpp, lay.dp, lay.cp, lay.tp, lay.ep)
+        p2p[b] = p2p_floor_s(ctx, lay)
+    pp, m, vpp, dp, cp, tp, ep = ints
+    sharded = (np.asarray(zeros) >= 1)[None, :]  # ZeRO-1 and up shard the optimizer state
+    dense_shard = np.where(sharded, (dp * cp)[:, None], 1)
+    expert_shard = np.where(sharded, (tp * dp * cp // ep)[:, None], 1)
+    shape = (nb, nz, nr)
+
+    def grid(a: np.ndarray) -> np.ndarray:  # block x zero x recompute, flattened in that order
+        return np.broadcast_to(a, shape).reshape(-1)
+
+    pp_f, m_f = grid(pp[:, None, None]), grid(m[:, None, None])
+    terms = bound_terms(
+        ctx,
+        tuple(grid(t[:, None, :]) for t in totals),
+        pp_f, m_f, grid(dense_shard[:, :, None]), grid(expert_shard[:, :, None]), grid(p2p[:, None, None]),
+    )  # fmt: skip
+    first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, None, None]), m_f)
+    out = SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, np.full(len(first), np.inf))
+    for vpps, fams in out._families_by(lambda blk: blk.more_vpps).items():
+        out.deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
+    return out
