@@ -1,0 +1,79 @@
+"""Time of the planner's bounding phase: every family of the layout space bounded and ordered.
+
+Two ways over the same space and the same cost-model functions, each from an empty per-job
+context cache (so both include computing the per-layer bound terms):
+
+- per family: ``layout_families`` builds every family's first layout, ``lower_bound_terms`` and
+  ``bound_at_vpp`` / ``family_bound`` bound it, and a heap orders the entries (what the planner did
+  before ``search.bounds``);
+- arrays: ``layout_blocks`` and ``space_bounds`` (what the planner does).
+
+Both give the same bounds (``tests/test_search_bounds.py``).
+
+    python benchmarks/bound_phase.py
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.search_latency import JOBS
+from optimizer.cost import build_context
+from optimizer.cost.context import _build_context_cached
+from optimizer.cost.estimate import bound_at_vpp, family_bound, lower_bound_terms
+from optimizer.search.bounds import space_bounds
+from optimizer.search.space import layout_blocks, layout_families
+from optimizer.specs import JobSpec, PlanRequest
+
+
+def _job(body: dict) -> tuple[JobSpec, PlanRequest]:
+    req = PlanRequest.model_validate(body)
+    return JobSpec(model=req.model, training=req.training, cluster=req.cluster), req
+
+
+def per_family(body: dict) -> tuple[float, int]:
+    _build_context_cached.cache_clear()
+    t0 = time.perf_counter()
+    job, req = _job(body)
+    ctx = build_context(job)
+    families = list(layout_families(job, req.search))
+    queue = []
+    for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
+        lay = fam.first
+        queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i))
+        if fam.more_vpps:
+            queue.append((family_bound(ctx, terms, lay.pp, fam.more_vpps, lay.num_micro_batches), 2 * i + 1))
+    heapq.heapify(queue)
+    return time.perf_counter() - t0, len(families)
+
+
+def arrays(body: dict) -> tuple[float, int]:
+    _build_context_cached.cache_clear()
+    t0 = time.perf_counter()
+    job, req = _job(body)
+    ctx = build_context(job)
+    bounds = space_bounds(ctx, list(layout_blocks(job, req.search)))
+    bounds.queue_order()
+    return time.perf_counter() - t0, bounds.num_families
+
+
+def main() -> int:
+    print("| job | families | per family (s) | arrays (s) |")
+    print("|---|---:|---:|---:|")
+    for name, body in JOBS:
+        slow, n = per_family(body)
+        fast, n2 = arrays(body)
+        assert n == n2
+        print(f"| {name} | {n:,} | {slow:.2f} | {fast:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
