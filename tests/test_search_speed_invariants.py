@@ -252,3 +252,33 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
                 assert all(n <= lim for n, lim in zip(_per_stage_layers(split), limits, strict=True))
     assert binding > len(layouts) // 2  # memory binds on most of these layouts
     assert fitting  # and some random splits fit
+
+
+@pytest.mark.parametrize("name", sorted(FIT_LIMIT_JOBS))
+def test_some_split_may_fit_is_exact(name: str) -> None:
+    """``some_split_may_fit``'s early exits (one layer per chunk on stage 0; the pigeonhole probe of
+    the largest-limit stages at ``ceil(layers / pp)``) answer exactly what the full per-stage
+    limits do, in every rank order, including layouts whose largest limit is that share."""
+    from optimizer.cost.estimate import _order_geometries, _stage_fit_limits, some_split_may_fit
+
+    model, cluster, num_gpus, global_batch_size = FIT_LIMIT_JOBS[name]
+    req = PlanRequest.model_validate({
+        "model": {"preset": model},
+        "training": {"seq_len": 4096, "global_batch_size": global_batch_size},
+        "cluster": {"preset": cluster, "num_gpus": num_gpus},
+        "search": {"allow": {"vpp": [1, 2, 3, 4]}},
+    })  # fmt: skip
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    layers = len(ctx.layer_kind)
+    rng = random.Random(2)
+    pipelined = [lay for lay in enumerate_layouts(job, req.search) if lay.pp > 1]
+    at_share = admitted = 0
+    for lay in rng.sample(pipelined, min(150, len(pipelined))):
+        cap = ctx.capacity_bytes - ctx.cal.memory_headroom_bytes
+        full = [_stage_fit_limits(ctx, lay, g, cap) for g in _order_geometries(ctx, lay)[2]]
+        expected = any(min(r) >= lay.vpp and sum(r) >= layers for r in full)
+        assert some_split_may_fit(ctx, lay, cap) == expected, lay
+        admitted += expected
+        at_share += any(max(r) == -(-layers // lay.pp) for r in full)
+    assert admitted and at_share

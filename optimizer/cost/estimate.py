@@ -1310,6 +1310,17 @@ def _stage_fit_limits(
     # never grow with the stage index: what fits stage s - 1 fits stage s, so their limits rise
     # along the pipeline and the last middle stage's bounds them all.
     ordered_middle = not by_start and pp > 3
+    if needed is not None and pp > 1:
+        # Two probes settle most layouts that no split fits: stage 0 must hold one layer per
+        # chunk, and some stage must hold ceil(needed / pp) layers (pigeonhole), which, unless
+        # stages start at different kind mixes, the largest-limit stages (the last middle one:
+        # what fits stage s - 1 fits stage s, stage 0 included as it also holds the embedding;
+        # and the last one) must then hold.
+        if not fits(0, lay.vpp):
+            return None
+        share = -(-needed // pp)
+        if not by_start and lay.vpp <= share <= most and not fits(pp - 2, share) and not fits(pp - 1, share):
+            return None
     first = limit(0, none_fit, most)
     if needed is not None and first < lay.vpp:
         return None
