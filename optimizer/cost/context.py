@@ -64,6 +64,8 @@ class JobContext:
     class from ``training.attention_kernel`` and the GPU generation; unused for 'unfused')."""
     capacity_bytes: float
     """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
+    hbm_bytes_per_s: float
+    """HBM bandwidth memory-bound kernels reach (catalog bandwidth x ``hbm_efficiency``)."""
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Per-job memo of per-layer costs (keyed by layer kind, dims and group geometry)."""
 
@@ -173,4 +175,5 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         attention_kernel=kernel,
         attention_efficiency=cal.attention_efficiency_flash3 if kernel == "flash3" else cal.attention_efficiency,
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
+        hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
     )

@@ -377,7 +377,7 @@ def _stage_fixed(
 
     # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
     opt_params = dense / (dp_shard if lay.zero_stage >= 1 else 1) + expert / (ep_shard if lay.zero_stage >= 1 else 1)
-    t_opt = opt_params * ADAM_STEP_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency)
+    t_opt = opt_params * ADAM_STEP_BYTES / ctx.hbm_bytes_per_s
 
     # ---- memory -----------------------------------------------------------------------------
     low_copy = {"fp8": FP8_COPY_BYTES, "fp4": FP4_COPY_BYTES}.get(ctx.job.training.precision, 0.0)
@@ -938,7 +938,7 @@ def bound_terms(ctx: JobContext, totals: tuple, pp, m, dense_shard, expert_shard
     state is sharded over (dense, expert; 1 without ZeRO) and its ``p2p_floor_s``. Plain
     arithmetic: numbers or numpy arrays (``search.bounds`` bounds blocks of layouts with it)."""
     layer_time, dense, expert = totals
-    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency
+    hbm = ctx.hbm_bytes_per_s
     avg = layer_time / pp
     # The optimizer step of the heaviest stage is at least that of the average stage.
     return (m * avg, avg, (dense / dense_shard + expert / expert_shard) / pp * ADAM_STEP_BYTES / hbm, p2p)
@@ -1455,5 +1455,5 @@ def _head_time_uncached(ctx: JobContext, lay: ResolvedLayout) -> float:
     vocab = float(model.vocab_size or 0)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / lay.tp, tokens, vocab / lay.tp, h)
-    t += 3.0 * tokens * vocab / lay.tp * LOGIT_BYTES / (ctx.gpu.hbm_bandwidth_bytes_per_s.value * ctx.cal.hbm_efficiency)
+    t += 3.0 * tokens * vocab / lay.tp * LOGIT_BYTES / ctx.hbm_bytes_per_s
     return t

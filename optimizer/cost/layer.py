@@ -144,7 +144,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         elementwise_bytes += cal.fp8_cast_bytes * cast_elems
     if not ctx.job.training.fused_kernels:
         elementwise_bytes *= cal.unfused_elementwise_factor
-    hbm_bytes_per_s = ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency
+    hbm_bytes_per_s = ctx.hbm_bytes_per_s
     t_elem = elementwise_bytes / hbm_bytes_per_s
     t_perm = routed_tokens * h * PERMUTE_BYTES / hbm_bytes_per_s if kind.is_moe else 0.0
     fwd = t_attn_gemm + t_core + t_mlp + t_elem + t_perm
@@ -337,7 +337,7 @@ def attention_core_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[f
     bf16_rate = ctx.bf16_peak_flops * ctx.gpu.gemm_efficiency_bf16.value * cal.gemm_training_fraction
     qk = gemm_time_s(ctx, 2.0 * elems * ctx.d_qk, s, s, ctx.d_qk, bf16_rate)
     pv = gemm_time_s(ctx, 2.0 * elems * ctx.d_v, s, ctx.d_v, s, bf16_rate)
-    hbm = ctx.gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency
+    hbm = ctx.hbm_bytes_per_s
     fwd = qk + pv + UNFUSED_SCORE_BYTES_FWD * elems / hbm
     bwd = 2.0 * (qk + pv) + UNFUSED_SCORE_BYTES_BWD * elems / hbm
     return fwd, bwd
