@@ -819,13 +819,13 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 32,100
     layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
     families, same plan, nothing left out to report."""
-    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, _layout_families, layout_families
+    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, _layout_blocks, layout_families
 
     base = {"model": {"preset": "llama4-maverick"}, "training": {"seq_len": 4096, "global_batch_size": 512},
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
     default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
-    assert sum(len(f.skipped_vpps) for f in _layout_families(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
@@ -929,3 +929,16 @@ def test_search_gives_the_garbage_collector_back() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("restriction", "knob"),
+    [({"allow": {"zero_stage": [1]}, "fix": {"zero_stage": 2}}, "zero_stage"), ({"allow": {"recompute": ["moe"]}}, "recompute")],
+)
+def test_restrictions_that_leave_a_knob_without_values_are_named(restriction: dict, knob: str) -> None:
+    """search.fix / search.allow that leave no ZeRO stage or recompute mode: the answer is
+    'infeasible' and names that knob, not the layout sizes."""
+    planned = search(_request({"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+                               "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "search": restriction}))  # fmt: skip
+    assert planned.status == "infeasible" and not planned.plans
+    assert f"leave no {knob}" in planned.explanation

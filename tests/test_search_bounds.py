@@ -77,6 +77,7 @@ def test_array_bounds_are_the_scalar_bounds(name: str) -> None:
         assert bounds.family(f) == fam
         assert tuple(float(t[f]) for t in bounds.terms) == terms
         assert float(bounds.first[f]) == compute_lower_bound_s(ctx, fam.first)
+        assert bool(bounds.has_deeper[f]) == bool(fam.more_vpps)
         if not fam.more_vpps:
             assert bounds.deeper[f] == np.inf
             continue

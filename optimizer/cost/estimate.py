@@ -58,6 +58,10 @@ from optimizer.cost.topology import (
     group_geometry,
 )
 
+Num = float | np.ndarray
+"""A number, or numpy arrays of one shape (the search bounds whole blocks of layouts at once)."""
+
+
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam first and second moments
@@ -372,11 +376,11 @@ def _stage_fixed(
             dense += ctx.lm_head_params / lay.tp
         elif not first:  # tied embeddings: the last stage keeps its own copy
             dense += ctx.embedding_params / lay.tp
-    dp_shard = lay.dp * lay.cp
-    ep_shard = lay.tp * lay.dp * lay.cp // lay.ep
+    dp_shard, ep_shard = shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep)
+    opt_dense_shard, opt_expert_shard = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
 
     # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
-    opt_params = dense / (dp_shard if lay.zero_stage >= 1 else 1) + expert / (ep_shard if lay.zero_stage >= 1 else 1)
+    opt_params = dense / opt_dense_shard + expert / opt_expert_shard
     t_opt = opt_params * ADAM_STEP_BYTES / ctx.hbm_bytes_per_s
 
     # ---- memory -----------------------------------------------------------------------------
@@ -384,7 +388,7 @@ def _stage_fixed(
     w_bytes = WEIGHT_BYTES + low_copy
     weights = (dense / dp_shard if lay.zero_stage == 3 else dense) + (expert / ep_shard if lay.zero_stage == 3 else expert)
     grads = (dense / dp_shard if lay.zero_stage >= 2 else dense) + (expert / ep_shard if lay.zero_stage >= 2 else expert)
-    optim = (dense / dp_shard if lay.zero_stage >= 1 else dense) + (expert / ep_shard if lay.zero_stage >= 1 else expert)
+    optim = dense / opt_dense_shard + expert / opt_expert_shard
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
@@ -900,7 +904,7 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     ]
 
 
-def bound_at_vpp(ctx: JobContext, terms: tuple, pp, vpp, m):
+def bound_at_vpp(ctx: JobContext, terms: tuple[Num, Num, Num, Num], pp: Num, vpp: Num, m: Num) -> Num:
     """The lower bound from a layout's ``lower_bound_terms`` at interleaving depth ``vpp``: the
     bubble falls as it rises, the pipeline sends grow with it (``pp_comm_from_p2p_s`` at the
     cheapest send). Plain arithmetic: the arguments may be numbers or numpy arrays (the search
@@ -909,7 +913,7 @@ def bound_at_vpp(ctx: JobContext, terms: tuple, pp, vpp, m):
     return steady + (pp - 1) / vpp * avg + optimizer + pp_comm_from_p2p_s(ctx, pp, vpp, m, p2p)
 
 
-def family_bound(ctx: JobContext, terms: tuple, pp, vpps: Sequence[int], m):
+def family_bound(ctx: JobContext, terms: tuple[Num, Num, Num, Num], pp: Num, vpps: Sequence[int], m: Num) -> Num:
     """The smallest ``bound_at_vpp`` over the depths ``vpps`` (ascending). The bound is
     ``a + b / vpp + c * vpp`` with ``b, c >= 0`` (the bubble falls, the sends grow), convex in
     ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``.
@@ -932,7 +936,9 @@ def family_bound(ctx: JobContext, terms: tuple, pp, vpps: Sequence[int], m):
     return best if np.ndim(best) else float(best)
 
 
-def bound_terms(ctx: JobContext, totals: tuple, pp, m, dense_shard, expert_shard, p2p) -> tuple:
+def bound_terms(
+    ctx: JobContext, totals: tuple[Num, Num, Num], pp: Num, m: Num, dense_shard: Num, expert_shard: Num, p2p: Num
+) -> tuple[Num, Num, Num, Num]:
     """``lower_bound_terms`` from a layout's ``lower_bound_layer_totals`` (every layer's time,
     dense and expert parameters), its ``pp`` and micro-batch count, the ranks its optimizer
     state is sharded over (dense, expert; 1 without ZeRO) and its ``p2p_floor_s``. Plain
@@ -944,11 +950,20 @@ def bound_terms(ctx: JobContext, totals: tuple, pp, m, dense_shard, expert_shard
     return (m * avg, avg, (dense / dense_shard + expert / expert_shard) / pp * ADAM_STEP_BYTES / hbm, p2p)
 
 
-def optimizer_shards(lay: ResolvedLayout) -> tuple[int, int]:
-    """The ranks the dense and the expert optimizer state are sharded over (1, 1 without ZeRO)."""
-    if lay.zero_stage >= 1:
-        return lay.dp * lay.cp, lay.tp * lay.dp * lay.cp // lay.ep
-    return 1, 1
+def shard_group_sizes(dp: Num, cp: Num, tp: Num, ep: Num) -> tuple[Num, Num]:
+    """The ranks ZeRO shards dense and expert state over: the dense data-parallel group
+    (``dp x cp``) and the expert data-parallel group (``tp x dp x cp / ep``)."""
+    return dp * cp, tp * dp * cp // ep
+
+
+def optimizer_shards(zero_stage: Num, dp: Num, cp: Num, tp: Num, ep: Num) -> tuple[Num, Num]:
+    """The ranks the dense and the expert optimizer state are sharded over: the groups of
+    ``shard_group_sizes`` from ZeRO-1 on, 1 without ZeRO. Numbers or numpy arrays (broadcast)."""
+    dense, expert = shard_group_sizes(dp, cp, tp, ep)
+    if isinstance(zero_stage, np.ndarray):
+        sharded = zero_stage >= 1
+        return np.where(sharded, dense, 1), np.where(sharded, expert, 1)
+    return (dense, expert) if zero_stage >= 1 else (1, 1)
 
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:
@@ -957,21 +972,18 @@ def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> lis
     pipeline send at its cheapest over every geometry the pipeline group can have."""
     out = []
     for lay in layouts:
-        totals = _layout_totals(ctx, lay)
-        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *optimizer_shards(lay), p2p_floor_s(ctx, lay)))
+        totals = lower_bound_layer_totals(
+            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+        )
+        shards = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
+        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay)))
     return out
-
-
-def _layout_totals(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, float, float]:
-    return lower_bound_layer_totals(
-        ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
-    )
 
 
 def lower_bound_layer_totals(
     ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
 ) -> tuple[float, float, float]:
-    """``_lower_bound_totals``, memoised on the six numbers it reads."""
+    """``_lower_bound_totals``, memoised on the layout fields it reads."""
     key = ("lb", tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
     totals = ctx.memo.get(key)
     if totals is None:

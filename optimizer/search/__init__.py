@@ -38,6 +38,7 @@ from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
     count_layouts,
+    empty_choice,
     layout_blocks,
 )
 from optimizer.search.splits import (
@@ -47,7 +48,7 @@ from optimizer.search.splits import (
     layout_key,
     solve_splits,
 )
-from optimizer.specs import JobSpec, PlanRequest
+from optimizer.specs import JobSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB, to_gib
 
 POOL_EXTRA = 8
@@ -123,7 +124,7 @@ def _search(request: PlanRequest) -> PlanResponse:
             status="infeasible",
             plans=[],
             solver=info,
-            explanation=_no_layout_explanation(job),
+            explanation=_no_layout_explanation(job, spec),
         )
     # Bound-ordered queue of layouts and of families whose deeper interleavings are unresolved;
     # a family enters at the smallest of its deeper members' bounds, so popping in bound order
@@ -159,10 +160,10 @@ def _search(request: PlanRequest) -> PlanResponse:
             next_bound = bound
             break
         if from_static:
-            family, deeper = divmod(static_seqs[pos], 2)
+            family, is_deeper = divmod(static_seqs[pos], 2)
             pos += 1
             fam = bounds.family(family)
-            if deeper:
+            if is_deeper:
                 members = fam.expand(job)
                 for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
                     heapq.heappush(queue, (member_bound, seq, member))
@@ -296,7 +297,13 @@ def _outside_pool(
     return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
 
 
-def _no_layout_explanation(job: JobSpec) -> str:
+def _no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
+    knob = empty_choice(job, spec)
+    if knob is not None:
+        return (
+            f"no valid layout: search.fix / search.allow leave no {knob} the search can use"
+            + (" ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else "")
+        )
     t = job.training
     m = job.model
     return (

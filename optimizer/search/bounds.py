@@ -5,15 +5,15 @@ in Python was most of the planner's time on the large MoE spaces (126,456 famili
 DeepSeek-V3 on 2,048 GPUs). Here the per-layer totals are looked up once per block (a resolved
 layout and its recompute modes; ``space.LayoutBlock``) from the cost model's memo, and the
 arithmetic over ZeRO stages, recompute modes and interleaving depths runs as arrays through
-the cost model's own bound functions (``estimate.bound_terms``, ``bound_at_vpp``,
-``family_bound``), which give the same floats on numbers and on arrays. No layout object is built
-until the search reaches it.
+the cost model's own bound functions (``estimate.bound_terms``, ``optimizer_shards``,
+``bound_at_vpp``, ``family_bound``), which give the same floats on numbers and on arrays. No
+layout object is built until the search reaches it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ from optimizer.cost.estimate import (
     bound_terms,
     family_bound,
     lower_bound_layer_totals,
+    optimizer_shards,
     p2p_floor_s,
 )
 from optimizer.search.space import LayoutBlock, LayoutFamily
@@ -42,6 +43,8 @@ class SpaceBounds:
     m: np.ndarray
     first: np.ndarray
     """The bound of each family's first layout (``bound_at_vpp`` at its depth)."""
+    has_deeper: np.ndarray
+    """Whether the family has deeper layouts (``LayoutFamily.more_vpps``)."""
     deeper: np.ndarray
     """The smallest bound of each family's deeper layouts (``family_bound``; inf when none)."""
 
@@ -56,9 +59,9 @@ class SpaceBounds:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
         layout, ``2 f + 1`` its deeper layouts (at the smallest of their bounds). Ties go to the
         smaller sequence number, as in a heap of ``(bound, seq)`` pairs."""
-        has_deeper = np.flatnonzero(np.isfinite(self.deeper))
-        bounds = np.concatenate([self.first, self.deeper[has_deeper]])
-        seqs = np.concatenate([2 * np.arange(self.num_families), 2 * has_deeper + 1])
+        with_deeper = np.flatnonzero(self.has_deeper)
+        bounds = np.concatenate([self.first, self.deeper[with_deeper]])
+        seqs = np.concatenate([2 * np.arange(self.num_families), 2 * with_deeper + 1])
         order = np.lexsort((seqs, bounds))
         return bounds[order].tolist(), seqs[order].tolist()
 
@@ -68,7 +71,7 @@ class SpaceBounds:
         least its steady and optimizer terms, whatever the depth: families where those reach
         ``best_s`` are passed over."""
         best = float("inf")
-        for vpps, fams in self._families_by(lambda b: b.skipped_vpps).items():
+        for vpps, fams in _families_by(self.blocks, self.n_variants, lambda b: b.skipped_vpps).items():
             fams = fams[self.terms[0][fams] + self.terms[2][fams] < best_s]
             if len(fams):
                 terms = tuple(t[fams] for t in self.terms)
@@ -78,21 +81,23 @@ class SpaceBounds:
     def left_out_count(self) -> int:
         return sum(len(b.variants) * len(b.skipped_vpps) for b in self.blocks)
 
-    def _families_by(self, depths) -> dict[tuple[int, ...], np.ndarray]:
-        """Family indices grouped by ``depths(block)``, empty tuples left out."""
-        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-        for i, block in enumerate(self.blocks):
-            vpps = depths(block)
-            if vpps:
-                groups[vpps].append(i)
-        nv = self.n_variants
-        return {
-            vpps: (np.asarray(blocks)[:, None] * nv + np.arange(nv)).ravel() for vpps, blocks in groups.items()
-        }
+
+def _families_by(
+    blocks: Sequence[LayoutBlock], n_variants: int, depths: Callable[[LayoutBlock], tuple[int, ...]]
+) -> dict[tuple[int, ...], np.ndarray]:
+    """Family indices grouped by ``depths(block)``, empty tuples left out."""
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for i, block in enumerate(blocks):
+        vpps = depths(block)
+        if vpps:
+            groups[vpps].append(i)
+    return {
+        vpps: (np.asarray(idx)[:, None] * n_variants + np.arange(n_variants)).ravel() for vpps, idx in groups.items()
+    }
 
 
 def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
-    """Bound every family of ``blocks`` (which share their ``variants``)."""
+    """Bound every family of ``blocks`` (at least one; they share their ``variants``)."""
     variants = blocks[0].variants
     zeros = list(dict.fromkeys(z for z, _ in variants))
     rcs = list(dict.fromkeys(r for _, r in variants))
@@ -109,23 +114,22 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
             )
         ints[:, b] = (lay.pp, lay.num_micro_batches, lay.vpp, lay.dp, lay.cp, lay.tp, lay.ep)
         p2p[b] = p2p_floor_s(ctx, lay)
-    pp, m, vpp, dp, cp, tp, ep = ints
-    sharded = (np.asarray(zeros) >= 1)[None, :]  # ZeRO-1 and up shard the optimizer state
-    dense_shard = np.where(sharded, (dp * cp)[:, None], 1)
-    expert_shard = np.where(sharded, (tp * dp * cp // ep)[:, None], 1)
+    pp, m, vpp, dp, cp, tp, ep = (a[:, None] for a in ints)  # block x zero stage
+    dense_shard, expert_shard = optimizer_shards(np.asarray(zeros)[None, :], dp, cp, tp, ep)
     shape = (nb, nz, nr)
 
-    def grid(a: np.ndarray) -> np.ndarray:  # block x zero x recompute, flattened in that order
+    def grid(a: np.ndarray) -> np.ndarray:  # block x zero stage x recompute, flattened in that order
         return np.broadcast_to(a, shape).reshape(-1)
 
-    pp_f, m_f = grid(pp[:, None, None]), grid(m[:, None, None])
+    pp_f, m_f = grid(pp[:, :, None]), grid(m[:, :, None])
     terms = bound_terms(
         ctx,
         tuple(grid(t[:, None, :]) for t in totals),
         pp_f, m_f, grid(dense_shard[:, :, None]), grid(expert_shard[:, :, None]), grid(p2p[:, None, None]),
     )  # fmt: skip
-    first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, None, None]), m_f)
-    out = SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, np.full(len(first), np.inf))
-    for vpps, fams in out._families_by(lambda blk: blk.more_vpps).items():
-        out.deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
-    return out
+    first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, :, None]), m_f)
+    has_deeper = np.repeat([bool(b.more_vpps) for b in blocks], nz * nr)
+    deeper = np.full(len(first), np.inf)
+    for vpps, fams in _families_by(blocks, nz * nr, lambda blk: blk.more_vpps).items():
+        deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
+    return SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, has_deeper, deeper)

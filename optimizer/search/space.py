@@ -95,7 +95,7 @@ class LayoutBlock(NamedTuple):
     the block's smallest admitted ``vpp``) in every ``(zero_stage, recompute)`` of ``variants``
     (``product(zero stages, recompute modes)``, the same for every block of a job), sharing the
     deeper and the left-out depths. Neither knob changes validity or any derived number, so the
-    planner bounds a whole block as arrays (``estimate.block_bound_terms``) and builds a family's
+    planner bounds a whole block as arrays (``bounds.space_bounds``) and builds a family's
     layout only when the bound-ordered costing reaches it."""
 
     base: ResolvedLayout
@@ -173,16 +173,38 @@ def layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
             yield block
 
 
+def _zero_choices(search: SearchSpec) -> list[int]:
+    zeros = _choices("zero_stage", list(ZERO_STAGES), search)
+    if 1 in zeros and 2 in zeros:
+        # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
+        # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
+        zeros.remove(1)
+    return zeros
+
+
+def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
+    named = set(search.allow.recompute or ()) | {search.fix.recompute}
+    return _choices(
+        "recompute",
+        [r for r in RECOMPUTE if r != "moe" or job.model.moe is not None] + (["op"] if "op" in named else []),
+        search,
+    )
+
+
+def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
+    """The knob that ``search.fix`` / ``search.allow`` leave without a value the space searches
+    (ZeRO stage or recompute mode), if any: then no layout is enumerated whatever the sizes."""
+    if not _zero_choices(search):
+        return "zero_stage"
+    if not _recompute_choices(job, search):
+        return "recompute"
+    return None
+
+
 def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
-    """Whether ``_layout_families`` lists the uneven depths apart: a model that mixes layer
+    """Whether ``_layout_blocks`` lists the uneven depths apart: a model that mixes layer
     kinds, with no depth named."""
     return job.model.mixes_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
-
-
-def _layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
-    """``layout_families`` with every uneven depth of a mixed-kind model left out (and listed)."""
-    for block in _layout_blocks(job, search):
-        yield from block.families()
 
 
 def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
@@ -202,17 +224,7 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
         search,
     )
     experts = model.moe.num_experts if model.moe else 1
-    zeros = _choices("zero_stage", list(ZERO_STAGES), search)
-    if 1 in zeros and 2 in zeros:
-        # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
-        # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
-        zeros.remove(1)
-    named = set(search.allow.recompute or ()) | {search.fix.recompute}
-    rcs = _choices(
-        "recompute",
-        [r for r in RECOMPUTE if r != "moe" or model.moe is not None] + (["op"] if "op" in named else []),
-        search,
-    )
+    zeros, rcs = _zero_choices(search), _recompute_choices(job, search)
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     uneven = not model.mixes_layer_kinds  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
@@ -247,7 +259,7 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
                     try:
                         base = resolve(
                             job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs,
-                            zero_stage=zeros[0] if zeros else 1, recompute=rcs[0] if rcs else "none",
+                            zero_stage=zeros[0], recompute=rcs[0],
                             sequence_parallel=sp,
                         )  # fmt: skip
                     except InvalidLayout as err:
