@@ -73,7 +73,13 @@ class Plan(_Out):
 
 class SolverInfo(_Out):
     engine: str = "cp-sat"
-    status: str = ""
+    status: str = Field(
+        default="",
+        description=(
+            "The search's solver status: OPTIMAL (every layer-split model solved to optimality), FEASIBLE or "
+            "UNKNOWN (a split model stopped at its limit), INFEASIBLE (no valid layout, or none fits in memory)."
+        ),
+    )
     wall_time_s: float = 0.0
     proved_optimal: bool = False
     objective_bound: float | None = Field(default=None, description="Lower bound on the best step time (s).")

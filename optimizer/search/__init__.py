@@ -119,6 +119,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     blocks = list(layout_blocks(job, spec))
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
     if not blocks:
+        info.status = "INFEASIBLE"
         info.wall_time_s = time.perf_counter() - t0
         return PlanResponse(
             status="infeasible",
