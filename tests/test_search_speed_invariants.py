@@ -282,3 +282,22 @@ def test_some_split_may_fit_is_exact(name: str) -> None:
         admitted += expected
         at_share += any(max(r) == -(-layers // lay.pp) for r in full)
     assert admitted and at_share
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_split_floor_at_a_depth_is_the_members_floor(name: str) -> None:
+    """``split_floor_at_vpp_s`` (the floor of a family's layout at another interleaving depth,
+    without resolving it: the search leaves deeper layouts above the k-th best time unresolved)
+    is bit-identical to ``split_floor_s`` of the resolved layout at that depth."""
+    from optimizer.cost.estimate import split_floor_at_vpp_s
+    from optimizer.search.space import layout_families
+
+    req = PlanRequest.model_validate({**JOBS[name], "search": {"allow": {"vpp": list(range(1, 9))}}})
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    checked = 0
+    for fam in list(layout_families(job, req.search))[::STRIDE]:
+        for member in fam.expand(job):
+            assert split_floor_at_vpp_s(ctx, fam.first, member.vpp) == split_floor_s(ctx, member)
+            checked += 1
+    assert checked > 20

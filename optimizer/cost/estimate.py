@@ -409,13 +409,15 @@ def _stage_fixed(
     return terms, stored, grads * GRAD_BYTES, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
 
 
-def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
-    """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain."""
+def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int | None = None) -> float:
+    """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain
+    (at interleaving depth ``vpp``, default the layout's: nothing else of the layout's depth
+    enters)."""
     if lay.pp == 1 or not groups.pp.levels:
         return 0.0
     outer = groups.pp.levels[-1]
     t_p2p = p2p_time_s(_pp_message_bytes(ctx, lay), outer.beta_bytes_per_s, outer.alpha_s)
-    return pp_comm_from_p2p_s(ctx, lay.pp, lay.vpp, lay.num_micro_batches, t_p2p)
+    return pp_comm_from_p2p_s(ctx, lay.pp, lay.vpp if vpp is None else vpp, lay.num_micro_batches, t_p2p)
 
 
 def _pp_message_bytes(ctx: JobContext, lay: ResolvedLayout) -> float:
@@ -730,19 +732,28 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float
     key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches)
     floors = ctx.memo.get(key)
-    if floors is not None:
-        return floors
+    if floors is None:
+        floors = ctx.memo[key] = sorted(_split_floors_at(ctx, lay, lay.vpp), key=lambda fg: fg[0])
+    return floors
+
+
+def split_floor_at_vpp_s(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> float:
+    """``split_floor_s`` of the layout of ``lay``'s family at interleaving depth ``vpp`` (the same
+    floats), without resolving that layout: the floor reads nothing else of the depth."""
+    return min(floor for floor, _ in _split_floors_at(ctx, lay, vpp))
+
+
+def _split_floors_at(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> list[tuple[float, AxisGroups]]:
+    """``order_split_floors`` at depth ``vpp``, unsorted."""
     optimizer, parts = _split_floor_parts(ctx, lay)
-    steady = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
+    steady = lay.num_micro_batches + (lay.pp - 1) / vpp
     sends: dict[GroupGeometry, float] = {}
     floors = []
     for stage, dp, g in parts:
         send = sends.get(g.pp)
         if send is None:
-            send = sends[g.pp] = pp_comm_s(ctx, lay, g)
+            send = sends[g.pp] = pp_comm_s(ctx, lay, g, vpp)
         floors.append(((optimizer + (steady * stage + (dp + send))) * (1.0 - STEP_FLOOR_MARGIN), g))
-    floors.sort(key=lambda fg: fg[0])
-    ctx.memo[key] = floors
     return floors
 
 

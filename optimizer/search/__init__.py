@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.estimate import (
     compute_lower_bounds,
+    split_floor_at_vpp_s,
     split_floor_s,
     step_floor_exceeds,
 )
@@ -165,6 +166,12 @@ def _search(request: PlanRequest) -> PlanResponse:
             pos += 1
             fam = bounds.family(family)
             if is_deeper:
+                if len(kth_heap) >= spec.top_k:
+                    # the depths whose split floor (every rank order and split) is above the k-th
+                    # best time would be dropped when popped: leave them unresolved
+                    limit = -kth_heap[0] + POOL_MARGIN_S
+                    depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
+                    fam = fam._replace(more_vpps=depths)
                 members = fam.expand(job)
                 for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
                     heapq.heappush(queue, (member_bound, seq, member))
