@@ -132,7 +132,7 @@ at most this many layouts. Llama 4 Maverick on 256 H100 adds 32,100 with 4K sequ
 512-sequence batch (about 0.8 s either way), 43,740 with 8K sequences;
 a Mixtral-8x22B variant with MoE on every second layer on 256 H100 adds 47,280 (about 5 s
 without them, 5-7 s with, 0.5% better plan); DeepSeek-V3 on 2,048 H800 adds 433,008 (2 s
-without them, about 3.5 s with; on 256 H800, 3 s and 8 s). The count is of the whole space, so narrowing other fields
+without them, about 4.5 s with; on 256 H800, 3 s and 8 s). The count is of the whole space, so narrowing other fields
 (``search.allow.tp``, say) can bring the uneven depths in and find a plan the wider default
 request does not; that default answer then carries the warning and the bound."""
 
@@ -154,7 +154,7 @@ def layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     searched by default only when they add at most ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts, and
     otherwise only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
     layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
-    GPUs (``benchmarks/search_latency.py``, 433,008 more layouts) takes about 3.5 s against the
+    GPUs (``benchmarks/search_latency.py``, 433,008 more layouts) takes about 4.5 s against the
     default space's 2 s, and on 256 H800 about 8 s against 3 s. Each block then lists the depths it leaves out (``skipped_vpps``) so
     that the search can say when one of them might be faster."""
     blocks = _layout_blocks(job, search)
