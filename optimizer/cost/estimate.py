@@ -724,27 +724,19 @@ def layers_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     return steady * _min_max_stage_floor_s(ctx, lay, kind_time_floor(ctx, lay)) * (1.0 - STEP_FLOOR_MARGIN)
 
 
-def order_split_floors(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[float, AxisGroups]]:
+def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = None) -> list[tuple[float, AxisGroups]]:
     """``split_floor_s`` per distinct rank-order geometry of the layout (a representative order's
-    groups), ascending: a lower bound on ``estimate`` in that order over every layer split.
-    Memoised per layout (the layout's own split does not enter); the terms that do not depend on
-    the interleaving depth are shared by the layouts that differ only in it."""
-    key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage,
+    groups), ascending: a lower bound on ``estimate`` in that order over every layer split. At
+    interleaving depth ``vpp`` (default the layout's): the layout of ``lay``'s family at that
+    depth gets the same floats, as nothing else of the depth enters. Memoised per layout and
+    depth (the layout's own split does not enter); the terms that do not depend on the depth are
+    shared by the family."""
+    vpp = lay.vpp if vpp is None else vpp
+    key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, vpp, lay.micro_batch_size, lay.zero_stage,
            lay.recompute, lay.sequence_parallel, lay.num_micro_batches)
     floors = ctx.memo.get(key)
-    if floors is None:
-        floors = ctx.memo[key] = sorted(_split_floors_at(ctx, lay, lay.vpp), key=lambda fg: fg[0])
-    return floors
-
-
-def split_floor_at_vpp_s(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> float:
-    """``split_floor_s`` of the layout of ``lay``'s family at interleaving depth ``vpp`` (the same
-    floats), without resolving that layout: the floor reads nothing else of the depth."""
-    return min(floor for floor, _ in _split_floors_at(ctx, lay, vpp))
-
-
-def _split_floors_at(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> list[tuple[float, AxisGroups]]:
-    """``order_split_floors`` at depth ``vpp``, unsorted."""
+    if floors is not None:
+        return floors
     optimizer, parts = _split_floor_parts(ctx, lay)
     steady = lay.num_micro_batches + (lay.pp - 1) / vpp
     sends: dict[GroupGeometry, float] = {}
@@ -754,7 +746,15 @@ def _split_floors_at(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> list[tup
         if send is None:
             send = sends[g.pp] = pp_comm_s(ctx, lay, g, vpp)
         floors.append(((optimizer + (steady * stage + (dp + send))) * (1.0 - STEP_FLOOR_MARGIN), g))
+    floors.sort(key=lambda fg: fg[0])
+    ctx.memo[key] = floors
     return floors
+
+
+def split_floor_at_vpp_s(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> float:
+    """``split_floor_s`` of the layout of ``lay``'s family at interleaving depth ``vpp``, without
+    resolving that layout; the same memo entry as that layout's own ``split_floor_s``."""
+    return order_split_floors(ctx, lay, vpp)[0][0]
 
 
 def _depth_free_key(tag: str, lay: ResolvedLayout) -> tuple:
@@ -1333,7 +1333,8 @@ def _stage_fit_limits(
     # never grow with the stage index: what fits stage s - 1 fits stage s, so their limits rise
     # along the pipeline and the last middle stage's bounds them all.
     ordered_middle = not by_start and pp > 3
-    if needed is not None and pp > 1:
+    first_fits = none_fit
+    if needed is not None:
         # Two probes settle most layouts that no split fits: stage 0 must hold one layer per
         # chunk, and some stage must hold ceil(needed / pp) layers (pigeonhole), which, unless
         # stages start at different kind mixes, the largest-limit stages (the last middle one:
@@ -1341,12 +1342,11 @@ def _stage_fit_limits(
         # and the last one) must then hold.
         if not fits(0, lay.vpp):
             return None
+        first_fits = lay.vpp
         share = -(-needed // pp)
-        if not by_start and lay.vpp <= share <= most and not fits(pp - 2, share) and not fits(pp - 1, share):
+        if pp > 1 and not by_start and lay.vpp <= share <= most and not fits(pp - 2, share) and not fits(pp - 1, share):
             return None
-    first = limit(0, none_fit, most)
-    if needed is not None and first < lay.vpp:
-        return None
+    first = limit(0, first_fits, most)
     known = {0: first}
     if ordered_middle:
         known[pp - 1] = limit(pp - 1, none_fit, most)
