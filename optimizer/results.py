@@ -77,7 +77,8 @@ class SolverInfo(_Out):
         default="",
         description=(
             "The search's solver status: OPTIMAL (every layer-split model solved to optimality), FEASIBLE or "
-            "UNKNOWN (a split model stopped at its limit), INFEASIBLE (no valid layout, or none fits in memory)."
+            "UNKNOWN (a split model stopped at its limit, or the time limit ran out before any layout was "
+            "costed), INFEASIBLE (no valid layout, or none fits in memory)."
         ),
     )
     wall_time_s: float = 0.0

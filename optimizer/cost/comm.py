@@ -3,7 +3,9 @@
 ``T(n) = alpha + n / beta``. ``beta`` is the achievable per-direction bandwidth of the link a rank
 drives (bytes/s), ``alpha`` the effective per-step latency including the software stack (s).
 Every function here is a pure formula on one homogeneous level; ``hierarchical_*`` compose levels
-the way NCCL's tree/hierarchical algorithms and the seed text's worked examples do.
+the way NCCL's tree/hierarchical algorithms and the seed text's worked examples do. Byte counts
+may be numpy arrays (the planner bounds whole blocks of layouts at once): the arithmetic is the
+same, and so are the floats.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def hierarchical_allreduce_time_s(num_bytes: float, levels: Sequence[Level]) -> 
     if not active:
         return 0.0
     total = 0.0
-    shard = float(num_bytes)
+    shard = num_bytes * 1.0  # a number, or a numpy array of them
     for lv in active[:-1]:
         total += 2 * ring_reduce_scatter_time_s(shard, lv.ranks, lv.beta_bytes_per_s, lv.alpha_s)
         shard /= lv.ranks
@@ -72,7 +74,7 @@ def hierarchical_allreduce_time_s(num_bytes: float, levels: Sequence[Level]) -> 
 def hierarchical_reduce_scatter_time_s(num_bytes: float, levels: Sequence[Level]) -> float:
     """Reduce-scatter over nested levels (innermost first); all-gather costs the same."""
     total = 0.0
-    shard = float(num_bytes)
+    shard = num_bytes * 1.0  # a number, or a numpy array of them
     for lv in levels:
         if lv.ranks > 1:
             total += ring_reduce_scatter_time_s(shard, lv.ranks, lv.beta_bytes_per_s, lv.alpha_s)

@@ -284,13 +284,60 @@ def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], 
     key = ("dp-levels", groups.dp_cp, groups.edp)  # geometries hash by identity: a cheap key
     levels = ctx.memo.get(key)
     if levels is None:
-        flat = ctx.job.training.dp_collectives == "flat"
-
-        def ring(geo: GroupGeometry) -> tuple[Level, ...]:
-            return flat_ring_levels(geo.levels) if flat else geo.levels
-
-        levels = ctx.memo[key] = (ring(groups.dp_cp), () if ctx.job.model.moe is None else ring(groups.edp))
+        levels = ctx.memo[key] = (_dp_ring(ctx, groups.dp_cp), _expert_dp_ring(ctx, groups.edp))
     return levels
+
+
+def _dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
+    """The levels a data-parallel collective runs over in ``geo``: hierarchical, or one flat ring."""
+    return flat_ring_levels(geo.levels) if ctx.job.training.dp_collectives == "flat" else geo.levels
+
+
+def _expert_dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
+    """``_dp_ring`` of an expert data-parallel group (none without MoE layers)."""
+    return () if ctx.job.model.moe is None else _dp_ring(ctx, geo)
+
+
+def _maximum(a: Num, b: Num) -> Num:
+    """``max`` of two numbers, elementwise when either is a numpy array."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def _dp_collective_parts_s(
+    zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num
+) -> tuple[Num, Num]:
+    """A stage's data-parallel collectives over ``dp_cp`` (dense gradient bytes ``g_dense``) and
+    ``edp`` (expert, ``g_exp``): (dense part, expert part), per step for ZeRO-0/1/2 (all-reduce,
+    or reduce-scatter, which the parameter all-gather mirrors), per layer and micro-batch for
+    ZeRO-3 (gather the layer's weights for forward and for backward and reduce-scatter its
+    gradients, each collective paying its own latency). Each part is affine in its bytes (and
+    ZeRO-3's, times the layer count, in the layer count). Numbers or numpy arrays."""
+    if zero_stage == 3:
+        return (3 * hierarchical_allgather_time_s(g_dense / n_layers, dp_cp),
+                3 * hierarchical_allgather_time_s(g_exp / n_layers, edp))  # fmt: skip
+    collective = hierarchical_allreduce_time_s if zero_stage == 0 else hierarchical_reduce_scatter_time_s
+    return collective(g_dense, dp_cp), collective(g_exp, edp)
+
+
+def _dp_exposed_from_parts_s(
+    ctx: JobContext, zero_stage: int, m: Num, n_layers: Num, parts: tuple[Num, Num], unhidden: Num,
+    compute: Num, fwd: Num, bwd: Num,
+) -> Num:
+    """A stage's exposed data-parallel time from its ``_dp_collective_parts_s`` and the term no
+    overlap hides (``unhidden``: ZeRO-3's first weight gather, else the last gradient bucket).
+    ZeRO-3 overlaps its per-layer collectives with every micro-batch's compute; ZeRO-0/1/2 their
+    gradient collectives with the last micro-batch's backward and (ZeRO-1/2) the parameter
+    all-gather with the next step's first forward. Non-decreasing in every part and in
+    ``unhidden``. Numbers or numpy arrays."""
+    dense, expert = parts
+    if zero_stage == 3:
+        per_mb = n_layers * (dense + expert)
+        return _maximum(unhidden, m * per_mb - ctx.cal.dp_overlap * m * compute)
+    t_b = dense + expert
+    exposed = _maximum(unhidden, t_b - ctx.cal.dp_overlap * bwd)
+    if zero_stage != 0:  # the parameter all-gather mirrors the gradient reduce-scatter
+        exposed = exposed + _maximum(unhidden, t_b - ctx.cal.dp_overlap * fwd)
+    return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 
 def _dp_exposed_s(
@@ -298,27 +345,23 @@ def _dp_exposed_s(
     max_layer_params: float, compute: float, fwd: float, bwd: float,
 ) -> float:
     """Data-parallel communication a stage leaves exposed at the end of the step."""
-    cal = ctx.cal
-    m = lay.num_micro_batches
     dp_cp, edp = _dp_levels(ctx, groups)
-    # ---- data-parallel collectives, bucketed and overlapped ----------------------------------
     g_dense = dense * GRAD_BYTES
-    g_exp = expert * GRAD_BYTES
+    parts = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * GRAD_BYTES, n_layers)
     if lay.zero_stage == 3:
-        # FSDP: per layer and micro-batch, gather weights for forward and for backward and
-        # reduce-scatter gradients; each collective pays its own latency.
-        per_mb = n_layers * (
-            3 * hierarchical_allgather_time_s(g_dense / n_layers, dp_cp)
-            + 3 * hierarchical_allgather_time_s(g_exp / n_layers, edp)
-        )
-        first_gather = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
-        dp_exposed = max(first_gather, m * per_mb - cal.dp_overlap * m * compute)
+        unhidden = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
     else:
-        t_b, last_b, t_f, last_f = _dp_bucketed_times_s(ctx, lay, groups, dense, expert)
-        dp_exposed = max(last_b, t_b - cal.dp_overlap * bwd) if t_b > 0 else 0.0
-        if t_f > 0:
-            dp_exposed += max(last_f, t_f - cal.dp_overlap * fwd)
-    return dp_exposed
+        unhidden = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
+    return _dp_exposed_from_parts_s(ctx, lay.zero_stage, lay.num_micro_batches, n_layers, parts, unhidden,
+                                    compute, fwd, bwd)  # fmt: skip
+
+
+def _last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
+    """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
+    bucket = min(ctx.cal.dp_bucket_bytes, g_dense)
+    if zero_stage == 0:
+        return hierarchical_allreduce_time_s(bucket, dp_cp)
+    return hierarchical_reduce_scatter_time_s(bucket, dp_cp)
 
 
 def _dp_bucketed_times_s(
@@ -327,16 +370,12 @@ def _dp_bucketed_times_s(
     """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
     g_dense = dense * GRAD_BYTES
-    g_exp = expert * GRAD_BYTES
     dp_cp, edp = _dp_levels(ctx, groups)
-    bucket_d = min(ctx.cal.dp_bucket_bytes, g_dense)
+    d, e = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * GRAD_BYTES, 1)
+    t_b = d + e
+    last_b = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
     if lay.zero_stage == 0:
-        t_b = hierarchical_allreduce_time_s(g_dense, dp_cp)
-        t_b += hierarchical_allreduce_time_s(g_exp, edp)
-        return t_b, hierarchical_allreduce_time_s(bucket_d, dp_cp), 0.0, 0.0
-    t_b = hierarchical_reduce_scatter_time_s(g_dense, dp_cp)
-    t_b += hierarchical_reduce_scatter_time_s(g_exp, edp)
-    last_b = hierarchical_reduce_scatter_time_s(bucket_d, dp_cp)
+        return t_b, last_b, 0.0, 0.0
     return t_b, last_b, t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
 
 
@@ -371,7 +410,7 @@ def _stage_fixed(
     if first:
         dense += ctx.embedding_params / lay.tp
     if last:
-        compute += _head_time(ctx, lay)
+        compute += head_time_s(ctx, lay)
         if ctx.lm_head_params:
             dense += ctx.lm_head_params / lay.tp
         elif not first:  # tied embeddings: the last stage keeps its own copy
@@ -556,7 +595,7 @@ def _uniform_floor_terms(
     key of its data-parallel/pipeline geometry and a representative order's groups, ascending;
     slowest optimizer step; every distinct stage's data-parallel inputs) of the layout's own
     split. ``groups``: any order's, for the order-free terms."""
-    head = _head_time(ctx, lay)
+    head = head_time_s(ctx, lay)
     stages = _distinct_stages(ctx, lay)
     optimizer = 0.0
     dp_inputs = []
@@ -656,7 +695,7 @@ def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[fl
 
 
 def _min_max_stage_floor_uncached(ctx: JobContext, lay: ResolvedLayout, times: tuple[float, ...]) -> float:
-    head = _head_time(ctx, lay)
+    head = head_time_s(ctx, lay)
     totals = [ctx.kind_prefix[k][-1] for k in range(len(times))]
     average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / lay.pp
     if lay.pp == 1:
@@ -807,7 +846,7 @@ def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], thres
     rest = _split_floor_stage_inputs(ctx, lay)[0] + _split_floor_dp_s(ctx, lay, groups) + pp_comm_s(ctx, lay, groups)
     stage_time = (threshold_s / (1.0 - STEP_FLOOR_MARGIN) - rest) / steady
     totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
-    return stage_split_reaches(stage_time, _kind_times(ctx, lay, groups), totals, _head_time(ctx, lay), lay.vpp, limits)
+    return stage_split_reaches(stage_time, _kind_times(ctx, lay, groups), totals, head_time_s(ctx, lay), lay.vpp, limits)
 
 
 def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, tuple, tuple]:
@@ -824,7 +863,7 @@ def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[flo
     dense, expert, n_layers, max_layer_params, compute, fwd, bwd = dp_inputs
     pp = lay.pp
     smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
-    average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + _head_time(ctx, lay)) / pp,
+    average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + head_time_s(ctx, lay)) / pp,
                fwd / pp, bwd / pp)  # fmt: skip
     if lay.zero_stage == 3 or smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
         stage = average  # the head is on the last stage: more compute to overlap with
@@ -948,17 +987,65 @@ def family_bound(ctx: JobContext, terms: tuple[Num, Num, Num, Num], pp: Num, vpp
 
 
 def bound_terms(
-    ctx: JobContext, totals: tuple[Num, Num, Num], pp: Num, m: Num, dense_shard: Num, expert_shard: Num, p2p: Num
+    ctx: JobContext, totals: tuple[Num, ...], pp: Num, m: Num, dense_shard: Num, expert_shard: Num, p2p: Num,
+    dp_floor: Num,
 ) -> tuple[Num, Num, Num, Num]:
     """``lower_bound_terms`` from a layout's ``lower_bound_layer_totals`` (every layer's time,
-    dense and expert parameters), its ``pp`` and micro-batch count, the ranks its optimizer
-    state is sharded over (dense, expert; 1 without ZeRO) and its ``p2p_floor_s``. Plain
-    arithmetic: numbers or numpy arrays (``search.bounds`` bounds blocks of layouts with it)."""
-    layer_time, dense, expert = totals
+    dense and expert parameters, ...), its ``pp`` and micro-batch count, the ranks its optimizer
+    state is sharded over (dense, expert; 1 without ZeRO), its ``p2p_floor_s`` and its
+    ``dp_exposed_floor_s``. Plain arithmetic: numbers or numpy arrays (``search.bounds`` bounds
+    blocks of layouts with it)."""
+    layer_time, dense, expert = totals[:3]
     hbm = ctx.hbm_bytes_per_s
     avg = layer_time / pp
     # The optimizer step of the heaviest stage is at least that of the average stage.
-    return (m * avg, avg, (dense / dense_shard + expert / expert_shard) / pp * ADAM_STEP_BYTES / hbm, p2p)
+    optimizer = (dense / dense_shard + expert / expert_shard) / pp * ADAM_STEP_BYTES / hbm
+    return (m * avg, avg, optimizer + dp_floor, p2p)
+
+
+def dp_exposed_floor_s(
+    ctx: JobContext, zero_stage: int, dp: Num, cp: Num, tp: Num, ep: Num, pp: Num, m: Num,
+    totals: tuple[Num, ...], head: Num,
+) -> Num:
+    """A lower bound on the slowest stage's exposed data-parallel time over every rank order and
+    every layer split with at least one layer per stage, from ``lower_bound_layer_totals`` and
+    ``_head_time`` (the LM head).
+
+    Each stage's exposed time is at least ``_dp_exposed_from_parts_s`` with nothing counted as
+    unhidden (the maxima with 0 are convex, the collective parts affine in the stage's bytes and
+    layer count), so the slowest stage's is at least the average stage's: every layer, the
+    embedding, and for ZeRO-3's overlap the LM head, over ``pp``. It does not decrease in the
+    collective parts, so it is at least its value at each part's smallest over every geometry
+    its group can have (``_axis_geometries``): the dense ``dp x cp`` group (``dp`` alone when a
+    rank order separates the two axes) and the expert ``tp x cp x dp / ep`` group. ``zero_stage``
+    is a number; the rest numbers or numpy arrays of one shape (the answer is then an array)."""
+    arrays = (dp, cp, tp, ep, pp, m, head, *totals)
+    scalar = not any(isinstance(a, np.ndarray) for a in arrays)
+    dp, cp, tp, ep, pp, m, head, _, dense, expert, fwd, bwd = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(a)) for a in arrays)
+    )
+    n_layers = (ctx.job.model.num_layers or 0) / pp
+    g_dense, g_exp = dense * GRAD_BYTES / pp, expert * GRAD_BYTES / pp
+
+    def smallest(sizes: np.ndarray, ring, part: int, g: np.ndarray) -> np.ndarray:
+        best = np.full(sizes.shape, np.inf)
+        for size in np.unique(sizes):
+            sel = sizes == size
+            for geo in _axis_geometries(ctx, int(size)):
+                levels = ring(ctx, geo)
+                both = (levels, ()) if part == 0 else ((), levels)
+                best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel])[part])
+        return best
+
+    dense_part = smallest(dp * cp, _dp_ring, 0, g_dense)
+    if np.any(cp > 1):
+        dense_part = np.minimum(dense_part, np.where(cp > 1, smallest(dp, _dp_ring, 0, g_dense), np.inf))
+    expert_part = smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
+    compute = (fwd + bwd + head) / pp
+    floor = _dp_exposed_from_parts_s(ctx, zero_stage, m, n_layers, (dense_part, expert_part), 0.0,
+                                     compute, fwd / pp, bwd / pp)  # fmt: skip
+    floor = floor * (1.0 - STEP_FLOOR_MARGIN)  # the terms are summed differently from the exact ones
+    return float(floor[0]) if scalar else floor
 
 
 def shard_group_sizes(dp: Num, cp: Num, tp: Num, ep: Num) -> tuple[Num, Num]:
@@ -979,21 +1066,24 @@ def optimizer_shards(zero_stage: Num, dp: Num, cp: Num, tp: Num, ep: Num) -> tup
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:
     """Per layout, what its bound is made of apart from the interleaving depth: ``m`` times the
-    average stage's time per micro-batch, that time, the average stage's optimizer step, and one
-    pipeline send at its cheapest over every geometry the pipeline group can have."""
+    average stage's time per micro-batch, that time, the average stage's optimizer step plus a
+    floor on the exposed data-parallel time (``dp_exposed_floor_s``), and one pipeline send at its
+    cheapest over every geometry the pipeline group can have."""
     out = []
     for lay in layouts:
         totals = lower_bound_layer_totals(
             ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
         )
         shards = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
-        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay)))
+        dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
+                                      lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
+        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay), dp_floor))
     return out
 
 
 def lower_bound_layer_totals(
     ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """``_lower_bound_totals``, memoised on the layout fields it reads."""
     key = ("lb", tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
     totals = ctx.memo.get(key)
@@ -1046,8 +1136,9 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     return cached
 
 
-def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float]:
-    """(every layer's time, dense parameters with the embedding, expert parameters) on one GPU.
+def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float]:
+    """(every layer's time, dense parameters with the embedding, expert parameters, every layer's
+    forward compute, every layer's backward compute) on one GPU, per micro-batch.
 
     A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
     on its own axis's group geometry (``layer.tp_comm_s`` etc.): each at its smallest over the
@@ -1083,7 +1174,9 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))
     dense = sum(ctx.kind_prefix[k][-1] * c.dense_params for k, c in enumerate(costs))
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
-    return (per_layer_total, dense + ctx.embedding_params / dims.tp, expert)
+    fwd = sum(ctx.kind_prefix[k][-1] * c.fwd_s for k, c in enumerate(costs))
+    bwd = sum(ctx.kind_prefix[k][-1] * c.bwd_s for k, c in enumerate(costs))
+    return (per_layer_total, dense + ctx.embedding_params / dims.tp, expert, fwd, bwd)
 
 
 SPLIT_RADIUS_MIN = 4
@@ -1463,7 +1556,7 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
     )
 
 
-def _head_time(ctx: JobContext, lay: ResolvedLayout) -> float:
+def head_time_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """Forward and backward of the LM head and loss for one micro-batch (memoised per job)."""
     key = ("head", lay.tp, lay.cp, lay.micro_batch_size)
     t = ctx.memo.get(key)

@@ -27,7 +27,6 @@ from contextlib import contextmanager
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.estimate import (
-    compute_lower_bounds,
     split_floor_at_vpp_s,
     split_floor_s,
     step_floor_exceeds,
@@ -133,7 +132,21 @@ def _search(request: PlanRequest) -> PlanResponse:
     # visits every layout in bound order. The families' entries are sorted once (``bounds``); the
     # members of families expanded on the way go to a heap, and the two are merged. Ties pop in
     # sequence order (enumeration order, then expanded members in the order they were expanded).
-    bounds = space_bounds(ctx, blocks)
+    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
+    bounds = space_bounds(ctx, blocks, budget_end)
+    if bounds is None:
+        info.status = "UNKNOWN"
+        info.wall_time_s = time.perf_counter() - t0
+        return PlanResponse(
+            status="feasible",
+            plans=[],
+            solver=info,
+            explanation=(
+                f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
+                f"{info.candidates_enumerated:,} layouts of the space, before any was costed: raise the time limit "
+                "or narrow search.fix / search.allow"
+            ),
+        )
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
     queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
@@ -148,7 +161,6 @@ def _search(request: PlanRequest) -> PlanResponse:
     proved = True
     next_bound: float | None = None
     costed = 0
-    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
     while pos < n_static or queue:
         from_static = pos < n_static and (
             not queue or (static_bounds[pos], static_seqs[pos]) < (queue[0][0], queue[0][1])
@@ -172,9 +184,8 @@ def _search(request: PlanRequest) -> PlanResponse:
                     limit = -kth_heap[0] + POOL_MARGIN_S
                     depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
                     fam = fam._replace(more_vpps=depths)
-                members = fam.expand(job)
-                for member_bound, member in zip(compute_lower_bounds(ctx, members), members):
-                    heapq.heappush(queue, (member_bound, seq, member))
+                for member in fam.expand(job):
+                    heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member))
                     seq += 1
                 continue
             item = fam.first

@@ -12,6 +12,7 @@ layout object is built until the search reaches it.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,11 +23,14 @@ from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import (
     bound_at_vpp,
     bound_terms,
+    dp_exposed_floor_s,
     family_bound,
+    head_time_s,
     lower_bound_layer_totals,
     optimizer_shards,
     p2p_floor_s,
 )
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.search.space import LayoutBlock, LayoutFamily
 
 
@@ -54,6 +58,12 @@ class SpaceBounds:
 
     def family(self, f: int) -> LayoutFamily:
         return self.blocks[f // self.n_variants].family(f % self.n_variants)
+
+    def member_bound(self, ctx: JobContext, f: int, lay: ResolvedLayout) -> float:
+        """``compute_lower_bound_s`` of ``lay``, a layout of family ``f`` (its terms do not depend
+        on the interleaving depth): the same float, from the family's terms."""
+        terms = tuple(float(t[f]) for t in self.terms)
+        return bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
 
     def queue_order(self) -> tuple[list[float], list[int]]:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
@@ -96,17 +106,26 @@ def _families_by(
     }
 
 
-def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
-    """Bound every family of ``blocks`` (at least one; they share their ``variants``)."""
+DEADLINE_CHECK_BLOCKS = 64
+"""Blocks looked up between two checks of the deadline."""
+
+
+def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float | None = None) -> SpaceBounds | None:
+    """Bound every family of ``blocks`` (at least one; they share their ``variants``); None when
+    ``time.perf_counter()`` passes ``deadline`` first (checked between the per-block lookups,
+    which take most of the time)."""
     variants = blocks[0].variants
     zeros = list(dict.fromkeys(z for z, _ in variants))
     rcs = list(dict.fromkeys(r for _, r in variants))
     assert variants == tuple((z, r) for z in zeros for r in rcs)  # product(zeros, rcs)
     nb, nz, nr = len(blocks), len(zeros), len(rcs)
-    totals = np.empty((3, nb, nr))
+    totals = np.empty((5, nb, nr))
     ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep
     p2p = np.empty(nb)
+    head = np.empty(nb)
     for b, block in enumerate(blocks):
+        if deadline is not None and b % DEADLINE_CHECK_BLOCKS == 0 and time.perf_counter() > deadline:
+            return None
         lay = block.base
         for r, rc in enumerate(rcs):
             totals[:, b, r] = lower_bound_layer_totals(
@@ -114,8 +133,12 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
             )
         ints[:, b] = (lay.pp, lay.num_micro_batches, lay.vpp, lay.dp, lay.cp, lay.tp, lay.ep)
         p2p[b] = p2p_floor_s(ctx, lay)
+        head[b] = head_time_s(ctx, lay)
     pp, m, vpp, dp, cp, tp, ep = (a[:, None] for a in ints)  # block x zero stage
     dense_shard, expert_shard = optimizer_shards(np.asarray(zeros)[None, :], dp, cp, tp, ep)
+    dp_floor = np.stack(
+        [dp_exposed_floor_s(ctx, z, dp, cp, tp, ep, pp, m, tuple(totals), head[:, None]) for z in zeros], axis=1
+    )  # block x zero stage x recompute
     shape = (nb, nz, nr)
 
     def grid(a: np.ndarray) -> np.ndarray:  # block x zero stage x recompute, flattened in that order
@@ -126,6 +149,7 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> SpaceBounds:
         ctx,
         tuple(grid(t[:, None, :]) for t in totals),
         pp_f, m_f, grid(dense_shard[:, :, None]), grid(expert_shard[:, :, None]), grid(p2p[:, None, None]),
+        grid(dp_floor),
     )  # fmt: skip
     first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, :, None]), m_f)
     has_deeper = np.repeat([bool(b.more_vpps) for b in blocks], nz * nr)
