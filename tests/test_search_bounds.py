@@ -4,7 +4,8 @@ The search orders and prunes layouts by bounds computed as numpy arrays over who
 families. Its answers are exact only if those arrays hold the very floats the scalar functions
 give for each layout, and if the merged queue pops entries in the order one heap would:
 
-- every family's first-layout bound equals ``compute_lower_bound_s`` of that layout, bit for bit;
+- every family's first-layout bound equals ``compute_lower_bound_s`` of that layout, bit for bit,
+  and so do its memory floor and the bounds its deeper members get from the family's terms;
 - every family's deeper bound equals the scalar ``family_bound`` over its deeper depths, and is
   at most the bound of every deeper layout ``resolve`` accepts;
 - ``queue_order`` is the order of a heap of ``(bound, sequence)`` pairs;
@@ -24,7 +25,9 @@ from optimizer.cost.estimate import (
     compute_lower_bound_s,
     compute_lower_bounds,
     family_bound,
+    lower_bound_layer_totals,
     lower_bound_terms,
+    memory_floor_bytes,
 )
 from optimizer.search.bounds import space_bounds
 from optimizer.search.space import count_layouts, enumerate_layouts, layout_blocks, layout_families
@@ -77,11 +80,17 @@ def test_array_bounds_are_the_scalar_bounds(name: str) -> None:
         assert bounds.family(f) == fam
         assert tuple(float(t[f]) for t in bounds.terms) == terms
         assert float(bounds.first[f]) == compute_lower_bound_s(ctx, fam.first)
+        lay = fam.first
+        totals = lower_bound_layer_totals(
+            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+        )
+        floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, totals)
+        assert float(bounds.memory_floor[f]) == floor
+        assert all(bounds.member_bound(ctx, f, m) == compute_lower_bound_s(ctx, m) for m in fam.expand(job)[:2])
         assert bool(bounds.has_deeper[f]) == bool(fam.more_vpps)
         if not fam.more_vpps:
             assert bounds.deeper[f] == np.inf
             continue
-        lay = fam.first
         assert float(bounds.deeper[f]) == family_bound(ctx, terms, lay.pp, fam.more_vpps, lay.num_micro_batches)
         if f % 7 == 0:
             members = fam.expand(job)

@@ -423,11 +423,9 @@ def _stage_fixed(
     t_opt = opt_params * ADAM_STEP_BYTES / ctx.hbm_bytes_per_s
 
     # ---- memory -----------------------------------------------------------------------------
-    low_copy = {"fp8": FP8_COPY_BYTES, "fp4": FP4_COPY_BYTES}.get(ctx.job.training.precision, 0.0)
-    w_bytes = WEIGHT_BYTES + low_copy
-    weights = (dense / dp_shard if lay.zero_stage == 3 else dense) + (expert / ep_shard if lay.zero_stage == 3 else expert)
-    grads = (dense / dp_shard if lay.zero_stage >= 2 else dense) + (expert / ep_shard if lay.zero_stage >= 2 else expert)
-    optim = dense / opt_dense_shard + expert / opt_expert_shard
+    w_bytes = _weight_bytes_per_param(ctx)
+    weights_bytes, grads_bytes, optim_bytes = static_memory_bytes(ctx, lay.zero_stage, dense, expert, dp_shard, ep_shard,
+                                                                  opt_dense_shard, opt_expert_shard)  # fmt: skip
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
@@ -443,9 +441,46 @@ def _stage_fixed(
         buffers += gathered * w_bytes
     elif lay.dp * lay.cp > 1:
         buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
-    memory = StageMemory(weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES, acts, buffers)
+    memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
-    return terms, stored, grads * GRAD_BYTES, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
+    return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
+
+
+def _weight_bytes_per_param(ctx: JobContext) -> float:
+    """Bytes of one stored weight: bf16, plus the low-precision copy FP8 / FP4 training keeps."""
+    return WEIGHT_BYTES + {"fp8": FP8_COPY_BYTES, "fp4": FP4_COPY_BYTES}.get(ctx.job.training.precision, 0.0)
+
+
+def static_memory_bytes(
+    ctx: JobContext, zero_stage: int, dense: Num, expert: Num, dp_shard: Num, ep_shard: Num,
+    opt_dense_shard: Num, opt_expert_shard: Num,
+) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer state) bytes of a stage holding ``dense`` and ``expert``
+    parameters, sharded as ZeRO ``zero_stage`` shards them (``shard_group_sizes``,
+    ``optimizer_shards``). Linear in the parameters. Numbers or numpy arrays."""
+    w_bytes = _weight_bytes_per_param(ctx)
+    weights = (dense / dp_shard if zero_stage == 3 else dense) + (expert / ep_shard if zero_stage == 3 else expert)
+    grads = (dense / dp_shard if zero_stage >= 2 else dense) + (expert / ep_shard if zero_stage >= 2 else expert)
+    optim = dense / opt_dense_shard + expert / opt_expert_shard
+    return weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES
+
+
+def memory_floor_bytes(
+    ctx: JobContext, zero_stage: int, dp: Num, cp: Num, tp: Num, ep: Num, pp: Num, totals: tuple[Num, ...]
+) -> Num:
+    """A lower bound on the peak per-GPU memory of a layout over every rank order and layer split,
+    from its ``lower_bound_layer_totals``: the CUDA context plus the weights, gradients and
+    optimizer state of the average stage (every layer and the embedding over ``pp``). They are
+    linear in a stage's parameters and sharded alike on every stage, so the stage holding the
+    most parameters holds at least the average's; activations and buffers only add. A layout
+    whose floor is above the usable capacity fits in memory under no split. ``zero_stage`` is a
+    number; the rest numbers or numpy arrays (broadcast)."""
+    dense, expert = totals[1] / pp, totals[2] / pp
+    shards = shard_group_sizes(dp, cp, tp, ep)
+    weights, grads, optim = static_memory_bytes(ctx, zero_stage, dense, expert, *shards,
+                                                *optimizer_shards(zero_stage, dp, cp, tp, ep))  # fmt: skip
+    # less 1e-9 relative: the parameters are summed differently from a stage's own
+    return (ctx.cal.cuda_context_bytes + (weights + grads + optim)) * (1.0 - STEP_FLOOR_MARGIN)
 
 
 def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int | None = None) -> float:

@@ -115,6 +115,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
+    usable_bytes = ctx.capacity_bytes - (ctx.cal.memory_headroom_bytes if headroom is None else headroom)
     deadline = t0 + spec.time_limit_s
     blocks = list(layout_blocks(job, spec))
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
@@ -149,7 +150,7 @@ def _search(request: PlanRequest) -> PlanResponse:
         )
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
-    queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
+    queue: list[tuple[float, int, ResolvedLayout, int]] = []  # expanded members, with their family
     seq = 2 * bounds.num_families
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
@@ -158,6 +159,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
     pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
+    never_fit: list[tuple[int, bool, ResolvedLayout | None]] = []  # passed over by their memory floor
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -176,6 +178,17 @@ def _search(request: PlanRequest) -> PlanResponse:
         if from_static:
             family, is_deeper = divmod(static_seqs[pos], 2)
             pos += 1
+            lay = None
+        else:
+            _, _, lay, family = heapq.heappop(queue)
+            is_deeper = False
+        if bounds.memory_floor[family] > usable_bytes:
+            # fits in memory under no rank order or split, so it is no plan; an infeasible job's
+            # explanation names the smallest memory need, so keep it until some layout fits
+            if not n_fitting:
+                never_fit.append((family, is_deeper, lay))
+            continue
+        if lay is None:
             fam = bounds.family(family)
             if is_deeper:
                 if len(kth_heap) >= spec.top_k:
@@ -185,13 +198,10 @@ def _search(request: PlanRequest) -> PlanResponse:
                     depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
                     fam = fam._replace(more_vpps=depths)
                 for member in fam.expand(job):
-                    heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member))
+                    heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member, family))
                     seq += 1
                 continue
-            item = fam.first
-        else:
-            item = heapq.heappop(queue)[2]
-        lay = item
+            lay = fam.first
         if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
         costed += 1
@@ -271,6 +281,12 @@ def _search(request: PlanRequest) -> PlanResponse:
                 warnings=warnings,
             )
         info.status = "INFEASIBLE"
+        for family, is_deeper, lay in never_fit:  # every layout was passed over or costed: cost the rest
+            fam = bounds.family(family)
+            for member in [lay] if lay is not None else fam.expand(job) if is_deeper else [fam.first]:
+                unfit = _unfit(ctx, member, headroom)
+                if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
+                    smallest = unfit
         return PlanResponse(
             status="infeasible",
             plans=[],
@@ -294,6 +310,15 @@ def _search(request: PlanRequest) -> PlanResponse:
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _unfit(ctx, lay: ResolvedLayout, headroom_bytes: float | None) -> Unfit:
+    """The peak memory of a layout known not to fit (``screen_memory``, or the full estimate)."""
+    screen = screen_memory(ctx, lay, headroom_bytes)
+    if screen is not None:
+        return Unfit(lay, screen.peak_memory_bytes)
+    est = best_estimate(ctx, lay, headroom_bytes=headroom_bytes)
+    return Unfit(lay, est.peak_memory_bytes, est)
 
 
 def _push_bounded(heap: list[float], value: float, size: int) -> None:

@@ -27,6 +27,7 @@ from optimizer.cost.estimate import (
     family_bound,
     head_time_s,
     lower_bound_layer_totals,
+    memory_floor_bytes,
     optimizer_shards,
     p2p_floor_s,
 )
@@ -51,6 +52,8 @@ class SpaceBounds:
     """Whether the family has deeper layouts (``LayoutFamily.more_vpps``)."""
     deeper: np.ndarray
     """The smallest bound of each family's deeper layouts (``family_bound``; inf when none)."""
+    memory_floor: np.ndarray
+    """``estimate.memory_floor_bytes`` of each family (the same for all its depths)."""
 
     @property
     def num_families(self) -> int:
@@ -139,6 +142,7 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float
     dp_floor = np.stack(
         [dp_exposed_floor_s(ctx, z, dp, cp, tp, ep, pp, m, tuple(totals), head[:, None]) for z in zeros], axis=1
     )  # block x zero stage x recompute
+    memory = np.stack([memory_floor_bytes(ctx, z, dp, cp, tp, ep, pp, tuple(totals)) for z in zeros], axis=1)
     shape = (nb, nz, nr)
 
     def grid(a: np.ndarray) -> np.ndarray:  # block x zero stage x recompute, flattened in that order
@@ -156,4 +160,4 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float
     deeper = np.full(len(first), np.inf)
     for vpps, fams in _families_by(blocks, nz * nr, lambda blk: blk.more_vpps).items():
         deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
-    return SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, has_deeper, deeper)
+    return SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, has_deeper, deeper, grid(memory))

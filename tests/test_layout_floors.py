@@ -1,12 +1,18 @@
-"""The data-parallel floor in the layout bound (``estimate.dp_exposed_floor_s``).
+"""The floors in the planner's layout bound: exposed data-parallel time and per-GPU memory.
 
-The planner's layout bound counts a floor on the slowest stage's exposed data-parallel time. The
-search prunes on that bound, so the floor must stay below the exposed data-parallel time the cost
-model gives in every rank order and every layer split (at least one layer per stage). Checked on
-generated layouts over the ZeRO stages the space keeps, hierarchical and flat collectives, dense and MoE models,
-context parallelism (whose rank orders may separate ``cp`` from ``dp``), with the uniform split
-and random ones. The floor must also be worth having: on these layouts it reaches at least half
-of the exposed time somewhere, so a floor of zero fails.
+The search orders and prunes layouts on a bound that holds for every rank order and every layer
+split (at least one layer per stage). Two of its parts are checked here against the cost model
+itself, on generated layouts over the ZeRO stages the space keeps, hierarchical and flat
+collectives, dense and MoE models and context parallelism (whose rank orders may separate ``cp``
+from ``dp``), with the uniform split and random ones, in every rank order:
+
+- ``dp_exposed_floor_s`` stays below the step's exposed data-parallel time;
+- ``memory_floor_bytes`` stays below the peak per-GPU memory (a layout above the usable capacity
+  is passed over: it fits under no split).
+
+Each must also be worth having: somewhere on these layouts it reaches at least half of what it
+bounds, so a floor of zero fails. And passing layouts over by memory must not change what an
+infeasible job's explanation names.
 """
 
 from __future__ import annotations
@@ -17,11 +23,18 @@ from typing import Any
 
 import pytest
 
-from optimizer.cost import build_context, estimate, resolve_layout
-from optimizer.cost.estimate import dp_exposed_floor_s, head_time_s, lower_bound_layer_totals
+from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
+from optimizer.cost.estimate import (
+    dp_exposed_floor_s,
+    head_time_s,
+    lower_bound_layer_totals,
+    memory_floor_bytes,
+)
 from optimizer.cost.topology import candidate_orders
+from optimizer.search import search
 from optimizer.search.space import enumerate_layouts
-from optimizer.specs import JobSpec, SearchSpec
+from optimizer.specs import JobSpec, PlanRequest, SearchSpec
+from optimizer.units import GIB
 
 JOBS: dict[str, dict[str, Any]] = {
     "llama3-8b, 64 H100, hierarchical": {
@@ -57,7 +70,7 @@ def _random_split(rng: random.Random, layers: int, chunks: int) -> tuple[int, ..
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
-def test_dp_floor_is_below_every_rank_order_and_split(name: str) -> None:
+def test_floors_are_below_every_rank_order_and_split(name: str) -> None:
     job = JobSpec.model_validate(JOBS[name])
     ctx = build_context(job)
     spec = SearchSpec(allow={"zero_stage": [0, 1, 2, 3], "vpp": [1, 2, 3]})
@@ -67,26 +80,30 @@ def test_dp_floor_is_below_every_rank_order_and_split(name: str) -> None:
     assert sum(bool(lays) for lays in by_zero.values()) >= 3  # ZeRO-2 may dominate ZeRO-1 out of the space
     layers = job.model.num_layers or 0
     checked = 0
-    best_share = 0.0
+    dp_share = memory_share = 0.0
     for z in range(4):
         for lay in rng.sample(by_zero[z], min(SAMPLES // 3, len(by_zero[z]))):
             totals = lower_bound_layer_totals(
                 ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
             )
-            floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
-                                       lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
+            dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
+                                          lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
+            memory_floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, totals)
             chunks = len(lay.stage_layers)
             splits = [lay] + [replace(lay, stage_layers=_random_split(rng, layers, chunks)) for _ in range(2)
                               if lay.pp > 1]  # fmt: skip
             for split in splits:
                 for order in candidate_orders(lay.sizes()):
-                    exposed = estimate(ctx, split, order).breakdown_s["dp_comm"]
-                    assert floor <= exposed * (1 + 1e-12), (lay, split.stage_layers, order)
+                    est = estimate(ctx, split, order)
+                    exposed = est.breakdown_s["dp_comm"]
+                    assert dp_floor <= exposed * (1 + 1e-12), (lay, split.stage_layers, order)
+                    assert memory_floor <= est.peak_memory_bytes * (1 + 1e-12), (lay, split.stage_layers, order)
                     if exposed > 0:
-                        best_share = max(best_share, floor / exposed)
+                        dp_share = max(dp_share, dp_floor / exposed)
+                    memory_share = max(memory_share, memory_floor / est.peak_memory_bytes)
                     checked += 1
     assert checked >= 100
-    assert best_share >= 0.5
+    assert dp_share >= 0.5 and memory_share >= 0.5
 
 
 def test_dp_floor_takes_the_dp_group_alone_when_an_order_separates_cp_and_dp() -> None:
@@ -105,3 +122,30 @@ def test_dp_floor_takes_the_dp_group_alone_when_an_order_separates_cp_and_dp() -
     assert separated
     exposed = [estimate(ctx, lay, o).breakdown_s["dp_comm"] for o in candidate_orders(lay.sizes())]
     assert 0 < floor <= min(exposed) * (1 + 1e-12)
+
+
+def test_an_infeasible_job_names_the_smallest_memory_over_every_layout() -> None:
+    """Dense 1T on 8 H100: every layout's memory floor is above the capacity, so the search
+    passes them all over, then costs them for the explanation, which names the smallest peak
+    memory over every layout (as costing each one gives it)."""
+    body = {
+        "model": {"name": "dense-1t", "num_layers": 128, "hidden_size": 25600, "num_attention_heads": 160,
+                  "vocab_size": 128256},
+        "training": {"seq_len": 4096, "global_batch_size": 64},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+    }  # fmt: skip
+    req = PlanRequest.model_validate(body)
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    usable = ctx.capacity_bytes - ctx.cal.memory_headroom_bytes
+    layouts = list(enumerate_layouts(job, req.search))
+    floors = [
+        memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, lower_bound_layer_totals(
+            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute))
+        for lay in layouts
+    ]  # fmt: skip
+    assert min(floors) > usable
+    smallest = min(best_estimate(ctx, lay).peak_memory_bytes for lay in layouts)
+    response = search(req)
+    assert response.status == "infeasible"
+    assert f"is {smallest / GIB:.1f} GiB on stage" in response.explanation
