@@ -281,7 +281,12 @@ def _search(request: PlanRequest) -> PlanResponse:
                 warnings=warnings,
             )
         info.status = "INFEASIBLE"
-        for family, is_deeper, lay in never_fit:  # every layout was passed over or costed: cost the rest
+        # every layout was costed or passed over: cost those passed over by ascending memory floor
+        # while the floor is not above the smallest need found
+        never_fit.sort(key=lambda entry: bounds.memory_floor[entry[0]])
+        for family, is_deeper, lay in never_fit:
+            if smallest is not None and bounds.memory_floor[family] > smallest.peak_memory_bytes:
+                break
             fam = bounds.family(family)
             for member in [lay] if lay is not None else fam.expand(job) if is_deeper else [fam.first]:
                 unfit = _unfit(ctx, member, headroom)
