@@ -103,7 +103,7 @@ class SolverInfo(_Out):
     left_out_depths_bound_s: float | None = Field(
         default=None,
         description=(
-            "Models that mix dense and MoE layers, with no interleaving depth named: a lower bound (s) on the step "
+            "Models whose dense and MoE layers alternate, with no interleaving depth named: a lower bound (s) on the step "
             "time of every layout with a depth the default space leaves out (chunks of unequal layer counts; "
             "search.allow.vpp names them). Null when none is left out or the bound is not below the best plan "
             "(which is then optimal over those depths too)."

@@ -189,6 +189,13 @@ class ModelSpec(Strict):
         layer frequency above 1): the only way this spec's layers differ from one another."""
         return self.moe is not None and 0 < self.num_moe_layers < (self.num_layers or 0)
 
+    @property
+    def alternates_layer_kinds(self) -> bool:
+        """Whether MoE and dense layers alternate (an MoE layer frequency above 1, with some layers
+        of each kind), so that the mix of kinds a run of consecutive layers holds depends on
+        where it starts past the first dense layers."""
+        return self.mixes_layer_kinds and self.moe is not None and self.moe.layer_frequency > 1
+
 
 def _swiglu_default_ffn(hidden: int) -> int:
     """Llama rule: 2/3 * 4h rounded up to a multiple of 256."""
@@ -404,7 +411,8 @@ class LayoutAllow(Strict):
     vpp: list[int] | None = Field(
         default=None,
         description=(
-            "Interleaving depths to search (at most 8). For models that mix dense and MoE layers, depths whose "
+            "Interleaving depths to search (at most 8). For models whose dense and MoE layers alternate (an MoE "
+            "layer frequency above 1), depths whose "
             "pp*vpp chunks cannot hold equal layer counts are searched by default only when they add at most "
             "40,000 layouts to the space, and otherwise only when listed here (or pinned with fix.vpp); for every "
             "other model they are searched by default."

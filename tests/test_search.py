@@ -722,12 +722,19 @@ JOB_UNEVEN_INTERLEAVING = {
                "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}},
 }
 
-# The same with dense and MoE layers mixed: uneven depths only when named.
+# The same with dense and MoE layers alternating: uneven depths when named, or when they add few
+# layouts.
 JOB_UNEVEN_INTERLEAVING_MIXED = {
     **JOB_UNEVEN_INTERLEAVING,
     "model": {**JOB_UNEVEN_INTERLEAVING["model"], "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024,
-                                                          "first_dense_layers": 1}},
+                                                          "layer_frequency": 2}},
     "search": {**JOB_UNEVEN_INTERLEAVING["search"], "allow": {"vpp": [1, 2, 4]}},
+}
+# MoE layers after a dense first one: every depth, however many layouts.
+JOB_UNEVEN_INTERLEAVING_DENSE_FIRST = {
+    **JOB_UNEVEN_INTERLEAVING,
+    "model": {**JOB_UNEVEN_INTERLEAVING["model"], "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024,
+                                                          "first_dense_layers": 1}},
 }
 
 
@@ -743,7 +750,7 @@ def test_uneven_interleaving_is_searched_by_default_for_one_layer_kind() -> None
     assert response.plans[0].config.vpp > 1  # the uneven interleaving wins here
 
 
-def test_uneven_interleaving_of_mixed_layer_kinds_is_searched_when_named_or_few(monkeypatch) -> None:
+def test_uneven_interleaving_of_alternating_layer_kinds_is_searched_when_named_or_few(monkeypatch) -> None:
     mixed = JOB_UNEVEN_INTERLEAVING_MIXED
     assert _searched_vpps(mixed) == {1, 2, 4}
     unnamed = {**mixed, "search": {"fix": mixed["search"]["fix"]}}
@@ -751,16 +758,18 @@ def test_uneven_interleaving_of_mixed_layer_kinds_is_searched_when_named_or_few(
     monkeypatch.setattr("optimizer.search.space.UNEVEN_DEPTHS_DEFAULT_MAX", 0)
     assert _searched_vpps(unnamed) == {1}
     assert _searched_vpps(mixed) == {1, 2, 4}
+    assert _searched_vpps(JOB_UNEVEN_INTERLEAVING_DENSE_FIRST) == {1, 2, 3, 4}  # not alternating: every depth
     check_against_oracle(mixed)
+    check_against_oracle(JOB_UNEVEN_INTERLEAVING_DENSE_FIRST)
 
 
-def test_deepseek_v3_default_space_does_not_interleave() -> None:
-    """61 layers, 3 of them dense: no pp x vpp divides them, and uneven depths of a model with
-    mixed layer kinds are searched only when named once they add more than
-    ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts (152,472 here)."""
+def test_deepseek_v3_default_space_interleaves_unevenly() -> None:
+    """61 layers, 3 of them dense: no pp x vpp divides them. The MoE layers follow the dense ones
+    without alternating, so the default space has every depth, as when all are named."""
     job = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
            "cluster": {"preset": "dgx-h100", "num_gpus": 256}}
-    assert _searched_vpps(job) == {1}
+    assert _searched_vpps(job) == _searched_vpps({**job, "search": {"allow": {"vpp": list(range(1, 9))}}})
+    assert _searched_vpps(job) == set(range(1, 9))
     named = {**job, "search": {"allow": {"vpp": [1, 2]}}}
     assert _searched_vpps(named) == {1, 2}
 
@@ -785,34 +794,28 @@ def test_uneven_interleaving_finds_a_faster_llama_405b_plan() -> None:
     assert sorted(set(d.config.stage_layers)) == [1, 2] and sum(d.config.stage_layers) == 126
 
 
-def test_named_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
-    """DeepSeek-V3 (3 dense + 58 MoE layers) on 9,216 GB200 NVL72 with every interleaving depth
-    named: TP2 PP8 with 7 uneven chunks per stage, 19% faster than the default space's TP4 PP32,
-    proved optimal. Its interleaved split models are chunk-level CP-SAT models; without presolve
-    some stopped at their 1 s limit and the answer was only `feasible`."""
+def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72() -> None:
+    """DeepSeek-V3 (3 dense + 58 MoE layers) on 9,216 GB200 NVL72: TP2 PP8 with 7 uneven chunks
+    per stage, 19% faster than the best plan without interleaving (TP4 PP32), proved optimal by
+    default. Its interleaved split models are chunk-level CP-SAT models; without presolve some
+    stopped at their 1 s limit and the answer was only `feasible`."""
     base = {
         "model": {"preset": "deepseek-v3"},
         "training": {"seq_len": 4096, "global_batch_size": 4608},
         "cluster": {"preset": "gb200-nvl72", "num_gpus": 9216},
     }
-    named = search(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": list(range(1, 9))}}}))
-    assert named.status == "optimal"
-    best = named.plans[0]
+    default = search(_request({**base, "search": {"time_limit_s": 60}}))
+    assert default.status == "optimal"
+    best = default.plans[0]
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (2, 8, 7, 8)
     assert best.step_time_s == pytest.approx(0.7277, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
-    assert not any("unequal chunks" in w for w in named.warnings)
-    assert named.solver.left_out_depths_bound_s is None
-    # The default space leaves those depths out, and says that one of them may be faster: their
-    # layouts' lower bound (0.579 s) is below its best plan.
-    default = search(_request({**base, "search": {"time_limit_s": 60}}))
-    assert default.status == "optimal"
-    assert default.plans[0].step_time_s == pytest.approx(0.8970, abs=1e-4)
-    assert best.step_time_s < 0.82 * default.plans[0].step_time_s
-    assert default.solver.left_out_depths_bound_s == pytest.approx(0.5787, abs=1e-4)
-    [warning] = [w for w in default.warnings if "unequal chunks" in w]
-    assert "lower bound is 0.579 s, below the best plan's 0.897 s" in warning
-    assert "search.allow.vpp" in warning
+    assert not any("unequal chunks" in w for w in default.warnings)
+    assert default.solver.left_out_depths_bound_s is None
+    flat = search(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": [1]}}}))
+    assert flat.status == "optimal"
+    assert flat.plans[0].step_time_s == pytest.approx(0.8970, abs=1e-4)
+    assert best.step_time_s < 0.82 * flat.plans[0].step_time_s
 
 
 def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
@@ -834,29 +837,46 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     assert not any("unequal chunks" in w for w in planned.warnings)
 
 
-def test_depths_left_out_by_default_are_the_uneven_ones_of_mixed_kind_models() -> None:
-    """A family's depths the default space leaves out are exactly those the named space adds:
-    uneven ones (``pp * vpp`` not dividing the layers) of a model that mixes layer kinds; none
-    for one-kind models or when the request names depths."""
-    from optimizer.search.space import layout_families
+JOB_ALTERNATING_MOE = {
+    "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 16384,
+                                                 "layer_frequency": 2, "first_dense_layers": 1}},
+    "training": {"seq_len": 4096, "global_batch_size": 512},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+}  # fmt: skip
 
-    deepseek = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
-                "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
-    default = _request(deepseek)
-    named = _request({**deepseek, "search": {"allow": {"vpp": list(range(1, 9))}}})
+
+def test_depths_left_out_by_default_are_the_uneven_ones_of_alternating_kind_models() -> None:
+    """A family's depths the default space leaves out are exactly those the named space adds:
+    uneven ones (``pp * vpp`` not dividing the layers) of a model whose layer kinds alternate
+    (here 47,280 layouts, above ``UNEVEN_DEPTHS_DEFAULT_MAX``); none for one-kind models, for
+    MoE layers after dense ones (DeepSeek-V3), or when the request names depths."""
+    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, layout_families
+
+    default = _request(JOB_ALTERNATING_MOE)
+    named = _request({**JOB_ALTERNATING_MOE, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
+    layers = job.model.num_layers
     named_depths = {_key_without_vpp(f.first): (f.first.vpp, *f.more_vpps) for f in layout_families(job, named.search)}
     left_out = 0
     for fam in layout_families(job, default.search):
         depths = named_depths[_key_without_vpp(fam.first)]
         assert sorted((fam.first.vpp, *fam.more_vpps, *fam.skipped_vpps)) == sorted(depths)
-        assert all(61 % (fam.first.pp * v) for v in fam.skipped_vpps)
+        assert all(layers % (fam.first.pp * v) for v in fam.skipped_vpps)
         left_out += len(fam.skipped_vpps)
     assert left_out > 0
+    blocks_left_out = sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks_of(default))
+    assert blocks_left_out == 47_280 > UNEVEN_DEPTHS_DEFAULT_MAX
     assert not any(f.skipped_vpps for f in layout_families(job, named.search))
-    dense = _request({**deepseek, "model": {"preset": "llama3-70b"}})
-    dense_job = JobSpec(model=dense.model, training=dense.training, cluster=dense.cluster)
-    assert not any(f.skipped_vpps for f in layout_families(dense_job, dense.search))
+    for preset in ("llama3-70b", "deepseek-v3"):
+        other = _request({**JOB_ALTERNATING_MOE, "model": {"preset": preset}})
+        other_job = JobSpec(model=other.model, training=other.training, cluster=other.cluster)
+        assert not any(f.skipped_vpps for f in layout_families(other_job, other.search))
+
+
+def _layout_blocks_of(req: PlanRequest) -> list:
+    from optimizer.search.space import layout_blocks
+
+    return list(layout_blocks(JobSpec(model=req.model, training=req.training, cluster=req.cluster), req.search))
 
 
 def _key_without_vpp(lay) -> tuple:
@@ -906,7 +926,7 @@ def test_split_models_stop_on_deterministic_work_not_wall_time(monkeypatch) -> N
 
 
 def test_time_limit_is_checked_while_the_space_is_bounded() -> None:
-    """Bounding DeepSeek-V3's 126,456 layouts on 2,048 GPUs takes most of a second; a shorter time
+    """Bounding DeepSeek-V3's 559,464 layouts on 2,048 GPUs takes most of a second; a shorter time
     limit stops it there (between blocks) and says so, instead of bounding everything first."""
     req = PlanRequest.model_validate({
         "model": {"preset": "deepseek-v3"},
@@ -917,8 +937,8 @@ def test_time_limit_is_checked_while_the_space_is_bounded() -> None:
     response = search(req)
     assert response.status == "feasible" and response.plans == []
     assert response.solver.status == "UNKNOWN" and not response.solver.proved_optimal
-    assert response.solver.candidates_enumerated == 126_456
-    assert "time_limit_s = 0.001 s ran out while bounding the 126,456 layouts" in response.explanation
+    assert response.solver.candidates_enumerated == 559_464
+    assert "time_limit_s = 0.001 s ran out while bounding the 559,464 layouts" in response.explanation
 
 
 def test_search_gives_the_garbage_collector_back() -> None:

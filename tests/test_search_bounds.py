@@ -42,8 +42,7 @@ JOBS: dict[str, dict[str, Any]] = {
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
         "search": {"allow": {"zero_stage": [0, 1, 3]}},
     },
-    # MoE with dense first layers on NVL72: expert-parallel degrees, MoE recompute, uneven depths
-    # left out by default (the left-out bound)
+    # MoE with dense first layers on NVL72: expert-parallel degrees, MoE recompute, every depth
     "deepseek-v3, 288 GB200 NVL72": {
         "model": {"preset": "deepseek-v3"},
         "training": {"seq_len": 4096, "global_batch_size": 576},
@@ -111,8 +110,13 @@ def test_queue_order_is_a_heaps_order(name: str) -> None:
     assert list(zip(*order, strict=True)) == popped
 
 
-def test_left_out_bound_is_the_scalar_minimum() -> None:
-    req, job, ctx, blocks = _setup("deepseek-v3, 288 GB200 NVL72")
+def test_left_out_bound_is_the_scalar_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the alternating-MoE job without its named depths, every uneven depth left out
+    monkeypatch.setattr("optimizer.search.space.UNEVEN_DEPTHS_DEFAULT_MAX", 0)
+    req = PlanRequest.model_validate({**JOBS["mixtral variant, 64 H100"], "search": {}})
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    blocks = list(layout_blocks(job, req.search))
     bounds = space_bounds(ctx, blocks)
     families = list(layout_families(job, req.search))
     skipping = [(f, t) for f, t in zip(families, lower_bound_terms(ctx, [f.first for f in families]), strict=True)

@@ -122,17 +122,12 @@ def _deepseek(extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_deepseek_v3_builds_few_split_models() -> None:
-    # Without the test the split phase built 68 models (default space) and 203 (every depth
-    # named) on this job, nearly all of which found no split below the k-th best time.
+    # Without the test the split phase built 203 models on this job (every depth, uneven ones
+    # included), nearly all of which found no split below the k-th best time.
     default = search(PlanRequest.model_validate(_deepseek({})))
-    named = search(PlanRequest.model_validate(_deepseek({"allow": {"vpp": list(range(1, 9))}})))
-    assert default.status == named.status == "optimal"
-    assert default.solver.candidates_to_solver <= 20
-    assert named.solver.candidates_to_solver <= 60
+    assert default.status == "optimal"
+    assert default.solver.candidates_to_solver <= 60
     assert abs(default.plans[0].step_time_s - 21.4994) < 1e-3
-    assert default.plans[0].step_time_s == named.plans[0].step_time_s
-    # The default space leaves out 433,008 layouts with uneven depths; their bound (18.08 s) is
-    # below the best plan, so the answer warns, though naming them finds the same plan.
-    assert abs(default.solver.left_out_depths_bound_s - 18.0778) < 1e-3
-    assert any("unequal chunks" in w and "433,008 layouts" in w and "18.078 s" in w for w in default.warnings)
-    assert named.solver.left_out_depths_bound_s is None
+    # MoE layers after three dense ones: every depth is in the default space, nothing left out
+    assert default.solver.left_out_depths_bound_s is None
+    assert not any("unequal chunks" in w for w in default.warnings)

@@ -306,7 +306,7 @@ def _search(request: PlanRequest) -> PlanResponse:
         left_out = bounds.left_out_count()
         warnings.append(
             f"interleaving depths with unequal chunks (pp * vpp not dividing num_layers = {job.model.num_layers}) "
-            f"were not searched: for a model that mixes dense and MoE layers they would add {left_out:,} layouts, "
+            f"were not searched: for a model whose dense and MoE layers alternate they would add {left_out:,} layouts, "
             f"more than the default space takes ({UNEVEN_DEPTHS_DEFAULT_MAX:,}); their layouts' lower bound is "
             f"{skipped_bound:.3f} s, below the best plan's {best.step_time_s:.3f} s, so one of them may be faster "
             "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "

@@ -71,9 +71,9 @@ class LayoutFamily(NamedTuple):
     first: ResolvedLayout
     more_vpps: tuple[int, ...]
     skipped_vpps: tuple[int, ...] = ()
-    """Depths left out by default (uneven chunks of a model that mixes layer kinds, none named,
-    more than ``UNEVEN_DEPTHS_DEFAULT_MAX`` such layouts in all): never resolved or costed; the
-    search bounds them only to say whether one might be faster."""
+    """Depths left out by default (uneven chunks of a model whose layer kinds alternate, none
+    named, more than ``UNEVEN_DEPTHS_DEFAULT_MAX`` such layouts in all): never resolved or costed;
+    the search bounds them only to say whether one might be faster."""
 
     def expand(self, job: JobSpec) -> list[ResolvedLayout]:
         """The family's other layouts (those ``resolve`` accepts), in ``more_vpps`` order."""
@@ -127,14 +127,18 @@ def count_layouts(blocks: list[LayoutBlock]) -> int:
 
 
 UNEVEN_DEPTHS_DEFAULT_MAX = 40_000
-"""Models that mix layer kinds: uneven interleaving depths are in the default space when they add
-at most this many layouts. Llama 4 Maverick on 256 H100 adds 32,100 with 4K sequences and a
-512-sequence batch (about 0.8 s either way), 43,740 with 8K sequences;
-a Mixtral-8x22B variant with MoE on every second layer on 256 H100 adds 47,280 (about 5 s
-without them, 5-7 s with, 0.5% better plan); DeepSeek-V3 on 2,048 H800 adds 433,008 (2 s
-without them, about 4.5 s with; on 256 H800, 3 s and 8 s). The count is of the whole space, so narrowing other fields
-(``search.allow.tp``, say) can bring the uneven depths in and find a plan the wider default
-request does not; that default answer then carries the warning and the bound."""
+"""Models whose dense and MoE layers alternate (an MoE layer frequency above 1): uneven
+interleaving depths are in the default space when they add at most this many layouts. A chunk's
+mix of layer kinds then depends on where it starts, and their chunk-level split models are the
+slowest the planner builds: a Mixtral-8x22B variant with MoE on every second layer on 256 H100
+adds 47,280 (about 5 s without them, about 8 s with, a 0.5% better plan); Llama 4 Maverick on
+256 H100 adds 32,100 with 4K sequences and a 512-sequence batch (about 0.8 s either way), 43,740
+with 8K sequences. Models whose MoE layers only follow a few dense ones (DeepSeek-V3) always
+have every depth: on 46 generated DeepSeek-V3-like jobs every depth cost at most 3.1 s and gave
+a faster plan on 27, by up to 8% (19% on 9,216 GB200). The count is of the whole space, so
+narrowing other fields (``search.allow.tp``, say) can bring the uneven depths in and find a plan
+the wider default request does not; that default answer then carries the warning and the
+bound."""
 
 
 def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
@@ -149,14 +153,12 @@ def layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
 
     Interleaving (``vpp > 1``) needs ``pp > 1``, micro-batches divisible by ``pp`` and at least
     one layer per chunk (``pp * vpp <= num_layers``). Chunks may hold unequal layer counts
-    (Megatron's ``--pipeline-model-parallel-layout``, torchtitan's module lists). For models that
-    mix dense and MoE layers (DeepSeek-V3's first three dense layers) such uneven depths are
-    searched by default only when they add at most ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts, and
-    otherwise only when ``search.allow.vpp`` or ``search.fix.vpp`` names them: their interleaved
-    layer-split models are the slowest the planner builds: with every depth DeepSeek-V3 on 2,048
-    GPUs (``benchmarks/search_latency.py``, 433,008 more layouts) takes about 4.5 s against the
-    default space's 2 s, and on 256 H800 about 8 s against 3 s. Each block then lists the depths it leaves out (``skipped_vpps``) so
-    that the search can say when one of them might be faster."""
+    (Megatron's ``--pipeline-model-parallel-layout``, torchtitan's module lists). For models whose
+    dense and MoE layers alternate such uneven depths are searched by default only when they add
+    at most ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts, and otherwise only when ``search.allow.vpp`` or
+    ``search.fix.vpp`` names them (their chunk-level layer-split models are the slowest the
+    planner builds). Each block then lists the depths it leaves out (``skipped_vpps``) so that the
+    search can say when one of them might be faster."""
     blocks = _layout_blocks(job, search)
     if not _leaves_uneven_depths_out(job, search):
         yield from blocks
@@ -202,13 +204,14 @@ def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
 
 
 def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
-    """Whether ``_layout_blocks`` lists the uneven depths apart: a model that mixes layer
-    kinds, with no depth named."""
-    return job.model.mixes_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
+    """Whether ``_layout_blocks`` lists the uneven depths apart: a model whose layer kinds
+    alternate, with no depth named."""
+    return job.model.alternates_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
 def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
-    """``layout_blocks`` with every uneven depth of a mixed-kind model left out (and listed)."""
+    """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
+    (and listed) unless depths are named."""
     model = job.model
     n = job.cluster.num_gpus
     gbs = job.training.global_batch_size or 0
@@ -226,7 +229,7 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     experts = model.moe.num_experts if model.moe else 1
     zeros, rcs = _zero_choices(search), _recompute_choices(job, search)
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
-    uneven = not model.mixes_layer_kinds  # uneven interleaving searched by default
+    uneven = not model.alternates_layer_kinds  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
     variants = tuple(product(zeros, rcs))
     if not variants:
