@@ -120,34 +120,20 @@ def _search(request: PlanRequest) -> PlanResponse:
     blocks = list(layout_blocks(job, spec))
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
     if not blocks:
-        info.status = "INFEASIBLE"
-        info.wall_time_s = time.perf_counter() - t0
-        return PlanResponse(
-            status="infeasible",
-            plans=[],
-            solver=info,
-            explanation=_no_layout_explanation(job, spec),
-        )
+        return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
+    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
+    bounds = space_bounds(ctx, blocks, budget_end)
+    if bounds is None:
+        return _no_plan(info, t0, "feasible", "UNKNOWN", (
+            f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
+            f"{info.candidates_enumerated:,} layouts of the space, before any was costed: raise the time limit "
+            "or narrow search.fix / search.allow"
+        ))  # fmt: skip
     # Bound-ordered queue of layouts and of families whose deeper interleavings are unresolved;
     # a family enters at the smallest of its deeper members' bounds, so popping in bound order
     # visits every layout in bound order. The families' entries are sorted once (``bounds``); the
     # members of families expanded on the way go to a heap, and the two are merged. Ties pop in
     # sequence order (enumeration order, then expanded members in the order they were expanded).
-    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
-    bounds = space_bounds(ctx, blocks, budget_end)
-    if bounds is None:
-        info.status = "UNKNOWN"
-        info.wall_time_s = time.perf_counter() - t0
-        return PlanResponse(
-            status="feasible",
-            plans=[],
-            solver=info,
-            explanation=(
-                f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
-                f"{info.candidates_enumerated:,} layouts of the space, before any was costed: raise the time limit "
-                "or narrow search.fix / search.allow"
-            ),
-        )
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
     queue: list[tuple[float, int, ResolvedLayout, int]] = []  # expanded members, with their family
@@ -315,6 +301,13 @@ def _search(request: PlanRequest) -> PlanResponse:
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:
+    """An answer without plans, decided before any layout was costed."""
+    info.status = solver_status
+    info.wall_time_s = time.perf_counter() - t0
+    return PlanResponse(status=status, plans=[], solver=info, explanation=explanation)
 
 
 def _unfit(ctx, lay: ResolvedLayout, headroom_bytes: float | None) -> Unfit:
