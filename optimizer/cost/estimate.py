@@ -1044,7 +1044,7 @@ def dp_exposed_floor_s(
 ) -> Num:
     """A lower bound on the slowest stage's exposed data-parallel time over every rank order and
     every layer split with at least one layer per stage, from ``lower_bound_layer_totals`` and
-    ``_head_time`` (the LM head).
+    ``head_time_s`` (the LM head).
 
     Each stage's exposed time is at least ``_dp_exposed_from_parts_s`` with nothing counted as
     unhidden (the maxima with 0 are convex, the collective parts affine in the stage's bytes and
@@ -1067,7 +1067,7 @@ def dp_exposed_floor_s(
         for size in np.unique(sizes):
             sel = sizes == size
             for geo in _axis_geometries(ctx, int(size)):
-                levels = ring(ctx, geo)
+                levels = ring(ctx, geo)  # the other part runs over no levels: 0, not read
                 both = (levels, ()) if part == 0 else ((), levels)
                 best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel])[part])
         return best

@@ -7,6 +7,8 @@
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
    A family's deeper interleavings are resolved only when the smallest of their bounds is reached.
+   A family whose memory floor (``estimate.memory_floor_bytes``) is above the usable capacity
+   fits under no rank order or split and is passed over.
    Once k layouts that fit in memory are costed, a pipelined layout whose split floor (every rank
    order and layer split) is above the k-th best time is dropped without costing.
 3. CP-SAT chooses the layer split (per-stage layer counts under per-stage memory limits, exact

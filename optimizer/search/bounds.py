@@ -6,7 +6,8 @@ DeepSeek-V3 on 2,048 GPUs). Here the per-layer totals are looked up once per blo
 layout and its recompute modes; ``space.LayoutBlock``) from the cost model's memo, and the
 arithmetic over ZeRO stages, recompute modes and interleaving depths runs as arrays through
 the cost model's own bound functions (``estimate.bound_terms``, ``optimizer_shards``,
-``bound_at_vpp``, ``family_bound``), which give the same floats on numbers and on arrays. No
+``dp_exposed_floor_s``, ``memory_floor_bytes``, ``bound_at_vpp``, ``family_bound``), which give
+the same floats on numbers and on arrays. No
 layout object is built until the search reaches it.
 """
 
