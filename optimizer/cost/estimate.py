@@ -469,18 +469,23 @@ def memory_floor_bytes(
     ctx: JobContext, zero_stage: int, dp: Num, cp: Num, tp: Num, ep: Num, pp: Num, totals: tuple[Num, ...]
 ) -> Num:
     """A lower bound on the peak per-GPU memory of a layout over every rank order and layer split,
-    from its ``lower_bound_layer_totals``: the CUDA context plus the weights, gradients and
-    optimizer state of the average stage (every layer and the embedding over ``pp``). They are
-    linear in a stage's parameters and sharded alike on every stage, so the stage holding the
-    most parameters holds at least the average's; activations and buffers only add. A layout
-    whose floor is above the usable capacity fits in memory under no split. ``zero_stage`` is a
-    number; the rest numbers or numpy arrays (broadcast)."""
-    dense, expert = totals[1] / pp, totals[2] / pp
+    from its ``lower_bound_layer_totals``: that of the average stage (every layer and the
+    embedding over ``pp``) counting only the CUDA context, its weights, gradients and optimizer
+    state, one micro-batch of its stored activations, and the allocator's fragmentation share of
+    those activations and the gradients. Each stage holds at least that much of its own (every
+    stage has at least one micro-batch in flight: ``in_flight_microbatches``), it is linear in
+    the stage's parameters and stored activations (sharded alike on every stage), so the largest
+    stage's is at least the average's; working buffers and NCCL groups only add. A layout whose
+    floor is above the usable capacity fits in memory under no split. ``zero_stage`` is a number;
+    the rest numbers or numpy arrays (broadcast)."""
+    dense, expert, stored = totals[1] / pp, totals[2] / pp, totals[5] / pp
     shards = shard_group_sizes(dp, cp, tp, ep)
     weights, grads, optim = static_memory_bytes(ctx, zero_stage, dense, expert, *shards,
                                                 *optimizer_shards(zero_stage, dp, cp, tp, ep))  # fmt: skip
-    # less 1e-9 relative: the parameters are summed differently from a stage's own
-    return (ctx.cal.cuda_context_bytes + (weights + grads + optim)) * (1.0 - STEP_FLOOR_MARGIN)
+    frag = ctx.cal.fragmentation
+    floor = ctx.cal.cuda_context_bytes + (weights + grads + optim) + (1.0 + frag) * stored + frag * grads
+    # less 1e-9 relative: the terms are summed differently from a stage's own
+    return floor * (1.0 - STEP_FLOOR_MARGIN)
 
 
 def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int | None = None) -> float:
@@ -1056,7 +1061,7 @@ def dp_exposed_floor_s(
     is a number; the rest numbers or numpy arrays of one shape (the answer is then an array)."""
     arrays = (dp, cp, tp, ep, pp, m, head, *totals)
     scalar = not any(isinstance(a, np.ndarray) for a in arrays)
-    dp, cp, tp, ep, pp, m, head, _, dense, expert, fwd, bwd = np.broadcast_arrays(
+    dp, cp, tp, ep, pp, m, head, _, dense, expert, fwd, bwd, _ = np.broadcast_arrays(
         *(np.atleast_1d(np.asarray(a)) for a in arrays)
     )
     n_layers = (ctx.job.model.num_layers or 0) / pp
@@ -1118,7 +1123,7 @@ def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> lis
 
 def lower_bound_layer_totals(
     ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
-) -> tuple[float, float, float, float, float]:
+) -> tuple[float, float, float, float, float, float]:
     """``_lower_bound_totals``, memoised on the layout fields it reads."""
     key = ("lb", tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
     totals = ctx.memo.get(key)
@@ -1171,9 +1176,10 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     return cached
 
 
-def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float]:
+def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters, every layer's
-    forward compute, every layer's backward compute) on one GPU, per micro-batch.
+    forward compute, every layer's backward compute, every layer's stored activation bytes) on one
+    GPU, per micro-batch.
 
     A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
     on its own axis's group geometry (``layer.tp_comm_s`` etc.): each at its smallest over the
@@ -1211,7 +1217,8 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     expert = sum(ctx.kind_prefix[k][-1] * c.expert_params for k, c in enumerate(costs))
     fwd = sum(ctx.kind_prefix[k][-1] * c.fwd_s for k, c in enumerate(costs))
     bwd = sum(ctx.kind_prefix[k][-1] * c.bwd_s for k, c in enumerate(costs))
-    return (per_layer_total, dense + ctx.embedding_params / dims.tp, expert, fwd, bwd)
+    stored = sum(ctx.kind_prefix[k][-1] * c.stored_act_bytes for k, c in enumerate(costs))
+    return (per_layer_total, dense + ctx.embedding_params / dims.tp, expert, fwd, bwd, stored)
 
 
 SPLIT_RADIUS_MIN = 4

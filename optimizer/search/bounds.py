@@ -123,7 +123,7 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float
     rcs = list(dict.fromkeys(r for _, r in variants))
     assert variants == tuple((z, r) for z in zeros for r in rcs)  # product(zeros, rcs)
     nb, nz, nr = len(blocks), len(zeros), len(rcs)
-    totals = np.empty((5, nb, nr))
+    totals = np.empty((6, nb, nr))
     ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep
     p2p = np.empty(nb)
     head = np.empty(nb)
