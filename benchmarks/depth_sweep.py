@@ -7,7 +7,7 @@ script plans a fixed set of DeepSeek-V3-like jobs both ways: with the default sp
 rule that used to apply to them too (uneven depths left out above the same count), and prints
 the planner's time and best step time for each.
 
-    python benchmarks/depth_sweep.py            # about 5 minutes on a 2-core machine
+    python benchmarks/depth_sweep.py > docs/depth_sweep.md   # about 5 minutes on a 2-core machine
 """
 
 from __future__ import annotations
@@ -71,7 +71,17 @@ def plan(body: dict[str, Any], old_rule: bool) -> tuple[float, str, float | None
     return elapsed, response.status, response.plans[0].step_time_s if response.plans else None
 
 
+HEADER = """# Every interleaving depth on DeepSeek-V3-like models
+
+`python benchmarks/depth_sweep.py > docs/depth_sweep.md` on a 2-core machine. "Old rule": uneven
+depths left out above 40,000 layouts (what every model mixing dense and MoE layers had); "every
+depth": the default space now. Times are wall seconds of one run each (they move 10-40% between
+runs); step times are the best plan's.
+"""
+
+
 def main() -> None:
+    print(HEADER)
     print("| job | old rule (s) | every depth (s) | status | old rule step (s) | every depth step (s) | gain |")
     print("|---|---:|---:|---|---:|---:|---:|")
     worst_default = worst_old = 0.0
