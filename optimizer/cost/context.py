@@ -73,6 +73,15 @@ class JobContext:
     def num_gpus(self) -> int:
         return self.job.cluster.num_gpus
 
+    def headroom_bytes(self, requested: float | None) -> float:
+        """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in
+        bytes), else the calibration's default."""
+        return self.cal.memory_headroom_bytes if requested is None else requested
+
+    def usable_bytes(self, requested_headroom: float | None) -> float:
+        """Memory a layout may use per GPU: the capacity less ``headroom_bytes``."""
+        return self.capacity_bytes - self.headroom_bytes(requested_headroom)
+
 
 FLASH3_GENERATIONS = frozenset({"hopper", "blackwell", "blackwell-ultra"})
 """GPU generations with kernels of the FlashAttention-3 class (asynchronous warp-group MMA and

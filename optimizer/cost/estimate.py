@@ -964,7 +964,7 @@ def estimate(
         memory=memory,
         peak_stage=peak_stage,
         capacity_bytes=ctx.capacity_bytes,
-        headroom_bytes=ctx.cal.memory_headroom_bytes if headroom_bytes is None else headroom_bytes,
+        headroom_bytes=ctx.headroom_bytes(headroom_bytes),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         mfu=model_flops / denom,

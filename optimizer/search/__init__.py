@@ -117,7 +117,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
-    usable_bytes = ctx.capacity_bytes - (ctx.cal.memory_headroom_bytes if headroom is None else headroom)
+    usable_bytes = ctx.usable_bytes(headroom)
     deadline = t0 + spec.time_limit_s
     blocks = list(layout_blocks(job, spec))
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
@@ -138,7 +138,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     # sequence order (enumeration order, then expanded members in the order they were expanded).
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
-    queue: list[tuple[float, int, ResolvedLayout, int]] = []  # expanded members, with their family
+    queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
     seq = 2 * bounds.num_families
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
@@ -147,7 +147,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
     pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
-    never_fit: list[tuple[int, bool, ResolvedLayout | None]] = []  # passed over by their memory floor
+    never_fit: list[tuple[int, bool]] = []  # (family, its deeper layouts?) passed over by the memory floor
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -166,17 +166,13 @@ def _search(request: PlanRequest) -> PlanResponse:
         if from_static:
             family, is_deeper = divmod(static_seqs[pos], 2)
             pos += 1
-            lay = None
-        else:
-            _, _, lay, family = heapq.heappop(queue)
-            is_deeper = False
-        if bounds.memory_floor[family] > usable_bytes:
-            # fits in memory under no rank order or split, so it is no plan; an infeasible job's
-            # explanation names the smallest memory need, so keep it until some layout fits
-            if not n_fitting:
-                never_fit.append((family, is_deeper, lay))
-            continue
-        if lay is None:
+            if bounds.memory_floor[family] > usable_bytes:
+                # fits in memory under no rank order or split (nor do its deeper layouts, which
+                # share the floor and so never enter the heap), so it is no plan; an infeasible
+                # job's explanation names the smallest memory need, so keep it until some fits
+                if not n_fitting:
+                    never_fit.append((family, is_deeper))
+                continue
             fam = bounds.family(family)
             if is_deeper:
                 if len(kth_heap) >= spec.top_k:
@@ -186,10 +182,12 @@ def _search(request: PlanRequest) -> PlanResponse:
                     depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
                     fam = fam._replace(more_vpps=depths)
                 for member in fam.expand(job):
-                    heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member, family))
+                    heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member))
                     seq += 1
                 continue
             lay = fam.first
+        else:
+            lay = heapq.heappop(queue)[2]
         if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
         costed += 1
@@ -272,11 +270,11 @@ def _search(request: PlanRequest) -> PlanResponse:
         # every layout was costed or passed over: cost those passed over by ascending memory floor
         # while the floor is not above the smallest need found
         never_fit.sort(key=lambda entry: bounds.memory_floor[entry[0]])
-        for family, is_deeper, lay in never_fit:
+        for family, is_deeper in never_fit:
             if smallest is not None and bounds.memory_floor[family] > smallest.peak_memory_bytes:
                 break
             fam = bounds.family(family)
-            for member in [lay] if lay is not None else fam.expand(job) if is_deeper else [fam.first]:
+            for member in fam.expand(job) if is_deeper else [fam.first]:
                 unfit = _unfit(ctx, member, headroom)
                 if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
                     smallest = unfit

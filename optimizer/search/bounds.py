@@ -7,8 +7,8 @@ layout and its recompute modes; ``space.LayoutBlock``) from the cost model's mem
 arithmetic over ZeRO stages, recompute modes and interleaving depths runs as arrays through
 the cost model's own bound functions (``estimate.bound_terms``, ``optimizer_shards``,
 ``dp_exposed_floor_s``, ``memory_floor_bytes``, ``bound_at_vpp``, ``family_bound``), which give
-the same floats on numbers and on arrays. No
-layout object is built until the search reaches it.
+the same floats on numbers and on arrays. No layout object is built until the search reaches
+it.
 """
 
 from __future__ import annotations

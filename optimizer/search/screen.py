@@ -52,6 +52,5 @@ def screen_memory(ctx: JobContext, lay: ResolvedLayout, headroom_bytes: float | 
         return None  # the cp x dp group exists only in orders where cp and dp are adjacent
     groups = any_order_groups(ctx, lay)
     peak = peak_memory_bytes(ctx, lay, groups)
-    headroom = ctx.cal.memory_headroom_bytes if headroom_bytes is None else headroom_bytes
-    return Screen(peak, peak <= ctx.capacity_bytes - headroom, groups)
+    return Screen(peak, peak <= ctx.usable_bytes(headroom_bytes), groups)
 

@@ -136,10 +136,9 @@ adds 47,280 (about 5 s without them, about 8 s with, a 0.5% better plan); Llama 
 with 8K sequences. Models whose MoE layers only follow a few dense ones (DeepSeek-V3) always
 have every depth: on 48 DeepSeek-V3-like jobs (``benchmarks/depth_sweep.py``) every depth cost
 at most 3.0 s and gave a faster plan on 23 of the 46 with a plan, by up to 7.5% (19% on 9,216
-GB200). The count is of the whole space, so
-narrowing other fields (``search.allow.tp``, say) can bring the uneven depths in and find a plan
-the wider default request does not; that default answer then carries the warning and the
-bound."""
+GB200). The count is of the whole space, so narrowing other fields (``search.allow.tp``, say)
+can bring the uneven depths in and find a plan the wider default request does not; that default
+answer then carries the warning and the bound."""
 
 
 def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:

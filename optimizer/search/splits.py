@@ -90,8 +90,7 @@ def solve_splits(
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
     best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-    headroom = ctx.cal.memory_headroom_bytes if budget.headroom_bytes is None else budget.headroom_bytes
-    work = _Work(ctx, pool, pipelined, ctx.capacity_bytes - headroom)
+    work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes))
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
         remaining = budget.deadline - time.perf_counter()
