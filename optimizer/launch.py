@@ -26,7 +26,9 @@ Where each framework's names come from (read in the framework's own repository):
   ``docs/launch.md``.
 * DeepSpeed -- ``microsoft/DeepSpeed`` ``docs/_pages/config-json.md`` (commit
   da7f21a2516a693f973a5f4b26affcce1de6d38d): batch-size keys, ``zero_optimization.stage``,
-  ``bf16.enabled``, ``fp16.enabled``, ``activation_checkpointing``.
+  ``zero_optimization.overlap_comm``, ``zero_optimization.stage3_prefetch_bucket_size`` (default
+  from ``deepspeed/runtime/zero/config.py``), ``bf16.enabled``, ``fp16.enabled``,
+  ``activation_checkpointing``.
 * Megatron-Bridge (NeMo's current training library; ``ConfigContainer`` Hydra overrides) --
   ``NVIDIA-NeMo/Megatron-Bridge`` ``docs/megatron-lm-to-megatron-bridge.md`` (flag-to-field
   mapping), ``src/megatron/bridge/training/mixed_precision.py`` (precision recipe names),
@@ -45,6 +47,7 @@ import shlex
 from dataclasses import dataclass
 
 from optimizer.cost.pipeline import even_split
+from optimizer.params import layer_params
 from optimizer.results import LaunchArgs
 from optimizer.specs import Layout, ModelSpec, TrainingSpec
 
@@ -59,6 +62,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--decoder-last-pipeline-num-layers",
         "--pipeline-model-parallel-layout",
         "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",  # needs --use-distributed-optimizer (validate_args)
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
         # _add_moe_args
@@ -98,6 +103,9 @@ ATTENTION_BACKEND = {"flash3": "fused", "flash2": "flash", "unfused": "unfused"}
 ``model.attention_backend`` (AttnBackend): 'fused' is Transformer Engine's cuDNN fused attention
 (Hopper-native kernels), 'flash' its FlashAttention backend (flash-attn 2), 'unfused' its
 unfused attention over materialised scores (Megatron's own implementation is 'local')."""
+
+_DEEPSPEED_PREFETCH_DEFAULT = 50_000_000
+"""DeepSpeed's ``stage3_prefetch_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
 
 # Megatron-FSDP ``--data-parallel-sharding-strategy`` per ZeRO stage (stages 0 and 1 do not use it).
 _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
@@ -165,7 +173,7 @@ def build_launch(model: ModelSpec, training: TrainingSpec, layout: Layout) -> La
     return LaunchArgs(
         megatron=_megatron(model, training, layout, geo, split),
         torchtitan=_torchtitan(training, layout, geo),
-        deepspeed=_deepspeed(training, layout, geo),
+        deepspeed=_deepspeed(model, training, layout, geo),
         nemo=_nemo(model, training, layout, geo, split),
     )
 
@@ -232,6 +240,19 @@ def _megatron_split(geo: _Geometry) -> _Split:
     return _Split(uniform=False, layout=_megatron_layout_string(chunks))
 
 
+def _dp_overlapped(training: TrainingSpec, geo: _Geometry) -> bool:
+    """The plan overlaps data-parallel collectives (``training.dp_comm_overlap``) and has them
+    (a ``dp x cp`` group)."""
+    return training.dp_comm_overlap and geo.dp * geo.cp > 1
+
+
+def _largest_layer_params(model: ModelSpec, tp: int) -> int:
+    """Parameters of the largest layer on one tensor-parallel rank (every routed expert counted):
+    what a ZeRO-3 prefetch must hold to gather the next layer while the current one computes."""
+    assert model.num_layers is not None  # set by the spec validators
+    return -(-max(layer_params(model, i).total for i in range(model.num_layers)) // tp)
+
+
 def _megatron_layout_string(chunks: tuple[int, ...]) -> str:
     """``E``/``L`` mark embedding and loss, ``t*n`` n decoder layers, ``|`` separates chunks."""
     stages = []
@@ -290,6 +311,11 @@ def _megatron(
             args.append("--tp-comm-overlap")  # userbuffers; needs sequence parallelism
     if layout.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
+    if _dp_overlapped(training, geo):
+        # Megatron issues data-parallel collectives after backward unless asked (both default off)
+        args.append("--overlap-grad-reduce")
+        if layout.zero_stage >= 1:
+            args.append("--overlap-param-gather")
     if layout.zero_stage in _MEGATRON_FSDP_STRATEGY:
         args += [
             "--use-megatron-fsdp",
@@ -406,6 +432,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
+    if not training.dp_comm_overlap and geo.dp * geo.cp > 1:
+        comments.setdefault("parallelism", []).append(
+            "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
+        )
     if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
         comments.setdefault("parallelism", []).append(
             f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "
@@ -454,12 +484,17 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _deepspeed(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
+def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
+    zero: dict[str, object] = {"stage": layout.zero_stage, "overlap_comm": training.dp_comm_overlap}
+    if layout.zero_stage == 3 and training.dp_comm_overlap:
+        # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
+        # would run on demand instead of under the previous layer's compute
+        zero["stage3_prefetch_bucket_size"] = max(_DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp))
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,
         "train_micro_batch_size_per_gpu": geo.mbs,
         "gradient_accumulation_steps": geo.nmb,
-        "zero_optimization": {"stage": layout.zero_stage},
+        "zero_optimization": zero,
         # DeepSpeed's JSON has no FP8/FP4 switch (Transformer Engine handles it): they run on bf16.
         "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
         "fp16": {"enabled": training.precision == "fp16"},
@@ -518,6 +553,8 @@ def _nemo(
         ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
         ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
+        ("ddp.overlap_grad_reduce", _dp_overlapped(training, geo)),
+        ("ddp.overlap_param_gather", _dp_overlapped(training, geo) and layout.zero_stage >= 1),
     ]
     if layout.zero_stage in _MEGATRON_FSDP_STRATEGY:
         over += [

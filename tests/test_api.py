@@ -289,6 +289,14 @@ def test_unknown_dp_collectives_is_422_naming_it(client: TestClient) -> None:
     assert "'hierarchical' or 'flat'" in _messages(response)
 
 
+def test_non_boolean_dp_comm_overlap_is_422_naming_it(client: TestClient) -> None:
+    training = {**JOB["training"], "dp_comm_overlap": "sometimes"}
+    response = client.post("/evaluate", json={**JOB, "training": training, "config": {"tp": 8, "pp": 1}})
+    assert response.status_code == 422
+    assert ["body", "training", "dp_comm_overlap"] in _detail_locs(response)
+    assert "valid boolean" in _messages(response)
+
+
 def test_flat_dp_collectives_slow_a_zero3_layout_across_nodes(client: TestClient) -> None:
     """Through the API: Llama 3 70B with ZeRO-3 on 1,024 H100 (128 nodes), hierarchical and flat."""
     def step(collectives: str) -> float:

@@ -10,6 +10,7 @@ import tomllib
 import pytest
 
 from optimizer.launch import MEGATRON_FLAGS, build_launch, default_stage_layers
+from optimizer.params import layer_params
 from optimizer.results import LaunchArgs
 from optimizer.specs import Layout, ModelSpec, MoEConfig, TrainingSpec
 
@@ -173,7 +174,8 @@ def test_megatron_llama3_70b_interleaved():
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
         "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
-        "--use-distributed-optimizer --recompute-granularity selective --attention-backend fused --bf16"
+        "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+        "--recompute-granularity selective --attention-backend fused --bf16"
     )
 
 
@@ -182,7 +184,8 @@ def test_megatron_mixtral_ep8_full_recompute():
         "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
         "--context-parallel-size 1 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 "
         "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
-        "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
+        "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+        "--recompute-granularity full --recompute-method uniform "
         "--recompute-num-layers 1 --attention-backend fused --bf16"
     )
 
@@ -191,7 +194,8 @@ def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
     assert launch(zero3_case()).megatron == (
         "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
         "--context-parallel-size 1 --micro-batch-size 2 --global-batch-size 512 "
-        "--seq-length 8192 --use-distributed-optimizer --use-megatron-fsdp "
+        "--seq-length 8192 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+        "--use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
         "--ckpt-format fsdp_dtensor --attention-backend fused --bf16 --fp8-format hybrid"
     )
@@ -220,8 +224,8 @@ def test_megatron_uneven_first_last():
         "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
         "--context-parallel-size 1 --decoder-first-pipeline-num-layers 9 "
         "--decoder-last-pipeline-num-layers 11 --micro-batch-size 1 --global-batch-size 64 "
-        "--seq-length 4096 --sequence-parallel --use-distributed-optimizer "
-        "--recompute-granularity selective --attention-backend fused --bf16"
+        "--seq-length 4096 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
+        "--overlap-param-gather --recompute-granularity selective --attention-backend fused --bf16"
     )
 
 
@@ -384,7 +388,13 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert cfg["train_batch_size"] == training.global_batch_size
     assert cfg["train_micro_batch_size_per_gpu"] == layout.micro_batch_size
     assert cfg["gradient_accumulation_steps"] == layout.num_micro_batches
-    assert cfg["zero_optimization"] == {"stage": layout.zero_stage}
+    zero = cfg["zero_optimization"]
+    assert zero["stage"] == layout.zero_stage
+    assert zero["overlap_comm"] is training.dp_comm_overlap
+    if layout.zero_stage == 3:  # gathers prefetched a whole layer ahead, as costed
+        largest = max(layer_params(_model, i).total for i in range(_model.num_layers)) / layout.tp
+        assert zero["stage3_prefetch_bucket_size"] >= largest
+    assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size"}
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
     if layout.recompute == "none":
@@ -392,6 +402,46 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     else:
         assert set(cfg["activation_checkpointing"]) <= DEEPSPEED_AC_KEYS
         assert cfg["activation_checkpointing"]["partition_activations"] == (layout.tp > 1)
+
+
+def test_deepspeed_zero3_prefetches_one_llama3_8b_layer():
+    # one Llama 3 8B layer: 41,943,040 attention + 176,160,768 MLP + 8,192 norm parameters
+    zero = json.loads(launch(zero3_case()).deepspeed)["zero_optimization"]
+    assert zero == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 218_112_000}
+
+
+# ---------------------------------------------------------------------------------------------
+# training.dp_comm_overlap
+# ---------------------------------------------------------------------------------------------
+
+
+def _blocking_dp(case: tuple[ModelSpec, TrainingSpec, Layout]) -> tuple[ModelSpec, TrainingSpec, Layout]:
+    model, training, layout = case
+    return model, training.model_copy(update={"dp_comm_overlap": False}), layout
+
+
+def test_megatron_overlap_flags_follow_dp_comm_overlap():
+    flags = megatron_flags(launch(_blocking_dp(llama_case())).megatron)
+    assert "--overlap-grad-reduce" not in flags and "--overlap-param-gather" not in flags
+    # ZeRO-0 has no distributed optimizer: the gradient reduction overlaps, no parameter gather
+    flags = megatron_flags(launch(ALL_CASES["zero0-dp-only"]).megatron)
+    assert "--overlap-grad-reduce" in flags and "--overlap-param-gather" not in flags
+
+
+def test_megatron_no_overlap_flags_without_data_parallelism():
+    model, training, _ = llama_case()
+    one = Layout(tp=8, pp=4, vpp=5, dp=1, micro_batch_size=1, num_micro_batches=1024, zero_stage=1,
+                 recompute="selective")  # fmt: skip
+    assert "--overlap-grad-reduce" not in megatron_flags(launch((model, training, one)).megatron)
+
+
+def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
+    case = _blocking_dp(zero3_case())
+    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": False}
+    over = nemo_overrides(launch(case).nemo)
+    assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
+    assert "# torchtitan always overlaps data-parallel collectives" in launch(case).torchtitan
+    assert "always overlaps" not in launch(zero3_case()).torchtitan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,6 +456,7 @@ def test_nemo_llama3_70b_exact():
         "model.sequence_parallel=true model.seq_length=8192 dataset.seq_length=8192 "
         "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed model.attention_backend=fused "
         "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "
+        "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true "
         "model.recompute_granularity=selective model.recompute_method=null "
         "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
         "model.num_layers_in_last_pipeline_stage=null model.pipeline_model_parallel_layout=null"

@@ -47,6 +47,11 @@ JOBS: dict[str, dict[str, Any]] = {
         "training": {"seq_len": 8192, "global_batch_size": 64, "dp_collectives": "flat"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
     },
+    "llama3-8b, 64 H100, blocking data-parallel collectives": {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 128, "dp_comm_overlap": False},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    },
     "mixtral-8x7b, 128 H100": {
         "model": {"preset": "mixtral-8x7b"},
         "training": {"seq_len": 4096, "global_batch_size": 128},

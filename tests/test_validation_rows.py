@@ -239,6 +239,12 @@ def test_validation_headline_numbers() -> None:
         "modelzoo-qwen3-235b-256gpu-cfg3",
     ):
         assert abs(by_id[row_id].error_pct) <= 10.0, (row_id, by_id[row_id].error_pct)
+    # ZeRO-3 against PTD-P (SC'21 Table 2) is ordered as measured at every GPU count
+    groups = {g.group: g for g in rep.summary.groups}
+    for name in ("sc21-t2-175B-384gpu", "sc21-t2-175B-768gpu", "sc21-t2-175B-1536gpu", "sc21-t2-530B",
+                 "sc21-t2-530B-1120gpu", "sc21-t2-530B-2240gpu"):  # fmt: skip
+        assert groups[name].pairwise_agreement == 1.0, name
+    assert sum(g.pairwise_agreement == 1.0 for g in rep.summary.groups) >= 27
 
 
 def test_tp_comm_overlap_is_read_from_the_row(rows) -> None:
@@ -331,3 +337,18 @@ def test_only_deepspeed_zero3_rows_use_flat_collectives(rows) -> None:
     # FSDP / ZeRO-3 on other stacks stays hierarchical
     assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"]).job.training.dp_collectives == "hierarchical"
     assert map_row(rows["torchtitan-llama31-8b-128gpu-fsdp"]).job.training.dp_collectives == "hierarchical"
+
+
+def test_only_deepspeed_zero3_rows_of_2021_block_on_data_parallel_collectives(rows) -> None:
+    def overlapped(row: dict) -> bool | None:
+        try:
+            return map_row(row).job.training.dp_comm_overlap
+        except Unmappable:
+            return None
+
+    blocking = {i for i, row in rows.items() if overlapped(row) is False}
+    assert blocking == {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
+                                                                 "530B-1120", "530B-2240")}
+    # FSDP on other stacks (Megatron-FSDP, FSDP2) prefetches: overlapped
+    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"]).job.training.dp_comm_overlap
+    assert map_row(rows["torchtitan-llama31-8b-128gpu-fsdp"]).job.training.dp_comm_overlap

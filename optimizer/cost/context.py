@@ -73,6 +73,13 @@ class JobContext:
     def num_gpus(self) -> int:
         return self.job.cluster.num_gpus
 
+    @property
+    def dp_overlap(self) -> float:
+        """Fraction of the compute window data-parallel collectives can hide behind: the
+        calibration's ``dp_overlap`` when the stack overlaps them (``training.dp_comm_overlap``),
+        else none (every collective blocks)."""
+        return self.cal.dp_overlap if self.job.training.dp_comm_overlap else 0.0
+
     def headroom_bytes(self, requested: float | None) -> float:
         """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in
         bytes), else the calibration's default."""

@@ -332,11 +332,11 @@ def _dp_exposed_from_parts_s(
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
-        return _maximum(unhidden, m * per_mb - ctx.cal.dp_overlap * m * compute)
+        return _maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
     t_b = dense + expert
-    exposed = _maximum(unhidden, t_b - ctx.cal.dp_overlap * bwd)
+    exposed = _maximum(unhidden, t_b - ctx.dp_overlap * bwd)
     if zero_stage != 0:  # the parameter all-gather mirrors the gradient reduce-scatter
-        exposed = exposed + _maximum(unhidden, t_b - ctx.cal.dp_overlap * fwd)
+        exposed = exposed + _maximum(unhidden, t_b - ctx.dp_overlap * fwd)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 
@@ -922,7 +922,7 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
     # What no overlap hides, or the overlap-limited part of the average stage (each stage's
     # exposed time is at least its own, which is affine in the stage's parameters and compute).
     t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
-    excess = (t_b - ctx.cal.dp_overlap * average[6]) + (t_f - ctx.cal.dp_overlap * average[5])
+    excess = (t_b - ctx.dp_overlap * average[6]) + (t_f - ctx.dp_overlap * average[5])
     return max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
 
 
