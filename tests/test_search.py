@@ -178,6 +178,8 @@ def job_from_seed(seed: int) -> dict[str, Any]:
         search_spec["allow"]["vpp"] = [1, 2, 3]
     if random.Random(seed ^ 0xF1A7).random() < 0.3:  # flat data-parallel rings (own draw: the rest unchanged)
         job["training"]["dp_collectives"] = "flat"
+    if random.Random(seed ^ 0xB10C).random() < 0.3:  # blocking data-parallel collectives (own draw)
+        job["training"]["dp_comm_overlap"] = False
     own = random.Random(seed ^ 0xDE45)
     if "moe" in model and own.random() < 0.4:  # dense first layers (own draw: the rest unchanged)
         model["moe"]["first_dense_layers"] = own.randint(1, model["num_layers"] - 1)
@@ -311,8 +313,10 @@ JOB_DENSE_ONLY_STAGES = {
 @pytest.mark.parametrize(
     "job",
     [JOB_RESCUED_ORDER, JOB_SPLIT_OBJECTIVE, JOB_DENSE_ONLY_STAGES,
-     {**JOB_DENSE_ONLY_STAGES, "training": {**JOB_DENSE_ONLY_STAGES["training"], "dp_collectives": "flat"}}],
-    ids=["rescued-order", "split-objective", "dense-only-stages", "dense-only-stages-flat"],
+     {**JOB_DENSE_ONLY_STAGES, "training": {**JOB_DENSE_ONLY_STAGES["training"], "dp_collectives": "flat"}},
+     {**JOB_SPLIT_OBJECTIVE, "training": {**JOB_SPLIT_OBJECTIVE["training"], "dp_comm_overlap": False}}],
+    ids=["rescued-order", "split-objective", "dense-only-stages", "dense-only-stages-flat",
+         "split-objective-blocking-dp"],
 )
 def test_planner_agrees_with_brute_force_on_known_cases(job: dict[str, Any]) -> None:
     check_against_oracle(job)
