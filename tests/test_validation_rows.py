@@ -29,7 +29,7 @@ from benchmarks.calibration_rows import (
 from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman
 from optimizer.calibration import DEFAULT
 from optimizer.cost import best_estimate, build_context, resolve_layout
-from optimizer.specs import EvaluateRequest, Layout
+from optimizer.specs import EvaluateRequest, Layout, TrainingSpec
 
 
 @pytest.fixture(scope="module")
@@ -324,31 +324,18 @@ def test_deepspeed_pipeline_rows_do_not_overlap_sends(rows) -> None:
     assert overlap("sc21-t2-ptd-530B-2240gpu") and overlap("nemo2407-gpt3-175b-128gpu")
 
 
-def test_only_deepspeed_zero3_rows_use_flat_collectives(rows) -> None:
-    def collectives(row: dict) -> str | None:
+def test_only_deepspeed_zero3_rows_of_2021_run_flat_blocking_collectives(rows) -> None:
+    def training(row: dict) -> TrainingSpec | None:
         try:
-            return map_row(row).job.training.dp_collectives
+            return map_row(row).job.training
         except Unmappable:
             return None
 
-    flat = {i for i, row in rows.items() if collectives(row) == "flat"}
-    assert flat == {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
-                                                             "530B-1120", "530B-2240")}
-    # FSDP / ZeRO-3 on other stacks stays hierarchical
-    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"]).job.training.dp_collectives == "hierarchical"
-    assert map_row(rows["torchtitan-llama31-8b-128gpu-fsdp"]).job.training.dp_collectives == "hierarchical"
-
-
-def test_only_deepspeed_zero3_rows_of_2021_block_on_data_parallel_collectives(rows) -> None:
-    def overlapped(row: dict) -> bool | None:
-        try:
-            return map_row(row).job.training.dp_comm_overlap
-        except Unmappable:
-            return None
-
-    blocking = {i for i, row in rows.items() if overlapped(row) is False}
-    assert blocking == {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
-                                                                 "530B-1120", "530B-2240")}
-    # FSDP on other stacks (Megatron-FSDP, FSDP2) prefetches: overlapped
-    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg3"]).job.training.dp_comm_overlap
-    assert map_row(rows["torchtitan-llama31-8b-128gpu-fsdp"]).job.training.dp_comm_overlap
+    mapped = {i: t for i, row in rows.items() if (t := training(row)) is not None}
+    sc21_zero3 = {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
+                                                           "530B-1120", "530B-2240")}
+    assert {i for i, t in mapped.items() if t.dp_collectives == "flat"} == sc21_zero3
+    assert {i for i, t in mapped.items() if not t.dp_comm_overlap} == sc21_zero3
+    # FSDP / ZeRO-3 on other stacks (Megatron-FSDP, FSDP2) stays hierarchical and prefetches
+    for row_id in ("modelzoo-qwen3-235b-256gpu-cfg3", "torchtitan-llama31-8b-128gpu-fsdp"):
+        assert mapped[row_id].dp_collectives == "hierarchical" and mapped[row_id].dp_comm_overlap
