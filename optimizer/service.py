@@ -69,6 +69,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
+    notes += _dp_overlap_note(job, est)
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
@@ -124,6 +125,32 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
         f"with the modules the launch arguments name ({modules}) keeps them under Transformer Engine: "
         f"{to_gib(extra):.1f} GiB more on the peak stage, {to_gib(megatron.peak_memory_bytes):.1f} GiB of "
         f"{to_gib(usable):.1f} GiB usable ({verdict})"
+    )
+    return [note]
+
+
+DP_OVERLAP_NOTE_MIN = 0.05
+"""Relative slow-down from blocking data-parallel collectives above which a plan says so."""
+
+
+def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
+    """How much of the plan's step rests on hiding data-parallel collectives under compute: the
+    same layout, order and split costed with ``training.dp_comm_overlap`` false. Said when that is
+    at least ``DP_OVERLAP_NOTE_MIN`` slower, so that a stack run without the overlap flags the
+    launch arguments set is not a surprise."""
+    if not job.training.dp_comm_overlap or est.layout.dp * est.layout.cp == 1:
+        return []
+    blocking_job = job.model_copy(update={"training": job.training.model_copy(update={"dp_comm_overlap": False})})
+    blocking = estimate(build_context(blocking_job), est.layout, est.order, headroom_bytes=est.headroom_bytes)
+    slower = blocking.step_time_s / est.step_time_s - 1.0
+    if slower < DP_OVERLAP_NOTE_MIN:
+        return []
+    hidden_s = blocking.breakdown_s["dp_comm"] - est.breakdown_s["dp_comm"]
+    note = (
+        f"{hidden_s:.2f} s of data-parallel communication per step is hidden under compute "
+        "(training.dp_comm_overlap); the launch arguments ask for that overlap (Megatron --overlap-grad-reduce "
+        "--overlap-param-gather, DeepSpeed overlap_comm); without it the step takes "
+        f"{blocking.step_time_s:.3f} s ({100 * slower:.0f}% slower)"
     )
     return [note]
 

@@ -714,3 +714,45 @@ def test_selective_recompute_note_drops_what_megatron_still_drops() -> None:
     sel, none = deepseek("selective"), deepseek("none")
     (note,) = [n for n in sel.notes if "core_attn, mla_up_proj" in n]
     assert sel.memory_gib.total + 1 < _megatron_gib(note) < none.memory_gib.total - 1
+
+
+# ------------------------------------------------------------------------------ data-parallel overlap note
+
+
+def _evaluate_gpt3_zero3(**training: Any) -> Any:
+    return service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "gpt3-175b"},
+        "training": {"seq_len": 2048, "global_batch_size": 1536, **training},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 1024},
+        "config": {"tp": 4, "pp": 1, "micro_batch_size": 3, "zero_stage": 3, "recompute": "none"},
+    }))  # fmt: skip
+
+
+def test_plan_says_how_much_it_rests_on_hiding_data_parallel_collectives() -> None:
+    """The planner's best GPT-3 175B layout on 1,024 A100 (TP4, ZeRO-3 over 256 ranks) hides most
+    of its weight gathers under compute; the note gives the same layout, rank order and split with
+    blocking collectives. Only the data-parallel term moves, so the two steps differ by exactly the
+    hidden time; ``dp_comm_overlap: false`` may pick a better rank order, never a slower one."""
+    overlapped, blocking = _evaluate_gpt3_zero3(), _evaluate_gpt3_zero3(dp_comm_overlap=False)
+    (note,) = [n for n in overlapped.notes if "hidden under compute" in n]
+    found = re.fullmatch(r"([0-9.]+) s of data-parallel communication per step is hidden under compute .*"
+                         r"without it the step takes ([0-9.]+) s \(([0-9]+)% slower\)", note)  # fmt: skip
+    assert found, note
+    hidden_s, step_s, pct = float(found[1]), float(found[2]), int(found[3])
+    assert hidden_s == pytest.approx(12.77, abs=0.01)
+    assert step_s == pytest.approx(overlapped.step_time_s + hidden_s, abs=0.01)
+    assert pct == round(100 * (step_s / overlapped.step_time_s - 1))
+    assert blocking.step_time_s <= step_s + 1e-3
+    assert not [n for n in blocking.notes if "hidden under compute" in n]
+
+
+def test_no_overlap_note_when_little_is_hidden() -> None:
+    """Llama 3 70B, TP8 PP4 ZeRO-1 on 512 H100: the gradient reduce-scatter and parameter gather
+    hide under the last micro-batch; blocking would cost under 5% of the step."""
+    plan = service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 512},
+        "config": {"tp": 8, "pp": 4, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"},
+    }))  # fmt: skip
+    assert not [n for n in plan.notes if "hidden under compute" in n]
