@@ -43,6 +43,7 @@ Where each framework's names come from (read in the framework's own repository):
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import dataclass
 
@@ -246,11 +247,19 @@ def _dp_overlapped(training: TrainingSpec, geo: _Geometry) -> bool:
     return training.dp_comm_overlap and geo.dp * geo.cp > 1
 
 
-def _largest_layer_params(model: ModelSpec, tp: int) -> int:
-    """Parameters of the largest layer on one tensor-parallel rank (every routed expert counted):
-    what a ZeRO-3 prefetch must hold to gather the next layer while the current one computes."""
+def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
+    """Parameters of the largest layer on one rank (the rest split over ``tp``, routed experts
+    over ``ep``): what a ZeRO-3 prefetch must hold to gather the next layer while the current one
+    computes, and no more (a larger bucket would prefetch several layers, more memory than the
+    plan holds for two)."""
     assert model.num_layers is not None  # set by the spec validators
-    return -(-max(layer_params(model, i).total for i in range(model.num_layers)) // tp)
+
+    def on_rank(i: int) -> float:
+        p = layer_params(model, i)
+        routed = p.routed_expert_each * p.num_routed_experts
+        return (p.total - routed) / tp + routed / ep
+
+    return math.ceil(max(on_rank(i) for i in range(model.num_layers)))
 
 
 def _megatron_layout_string(chunks: tuple[int, ...]) -> str:
@@ -489,7 +498,7 @@ def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _G
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute
-        zero["stage3_prefetch_bucket_size"] = max(_DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp))
+        zero["stage3_prefetch_bucket_size"] = max(_DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep))
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,
         "train_micro_batch_size_per_gpu": geo.mbs,
