@@ -60,8 +60,15 @@ class GpuEntry(_Strict):
     gemm_efficiency_fp8: Quantity | None = Field(
         default=None, description="Best achievable large-GEMM fraction of FP8 peak (measured)."
     )
+    flash2_attention_fraction: Quantity | None = Field(
+        default=None,
+        description=(
+            "Best published forward + backward rate of FlashAttention-2 (head dim 128, long sequences) / "
+            "BF16 peak. Omitted where unpublished."
+        ),
+    )
 
-    @field_validator("gemm_efficiency_bf16", "gemm_efficiency_fp8", "scale_up_busbw_fraction")
+    @field_validator("gemm_efficiency_bf16", "gemm_efficiency_fp8", "scale_up_busbw_fraction", "flash2_attention_fraction")
     @classmethod
     def _fraction(cls, q: Quantity | None) -> Quantity | None:
         if q is not None and not 0 < q.value <= 1.2:

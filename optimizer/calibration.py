@@ -29,7 +29,10 @@ class Calibration:
     attention_efficiency: float = 0.30
     """FlashAttention-2-class core kernels (``training.attention_kernel`` flash2, and every GPU
     before Hopper) reach this fraction of the bf16 dense peak at long sequences, forward and
-    backward together."""
+    backward together, on the H100 the calibration rows ran on. Other GPUs scale it by their
+    catalog ``flash2_attention_fraction`` over the H100's (the kernel's published best rate: 0.656
+    of peak on A100 against 0.339 on H100, so 0.58 on A100); GPUs with none published keep it
+    (``context.attention_efficiency``)."""
     attention_efficiency_flash3: float = 0.55
     """Same for kernels written for Hopper and later (FlashAttention-3, cuDNN fused attention):
     asynchronous warp-group MMA and TMA overlap softmax with the matrix products. Set from the

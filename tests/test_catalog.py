@@ -337,3 +337,42 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
         load_catalog_from(data)
     assert len(info.value.problems) == 2
     assert info.value.file.endswith("gpus.toml")
+
+
+def test_flash2_attention_fractions_follow_the_flashattention2_paper(catalog: Catalog) -> None:
+    """A100: 73% of peak forward and 63% backward, combined by FLOPs (1 : 2.5); H100: 335 TFLOP/s
+    forward + backward of 989.4; H200 and H800 share the H100's SMs and clocks; nothing else has a
+    published number."""
+    a100 = 3.5 / (1 / 0.73 + 2.5 / 0.63)
+    for gpu_id in ("a100-sxm-40gb", "a100-sxm-80gb"):
+        assert catalog.gpus[gpu_id].flash2_attention_fraction.value == pytest.approx(a100, abs=5e-4)
+    for gpu_id in ("h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb"):
+        assert catalog.gpus[gpu_id].flash2_attention_fraction.value == pytest.approx(335 / 989.4, abs=5e-4)
+    assert {g for g, e in catalog.gpus.items() if e.flash2_attention_fraction is not None} == {
+        "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cluster", "gpu", "kernel", "efficiency"),
+    [
+        ("dgx-a100", "a100-sxm-80gb", "flash2", 0.30 * 0.656 / 0.339),  # FlashAttention-2 on A100
+        ("dgx-a100", "a100-sxm-80gb", "flash3", 0.30 * 0.656 / 0.339),  # capped to flash2 on Ampere
+        ("dgx-h100", "h100-sxm-80gb", "flash2", 0.30),  # the GPU the calibration rows ran on
+        ("dgx-h100", "h800-sxm-80gb", "flash2", 0.30),
+        ("dgx-h100", "h100-sxm-80gb", "flash3", 0.55),  # Hopper-native kernels: no per-GPU scaling
+        ("dgx-b200", "b200", "flash2", 0.30),  # no published FlashAttention-2 rate: the calibration's
+    ],
+)
+def test_flash2_attention_efficiency_scales_with_the_gpus_published_fraction(
+    cluster: str, gpu: str, kernel: str, efficiency: float
+) -> None:
+    from optimizer.cost import build_context
+    from optimizer.specs import JobSpec
+
+    job = JobSpec.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 64, "attention_kernel": kernel},
+        "cluster": {"preset": cluster, "gpu": gpu, "num_gpus": 8},
+    })  # fmt: skip
+    assert build_context(job).attention_efficiency == pytest.approx(efficiency, rel=1e-12)

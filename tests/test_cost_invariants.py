@@ -380,7 +380,8 @@ def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
 
 def test_attention_kernel_class_scales_only_the_attention_core():
     """flash3 (Hopper-native kernels) runs the attention core at ``attention_efficiency_flash3``
-    instead of ``attention_efficiency``; GPUs before Hopper run flash2-class kernels either way."""
+    instead of ``attention_efficiency``; GPUs before Hopper run flash2-class kernels either way
+    (on A100 at a larger share of its peak)."""
     from optimizer.calibration import DEFAULT
     from optimizer.cost.layer import Dims, attention_core_time_s
 
@@ -406,7 +407,8 @@ def test_attention_kernel_class_scales_only_the_attention_core():
     assert e3.peak_memory_bytes == e2.peak_memory_bytes
 
     (a3j, a3), (a2j, a2) = ctx_for("dgx-a100", "flash3"), ctx_for("dgx-a100", "flash2")
-    assert a3.attention_efficiency == a2.attention_efficiency == DEFAULT.attention_efficiency
+    # flash2-class on Ampere, at the A100's FlashAttention-2 share of peak (docs/catalog.md)
+    assert a3.attention_efficiency == a2.attention_efficiency == pytest.approx(DEFAULT.attention_efficiency * 0.656 / 0.339)
     assert best_estimate(a3, resolve_layout(a3j, lay)).step_time_s == best_estimate(
         a2, resolve_layout(a2j, lay)
     ).step_time_s

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hardware_catalog import load_catalog
+from hardware_catalog.loader import Catalog
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
@@ -104,6 +105,25 @@ def attention_kernel_class(job: JobSpec, gpu: GpuEntry) -> str:
     return kernel
 
 
+FLASH2_CALIBRATION_GPU = "h100-sxm-80gb"
+"""The GPU of the published runs that set ``Calibration.attention_efficiency`` (torchtitan and NeMo
+runs with FlashAttention-2-class kernels, all on H100)."""
+
+
+def attention_efficiency(cal: Calibration, gpu: GpuEntry, kernel: str, catalog: Catalog) -> float:
+    """Fraction of the bf16 peak the fused attention-core kernels of class ``kernel`` reach on
+    ``gpu`` at long sequences. FlashAttention-2-class kernels reach a different fraction of each
+    GPU's peak (they use no Hopper instructions: 73% of peak forward on A100, 34% forward and
+    backward on H100): ``attention_efficiency`` scaled by the GPU's catalog fraction over that of
+    ``FLASH2_CALIBRATION_GPU``; a GPU with no published fraction keeps it."""
+    if kernel == "flash3":
+        return cal.attention_efficiency_flash3
+    own, ref = gpu.flash2_attention_fraction, catalog.gpus[FLASH2_CALIBRATION_GPU].flash2_attention_fraction
+    if own is None or ref is None:
+        return cal.attention_efficiency
+    return cal.attention_efficiency * own.value / ref.value
+
+
 def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
     return _build_context_cached(job.model_dump_json(), cal)
 
@@ -189,7 +209,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         bf16_peak_flops=bf16,
         mfu_peak_flops=nominal_peak,
         attention_kernel=kernel,
-        attention_efficiency=cal.attention_efficiency_flash3 if kernel == "flash3" else cal.attention_efficiency,
+        attention_efficiency=attention_efficiency(cal, gpu, kernel, cat),
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
     )
