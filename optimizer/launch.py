@@ -70,6 +70,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         # _add_moe_args
         "--expert-model-parallel-size",
         "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
+        "--moe-token-dispatcher-type",  # default 'allgather' ('alltoall' recommended with EP)
+        "--moe-grouped-gemm",
         "--no-overlap-p2p-communication",  # _add_distributed_args (overlap is the interleaved default)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
         "--delay-wgrad-compute",  # required with the flag above
@@ -290,6 +292,9 @@ def _megatron(
         # The cost model keeps experts whole (expert tensor parallelism 1: expert parallelism spans
         # tp x dp x cp); Megatron's default would split them over the tensor-parallel group.
         args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", "1"]
+        # the cost model's expert all-to-all and one grouped GEMM per layer; Megatron defaults to an
+        # all-gather dispatcher and a loop of per-expert GEMMs
+        args += ["--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"]
         if training.ep_comm_overlap and geo.ep > 1:
             # combined 1F1B schedule: one micro-batch's all-to-all under another's compute
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
@@ -545,6 +550,8 @@ def _nemo(
     if model.is_moe:
         over.append(("model.expert_model_parallel_size", geo.ep))
         over.append(("model.expert_tensor_parallel_size", 1))
+        over.append(("model.moe_token_dispatcher_type", "alltoall"))
+        over.append(("model.moe_grouped_gemm", True))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     if not training.pp_comm_overlap and geo.pp > 1:

@@ -183,11 +183,17 @@ def test_megatron_mixtral_ep8_full_recompute():
     assert launch(mixtral_case()).megatron == (
         "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
         "--context-parallel-size 1 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 "
-        "--micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
+        "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
         "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--recompute-granularity full --recompute-method uniform "
         "--recompute-num-layers 1 --attention-backend fused --bf16"
     )
+
+
+def test_megatron_dense_model_has_no_moe_flags():
+    flags = megatron_flags(launch(llama_case()).megatron)
+    assert "--moe-token-dispatcher-type" not in flags and "--moe-grouped-gemm" not in flags
+    assert "model.moe_token_dispatcher_type" not in nemo_overrides(launch(llama_case()).nemo)
 
 
 def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
@@ -478,6 +484,10 @@ def test_nemo_mixtral_ep_and_full_recompute():
     over = nemo_overrides(launch(mixtral_case()).nemo)
     assert over["model.expert_model_parallel_size"] == "8"
     assert over["model.expert_tensor_parallel_size"] == "1"  # experts whole, as costed
+    # the expert all-to-all and grouped expert GEMMs the cost model assumes (Megatron-Core's
+    # defaults are an all-gather dispatcher and a loop of per-expert GEMMs)
+    assert over["model.moe_token_dispatcher_type"] == "alltoall"
+    assert over["model.moe_grouped_gemm"] == "true"
     assert over["model.virtual_pipeline_model_parallel_size"] == "null"
     assert over["model.recompute_granularity"] == "full"
     assert over["model.recompute_method"] == "uniform"
