@@ -250,18 +250,12 @@ def _dp_overlapped(training: TrainingSpec, geo: _Geometry) -> bool:
 
 
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
-    """Parameters of the largest layer on one rank (the rest split over ``tp``, routed experts
-    over ``ep``): what a ZeRO-3 prefetch must hold to gather the next layer while the current one
-    computes, and no more (a larger bucket would prefetch several layers, more memory than the
-    plan holds for two)."""
+    """Parameters of the largest layer on one rank, as the cost model holds them
+    (``LayerParams.on_rank``): what a ZeRO-3 prefetch must hold to gather the next layer while the
+    current one computes, and no more (a larger bucket would prefetch several layers, more memory
+    than the plan holds for two)."""
     assert model.num_layers is not None  # set by the spec validators
-
-    def on_rank(i: int) -> float:
-        p = layer_params(model, i)
-        routed = p.routed_expert_each * p.num_routed_experts
-        return (p.total - routed) / tp + routed / ep
-
-    return math.ceil(max(on_rank(i) for i in range(model.num_layers)))
+    return math.ceil(max(sum(layer_params(model, i).on_rank(tp, ep)) for i in range(model.num_layers)))
 
 
 def _megatron_layout_string(chunks: tuple[int, ...]) -> str:

@@ -76,6 +76,14 @@ class LayerParams:
         """Every parameter of the layer (all routed experts)."""
         return self.active(self.num_routed_experts)
 
+    def on_rank(self, tp: int, ep: int) -> tuple[float, float]:
+        """(dense, routed-expert) parameters one GPU holds of this layer: attention, dense MLP and
+        shared experts split over ``tp`` (router and norms replicated), the routed experts over
+        ``ep`` (not tensor-split)."""
+        dense = (self.attention + self.mlp_dense + self.shared_experts) / tp + self.router + self.norms
+        expert = self.routed_expert_each * self.num_routed_experts / ep if self.num_routed_experts else 0.0
+        return dense, expert
+
     def active(self, top_k: int) -> int:
         """Parameters one token touches when routed to ``top_k`` experts (capped at the expert count)."""
         if top_k < 0:

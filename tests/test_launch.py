@@ -412,13 +412,14 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
 
 def test_deepspeed_zero3_prefetch_holds_one_layer_of_this_rank():
     """Mixtral 8x7B layer: 41,943,040 attention (GQA), 8 experts x 176,160,768, 32,768 router and
-    8,192 norm parameters. With TP 2 and EP 4 a rank holds half the rest and two experts, not all
-    eight (a bucket of every expert would prefetch several layers)."""
+    8,192 norm parameters. With TP 2 and EP 4 a rank holds half the attention, the router and norms
+    whole (as the cost model holds them) and two experts, not all eight (a bucket of every expert
+    would prefetch several layers)."""
     model, training, _ = mixtral_case()
     layout = Layout(tp=2, pp=1, dp=64, ep=4, micro_batch_size=1, num_micro_batches=4, zero_stage=3,
                     recompute="full")  # fmt: skip
     zero = json.loads(launch((model, training, layout)).deepspeed)["zero_optimization"]
-    assert zero["stage3_prefetch_bucket_size"] == (41_943_040 + 32_768 + 8_192) // 2 + 2 * 176_160_768
+    assert zero["stage3_prefetch_bucket_size"] == 41_943_040 // 2 + 32_768 + 8_192 + 2 * 176_160_768
 
 
 def test_deepspeed_zero3_prefetches_one_llama3_8b_layer():

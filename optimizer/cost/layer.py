@@ -235,11 +235,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * _score_elements(ctx, kind, d)
     # ---- parameters on this GPU --------------------------------------------------------------
-    dense = (p.attention + p.mlp_dense + p.shared_experts) / tp + p.router + p.norms
-    expert = 0.0
-    if kind.is_moe:
-        assert model.moe is not None
-        expert = p.routed_expert_each * model.moe.num_experts / ep
+    dense, expert = p.on_rank(tp, ep)
     return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)
 
 

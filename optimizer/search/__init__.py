@@ -208,8 +208,7 @@ def _search(request: PlanRequest) -> PlanResponse:
                 _push_bounded(pool_heap, est.step_time_s, pool_size)
                 continue
             unfit = Unfit(lay, est.peak_memory_bytes, est)
-        if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
-            smallest = unfit
+        smallest = _least_memory(smallest, unfit)
     info.candidates_fitting_memory = n_fitting
     fitting.sort(key=_rank_key)
     kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
@@ -275,9 +274,7 @@ def _search(request: PlanRequest) -> PlanResponse:
                 break
             fam = bounds.family(family)
             for member in fam.expand(job) if is_deeper else [fam.first]:
-                unfit = _unfit(ctx, member, headroom)
-                if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes:
-                    smallest = unfit
+                smallest = _least_memory(smallest, _unfit(ctx, member, headroom))
         return PlanResponse(
             status="infeasible",
             plans=[],
@@ -308,6 +305,11 @@ def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, expla
     info.status = solver_status
     info.wall_time_s = time.perf_counter() - t0
     return PlanResponse(status=status, plans=[], solver=info, explanation=explanation)
+
+
+def _least_memory(smallest: Unfit | None, unfit: Unfit) -> Unfit:
+    """The one of the two needing less memory (the earlier, ``smallest``, on a tie)."""
+    return unfit if smallest is None or unfit.peak_memory_bytes < smallest.peak_memory_bytes else smallest
 
 
 def _unfit(ctx, lay: ResolvedLayout, headroom_bytes: float | None) -> Unfit:
