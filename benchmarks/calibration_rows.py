@@ -57,8 +57,9 @@ Cluster
 
 Layout
   - Stated fields are pinned: ``tp pp cp ep dp vpp micro_batch_size sequence_parallel``;
-    ``zero_stage`` from ``zero_stage``, else ``fsdp`` (any degree, or "on") -> 3, else
-    ``distributed_optimizer`` true -> 1 / false -> 0; ``activation_recompute`` phrasings ->
+    ``zero_stage`` from ``zero_stage``, else ``fsdp`` (any degree, or "on") -> 3 (1 for
+    torchtitan with pp > 1, whose pipeline schedule keeps FSDP2 weights gathered and gradients
+    unsharded for the whole step), else ``distributed_optimizer`` true -> 1 / false -> 0; ``activation_recompute`` phrasings ->
     full / selective / moe / none ("selective (...)" maps to ``selective`` unless its module list
     names ``moe``, Megatron's whole-MoE-block recompute, which maps to ``moe``; torchtitan's
     selective checkpointing is its op-level policy, ``op``).
@@ -558,6 +559,11 @@ def layout_space(
 
     # optimizer sharding
     zero = map_zero_stage(cfg)
+    if zero == 3 and pp > 1 and _is_torchtitan(row):
+        # PyTorch's pipeline schedule keeps FSDP2 weights gathered and gradients unsharded until a
+        # step's last backward (torchtitan's FSDP with PP runs as ZeRO-1; docs/launch.md)
+        zero = 1
+        notes.append("FSDP under torchtitan's pipeline schedule runs as ZeRO-1 (weights gathered all step)")
     if zero is None:
         grid["zero_stage"] = (DEFAULT_ZERO_STAGE,)
     else:

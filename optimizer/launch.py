@@ -388,7 +388,9 @@ def _toml_value(value: object) -> str:
 
 
 def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
-    fsdp = layout.zero_stage == 3
+    # torchtitan shards with FSDP2 or replicates with DDP, which keeps the whole optimizer state on
+    # every rank (more memory than a ZeRO-1/2 plan): every sharded stage maps to FSDP2.
+    fsdp = layout.zero_stage >= 1
     shard = geo.dp if fsdp else 1
     parallelism: dict[str, object] = {
         "data_parallel_replicate_degree": geo.dp // shard,
@@ -398,6 +400,10 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         "context_parallel_degree": geo.cp,
         "expert_parallel_degree": geo.ep,
     }
+    if fsdp and layout.zero_stage < 3 and geo.pp == 1:
+        # weights stay gathered from forward to backward, as ZeRO-1/2 keeps them whole (with pp > 1
+        # torchtitan's pipeline schedule keeps them gathered anyway)
+        parallelism["fsdp_reshard_after_forward"] = "never"
     if geo.ep > 1:
         parallelism["expert_tensor_parallel_degree"] = 1  # experts whole, as the cost model keeps them
     async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
@@ -444,6 +450,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments.setdefault("parallelism", []).append(
             "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
         )
+    comments.setdefault("parallelism", []).extend(_torchtitan_sharding_comments(layout, geo))
     if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
         comments.setdefault("parallelism", []).append(
             f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "
@@ -485,6 +492,33 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         lines += [f"# {c}" for c in comments.get(name, [])]
         lines += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
     return "\n".join(lines) + "\n"
+
+
+def _torchtitan_sharding_comments(layout: Layout, geo: _Geometry) -> list[str]:
+    """Where torchtitan's DDP / FSDP2 differ from the plan's ZeRO stage (PyTorch
+    ``torch/distributed/pipelining/stage.py``, ``backward_maybe_with_nosync``: with pp > 1, FSDP2
+    modules neither reshard nor reduce gradients until a step's last backward)."""
+    z = layout.zero_stage
+    if z == 0:
+        if geo.dp > 1 and max(geo.tp, geo.pp, geo.cp, geo.ep) > 1:
+            return [
+                "torchtitan's DDP (zero_stage 0) runs only when data parallelism is the only parallel "
+                + "dimension: this layout does not run there (plan with zero_stage 1 or more)"
+            ]
+        return []
+    if geo.pp > 1 and z >= 2:
+        return [
+            "torchtitan's pipeline schedule keeps a stage's weights gathered and its gradients unsharded "
+            + "from its first backward to its last (ZeRO-1 memory): expect more memory per GPU than this "
+            + f"ZeRO-{z} plan; plan with search.fix.zero_stage 1 to cost it"
+        ]
+    if geo.pp == 1 and z < 3 and geo.nmb > 1:
+        return [
+            f"torchtitan has no ZeRO-{z}: FSDP2 keeps the gathered weights from forward to backward, as "
+            + f"the plan does, but gathers them and reduce-scatters gradients for each of the {geo.nmb} "
+            + "micro-batches where the plan does both once per step: expect more data-parallel traffic"
+        ]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,7 +301,7 @@ def test_torchtitan_toml_parses_with_right_degrees(name):
     assert par["expert_parallel_degree"] == layout.ep
     assert par.get("expert_tensor_parallel_degree") == (1 if layout.ep > 1 else None)
     assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == layout.dp
-    if layout.zero_stage == 3:
+    if layout.zero_stage >= 1:  # FSDP2: DDP would keep the whole optimizer state on every rank
         assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
             layout.dp,
             1,
@@ -311,6 +311,8 @@ def test_torchtitan_toml_parses_with_right_degrees(name):
             1,
             layout.dp,
         )
+    keeps_gathered = layout.zero_stage in (1, 2) and layout.pp == 1
+    assert par.get("fsdp_reshard_after_forward") == ("never" if keeps_gathered else None)
     expected_mode = "full" if layout.recompute == "moe" else layout.recompute  # no MoE-block AC
     assert cfg["activation_checkpoint"]["mode"] == expected_mode
     tr = cfg["training"]
@@ -771,7 +773,8 @@ def test_op_level_recompute_in_every_framework():
 @pytest.mark.parametrize(
     ("update", "runs"),
     [
-        ({}, False),  # DDP (zero 1): torchtitan's expert ranks come from tp x cp only (2 < 8)
+        ({}, True),  # FSDP (zero 1): 8 is a multiple of tp x cp = 2 and at most 8 x 1 x 2
+        ({"zero_stage": 0}, False),  # DDP: torchtitan's expert ranks come from tp x cp only (2 < 8)
         ({"zero_stage": 3}, True),  # FSDP: 8 is a multiple of tp x cp = 2 and at most 8 x 1 x 2
         ({"zero_stage": 3, "tp": 4, "dp": 4, "ep": 2, "num_micro_batches": 64}, False),  # 2 is no multiple of tp = 4
     ],
@@ -788,3 +791,29 @@ def test_torchtitan_expert_parallel_limits_are_flagged(update, runs):
 def test_megatron_keeps_experts_whole_only_for_moe_models():
     assert megatron_value(launch(mixtral_case()).megatron, "--expert-tensor-parallel-size") == "1"
     assert "--expert-tensor-parallel-size" not in megatron_flags(launch(zero3_case()).megatron)
+
+
+@pytest.mark.parametrize(
+    ("case", "update", "expected"),
+    [
+        # DDP refuses a second parallel dimension ("DDP has not supported > 1D parallelism")
+        ("llama3-70b", {"zero_stage": 0}, "DDP (zero_stage 0) runs only when"),
+        ("zero0-dp-only", {}, None),
+        # pp > 1: gathered weights and unsharded gradients until the step's last backward
+        ("llama3-70b", {"zero_stage": 3}, "(ZeRO-1 memory): expect more memory per GPU than this ZeRO-3 plan"),
+        ("llama3-70b", {"zero_stage": 2}, "than this ZeRO-2 plan"),
+        ("llama3-70b", {}, None),  # ZeRO-1 is what the pipeline schedule does
+        # pp = 1, ZeRO-1/2: FSDP2 gathers and reduces per micro-batch
+        ("zero3", {"zero_stage": 2}, "for each of the 4 micro-batches where the plan does both once per step"),
+        ("zero3", {"zero_stage": 1, "micro_batch_size": 8, "num_micro_batches": 1}, None),
+        ("zero3", {}, None),  # ZeRO-3 is FSDP2's default
+    ],
+)
+def test_torchtitan_says_where_its_sharding_differs_from_the_plan(case, update, expected):
+    model, training, layout = ALL_CASES[case]
+    text = launch((model, training, layout.model_copy(update=update))).torchtitan
+    comments = [line for line in text.splitlines() if line.startswith("#") and ("ZeRO" in line or "DDP" in line)]
+    if expected is None:
+        assert comments == []
+    else:
+        assert len(comments) == 1 and expected in comments[0], comments
