@@ -18,7 +18,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from benchmarks.calibration_rows import (
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
 from optimizer.errors import InvalidLayout
+from optimizer.specs import JobSpec
 
 DOC_PATH = ROOT / "docs" / "validation.md"
 COMMAND = ".venv/bin/python benchmarks/validation.py"
@@ -337,12 +338,16 @@ def flop_definition_checks(raw_rows: list[dict[str, Any]]) -> tuple[tuple[str, s
 
 
 def run_validation(
-    cal: Calibration | None = None, rows: list[dict[str, Any]] | None = None
+    cal: Calibration | None = None, rows: list[dict[str, Any]] | None = None, fp32_gradients: bool = False
 ) -> ValidationReport:
-    """Score every mappable calibration row with ``cal`` (default: the shipped calibration)."""
+    """Score every mappable calibration row with ``cal`` (default: the shipped calibration);
+    ``fp32_gradients`` costs every bf16 row with ``training.grad_reduce_in_fp32`` (a what-if: the
+    mapping costs 16-bit gradients)."""
     cal = DEFAULT if cal is None else cal
     raw = load_rows() if rows is None else rows
     mapped, skipped = map_all(raw)
+    if fp32_gradients:
+        mapped = [replace(m, job=_with_fp32_gradients(m.job)) for m in mapped]
     results: list[RowResult] = []
     skipped = list(skipped)
     for m in mapped:
@@ -365,6 +370,14 @@ def run_validation(
         groups=rank_groups(results),
     )
     return ValidationReport(tuple(results), tuple(skipped), summary, flop_definition_checks(raw))
+
+
+def _with_fp32_gradients(job: JobSpec) -> JobSpec:
+    """``job`` with fp32 gradients when it trains in bf16 (Megatron-LM's default with ``--bf16``);
+    fp16 runs keep fp16 gradients, fp16's default."""
+    if job.training.precision == "fp16":
+        return job
+    return job.model_copy(update={"training": job.training.model_copy(update={"grad_reduce_in_fp32": True})})
 
 
 def _split(results: list[RowResult], key: Callable[[RowResult], str]) -> dict[str, ErrorStats]:
@@ -513,7 +526,10 @@ def render_markdown(rep: ValidationReport) -> str:
         "DeepSpeed's ZeRO-3 rows (SC'21 Table 2) run flat data-parallel rings (`training.dp_collectives`:",
         "at a fixed batch their measured step does not fall as GPUs are added) that block compute",
         "(`training.dp_comm_overlap` false: a prefetch of 5e7 elements cannot gather a layer ahead);",
-        "every other row runs NCCL's hierarchical collectives, overlapped.",
+        "every other row runs NCCL's hierarchical collectives, overlapped. torchtitan's FSDP under its",
+        "pipeline schedule is costed as ZeRO-1 (weights gathered and gradients unsharded all step).",
+        "Gradients are 16-bit in every row (`training.grad_reduce_in_fp32` false; `--fp32-gradients`",
+        "prints the summary with fp32 gradients in the bf16 rows instead).",
         "",
         "## Summary",
         "",
@@ -572,10 +588,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-write", action="store_true", help=f"do not write {DOC_PATH.relative_to(ROOT)}")
     ap.add_argument("--markdown", type=Path, default=DOC_PATH, help="where to write the markdown report")
+    ap.add_argument(
+        "--fp32-gradients", action="store_true",
+        help="what-if: cost every bf16 row with fp32 gradients (training.grad_reduce_in_fp32); implies --no-write",
+    )  # fmt: skip
     args = ap.parse_args(argv)
-    rep = run_validation()
+    rep = run_validation(fp32_gradients=args.fp32_gradients)
     print(render_text(rep))
-    if not args.no_write:
+    if not args.no_write and not args.fp32_gradients:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(render_markdown(rep), encoding="utf-8")
         print(f"\nwrote {args.markdown}")

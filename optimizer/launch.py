@@ -92,6 +92,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         # _add_mixed_precision_args
         "--bf16",
         "--fp16",
+        "--grad-reduce-in-bf16",  # sets accumulate_allreduce_grads_in_fp32 false (validate_args)
+        "--accumulate-allreduce-grads-in-fp32",
         # _add_transformer_engine_args
         "--fp8-format",
         "--fp4-format",
@@ -345,8 +347,12 @@ def _megatron(
     args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
     if training.precision == "fp16":
         args.append("--fp16")
+        if training.grad_reduce_in_fp32:  # fp16 keeps fp16 gradients by default
+            args.append("--accumulate-allreduce-grads-in-fp32")
     else:
         args.append("--bf16")
+        if not training.grad_reduce_in_fp32:  # --bf16 keeps fp32 gradients by default
+            args.append("--grad-reduce-in-bf16")
         if training.precision == "fp8":
             args += ["--fp8-format", "hybrid"]
         elif training.precision == "fp4":
@@ -474,7 +480,12 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         )
     else:
         train["mixed_precision_param"] = "bfloat16"
-    train["mixed_precision_reduce"] = "float32"
+    train["mixed_precision_reduce"] = "float32"  # the only value torchtitan takes
+    if fsdp and not training.grad_reduce_in_fp32:
+        comments.setdefault("training", []).append(
+            "torchtitan reduces gradients in float32 (mixed_precision_reduce takes no other value): twice the "
+            + "gradient bytes of this plan (plan with training.grad_reduce_in_fp32 true to cost them)"
+        )
     sections: dict[str, dict[str, object]] = {
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
@@ -541,6 +552,8 @@ def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _G
         "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
         "fp16": {"enabled": training.precision == "fp16"},
     }
+    if training.grad_reduce_in_fp32:  # DeepSpeed's default accumulates in the model's 16-bit dtype
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if layout.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": geo.tp > 1,

@@ -265,6 +265,17 @@ class TrainingSpec(Strict):
             "elements, under 3% of one GPT-3 175B layer, gathers each module's weights on demand)."
         ),
     )
+    grad_reduce_in_fp32: bool = Field(
+        default=False,
+        description=(
+            "The stack keeps and reduces gradients in fp32, 4 bytes each (Megatron-Core's "
+            "grad_reduce_in_fp32: Megatron-LM's default with --bf16 and Megatron-Bridge's bf16 "
+            "recipes; torchtitan's mixed_precision_reduce float32; DeepSpeed's grad_accum_dtype "
+            "fp32), instead of the 16-bit training dtype, 2 bytes each (the 16 bytes per parameter "
+            "of mixed-precision Adam; Megatron-LM --grad-reduce-in-bf16). True doubles the gradient "
+            "memory and the bytes of every gradient reduction."
+        ),
+    )
     dp_collectives: Literal["hierarchical", "flat"] = Field(
         default="hierarchical",
         description=(

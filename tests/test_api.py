@@ -289,11 +289,12 @@ def test_unknown_dp_collectives_is_422_naming_it(client: TestClient) -> None:
     assert "'hierarchical' or 'flat'" in _messages(response)
 
 
-def test_non_boolean_dp_comm_overlap_is_422_naming_it(client: TestClient) -> None:
-    training = {**JOB["training"], "dp_comm_overlap": "sometimes"}
+@pytest.mark.parametrize("field", ["dp_comm_overlap", "grad_reduce_in_fp32"])
+def test_non_boolean_stack_switch_is_422_naming_it(client: TestClient, field: str) -> None:
+    training = {**JOB["training"], field: "sometimes"}
     response = client.post("/evaluate", json={**JOB, "training": training, "config": {"tp": 8, "pp": 1}})
     assert response.status_code == 422
-    assert ["body", "training", "dp_comm_overlap"] in _detail_locs(response)
+    assert ["body", "training", field] in _detail_locs(response)
     assert "valid boolean" in _messages(response)
 
 

@@ -79,6 +79,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
             "pp_comm_overlap": draw(st.booleans()),
             "dp_collectives": draw(st.sampled_from(["hierarchical", "flat"])),
             "dp_comm_overlap": draw(st.booleans()),
+            "grad_reduce_in_fp32": draw(st.booleans()),
         },
         "cluster": {"preset": cluster, "num_gpus": n},
         "config": {
@@ -608,6 +609,42 @@ def test_blocking_data_parallel_collectives_never_speed_a_step(req):
     for term in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "optimizer"):
         assert same_order.breakdown_s[term] == pytest.approx(overlapped.breakdown_s[term], rel=REL)
     assert _estimate(blocking_req).step_time_s >= overlapped.step_time_s * (1 - REL)
+
+
+@SETTINGS
+@given(requests())
+def test_fp32_gradients_double_gradient_memory_and_never_speed_a_step(req):
+    """``training.grad_reduce_in_fp32`` keeps and reduces gradients in 4 bytes instead of 2: in the
+    same rank order every stage's gradient memory doubles, its weights and optimizer state stay,
+    only the data-parallel term of the time may move, and it only rises; over every order the best
+    step is never faster."""
+    half = _estimate(_with(req, "training", grad_reduce_in_fp32=False))
+    fp32_req = _with(req, "training", grad_reduce_in_fp32=True)
+    fp32_job = JobSpec(model=fp32_req["model"], training=fp32_req["training"], cluster=fp32_req["cluster"])
+    same_order = estimate(build_context(fp32_job), half.layout, half.order)
+    for h, f in zip(half.memory, same_order.memory, strict=True):
+        assert f.gradients_bytes == pytest.approx(2 * h.gradients_bytes, rel=REL)
+        assert (f.weights_bytes, f.optimizer_bytes) == pytest.approx((h.weights_bytes, h.optimizer_bytes), rel=REL)
+    assert same_order.peak_memory_bytes >= half.peak_memory_bytes * (1 - REL)
+    assert same_order.breakdown_s["dp_comm"] >= half.breakdown_s["dp_comm"] * (1 - REL)
+    for term in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "optimizer"):
+        assert same_order.breakdown_s[term] == pytest.approx(half.breakdown_s[term], rel=REL)
+    assert _estimate(fp32_req).step_time_s >= half.step_time_s * (1 - REL)
+
+
+def test_fp32_gradients_cost_zero3_one_gradient_reduce_scatter_more():
+    """ZeRO-3 gathers each layer's 16-bit weights twice and reduce-scatters its gradients once per
+    micro-batch: with fp32 gradients the bytes of that triple grow from 3 x 2 to 2 x 2 + 4 per
+    parameter, so the blocking data-parallel time grows by 4/3 less the ring latency, which does
+    not grow (383 hops a collective here)."""
+    training = {"seq_len": 2048, "global_batch_size": 1536, "dp_collectives": "flat", "dp_comm_overlap": False}
+    layout = {"tp": 1, "pp": 1, "micro_batch_size": 4, "zero_stage": 3}
+    half = _scored("gpt3-175b", "dgx-a100", 384, training, recompute="full", **layout)[1]
+    fp32 = _scored("gpt3-175b", "dgx-a100", 384, {**training, "grad_reduce_in_fp32": True}, recompute="full",
+                   **layout)[1]  # fmt: skip
+    assert 1.32 < fp32.breakdown_s["dp_comm"] / half.breakdown_s["dp_comm"] < 4 / 3
+    stage = fp32.memory[fp32.peak_stage]
+    assert stage.gradients_bytes == pytest.approx(2 * half.memory[half.peak_stage].gradients_bytes, rel=REL)
 
 
 def test_blocking_zero3_gathers_add_to_compute_and_order_sc21_table2():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import tomllib
@@ -120,6 +121,11 @@ ALL_CASES = {
         TrainingSpec(seq_len=2048, global_batch_size=128, precision="fp16"),
         Layout(tp=4, pp=2, cp=2, dp=4, micro_batch_size=4, num_micro_batches=8, zero_stage=2),
     ),
+    "zero2-fp16-fp32-grads": (
+        DENSE_8B,
+        TrainingSpec(seq_len=2048, global_batch_size=128, precision="fp16", grad_reduce_in_fp32=True),
+        Layout(tp=4, pp=2, cp=2, dp=4, micro_batch_size=4, num_micro_batches=8, zero_stage=2),
+    ),
     "zero0-dp-only": (
         DENSE_8B,
         TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16"),
@@ -175,7 +181,7 @@ def test_megatron_llama3_70b_interleaved():
         "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
         "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
-        "--recompute-granularity selective --attention-backend fused --bf16"
+        "--recompute-granularity selective --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -186,7 +192,7 @@ def test_megatron_mixtral_ep8_full_recompute():
         "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
         "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--recompute-granularity full --recompute-method uniform "
-        "--recompute-num-layers 1 --attention-backend fused --bf16"
+        "--recompute-num-layers 1 --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -203,7 +209,7 @@ def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
         "--seq-length 8192 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
-        "--ckpt-format fsdp_dtensor --attention-backend fused --bf16 --fp8-format hybrid"
+        "--ckpt-format fsdp_dtensor --attention-backend fused --bf16 --grad-reduce-in-bf16 --fp8-format hybrid"
     )
 
 
@@ -231,7 +237,7 @@ def test_megatron_uneven_first_last():
         "--context-parallel-size 1 --decoder-first-pipeline-num-layers 9 "
         "--decoder-last-pipeline-num-layers 11 --micro-batch-size 1 --global-batch-size 64 "
         "--seq-length 4096 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
-        "--overlap-param-gather --recompute-granularity selective --attention-backend fused --bf16"
+        "--overlap-param-gather --recompute-granularity selective --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -372,6 +378,7 @@ DEEPSPEED_KEYS = {
     "bf16",
     "fp16",
     "activation_checkpointing",
+    "data_types",  # only grad_accum_dtype, only for fp32 gradients
 }
 DEEPSPEED_AC_KEYS = {
     "partition_activations",
@@ -399,12 +406,16 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     zero = cfg["zero_optimization"]
     assert zero["stage"] == layout.zero_stage
     assert zero["overlap_comm"] is training.dp_comm_overlap
-    if layout.zero_stage == 3:  # gathers prefetched a whole layer ahead, as costed
-        largest = max(layer_params(_model, i).total for i in range(_model.num_layers)) / layout.tp
-        assert zero["stage3_prefetch_bucket_size"] <= max(50_000_000, largest + 1)
+    if layout.zero_stage == 3 and training.dp_comm_overlap:  # a whole layer gathered ahead, as costed
+        on_rank = max(sum(layer_params(_model, i).on_rank(layout.tp, layout.ep)) for i in range(_model.num_layers))
+        assert zero["stage3_prefetch_bucket_size"] == max(50_000_000, math.ceil(on_rank))
+    else:
+        assert "stage3_prefetch_bucket_size" not in zero
     assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size"}
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
+    # DeepSpeed accumulates gradients in the model's 16-bit dtype unless told otherwise
+    assert cfg.get("data_types") == ({"grad_accum_dtype": "fp32"} if training.grad_reduce_in_fp32 else None)
     if layout.recompute == "none":
         assert "activation_checkpointing" not in cfg
     else:
@@ -817,3 +828,37 @@ def test_torchtitan_says_where_its_sharding_differs_from_the_plan(case, update, 
         assert comments == []
     else:
         assert len(comments) == 1 and expected in comments[0], comments
+
+
+# ---------------------------------------------------------------------------------------------
+# training.grad_reduce_in_fp32
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "fp32", "present", "absent"),
+    [
+        # --bf16 keeps fp32 gradients unless told otherwise (validate_args)
+        ("llama3-70b", False, "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"),
+        ("llama3-70b", True, None, "--grad-reduce-in-bf16"),
+        # --fp16 keeps fp16 gradients unless told otherwise
+        ("zero2-fp16", False, None, "--accumulate-allreduce-grads-in-fp32"),
+        ("zero2-fp16-fp32-grads", True, "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"),
+    ],
+)
+def test_megatron_gradient_precision_follows_the_plan(case, fp32, present, absent):
+    model, training, layout = ALL_CASES[case]
+    flags = megatron_flags(launch((model, training.model_copy(update={"grad_reduce_in_fp32": fp32}), layout)).megatron)
+    assert present is None or present in flags
+    assert absent not in flags
+
+
+def test_torchtitan_says_it_reduces_gradients_in_fp32():
+    model, training, layout = zero3_case()
+    half = launch((model, training, layout)).torchtitan
+    fp32 = launch((model, training.model_copy(update={"grad_reduce_in_fp32": True}), layout)).torchtitan
+    assert tomllib.loads(half)["training"]["mixed_precision_reduce"] == "float32"  # its only value
+    assert "twice the gradient bytes of this plan" in half
+    assert "gradient bytes" not in fp32
+    ddp = launch(ALL_CASES["zero0-dp-only"]).torchtitan  # DDP: no FSDP reduction dtype
+    assert "gradient bytes" not in ddp

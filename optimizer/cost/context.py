@@ -22,6 +22,11 @@ from optimizer.params import (
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
 
+HALF_GRAD_BYTES = 2.0
+"""A gradient kept and reduced in the 16-bit training dtype (bf16 / fp16)."""
+FP32_GRAD_BYTES = 4.0
+"""A gradient kept and reduced in fp32 (``training.grad_reduce_in_fp32``)."""
+
 
 @dataclass(frozen=True)
 class LayerKind:
@@ -80,6 +85,12 @@ class JobContext:
         calibration's ``dp_overlap`` when the stack overlaps them (``training.dp_comm_overlap``),
         else none (every collective blocks)."""
         return self.cal.dp_overlap if self.job.training.dp_comm_overlap else 0.0
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of one gradient element, kept and reduced: fp32 when the stack does so
+        (``training.grad_reduce_in_fp32``), else the 16-bit training dtype."""
+        return FP32_GRAD_BYTES if self.job.training.grad_reduce_in_fp32 else HALF_GRAD_BYTES
 
     def headroom_bytes(self, requested: float | None) -> float:
         """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in

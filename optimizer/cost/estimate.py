@@ -33,7 +33,7 @@ from optimizer.cost.comm import (
     hierarchical_reduce_scatter_time_s,
     p2p_time_s,
 )
-from optimizer.cost.context import JobContext
+from optimizer.cost.context import HALF_GRAD_BYTES, JobContext
 from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import (
     ACT_BYTES,
@@ -63,7 +63,7 @@ Num = float | np.ndarray
 
 
 WEIGHT_BYTES = 2.0  # bf16 weights
-GRAD_BYTES = 2.0  # bf16 gradients (reduced in bf16)
+GRAD_BYTES = HALF_GRAD_BYTES  # the source text's 16-bit gradients; a job's own: JobContext.grad_bytes
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam first and second moments
 FP8_COPY_BYTES = 1.0  # transposed/quantised FP8 weight copies kept by FP8 training
 FP4_COPY_BYTES = 2 * (0.5 + 1 / 16)  # NVFP4 row- and column-wise weight copies, one fp8 scale per 16 values
@@ -304,19 +304,29 @@ def _maximum(a: Num, b: Num) -> Num:
 
 
 def _dp_collective_parts_s(
-    zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num
+    zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num,
+    grad_bytes: float,
 ) -> tuple[Num, Num]:
     """A stage's data-parallel collectives over ``dp_cp`` (dense gradient bytes ``g_dense``) and
-    ``edp`` (expert, ``g_exp``): (dense part, expert part), per step for ZeRO-0/1/2 (all-reduce,
-    or reduce-scatter, which the parameter all-gather mirrors), per layer and micro-batch for
-    ZeRO-3 (gather the layer's weights for forward and for backward and reduce-scatter its
-    gradients, each collective paying its own latency). Each part is affine in its bytes (and
-    ZeRO-3's, times the layer count, in the layer count). Numbers or numpy arrays."""
+    ``edp`` (expert, ``g_exp``), gradients of ``grad_bytes`` each: (dense part, expert part), per
+    step for ZeRO-0/1/2 (all-reduce, or reduce-scatter, which the parameter all-gather mirrors),
+    per layer and micro-batch for ZeRO-3 (gather the layer's 16-bit weights for forward and for
+    backward and reduce-scatter its gradients, each collective paying its own latency). Each part
+    is affine in its bytes (and ZeRO-3's, times the layer count, in the layer count). Numbers or
+    numpy arrays."""
     if zero_stage == 3:
-        return (3 * hierarchical_allgather_time_s(g_dense / n_layers, dp_cp),
-                3 * hierarchical_allgather_time_s(g_exp / n_layers, edp))  # fmt: skip
+        return _zero3_layer_s(g_dense / n_layers, dp_cp, grad_bytes), _zero3_layer_s(g_exp / n_layers, edp, grad_bytes)
     collective = hierarchical_allreduce_time_s if zero_stage == 0 else hierarchical_reduce_scatter_time_s
     return collective(g_dense, dp_cp), collective(g_exp, edp)
+
+
+def _zero3_layer_s(grads: Num, levels: tuple[Level, ...], grad_bytes: float) -> Num:
+    """ZeRO-3's collectives for one layer of ``grads`` gradient bytes: two weight gathers and a
+    gradient reduce-scatter (the same ring time for the same bytes)."""
+    reduce = hierarchical_reduce_scatter_time_s(grads, levels)
+    if grad_bytes == WEIGHT_BYTES:
+        return 3 * reduce
+    return 2 * hierarchical_allgather_time_s(grads * (WEIGHT_BYTES / grad_bytes), levels) + reduce
 
 
 def _dp_exposed_from_parts_s(
@@ -346,8 +356,9 @@ def _dp_exposed_s(
 ) -> float:
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     dp_cp, edp = _dp_levels(ctx, groups)
-    g_dense = dense * GRAD_BYTES
-    parts = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * GRAD_BYTES, n_layers)
+    g_dense = dense * ctx.grad_bytes
+    parts = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes, n_layers,
+                                   ctx.grad_bytes)  # fmt: skip
     if lay.zero_stage == 3:
         unhidden = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
     else:
@@ -369,9 +380,9 @@ def _dp_bucketed_times_s(
 ) -> tuple[float, float, float, float]:
     """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
-    g_dense = dense * GRAD_BYTES
+    g_dense = dense * ctx.grad_bytes
     dp_cp, edp = _dp_levels(ctx, groups)
-    d, e = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * GRAD_BYTES, 1)
+    d, e = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes, 1, ctx.grad_bytes)
     t_b = d + e
     last_b = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
     if lay.zero_stage == 0:
@@ -440,7 +451,7 @@ def _stage_fixed(
         )
         buffers += gathered * w_bytes
     elif lay.dp * lay.cp > 1:
-        buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * GRAD_BYTES)
+        buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
@@ -462,7 +473,7 @@ def static_memory_bytes(
     weights = (dense / dp_shard if zero_stage == 3 else dense) + (expert / ep_shard if zero_stage == 3 else expert)
     grads = (dense / dp_shard if zero_stage >= 2 else dense) + (expert / ep_shard if zero_stage >= 2 else expert)
     optim = dense / opt_dense_shard + expert / opt_expert_shard
-    return weights * w_bytes, grads * GRAD_BYTES, optim * OPTIMIZER_BYTES
+    return weights * w_bytes, grads * ctx.grad_bytes, optim * OPTIMIZER_BYTES
 
 
 def memory_floor_bytes(
@@ -905,7 +916,7 @@ def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[flo
     smallest_layer = min(c.dense_params for c in _kind_costs(ctx, lay, groups))
     average = (dense / pp, expert / pp, n_layers / pp, max_layer_params, (compute + head_time_s(ctx, lay)) / pp,
                fwd / pp, bwd / pp)  # fmt: skip
-    if lay.zero_stage == 3 or smallest_layer * GRAD_BYTES >= ctx.cal.dp_bucket_bytes:
+    if lay.zero_stage == 3 or smallest_layer * ctx.grad_bytes >= ctx.cal.dp_bucket_bytes:
         stage = average  # the head is on the last stage: more compute to overlap with
     else:
         stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
@@ -1065,7 +1076,7 @@ def dp_exposed_floor_s(
         *(np.atleast_1d(np.asarray(a)) for a in arrays)
     )
     n_layers = (ctx.job.model.num_layers or 0) / pp
-    g_dense, g_exp = dense * GRAD_BYTES / pp, expert * GRAD_BYTES / pp
+    g_dense, g_exp = dense * ctx.grad_bytes / pp, expert * ctx.grad_bytes / pp
 
     def smallest(sizes: np.ndarray, ring, part: int, g: np.ndarray) -> np.ndarray:
         best = np.full(sizes.shape, np.inf)
@@ -1074,7 +1085,7 @@ def dp_exposed_floor_s(
             for geo in _axis_geometries(ctx, int(size)):
                 levels = ring(ctx, geo)  # the other part runs over no levels: 0, not read
                 both = (levels, ()) if part == 0 else ((), levels)
-                best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel])[part])
+                best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel], ctx.grad_bytes)[part])
         return best
 
     dense_part = smallest(dp * cp, _dp_ring, 0, g_dense)
