@@ -70,6 +70,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
     notes += _dp_overlap_note(job, est)
+    notes += _pipeline_zero_note(job, est)
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
@@ -151,6 +152,29 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
         "(training.dp_comm_overlap); the launch arguments ask for that overlap (Megatron --overlap-grad-reduce "
         "--overlap-param-gather, DeepSpeed overlap_comm); without it the step takes "
         f"{blocking.step_time_s:.3f} s ({100 * slower:.0f}% slower)"
+    )
+    return [note]
+
+
+def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
+    """With pipeline parallelism the frameworks the launch arguments target run ZeRO-1 at most:
+    Megatron-LM shards gradients and weights only through Megatron-FSDP, whose documented
+    compatibility leaves out pipeline parallelism; torchtitan's pipeline schedule keeps FSDP2
+    weights gathered and gradients unsharded all step; DeepSpeed's pipeline engine takes ZeRO 0
+    or 1. For a ZeRO-2/3 plan with pp > 1, the same layout, order and split costed as ZeRO-1."""
+    lay = est.layout
+    if lay.pp == 1 or lay.zero_stage < 2 or lay.dp * lay.cp == 1:
+        return []
+    zero1 = estimate(build_context(job), replace(lay, zero_stage=1), est.order, headroom_bytes=est.headroom_bytes)
+    usable = est.capacity_bytes - est.headroom_bytes
+    verdict = "fits" if zero1.peak_memory_bytes <= usable else "does not fit"
+    note = (
+        f"zero_stage {lay.zero_stage} with pipeline parallelism: Megatron-LM shards gradients only through "
+        "Megatron-FSDP, whose documented compatibility leaves out pipeline parallelism, torchtitan's "
+        "pipeline schedule keeps FSDP2 weights and gradients whole all step, and DeepSpeed's pipeline "
+        f"engine takes ZeRO 0 or 1; run as ZeRO-1 this layout needs {to_gib(zero1.peak_memory_bytes):.1f} GiB "
+        f"of {to_gib(usable):.1f} GiB usable ({verdict}) and steps in {zero1.step_time_s:.3f} s "
+        "(search.allow.zero_stage [0, 1] plans for those frameworks)"
     )
     return [note]
 

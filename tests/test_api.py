@@ -757,3 +757,30 @@ def test_no_overlap_note_when_little_is_hidden() -> None:
         "config": {"tp": 8, "pp": 4, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"},
     }))  # fmt: skip
     assert not [n for n in plan.notes if "hidden under compute" in n]
+
+
+def _evaluate_gpt3_pipeline(zero_stage: int, pp: int = 8) -> Any:
+    return service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "gpt3-175b"},
+        "training": {"seq_len": 2048, "global_batch_size": 1536},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+        "config": {"tp": 2, "pp": pp, "vpp": 8 if pp > 1 else 1, "micro_batch_size": 1,
+                   "zero_stage": zero_stage, "recompute": "none"},
+    }))  # fmt: skip
+
+
+def test_pipeline_plans_with_zero2_say_what_zero1_takes() -> None:
+    """The frameworks the launch arguments target run ZeRO-1 at most with pipeline parallelism.
+    GPT-3 175B, TP2 PP8 with 8 chunks a stage on 1,024 H100 (the planner's layout): ZeRO-2 fits
+    in 80 GB; as ZeRO-1 it keeps every gradient of its stage (about 175B / 16 x 2 bytes, 64 times
+    its ZeRO-2 shard) and does not. The note's numbers are the same layout costed as ZeRO-1."""
+    zero2, zero1 = _evaluate_gpt3_pipeline(2), _evaluate_gpt3_pipeline(1)
+    (note,) = [n for n in zero2.notes if "with pipeline parallelism" in n]
+    needs_gib = float(re.search(r"needs ([0-9.]+) GiB", note).group(1))
+    assert needs_gib == pytest.approx(zero1.memory_gib.total, abs=0.05)
+    assert zero2.fits_memory and not zero1.fits_memory and "(does not fit)" in note
+    assert f"steps in {zero1.step_time_s:.3f} s" in note
+    assert zero1.memory_gib.gradients == pytest.approx(64 * zero2.memory_gib.gradients, rel=1e-9)  # dp = 64
+    assert 20.0 < zero1.memory_gib.total - zero2.memory_gib.total < 25.0  # plus the allocator's share
+    assert not [n for n in zero1.notes if "with pipeline parallelism" in n]
+    assert not [n for n in _evaluate_gpt3_pipeline(2, pp=1).notes if "with pipeline parallelism" in n]

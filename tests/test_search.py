@@ -984,3 +984,23 @@ def test_restrictions_that_leave_a_knob_without_values_are_named(restriction: di
                                "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "search": restriction}))  # fmt: skip
     assert planned.status == "infeasible" and not planned.plans and planned.solver.status == "INFEASIBLE"
     assert f"leave no {knob}" in planned.explanation
+
+
+def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
+    """Planned for frameworks that run ZeRO-1 at most with pipelines (search.allow.zero_stage
+    [0, 1]), GPT-3 175B on 1,024 H100 keeps TP2 PP8 with 8 chunks a stage and buys the gradient
+    memory ZeRO-2 saved with selective recompute: 6.231 s against ZeRO-2's 6.113 s, whose
+    layout needs 90.9 GiB as ZeRO-1 (docs/launch.md)."""
+    job = {"model": {"preset": "gpt3-175b"}, "training": {"seq_len": 2048, "global_batch_size": 1536},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 1024}}  # fmt: skip
+    free = search(PlanRequest.model_validate({**job, "search": {"top_k": 1}}))
+    pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
+    assert free.status == pipeline.status == "optimal"
+    best, kept = free.plans[0], pipeline.plans[0]
+    assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (2, 8, 8, 2)
+    assert best.step_time_s == pytest.approx(6.113, abs=5e-4) and best.memory_gib.total == pytest.approx(68.7, abs=0.05)
+    assert (kept.config.tp, kept.config.pp, kept.config.vpp, kept.config.zero_stage) == (2, 8, 8, 1)
+    assert kept.config.recompute == "selective" and kept.memory_gib.total == pytest.approx(74.7, abs=0.05)
+    assert kept.step_time_s == pytest.approx(6.231, abs=5e-4)
+    assert not [n for n in kept.notes if "with pipeline parallelism" in n]
+    assert [n for n in best.notes if "90.9 GiB" in n and "(does not fit)" in n]
