@@ -26,6 +26,7 @@ bench: $(STAMP)
 
 validate: $(STAMP)
 	$(BIN)/python benchmarks/validation.py
+	$(BIN)/python benchmarks/memory_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -40,7 +40,10 @@ Training
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
     ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
     hierarchical; ``dp_comm_overlap`` false for the same rows (``map_dp_comm_overlap``), else true;
-    ``fused_kernels`` false for torchtitan runs without ``torch.compile``; ``attention_kernel``
+    ``fused_kernels`` false for torchtitan runs without ``torch.compile``; torchtitan runs keep
+    and reduce gradients in fp32 (``grad_reduce_in_fp32``: FSDP2's ``mixed_precision_reduce`` takes
+    only float32) and compute the loss with PyTorch's fp32 cross-entropy (``cross_entropy``
+    unfused), every other run 16-bit gradients and a fused loss; ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
     the rest (FlashAttention-2 era; torchtitan's PyTorch SDPA flash backend).
@@ -702,6 +705,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
             pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
+            # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
+            grad_reduce_in_fp32=_is_torchtitan(row),
+            cross_entropy="unfused" if _is_torchtitan(row) else "fused",
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

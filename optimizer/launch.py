@@ -481,6 +481,11 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     else:
         train["mixed_precision_param"] = "bfloat16"
     train["mixed_precision_reduce"] = "float32"  # the only value torchtitan takes
+    if training.cross_entropy == "fused":
+        comments.setdefault("training", []).append(
+            "torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: 12 bytes per logit on "
+            + "the last stage where this plan has 6 (plan with training.cross_entropy unfused to cost it)"
+        )
     if fsdp and not training.grad_reduce_in_fp32:
         comments.setdefault("training", []).append(
             "torchtitan reduces gradients in float32 (mixed_precision_reduce takes no other value): twice the "

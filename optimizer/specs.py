@@ -276,6 +276,16 @@ class TrainingSpec(Strict):
             "memory and the bytes of every gradient reduction."
         ),
     )
+    cross_entropy: Literal["fused", "unfused"] = Field(
+        default="fused",
+        description=(
+            "How the stack computes the loss over the vocabulary. fused: Megatron-Core's "
+            "vocab-parallel cross-entropy, one fp32 softmax buffer reused for the gradient next to "
+            "the bf16 logits (6 bytes per logit); unfused: PyTorch's cross_entropy on logits cast "
+            "to fp32 (torchtitan), whose fp32 log-probabilities are kept for backward and meet "
+            "their fp32 gradient and the logits' there (12 bytes per logit at the peak)."
+        ),
+    )
     dp_collectives: Literal["hierarchical", "flat"] = Field(
         default="hierarchical",
         description=(

@@ -281,12 +281,16 @@ def test_unknown_attention_kernel_is_422_naming_it(client: TestClient) -> None:
     assert "'unfused', 'flash2' or 'flash3'" in _messages(response)
 
 
-def test_unknown_dp_collectives_is_422_naming_it(client: TestClient) -> None:
-    training = {**JOB["training"], "dp_collectives": "tree"}
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [("dp_collectives", "tree", "'hierarchical' or 'flat'"), ("cross_entropy", "chunked", "'fused' or 'unfused'")],
+)
+def test_unknown_stack_choice_is_422_naming_it(client: TestClient, field: str, value: str, allowed: str) -> None:
+    training = {**JOB["training"], field: value}
     response = client.post("/evaluate", json={**JOB, "training": training, "config": {"tp": 8, "pp": 1}})
     assert response.status_code == 422
-    assert ["body", "training", "dp_collectives"] in _detail_locs(response)
-    assert "'hierarchical' or 'flat'" in _messages(response)
+    assert ["body", "training", field] in _detail_locs(response)
+    assert allowed in _messages(response)
 
 
 @pytest.mark.parametrize("field", ["dp_comm_overlap", "grad_reduce_in_fp32"])

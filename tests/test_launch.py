@@ -862,3 +862,11 @@ def test_torchtitan_says_it_reduces_gradients_in_fp32():
     assert "gradient bytes" not in fp32
     ddp = launch(ALL_CASES["zero0-dp-only"]).torchtitan  # DDP: no FSDP reduction dtype
     assert "gradient bytes" not in ddp
+
+
+def test_torchtitan_says_its_loss_holds_more_than_a_fused_one():
+    model, training, layout = zero3_case()
+    fused = launch((model, training, layout)).torchtitan
+    unfused = launch((model, training.model_copy(update={"cross_entropy": "unfused"}), layout)).torchtitan
+    assert "12 bytes per logit on the last stage where this plan has 6" in fused
+    assert "bytes per logit" not in unfused

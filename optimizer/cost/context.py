@@ -26,6 +26,12 @@ HALF_GRAD_BYTES = 2.0
 """A gradient kept and reduced in the 16-bit training dtype (bf16 / fp16)."""
 FP32_GRAD_BYTES = 4.0
 """A gradient kept and reduced in fp32 (``training.grad_reduce_in_fp32``)."""
+LOGIT_BYTES = {"fused": 6.0, "unfused": 12.0}
+"""Bytes per logit (vocabulary entry of a token) the loss holds at its peak
+(``training.cross_entropy``). fused: the bf16 logits and one fp32 softmax buffer that the
+gradient reuses (Megatron-Core's vocab-parallel cross-entropy). unfused: PyTorch's cross_entropy
+on logits cast to fp32 keeps the fp32 log-probabilities for backward, where the fp32 gradients of
+those and of the logits are made next to them (torchtitan frees the bf16 logits first)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,11 @@ class JobContext:
         """Bytes of one gradient element, kept and reduced: fp32 when the stack does so
         (``training.grad_reduce_in_fp32``), else the 16-bit training dtype."""
         return FP32_GRAD_BYTES if self.job.training.grad_reduce_in_fp32 else HALF_GRAD_BYTES
+
+    @property
+    def logit_bytes(self) -> float:
+        """Bytes the loss holds per logit at its peak (``training.cross_entropy``)."""
+        return LOGIT_BYTES[self.job.training.cross_entropy]
 
     def headroom_bytes(self, requested: float | None) -> float:
         """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in

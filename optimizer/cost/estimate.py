@@ -68,7 +68,6 @@ OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam first and second moments
 FP8_COPY_BYTES = 1.0  # transposed/quantised FP8 weight copies kept by FP8 training
 FP4_COPY_BYTES = 2 * (0.5 + 1 / 16)  # NVFP4 row- and column-wise weight copies, one fp8 scale per 16 values
 ADAM_STEP_BYTES = 32.0  # HBM traffic per parameter of one Adam step (read p, m, v, g; write p, m, v, bf16 p)
-LOGIT_BYTES = 6.0  # bf16 logits + fp32 softmax/gradient buffer per vocabulary entry
 
 
 @dataclass(frozen=True)
@@ -440,7 +439,7 @@ def _stage_fixed(
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     if last:
         tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-        acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * LOGIT_BYTES
+        acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes
     n_groups = sum(memory_signature(groups))
     buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
@@ -1624,5 +1623,5 @@ def _head_time_uncached(ctx: JobContext, lay: ResolvedLayout) -> float:
     vocab = float(model.vocab_size or 0)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / lay.tp, tokens, vocab / lay.tp, h)
-    t += 3.0 * tokens * vocab / lay.tp * LOGIT_BYTES / ctx.hbm_bytes_per_s
+    t += 3.0 * tokens * vocab / lay.tp * ctx.logit_bytes / ctx.hbm_bytes_per_s
     return t

@@ -219,8 +219,11 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     elif moe_block:
         # the MoE block keeps only its input (never more than what selective keeps)
         stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
+    elif d.recompute == "op" and not kind.is_moe and model.mla is None:
+        f_local = p.mlp_dense / (3 * h if gated else 2 * h) / tp
+        stored_elems = _op_saved_elems(ctx, d, hid, core_out, f_local, gated)
     elif d.recompute in ("selective", "moe", "op"):
-        stored_elems = always  # op keeps fewer matmul outputs; counted like selective (upper bound)
+        stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems
     if not mla_up_kept:
@@ -237,6 +240,24 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     # ---- parameters on this GPU --------------------------------------------------------------
     dense, expert = p.on_rank(tp, ep)
     return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)
+
+
+def _op_saved_elems(ctx: JobContext, d: Dims, hid: float, core_out: float, f_local: float, gated: bool) -> float:
+    """Elements per token a dense layer keeps under torchtitan's op-level checkpointing
+    (``torchtitan/distributed/activation_checkpoint.py``, ``_custom_policy``): the output of every
+    matmul but every second one of the layer, in forward order (wq, wk, wv, wo, then w1, w3, w2 or
+    fc1, fc2), the attention kernel's output and, with sequence parallelism, the two
+    reduce-scatters' outputs; the layer input stays as the checkpoint's input. wo and the last MLP
+    matmul produce full-width partial sums before their reduce-scatter."""
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    heads, kv_heads = float(model.num_attention_heads or 0), float(model.num_kv_heads or 0)
+    kv_split = min(d.tp, max(kv_heads, 1.0))
+    mlp = [f_local, f_local, h] if gated else [f_local, h]
+    outputs = [heads * ctx.d_qk / d.tp, kv_heads * ctx.d_qk / kv_split, kv_heads * ctx.d_v / kv_split, h, *mlp]
+    saved = sum(outputs[0::2])  # the 1st, 3rd, ... matmul of the layer
+    scatters = 2 * hid if d.sequence_parallel and d.tp > 1 else 0.0
+    return hid + core_out + saved + scatters
 
 
 def _kv_width_local(ctx: JobContext, tp: int) -> float:
