@@ -526,7 +526,7 @@ def _torchtitan_sharding_comments(layout: Layout, geo: _Geometry) -> list[str]:
         return [
             "torchtitan's pipeline schedule keeps a stage's weights gathered and its gradients unsharded "
             + "from its first backward to its last (ZeRO-1 memory): expect more memory per GPU than this "
-            + f"ZeRO-{z} plan; plan with search.fix.zero_stage 1 to cost it"
+            + f"ZeRO-{z} plan; plan with search.allow.zero_stage [0, 1] to cost it"
         ]
     if geo.pp == 1 and z < 3 and geo.nmb > 1:
         return [
