@@ -486,10 +486,11 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
             "torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: 12 bytes per logit on "
             + "the last stage where this plan has 6 (plan with training.cross_entropy unfused to cost it)"
         )
-    if fsdp and not training.grad_reduce_in_fp32:
+    if geo.dp * geo.cp > 1 and not training.grad_reduce_in_fp32:
         comments.setdefault("training", []).append(
-            "torchtitan reduces gradients in float32 (mixed_precision_reduce takes no other value): twice the "
-            + "gradient bytes of this plan (plan with training.grad_reduce_in_fp32 true to cost them)"
+            "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce takes no other value; DDP "
+            + "keeps fp32 parameters under autocast): twice the gradient bytes of this plan (plan with "
+            + "training.grad_reduce_in_fp32 true to cost them)"
         )
     sections: dict[str, dict[str, object]] = {
         "parallelism": parallelism,
@@ -557,8 +558,6 @@ def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _G
         "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
         "fp16": {"enabled": training.precision == "fp16"},
     }
-    if training.grad_reduce_in_fp32:  # DeepSpeed's default accumulates in the model's 16-bit dtype
-        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if layout.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": geo.tp > 1,

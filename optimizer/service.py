@@ -7,6 +7,7 @@ from dataclasses import replace
 from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
+from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
@@ -69,12 +70,18 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
+        notes += _recompute_elsewhere_note(
+            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (the TOML's mode)"
+        )
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
             "DeepSpeed arguments use their own selective recompute, which re-runs the attention core instead"
+        )
+        notes += _recompute_elsewhere_note(
+            job, est, MEGATRON_SELECTIVE, "the Megatron and Bridge arguments run it as Megatron-Core's selective recompute"
         )
     gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
@@ -130,6 +137,23 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
     return [note]
 
 
+def _recompute_elsewhere_note(job: JobSpec, est: Estimate, recompute: str, who: str) -> list[str]:
+    """The peak memory of the same layout, order and split with the recompute another framework
+    runs for the plan's (``who``), when that needs 0.05 GiB or more than the plan."""
+    other = estimate(build_context(job), replace(est.layout, recompute=recompute), est.order,
+                     headroom_bytes=est.headroom_bytes)  # fmt: skip
+    extra = other.peak_memory_bytes - est.peak_memory_bytes
+    if extra < 0.05 * GIB:
+        return []
+    usable = est.capacity_bytes - est.headroom_bytes
+    verdict = "fits" if other.peak_memory_bytes <= usable else "does not fit"
+    note = (
+        f"{who}, which keeps {to_gib(extra):.1f} GiB more on the peak stage: "
+        f"{to_gib(other.peak_memory_bytes):.1f} GiB of {to_gib(usable):.1f} GiB usable ({verdict})"
+    )
+    return [note]
+
+
 DP_OVERLAP_NOTE_MIN = 0.05
 """Relative slow-down from blocking data-parallel collectives above which a plan says so."""
 
@@ -163,8 +187,8 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
     weights gathered and gradients unsharded all step; DeepSpeed's pipeline engine takes ZeRO 0
     or 1. For a ZeRO-2/3 plan with pp > 1, the same layout, order and split costed as ZeRO-1."""
     lay = est.layout
-    if lay.pp == 1 or lay.zero_stage < 2 or lay.dp * lay.cp == 1:
-        return []
+    if lay.pp == 1 or lay.zero_stage < 2 or shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep) == (1, 1):
+        return []  # (expert state shards over tp x dp x cp / ep even without data parallelism)
     zero1 = estimate(build_context(job), replace(lay, zero_stage=1), est.order, headroom_bytes=est.headroom_bytes)
     usable = est.capacity_bytes - est.headroom_bytes
     verdict = "fits" if zero1.peak_memory_bytes <= usable else "does not fit"

@@ -270,10 +270,10 @@ class TrainingSpec(Strict):
         description=(
             "The stack keeps and reduces gradients in fp32, 4 bytes each (Megatron-Core's "
             "grad_reduce_in_fp32: Megatron-LM's default with --bf16 and Megatron-Bridge's bf16 "
-            "recipes; torchtitan's mixed_precision_reduce float32; DeepSpeed's grad_accum_dtype "
-            "fp32), instead of the 16-bit training dtype, 2 bytes each (the 16 bytes per parameter "
-            "of mixed-precision Adam; Megatron-LM --grad-reduce-in-bf16). True doubles the gradient "
-            "memory and the bytes of every gradient reduction."
+            "recipes; torchtitan's mixed_precision_reduce float32), instead of the 16-bit training "
+            "dtype, 2 bytes each (the 16 bytes per parameter of mixed-precision Adam; Megatron-LM "
+            "--grad-reduce-in-bf16). True doubles the gradient memory and the bytes of every "
+            "gradient reduction."
         ),
     )
     cross_entropy: Literal["fused", "unfused"] = Field(

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -788,3 +789,41 @@ def test_pipeline_plans_with_zero2_say_what_zero1_takes() -> None:
     assert 20.0 < zero1.memory_gib.total - zero2.memory_gib.total < 25.0  # plus the allocator's share
     assert not [n for n in zero1.notes if "with pipeline parallelism" in n]
     assert not [n for n in _evaluate_gpt3_pipeline(2, pp=1).notes if "with pipeline parallelism" in n]
+
+
+def _example(name: str, **training: Any) -> Any:
+    from api import cli
+
+    data = cli.load_document(str(Path(__file__).resolve().parents[1] / "examples" / name))
+    data["training"] = {**data["training"], **training}
+    return data
+
+
+def test_recompute_notes_give_what_the_other_frameworks_keep() -> None:
+    """A selective plan runs as op-level checkpointing in torchtitan, an op plan as Megatron-Core's
+    selective recompute in Megatron and Bridge; the notes give those memories, each the same
+    layout costed with that recompute. Llama 3 70B at TP 8: op keeps the w2 partial sums (8.3 GiB
+    more, fits); torchtitan's 8B example: Megatron's selective keeps norms, activations and every
+    matmul output (40 GiB more, does not fit)."""
+    selective_req = _example("evaluate-llama3-70b.yaml")
+    selective = service.evaluate(EvaluateRequest.model_validate(selective_req))
+    op = service.evaluate(EvaluateRequest.model_validate({**selective_req, "config": {**selective_req["config"], "recompute": "op"}}))
+    (note,) = [n for n in selective.notes if n.startswith("torchtitan runs recompute 'selective'")]
+    assert f"{op.memory_gib.total:.1f} GiB of 78.6 GiB usable (fits)" in note
+    assert f"keeps {op.memory_gib.total - selective.memory_gib.total:.1f} GiB more" in note
+    titan = service.evaluate(EvaluateRequest.model_validate(_example("evaluate-llama3.1-8b-torchtitan.yaml")))
+    (note,) = [n for n in titan.notes if "Megatron-Core's selective recompute" in n]
+    assert "120.2 GiB of 95.0 GiB usable (does not fit)" in note
+
+
+def test_pipeline_note_for_expert_sharding_without_data_parallelism() -> None:
+    """Mixtral 8x7B, TP4 PP4 EP2 on 16 H100 (dp = 1): expert state still shards over
+    tp x dp x cp / ep = 2, so ZeRO-2 and ZeRO-1 differ and the pipeline note is given."""
+    plan = service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+        "config": {"tp": 4, "pp": 4, "ep": 2, "zero_stage": 2, "recompute": "full"},
+    }))  # fmt: skip
+    assert plan.config.dp == 1
+    (note,) = [n for n in plan.notes if "with pipeline parallelism" in n]
+    assert "57.4 GiB of 78.6 GiB usable (fits)" in note

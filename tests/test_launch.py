@@ -378,7 +378,6 @@ DEEPSPEED_KEYS = {
     "bf16",
     "fp16",
     "activation_checkpointing",
-    "data_types",  # only grad_accum_dtype, only for fp32 gradients
 }
 DEEPSPEED_AC_KEYS = {
     "partition_activations",
@@ -414,8 +413,9 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size"}
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
-    # DeepSpeed accumulates gradients in the model's 16-bit dtype unless told otherwise
-    assert cfg.get("data_types") == ({"grad_accum_dtype": "fp32"} if training.grad_reduce_in_fp32 else None)
+    # the gradient dtype is left to DeepSpeed (its default and what it accepts vary with the ZeRO
+    # stage and the version: docs/launch.md)
+    assert "data_types" not in cfg
     if layout.recompute == "none":
         assert "activation_checkpointing" not in cfg
     else:
@@ -823,7 +823,7 @@ def test_megatron_keeps_experts_whole_only_for_moe_models():
 def test_torchtitan_says_where_its_sharding_differs_from_the_plan(case, update, expected):
     model, training, layout = ALL_CASES[case]
     text = launch((model, training, layout.model_copy(update=update))).torchtitan
-    comments = [line for line in text.splitlines() if line.startswith("#") and ("ZeRO" in line or "DDP" in line)]
+    comments = [line for line in text.splitlines() if line.startswith("#") and ("ZeRO" in line or "DDP (zero_stage" in line)]
     if expected is None:
         assert comments == []
     else:
@@ -860,8 +860,8 @@ def test_torchtitan_says_it_reduces_gradients_in_fp32():
     assert tomllib.loads(half)["training"]["mixed_precision_reduce"] == "float32"  # its only value
     assert "twice the gradient bytes of this plan" in half
     assert "gradient bytes" not in fp32
-    ddp = launch(ALL_CASES["zero0-dp-only"]).torchtitan  # DDP: no FSDP reduction dtype
-    assert "gradient bytes" not in ddp
+    ddp = launch(ALL_CASES["zero0-dp-only"]).torchtitan  # DDP: fp32 parameters under autocast
+    assert "DDP keeps fp32 parameters" in ddp
 
 
 def test_torchtitan_says_its_loss_holds_more_than_a_fused_one():

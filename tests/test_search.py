@@ -182,6 +182,8 @@ def job_from_seed(seed: int) -> dict[str, Any]:
         job["training"]["dp_comm_overlap"] = False
     if random.Random(seed ^ 0x6AD5).random() < 0.3:  # fp32 gradients (own draw)
         job["training"]["grad_reduce_in_fp32"] = True
+    if random.Random(seed ^ 0xCE).random() < 0.3:  # PyTorch's fp32 cross-entropy (own draw)
+        job["training"]["cross_entropy"] = "unfused"
     own = random.Random(seed ^ 0xDE45)
     if "moe" in model and own.random() < 0.4:  # dense first layers (own draw: the rest unchanged)
         model["moe"]["first_dense_layers"] = own.randint(1, model["num_layers"] - 1)

@@ -353,7 +353,7 @@ def test_fp32_gradient_what_if_fits_the_published_runs_worse() -> None:
     default with --bf16) fit them worse (docs/cost-model.md quotes the numbers)."""
     base = run_validation().summary
     fp32 = run_validation(fp32_gradients=True).summary
-    assert fp32.overall.median_abs_pct > base.overall.median_abs_pct + 0.5
+    assert fp32.overall.median_abs_pct > base.overall.median_abs_pct + 0.3
     assert fp32.overall.p90_abs_pct > base.overall.p90_abs_pct + 3.0
     ordered = [sum(g.pairwise_agreement == 1.0 for g in s.groups) for s in (base, fp32)]
     assert ordered[1] < ordered[0]

@@ -330,23 +330,38 @@ def _zero3_layer_s(grads: Num, levels: tuple[Level, ...], grad_bytes: float) -> 
 
 def _dp_exposed_from_parts_s(
     ctx: JobContext, zero_stage: int, m: Num, n_layers: Num, parts: tuple[Num, Num], unhidden: Num,
-    compute: Num, fwd: Num, bwd: Num,
+    compute: Num, fwd: Num, bwd: Num, gather: Num | None = None,
 ) -> Num:
     """A stage's exposed data-parallel time from its ``_dp_collective_parts_s`` and the term no
     overlap hides (``unhidden``: ZeRO-3's first weight gather, else the last gradient bucket).
     ZeRO-3 overlaps its per-layer collectives with every micro-batch's compute; ZeRO-0/1/2 their
     gradient collectives with the last micro-batch's backward and (ZeRO-1/2) the parameter
-    all-gather with the next step's first forward. Non-decreasing in every part and in
-    ``unhidden``. Numbers or numpy arrays."""
+    all-gather (``gather``, ``_weight_gather_s``; the reduce-scatter's time when the gradients
+    are as wide as the weights) with the next step's first forward. Non-decreasing in every part
+    and in ``unhidden``. Numbers or numpy arrays."""
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
         return _maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
     t_b = dense + expert
     exposed = _maximum(unhidden, t_b - ctx.dp_overlap * bwd)
-    if zero_stage != 0:  # the parameter all-gather mirrors the gradient reduce-scatter
-        exposed = exposed + _maximum(unhidden, t_b - ctx.dp_overlap * fwd)
+    if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
+        t_g = t_b if gather is None else gather
+        exposed = exposed + _maximum(unhidden, t_g - ctx.dp_overlap * fwd)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
+
+
+def _weight_gather_s(
+    ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num
+) -> Num | None:
+    """ZeRO-1/2's parameter all-gather of a stage whose gradient bytes are ``g_dense`` and
+    ``g_exp``: the reduce-scatter's collectives over the 16-bit weights' bytes. None when the
+    gradients are as wide as the weights (the gather then takes the reduce-scatter's time)."""
+    if zero_stage not in (1, 2) or ctx.grad_bytes == WEIGHT_BYTES:
+        return None
+    ratio = WEIGHT_BYTES / ctx.grad_bytes
+    dense, expert = _dp_collective_parts_s(zero_stage, dp_cp, edp, g_dense * ratio, g_exp * ratio, 1, WEIGHT_BYTES)
+    return dense + expert
 
 
 def _dp_exposed_s(
@@ -362,8 +377,9 @@ def _dp_exposed_s(
         unhidden = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
     else:
         unhidden = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes)
     return _dp_exposed_from_parts_s(ctx, lay.zero_stage, lay.num_micro_batches, n_layers, parts, unhidden,
-                                    compute, fwd, bwd)  # fmt: skip
+                                    compute, fwd, bwd, gather)  # fmt: skip
 
 
 def _last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
@@ -386,7 +402,9 @@ def _dp_bucketed_times_s(
     last_b = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
     if lay.zero_stage == 0:
         return t_b, last_b, 0.0, 0.0
-    return t_b, last_b, t_b, last_b  # parameter all-gather mirrors the gradient reduce-scatter
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes)
+    # the parameter all-gather mirrors the gradient reduce-scatter in the weights' bytes
+    return t_b, last_b, (t_b if gather is None else gather), last_b
 
 
 def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:
@@ -1087,13 +1105,20 @@ def dp_exposed_floor_s(
                 best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel], ctx.grad_bytes)[part])
         return best
 
-    dense_part = smallest(dp * cp, _dp_ring, 0, g_dense)
-    if np.any(cp > 1):
-        dense_part = np.minimum(dense_part, np.where(cp > 1, smallest(dp, _dp_ring, 0, g_dense), np.inf))
-    expert_part = smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
+    def parts(g_dense: np.ndarray, g_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dense_part = smallest(dp * cp, _dp_ring, 0, g_dense)
+        if np.any(cp > 1):
+            dense_part = np.minimum(dense_part, np.where(cp > 1, smallest(dp, _dp_ring, 0, g_dense), np.inf))
+        return dense_part, smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
+
+    dense_part, expert_part = parts(g_dense, g_exp)
+    gather = None
+    if zero_stage in (1, 2) and ctx.grad_bytes != WEIGHT_BYTES:  # as _weight_gather_s
+        ratio = WEIGHT_BYTES / ctx.grad_bytes
+        gather = sum(parts(g_dense * ratio, g_exp * ratio))
     compute = (fwd + bwd + head) / pp
     floor = _dp_exposed_from_parts_s(ctx, zero_stage, m, n_layers, (dense_part, expert_part), 0.0,
-                                     compute, fwd / pp, bwd / pp)  # fmt: skip
+                                     compute, fwd / pp, bwd / pp, gather)  # fmt: skip
     floor = floor * (1.0 - STEP_FLOOR_MARGIN)  # the terms are summed differently from the exact ones
     return float(floor[0]) if scalar else floor
 
