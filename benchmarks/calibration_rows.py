@@ -698,6 +698,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     notes += n_net
     hw = row["hardware"]
     gpn = int(hw.get("gpus_per_node") or 8)
+    titan = _is_torchtitan(row)
     try:
         training = TrainingSpec(
             seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
@@ -706,8 +707,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
-            grad_reduce_in_fp32=_is_torchtitan(row),
-            cross_entropy="unfused" if _is_torchtitan(row) else "fused",
+            grad_reduce_in_fp32=titan,
+            cross_entropy="unfused" if titan else "fused",
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.calibration_rows import load_rows, map_all
-from benchmarks.validation import evaluate_row
+from benchmarks.validation import _md_table, _text_table, evaluate_row
 from optimizer.calibration import DEFAULT
 
 DATA_PATH = ROOT / "benchmarks" / "data" / "published_memory.json"
@@ -57,13 +57,14 @@ class MemoryRow:
 
 
 def load_published(path: Path = DATA_PATH) -> dict[str, Any]:
+    """``published_memory.json``: its description, source and runs."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def run_memory_check(path: Path = DATA_PATH) -> list[MemoryRow]:
-    """Score every run of ``published_memory.json`` as the validation does."""
-    published = {r["id"]: r for r in load_published(path)["runs"]}
+def run_memory_check(data: dict[str, Any] | None = None) -> list[MemoryRow]:
+    """Score every run of ``published_memory.json`` (or ``data`` in its form) as the validation does."""
+    published = {r["id"]: r for r in (load_published() if data is None else data)["runs"]}
     mapped, skipped = map_all([row for row in load_rows() if row["id"] in published])
     missing = set(published) - {m.id for m in mapped}
     if missing:
@@ -71,14 +72,9 @@ def run_memory_check(path: Path = DATA_PATH) -> list[MemoryRow]:
     rows = []
     for m in mapped:
         r = evaluate_row(m, DEFAULT)
-        lay = r.layout
-        tokens = lay["micro_batch_size"] * m.job.training.seq_len // lay["cp"]
-        text = (
-            f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']} cp{lay['cp']} vpp{lay['vpp']} "
-            f"mbs{lay['micro_batch_size']} z{lay['zero_stage']} rc:{lay['recompute']}"
-        )
+        tokens = r.layout["micro_batch_size"] * m.job.training.seq_len // r.layout["cp"]
         pub = published[m.id]
-        rows.append(MemoryRow(m.id, text, tokens, r.memory_gib, pub["peak_memory_gib"], pub["locator"]))
+        rows.append(MemoryRow(m.id, r.layout_str, tokens, r.memory_gib, pub["peak_memory_gib"], pub["locator"]))
     return rows
 
 
@@ -117,10 +113,8 @@ def _summary_lines(s: MemorySummary, n: int) -> list[str]:
     ]
 
 
-def render_markdown(rows: list[MemoryRow]) -> str:
-    published = load_published()
+def render_markdown(rows: list[MemoryRow], summary: MemorySummary, published: dict[str, Any]) -> str:
     src = published["source"]
-    head, body = _table(rows)
     lines = [
         "# Memory check against published peak memory",
         "",
@@ -132,28 +126,24 @@ def render_markdown(rows: list[MemoryRow]) -> str:
         "Each run is scored as `benchmarks/validation.py` scores it (its mapping of the stack: torchtitan",
         "keeps and reduces gradients in fp32, computes the loss with PyTorch's fp32 cross-entropy, and runs",
         "FSDP under its pipeline schedule as ZeRO-1); the predicted memory is that of the layout's peak",
-        "stage. Error is (predicted - published) / published; negative means the model expects less",
-        "memory than the run took.",
+        "stage (`*`: a knob the source did not state, chosen as the validation chooses it). Error is",
+        "(predicted - published) / published; negative means the model expects less memory than the",
+        "run took.",
         "",
         "## Summary",
         "",
-        *_summary_lines(summarise(rows), len(rows)),
+        *_summary_lines(summary, len(rows)),
         "",
         "## Runs",
         "",
-        "| " + " | ".join(head) + " |",
-        "| " + " | ".join("---" for _ in head) + " |",
-        *("| " + " | ".join(r) + " |" for r in body),
+        _md_table(*_table(rows)),
         "",
     ]
     return "\n".join(lines)
 
 
-def render_text(rows: list[MemoryRow]) -> str:
-    head, body = _table(rows)
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in [head, *body]]
-    return "\n".join([*out, "", *_summary_lines(summarise(rows), len(rows))])
+def render_text(rows: list[MemoryRow], summary: MemorySummary) -> str:
+    return "\n".join([_text_table(*_table(rows)), "", *_summary_lines(summary, len(rows))])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 past the median or under-prediction target")
     ap.add_argument("--no-write", action="store_true", help=f"do not write {DOC_PATH.relative_to(ROOT)}")
     args = ap.parse_args(argv)
-    rows = run_memory_check()
-    print(render_text(rows))
+    published = load_published()
+    rows = run_memory_check(published)
+    summary = summarise(rows)
+    print(render_text(rows, summary))
     if not args.no_write:
-        DOC_PATH.write_text(render_markdown(rows), encoding="utf-8")
+        DOC_PATH.write_text(render_markdown(rows, summary, published), encoding="utf-8")
         print(f"\nwrote {DOC_PATH}")
-    return 1 if args.check and not summarise(rows).passes() else 0
+    return 1 if args.check and not summary.passes() else 0
 
 
 if __name__ == "__main__":

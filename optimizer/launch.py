@@ -149,6 +149,11 @@ class _Geometry:
     chunks: tuple[int, ...]
     """Layers per pipeline chunk in schedule (model) order; chunk i runs on rank i % pp."""
 
+    @property
+    def has_dp_group(self) -> bool:
+        """A ``dp x cp`` group exists: there are data-parallel collectives."""
+        return self.dp * self.cp > 1
+
 
 @dataclass(frozen=True)
 class _Split:
@@ -248,7 +253,7 @@ def _megatron_split(geo: _Geometry) -> _Split:
 def _dp_overlapped(training: TrainingSpec, geo: _Geometry) -> bool:
     """The plan overlaps data-parallel collectives (``training.dp_comm_overlap``) and has them
     (a ``dp x cp`` group)."""
-    return training.dp_comm_overlap and geo.dp * geo.cp > 1
+    return training.dp_comm_overlap and geo.has_dp_group
 
 
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
@@ -452,7 +457,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
-    if not training.dp_comm_overlap and geo.dp * geo.cp > 1:
+    if not training.dp_comm_overlap and geo.has_dp_group:
         comments.setdefault("parallelism", []).append(
             "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
         )
@@ -486,7 +491,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
             "torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: 12 bytes per logit on "
             + "the last stage where this plan has 6 (plan with training.cross_entropy unfused to cost it)"
         )
-    if geo.dp * geo.cp > 1 and not training.grad_reduce_in_fp32:
+    if geo.has_dp_group and not training.grad_reduce_in_fp32:
         comments.setdefault("training", []).append(
             "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce takes no other value; DDP "
             + "keeps fp32 parameters under autocast): twice the gradient bytes of this plan (plan with "

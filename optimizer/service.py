@@ -117,39 +117,44 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
     with the modules the Megatron and Bridge arguments name (``core_attn``, plus ``mla_up_proj``
     on MLA models) Megatron-Core and Transformer Engine keep those outputs. The same layout,
     order and split costed with that recompute (``MEGATRON_SELECTIVE``) gives the memory."""
-    ctx = build_context(job)
-    megatron = estimate(
-        ctx, replace(est.layout, recompute=MEGATRON_SELECTIVE), est.order, headroom_bytes=est.headroom_bytes
-    )
+    megatron = _costed_again(job, est, recompute=MEGATRON_SELECTIVE)
     extra = megatron.peak_memory_bytes - est.peak_memory_bytes
-    if extra < 0.05 * GIB:
+    if extra < NOTE_MIN_EXTRA_BYTES:
         return []
-    usable = est.capacity_bytes - est.headroom_bytes
-    verdict = "still fits" if megatron.peak_memory_bytes <= usable else "does not fit"
+    verdict = "still fits" if megatron.fits_memory else "does not fit"
     modules = ", ".join(megatron_recompute_modules(job.model, "selective") or (MEGATRON_SELECTIVE,))
     note = (
         "recompute 'selective' is costed with the norm and activation-function outputs re-made in "
         "backward (as torchtitan's op-level checkpointing does); Megatron-Core's selective recompute "
         f"with the modules the launch arguments name ({modules}) keeps them under Transformer Engine: "
         f"{to_gib(extra):.1f} GiB more on the peak stage, {to_gib(megatron.peak_memory_bytes):.1f} GiB of "
-        f"{to_gib(usable):.1f} GiB usable ({verdict})"
+        f"{to_gib(est.usable_bytes):.1f} GiB usable ({verdict})"
     )
     return [note]
 
 
+def _costed_again(job: JobSpec, est: Estimate, **layout_changes: object) -> Estimate:
+    """The plan's layout (with ``layout_changes``), rank order and split costed for ``job``: what
+    the notes compare the plan with."""
+    layout = replace(est.layout, **layout_changes) if layout_changes else est.layout
+    return estimate(build_context(job), layout, est.order, headroom_bytes=est.headroom_bytes)
+
+
+NOTE_MIN_EXTRA_BYTES = 0.05 * GIB
+"""Memory another way of running the plan must add before a note gives it."""
+
+
 def _recompute_elsewhere_note(job: JobSpec, est: Estimate, recompute: str, who: str) -> list[str]:
     """The peak memory of the same layout, order and split with the recompute another framework
-    runs for the plan's (``who``), when that needs 0.05 GiB or more than the plan."""
-    other = estimate(build_context(job), replace(est.layout, recompute=recompute), est.order,
-                     headroom_bytes=est.headroom_bytes)  # fmt: skip
+    runs for the plan's (``who``), when that needs ``NOTE_MIN_EXTRA_BYTES`` or more than the plan."""
+    other = _costed_again(job, est, recompute=recompute)
     extra = other.peak_memory_bytes - est.peak_memory_bytes
-    if extra < 0.05 * GIB:
+    if extra < NOTE_MIN_EXTRA_BYTES:
         return []
-    usable = est.capacity_bytes - est.headroom_bytes
-    verdict = "fits" if other.peak_memory_bytes <= usable else "does not fit"
+    verdict = "fits" if other.fits_memory else "does not fit"
     note = (
         f"{who}, which keeps {to_gib(extra):.1f} GiB more on the peak stage: "
-        f"{to_gib(other.peak_memory_bytes):.1f} GiB of {to_gib(usable):.1f} GiB usable ({verdict})"
+        f"{to_gib(other.peak_memory_bytes):.1f} GiB of {to_gib(est.usable_bytes):.1f} GiB usable ({verdict})"
     )
     return [note]
 
@@ -166,7 +171,7 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
     if not job.training.dp_comm_overlap or est.layout.dp * est.layout.cp == 1:
         return []
     blocking_job = job.model_copy(update={"training": job.training.model_copy(update={"dp_comm_overlap": False})})
-    blocking = estimate(build_context(blocking_job), est.layout, est.order, headroom_bytes=est.headroom_bytes)
+    blocking = _costed_again(blocking_job, est)
     slower = blocking.step_time_s / est.step_time_s - 1.0
     if slower < DP_OVERLAP_NOTE_MIN:
         return []
@@ -189,15 +194,14 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
     lay = est.layout
     if lay.pp == 1 or lay.zero_stage < 2 or shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep) == (1, 1):
         return []  # (expert state shards over tp x dp x cp / ep even without data parallelism)
-    zero1 = estimate(build_context(job), replace(lay, zero_stage=1), est.order, headroom_bytes=est.headroom_bytes)
-    usable = est.capacity_bytes - est.headroom_bytes
-    verdict = "fits" if zero1.peak_memory_bytes <= usable else "does not fit"
+    zero1 = _costed_again(job, est, zero_stage=1)
+    verdict = "fits" if zero1.fits_memory else "does not fit"
     note = (
         f"zero_stage {lay.zero_stage} with pipeline parallelism: Megatron-LM shards gradients only through "
         "Megatron-FSDP, whose documented compatibility leaves out pipeline parallelism, torchtitan's "
         "pipeline schedule keeps FSDP2 weights and gradients whole all step, and DeepSpeed's pipeline "
         f"engine takes ZeRO 0 or 1; run as ZeRO-1 this layout needs {to_gib(zero1.peak_memory_bytes):.1f} GiB "
-        f"of {to_gib(usable):.1f} GiB usable ({verdict}) and steps in {zero1.step_time_s:.3f} s "
+        f"of {to_gib(est.usable_bytes):.1f} GiB usable ({verdict}) and steps in {zero1.step_time_s:.3f} s "
         "(search.allow.zero_stage [0, 1] plans for those frameworks)"
     )
     return [note]

@@ -109,8 +109,13 @@ class Estimate:
         return self.memory[self.peak_stage].total_bytes
 
     @property
+    def usable_bytes(self) -> float:
+        """Memory the layout may use per GPU: the capacity less the headroom."""
+        return self.capacity_bytes - self.headroom_bytes
+
+    @property
     def fits_memory(self) -> bool:
-        return self.peak_memory_bytes <= self.capacity_bytes - self.headroom_bytes
+        return self.peak_memory_bytes <= self.usable_bytes
 
 
 def _stage_layers(lay: ResolvedLayout) -> list[list[tuple[int, int]]]:
@@ -351,15 +356,23 @@ def _dp_exposed_from_parts_s(
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 
+def _gather_scale(ctx: JobContext, zero_stage: int) -> float | None:
+    """Weight bytes per gradient byte of ZeRO-1/2's parameter all-gather, when it differs from the
+    reduce-scatter's (fp32 gradients); None when the gather mirrors the reduce-scatter."""
+    if zero_stage not in (1, 2) or ctx.grad_bytes == WEIGHT_BYTES:
+        return None
+    return WEIGHT_BYTES / ctx.grad_bytes
+
+
 def _weight_gather_s(
     ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num
 ) -> Num | None:
     """ZeRO-1/2's parameter all-gather of a stage whose gradient bytes are ``g_dense`` and
     ``g_exp``: the reduce-scatter's collectives over the 16-bit weights' bytes. None when the
     gradients are as wide as the weights (the gather then takes the reduce-scatter's time)."""
-    if zero_stage not in (1, 2) or ctx.grad_bytes == WEIGHT_BYTES:
+    ratio = _gather_scale(ctx, zero_stage)
+    if ratio is None:
         return None
-    ratio = WEIGHT_BYTES / ctx.grad_bytes
     dense, expert = _dp_collective_parts_s(zero_stage, dp_cp, edp, g_dense * ratio, g_exp * ratio, 1, WEIGHT_BYTES)
     return dense + expert
 
@@ -370,14 +383,13 @@ def _dp_exposed_s(
 ) -> float:
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     dp_cp, edp = _dp_levels(ctx, groups)
-    g_dense = dense * ctx.grad_bytes
-    parts = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes, n_layers,
-                                   ctx.grad_bytes)  # fmt: skip
+    g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes
+    parts = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, g_exp, n_layers, ctx.grad_bytes)
     if lay.zero_stage == 3:
         unhidden = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
     else:
         unhidden = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
-    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes)
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, g_exp)
     return _dp_exposed_from_parts_s(ctx, lay.zero_stage, lay.num_micro_batches, n_layers, parts, unhidden,
                                     compute, fwd, bwd, gather)  # fmt: skip
 
@@ -395,14 +407,14 @@ def _dp_bucketed_times_s(
 ) -> tuple[float, float, float, float]:
     """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
-    g_dense = dense * ctx.grad_bytes
+    g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes
     dp_cp, edp = _dp_levels(ctx, groups)
-    d, e = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes, 1, ctx.grad_bytes)
+    d, e = _dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, g_exp, 1, ctx.grad_bytes)
     t_b = d + e
     last_b = _last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
     if lay.zero_stage == 0:
         return t_b, last_b, 0.0, 0.0
-    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, expert * ctx.grad_bytes)
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, g_exp)
     # the parameter all-gather mirrors the gradient reduce-scatter in the weights' bytes
     return t_b, last_b, (t_b if gather is None else gather), last_b
 
@@ -1112,10 +1124,8 @@ def dp_exposed_floor_s(
         return dense_part, smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
 
     dense_part, expert_part = parts(g_dense, g_exp)
-    gather = None
-    if zero_stage in (1, 2) and ctx.grad_bytes != WEIGHT_BYTES:  # as _weight_gather_s
-        ratio = WEIGHT_BYTES / ctx.grad_bytes
-        gather = sum(parts(g_dense * ratio, g_exp * ratio))
+    ratio = _gather_scale(ctx, zero_stage)
+    gather = None if ratio is None else sum(parts(g_dense * ratio, g_exp * ratio))
     compute = (fwd + bwd + head) / pp
     floor = _dp_exposed_from_parts_s(ctx, zero_stage, m, n_layers, (dense_part, expert_part), 0.0,
                                      compute, fwd / pp, bwd / pp, gather)  # fmt: skip

@@ -364,7 +364,7 @@ def _memory_explanation(best: Estimate | None) -> str:
     if best is None:
         return "no layout fits in memory"
     lay = best.layout
-    cap = to_gib(best.capacity_bytes - best.headroom_bytes)
+    cap = to_gib(best.usable_bytes)
     return (
         f"no layout fits in memory: the smallest per-GPU memory over all layouts is "
         f"{to_gib(best.peak_memory_bytes):.1f} GiB on stage {best.peak_stage} "

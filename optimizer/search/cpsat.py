@@ -140,7 +140,7 @@ class SplitModel:
             tb = cand.tables
             x = m.new_bool_var(f"pick_{i}")
             self.pick.append(x)
-            cap_bytes = cand.capacity_bytes - cand.estimate.headroom_bytes
+            cap_bytes = cand.estimate.usable_bytes  # the candidate's capacity is its estimate's
             slow = m.new_int_var(0, horizon, f"slow_{i}")
             dp = m.new_int_var(0, horizon, f"dp_{i}")
             opt = m.new_int_var(0, horizon, f"opt_{i}")

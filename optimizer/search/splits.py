@@ -197,7 +197,7 @@ def _solve_pair(
         # tabulated over the default range only, or (a per-mix table too large) with each stage's
         # mix of layer kinds taken from the even split: not a proof
         _note_open(out, floor)
-    if _tables_floor_s(tables, cand.capacity_bytes - cand.headroom_bytes) > threshold + POOL_MARGIN_S:
+    if _tables_floor_s(tables, cand.usable_bytes) > threshold + POOL_MARGIN_S:
         return None  # even each stage's cheapest fitting entry is slower than the k-th best time
     out.models_solved += 1
     # These models solve in milliseconds; the limit is a guard, not a budget to share out.
