@@ -118,22 +118,21 @@ class Estimate:
         return self.peak_memory_bytes <= self.usable_bytes
 
 
-def _stage_layers(lay: ResolvedLayout) -> list[list[tuple[int, int]]]:
-    """For each stage, the (first layer, layer count) of each chunk it holds."""
-    stages: list[list[tuple[int, int]]] = [[] for _ in range(lay.pp)]
-    start = 0
-    for c, count in enumerate(lay.stage_layers):
-        stages[c % lay.pp].append((start, count))
-        start += count
-    return stages
-
-
 def _stage_kind_counts(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[int, ...]]:
     """Layers of each kind on each stage (memoised per split)."""
-    key = ("counts", lay.pp, lay.stage_layers)
+    return split_kind_counts(ctx, lay.pp, lay.stage_layers)
+
+
+def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Layers of each kind on each of ``pp`` stages under the chunk split ``stage_layers`` (memoised)."""
+    key = ("counts", pp, stage_layers)
     cached = ctx.memo.get(key)
     if cached is None:
-        stage_chunks = _stage_layers(lay)
+        stage_chunks: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+        start = 0
+        for c, count in enumerate(stage_layers):
+            stage_chunks[c % pp].append((start, count))
+            start += count
         prefix = ctx.kind_prefix
         cached = [
             tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
@@ -180,6 +179,11 @@ class StageTerms:
 
 def _kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
     dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    return kind_costs(ctx, dims, groups)
+
+
+def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCost]:
+    """``layer_cost`` of every layer kind of the job (memoised per dims and TP / CP / EP geometry)."""
     key = (dims, groups.tp, groups.cp, groups.ep)
     kind_cost: list[LayerCost] | None = ctx.memo.get(key)
     if kind_cost is None:
@@ -307,6 +311,16 @@ def _maximum(a: Num, b: Num) -> Num:
     return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
+def _minimum(a: Num, b: Num) -> Num:
+    """``min`` of two numbers, elementwise when either is a numpy array."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _select(condition: bool | np.ndarray, a: Num, b: Num) -> Num:
+    """``a if condition else b``, elementwise when ``condition`` is a numpy array."""
+    return np.where(condition, a, b) if isinstance(condition, np.ndarray) else (a if condition else b)
+
+
 def _dp_collective_parts_s(
     zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num,
     grad_bytes: float,
@@ -396,7 +410,7 @@ def _dp_exposed_s(
 
 def _last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
     """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
-    bucket = min(ctx.cal.dp_bucket_bytes, g_dense)
+    bucket = _minimum(ctx.cal.dp_bucket_bytes, g_dense)
     if zero_stage == 0:
         return hierarchical_allreduce_time_s(bucket, dp_cp)
     return hierarchical_reduce_scatter_time_s(bucket, dp_cp)
@@ -432,29 +446,48 @@ def _stage_fixed(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
     """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
+    head = head_time_s(ctx, lay) if last else 0.0
+    return stage_fixed_terms(
+        ctx, lay, sum(memory_signature(groups)), _kind_costs(ctx, lay, groups), kind_counts, first, last, head
+    )
+
+
+def stage_fixed_terms(
+    ctx: JobContext, lay: ResolvedLayout, n_groups: int, kind_cost: Sequence[LayerCost], kind_counts: Sequence[Num],
+    first: bool | np.ndarray, last: bool | np.ndarray, head_s: Num,
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
+    """``_stage_fixed`` from its inputs: the layer costs of each kind (``kind_cost``), the stage's
+    layers of each kind, whether it is the first / last stage, the LM head's time (read on the last
+    stage) and the number of process groups the rank order forms (``memory_signature``).
+
+    Numbers, or numpy arrays that broadcast (``cost.columns`` costs many layouts at once: the
+    micro-batch size, interleaving depth, micro-batch count and sequence parallelism of ``lay``,
+    the counts, ``first`` / ``last`` (masks over a stage axis), the head time and every
+    ``LayerCost`` field may be arrays; the parallel sizes and ZeRO stage are numbers). Terms are
+    summed in the same order either way, so both give the same floats.
+    """
     cal = ctx.cal
-    kind_cost = _kind_costs(ctx, lay, groups)
-    present = [(n, lc) for n, lc in zip(kind_counts, kind_cost, strict=True) if n]
-    fwd = sum(n * lc.fwd_s for n, lc in present)
-    bwd = sum(n * lc.bwd_s for n, lc in present)
-    tp_s = sum(n * lc.tp_s for n, lc in present)
-    cp_s = sum(n * lc.cp_s for n, lc in present)
-    ep_s = sum(n * lc.ep_s for n, lc in present)
-    stored = sum(n * lc.stored_act_bytes for n, lc in present)
-    working = max((lc.working_act_bytes for _, lc in present), default=0.0)
-    dense = sum(n * lc.dense_params for n, lc in present)
-    expert = sum(n * lc.expert_params for n, lc in present)
-    n_layers = max(1, sum(kind_counts))
-    max_layer_params = max(lc.dense_params + lc.expert_params for lc in kind_cost)
+    fwd = sum(n * lc.fwd_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    bwd = sum(n * lc.bwd_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    tp_s = sum(n * lc.tp_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    cp_s = sum(n * lc.cp_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    ep_s = sum(n * lc.ep_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    stored = sum(n * lc.stored_act_bytes for n, lc in zip(kind_counts, kind_cost, strict=True))
+    working: Num = 0.0  # the largest working set of a kind the stage holds
+    for n, lc in zip(kind_counts, kind_cost, strict=True):
+        working = _maximum(working, _select(n > 0, lc.working_act_bytes, 0.0))
+    dense = sum(n * lc.dense_params for n, lc in zip(kind_counts, kind_cost, strict=True))
+    expert = sum(n * lc.expert_params for n, lc in zip(kind_counts, kind_cost, strict=True))
+    n_layers = _maximum(1, sum(kind_counts))
+    max_layer_params = functools.reduce(_maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
     compute = fwd + bwd
-    if first:
-        dense += ctx.embedding_params / lay.tp
-    if last:
-        compute += head_time_s(ctx, lay)
-        if ctx.lm_head_params:
-            dense += ctx.lm_head_params / lay.tp
-        elif not first:  # tied embeddings: the last stage keeps its own copy
-            dense += ctx.embedding_params / lay.tp
+    # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
+    dense += first * (ctx.embedding_params / lay.tp)
+    compute += last * head_s
+    if ctx.lm_head_params:
+        dense += last * (ctx.lm_head_params / lay.tp)
+    else:  # tied embeddings: the last stage keeps its own copy unless it is also the first
+        dense += (last * (1 - first)) * (ctx.embedding_params / lay.tp)
     dp_shard, ep_shard = shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep)
     opt_dense_shard, opt_expert_shard = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
 
@@ -467,20 +500,19 @@ def _stage_fixed(
     weights_bytes, grads_bytes, optim_bytes = static_memory_bytes(ctx, lay.zero_stage, dense, expert, dp_shard, ep_shard,
                                                                   opt_dense_shard, opt_expert_shard)  # fmt: skip
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
-    if last:
-        tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-        acts += tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes
-    n_groups = sum(memory_signature(groups))
+    tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
+    acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
     buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
-        share_d = dense / (dense + expert) if dense + expert > 0 else 1.0
-        gathered = min(2 * max_layer_params, dense + expert) * (
+        total = dense + expert
+        share_d = _select(total > 0, dense / _select(total > 0, total, 1.0), 1.0)
+        gathered = _minimum(2 * max_layer_params, total) * (
             share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
         )
         buffers += gathered * w_bytes
     elif lay.dp * lay.cp > 1:
-        buffers += 2 * min(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
+        buffers += 2 * _minimum(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
@@ -543,7 +575,7 @@ def _pp_message_bytes(ctx: JobContext, lay: ResolvedLayout) -> float:
     """One micro-batch's activations crossing a pipeline boundary (split by TP with SP)."""
     h = float(ctx.job.model.hidden_size or 0)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-    return tokens * h * ACT_BYTES / (lay.tp if lay.sequence_parallel else 1)
+    return tokens * h * ACT_BYTES / _select(lay.sequence_parallel, lay.tp, 1)
 
 
 def pp_comm_from_p2p_s(ctx: JobContext, pp: int, vpp: int, m: int, t_p2p: float) -> float:
@@ -558,19 +590,26 @@ def compose_step(
 ) -> tuple[dict[str, float], int]:
     """Step-time breakdown from the stage terms (and the index of the slowest stage)."""
     slow = max(range(len(stages)), key=lambda i: stages[i].time_s)
-    st = stages[slow]
+    dp_comm = max(t.dp_exposed_s for t in stages)
+    optimizer = max(t.optimizer_s for t in stages)
+    return step_breakdown(lay, stages[slow], dp_comm, optimizer, pp_comm), slow
+
+
+def step_breakdown(lay: ResolvedLayout, slowest: StageTerms, dp_comm: Num, optimizer: Num, pp_comm: Num) -> dict[str, Num]:
+    """``compose_step``'s breakdown from the slowest stage's terms and the largest exposed
+    data-parallel and optimizer times over the stages. Numbers or numpy arrays (``cost.columns``);
+    the step time is the sum of the values in this order."""
     m = lay.num_micro_batches
-    breakdown = {
-        "compute": m * st.compute_s,
-        "tp_comm": m * st.tp_s,
-        "cp_comm": m * st.cp_s,
-        "ep_comm": m * st.ep_s,
+    return {
+        "compute": m * slowest.compute_s,
+        "tp_comm": m * slowest.tp_s,
+        "cp_comm": m * slowest.cp_s,
+        "ep_comm": m * slowest.ep_s,
         "pp_comm": pp_comm,
-        "pp_bubble": (lay.pp - 1) / lay.vpp * st.time_s,
-        "dp_comm": max(t.dp_exposed_s for t in stages),
-        "optimizer": max(t.optimizer_s for t in stages),
+        "pp_bubble": (lay.pp - 1) / lay.vpp * slowest.time_s,
+        "dp_comm": dp_comm,
+        "optimizer": optimizer,
     }
-    return breakdown, slow
 
 
 def _distinct_stages(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[bool, bool, tuple[int, ...]]]:
@@ -1645,18 +1684,23 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
 
 def head_time_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """Forward and backward of the LM head and loss for one micro-batch (memoised per job)."""
-    key = ("head", lay.tp, lay.cp, lay.micro_batch_size)
+    return head_time_at_s(ctx, lay.tp, lay.cp, lay.micro_batch_size)
+
+
+def head_time_at_s(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
+    """``head_time_s`` of a layout with these sizes (the only fields it reads; memoised per job)."""
+    key = ("head", tp, cp, micro_batch_size)
     t = ctx.memo.get(key)
     if t is None:
-        t = ctx.memo[key] = _head_time_uncached(ctx, lay)
+        t = ctx.memo[key] = _head_time_uncached(ctx, tp, cp, micro_batch_size)
     return t
 
 
-def _head_time_uncached(ctx: JobContext, lay: ResolvedLayout) -> float:
+def _head_time_uncached(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
     model = ctx.job.model
     h = float(model.hidden_size or 0)
     vocab = float(model.vocab_size or 0)
-    tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-    t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / lay.tp, tokens, vocab / lay.tp, h)
-    t += 3.0 * tokens * vocab / lay.tp * ctx.logit_bytes / ctx.hbm_bytes_per_s
+    tokens = micro_batch_size * ctx.job.training.seq_len / cp
+    t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / tp, tokens, vocab / tp, h)
+    t += 3.0 * tokens * vocab / tp * ctx.logit_bytes / ctx.hbm_bytes_per_s
     return t

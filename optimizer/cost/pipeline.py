@@ -7,6 +7,8 @@ Chunks are numbered in schedule order as Megatron does for the interleaved sched
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def bubble_fraction_gpipe(pp: int, m: int) -> float:
     """Idle fraction of a GPipe / 1F1B step: ``(p-1) / (m+p-1)`` (seed-notes section 4)."""
@@ -41,10 +43,13 @@ def in_flight_microbatches(stage: int, pp: int, vpp: int, m: int) -> float:
 
     1F1B: stage ``i`` holds ``min(m, pp - i)``. Interleaved (Megatron): warm-up of
     ``(pp - i - 1) * 2 + (vpp - 1) * pp`` chunk-micro-batches plus the one in flight, each chunk
-    being ``1/vpp`` of the stage.
+    being ``1/vpp`` of the stage. ``stage``, ``vpp`` and ``m`` may be numpy arrays (broadcast).
     """
     if pp == 1:
         return 1.0
+    if any(isinstance(x, np.ndarray) for x in (stage, vpp, m)):
+        chunks = np.minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+        return np.where(vpp == 1, np.minimum(m, pp - stage), chunks / vpp).astype(float)
     if vpp == 1:
         return float(min(m, pp - stage))
     chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)

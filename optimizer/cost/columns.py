@@ -1,0 +1,178 @@
+"""Exact step time and peak memory of many layouts at once, as numpy columns.
+
+A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``), ZeRO stage and
+rank order, and differ in micro-batch size, sequence parallelism, recompute and interleaving depth
+(uniform layer split). The per-kind layer costs and the LM head's time come from the scalar
+functions (``estimate.kind_costs``, ``estimate.head_time_at_s``: a few per batch, memoised per
+job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
+``estimate``'s own functions (``stage_fixed_terms``, ``_dp_exposed_s``, ``_stage_memory``,
+``step_breakdown``, ``pp_comm_s``) run on arrays of shape (layouts, stages). There is no second
+copy of a formula: the floats equal ``estimate(ctx, layout, order)``'s, which a test checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.estimate import (
+    StageTerms,
+    _dp_exposed_s,
+    _stage_memory,
+    head_time_at_s,
+    kind_costs,
+    memory_signature,
+    pp_comm_s,
+    split_kind_counts,
+    stage_fixed_terms,
+    step_breakdown,
+)
+from optimizer.cost.layer import Dims, LayerCost
+from optimizer.cost.pipeline import even_split
+from optimizer.cost.topology import AxisGroups
+
+_LAYER_FIELDS = tuple(f.name for f in fields(LayerCost))
+
+
+@dataclass(frozen=True)
+class LayoutColumns:
+    """A batch of layouts: the ``ResolvedLayout`` fields the stage arithmetic reads.
+
+    The sizes and the ZeRO stage are numbers; the rest are arrays of shape (layouts, 1), so that a
+    stage axis broadcasts against them. Every layout has the uniform layer split of its depth.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    zero_stage: int
+    micro_batch_size: np.ndarray
+    sequence_parallel: np.ndarray
+    recompute: tuple[str, ...]
+    vpp: np.ndarray
+    num_micro_batches: np.ndarray
+
+    @classmethod
+    def of(
+        cls, sizes: tuple[int, int, int, int, int], zero_stage: int, micro_batch_size: Sequence[int],
+        sequence_parallel: Sequence[bool], recompute: Sequence[str], vpp: Sequence[int], num_micro_batches: Sequence[int],
+    ) -> LayoutColumns:
+        """From ``(tp, pp, dp, cp, ep)``, the ZeRO stage and one value per layout of the rest."""
+        tp, pp, dp, cp, ep = sizes
+
+        def column(values: Sequence, dtype: type) -> np.ndarray:
+            return np.asarray(values, dtype=dtype).reshape(-1, 1)
+
+        return cls(tp, pp, dp, cp, ep, zero_stage, column(micro_batch_size, np.int64),
+                   column(sequence_parallel, bool), tuple(recompute), column(vpp, np.int64),
+                   column(num_micro_batches, np.int64))  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.recompute)
+
+
+@dataclass(frozen=True)
+class ColumnCosts:
+    """Per layout of a batch, under one rank order: what ``estimate`` gives for it."""
+
+    step_time_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+
+
+def _rows_of(keys: list) -> tuple[list, np.ndarray]:
+    """The distinct ``keys`` in order of first appearance, and each key's index among them."""
+    distinct = list(dict.fromkeys(keys))
+    position = {k: i for i, k in enumerate(distinct)}
+    return distinct, np.fromiter((position[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def _layer_columns(ctx: JobContext, cols: LayoutColumns, groups: AxisGroups) -> list[LayerCost]:
+    """Per layer kind, a ``LayerCost`` whose fields are (layouts, 1) columns."""
+    mbs = cols.micro_batch_size[:, 0].tolist()
+    sp = cols.sequence_parallel[:, 0].tolist()
+    distinct, index = _rows_of(list(zip(mbs, sp, cols.recompute, strict=True)))
+    tables = [kind_costs(ctx, Dims(cols.tp, cols.cp, cols.ep, b, s, r), groups) for b, s, r in distinct]
+    out = []
+    for k in range(len(ctx.kinds)):
+        values = np.array([[getattr(t[k], f) for f in _LAYER_FIELDS] for t in tables])  # distinct x field
+        out.append(LayerCost(*(values[index, i][:, None] for i in range(len(_LAYER_FIELDS)))))
+    return out
+
+
+def _count_columns(ctx: JobContext, cols: LayoutColumns) -> list[np.ndarray]:
+    """Per layer kind, the layers of that kind on each stage: (layouts, pp) arrays."""
+    layers = ctx.job.model.num_layers or 0
+    distinct, index = _rows_of(cols.vpp[:, 0].tolist())
+    by_depth = np.array(
+        [split_kind_counts(ctx, cols.pp, tuple(even_split(layers, cols.pp * v))) for v in distinct], dtype=np.int64
+    )  # depth x stage x kind
+    return [by_depth[index, :, k] for k in range(by_depth.shape[2])]
+
+
+def cost_columns(
+    ctx: JobContext, cols: LayoutColumns, orders: Sequence[AxisGroups], zero_stages: Sequence[int] | None = None
+) -> list[list[ColumnCosts]]:
+    """``estimate(ctx, layout, order)``'s step time and peak memory for every layout of ``cols``
+    under each rank order of ``orders`` (the groups of rank orders of the batch's sizes), at each
+    ZeRO stage of ``zero_stages`` (default the batch's): ``[zero stage][order]``.
+
+    As in ``estimate``'s memo keys, the layer costs depend on the order only through the TP / CP /
+    EP geometries, and everything of a stage but its exposed data-parallel time also through
+    ``memory_signature``, so orders that share them share that work (and ZeRO stages share the
+    layer costs); each order adds its data-parallel and pipeline communication and the
+    composition.
+    """
+    zeros = [cols.zero_stage] if zero_stages is None else list(zero_stages)
+    pp = cols.pp
+    counts = _count_columns(ctx, cols)
+    mbs_distinct, mbs_index = _rows_of(cols.micro_batch_size[:, 0].tolist())
+    head = np.array([head_time_at_s(ctx, cols.tp, cols.cp, b) for b in mbs_distinct])[mbs_index][:, None]
+    stage = np.arange(pp)[None, :]
+    first, last = (stage == 0).astype(float), (stage == pp - 1).astype(float)
+    layers: dict[tuple, list[LayerCost]] = {}
+    out: list[list[ColumnCosts]] = []
+    for zero in zeros:
+        at_zero = replace(cols, zero_stage=zero)
+        fixed: dict[tuple, tuple] = {}
+        out.append([])
+        for groups in orders:
+            geometry = (groups.tp, groups.cp, groups.ep)
+            key = (*geometry, memory_signature(groups))
+            if key not in fixed:
+                if geometry not in layers:
+                    layers[geometry] = _layer_columns(ctx, cols, groups)
+                t, stored, grads, dp_inputs = stage_fixed_terms(
+                    ctx, at_zero, sum(key[3]), layers[geometry], counts, first, last, head
+                )
+                memory = _stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
+                shape = t.compute_s.shape
+                fields_ = np.stack([np.broadcast_to(x, shape) for x in (t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s,
+                                                                      t.ep_s)])  # fmt: skip
+                optimizer = np.broadcast_to(t.optimizer_s, shape).max(axis=1, keepdims=True)
+                fixed[key] = (t, fields_, optimizer, dp_inputs, memory.total_bytes.max(axis=1))
+            t, fields_, optimizer, dp_inputs, peak = fixed[key]
+            step = _step_time_s(ctx, at_zero, groups, t, fields_, optimizer, dp_inputs)
+            out[-1].append(ColumnCosts(step, peak))
+    return out
+
+
+def _step_time_s(
+    ctx: JobContext, cols: LayoutColumns, groups: AxisGroups, t: StageTerms, slowest_fields: np.ndarray,
+    optimizer_s: np.ndarray, dp_inputs: tuple,
+) -> np.ndarray:
+    """``compose_step``'s step time for one rank order from the stage terms (layouts x stages):
+    ``slowest_fields`` stacks the terms of ``StageTerms.time_s`` and the forward and backward
+    times, ``optimizer_s`` is the largest optimizer step over the stages."""
+    dp_exposed = np.broadcast_to(_dp_exposed_s(ctx, cols, groups, *dp_inputs), t.compute_s.shape)
+    rows = np.arange(len(cols))
+    slow = np.argmax(t.time_s, axis=1)  # the first slowest stage, as compose_step takes it
+    fwd, bwd, compute, tp, cp, ep = slowest_fields[:, rows, slow][:, :, None]
+    slowest = StageTerms(fwd, bwd, compute, tp, cp, ep, 0.0, 0.0, t.memory)
+    breakdown = step_breakdown(cols, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer_s,
+                               pp_comm_s(ctx, cols, groups))  # fmt: skip
+    return np.broadcast_to(sum(breakdown.values()), (len(cols), 1))[:, 0]
