@@ -129,6 +129,8 @@ class Row:
     exhaustive_s: float | None
     """None: not run (``--quick``)."""
     exhaustive_layouts: int
+    exhaustive_costed: int
+    """(layout, rank order) pairs costed."""
     exhaustive_fitting: int
     exhaustive_step_s: float
     """The exhaustive optimum's step time (uniform split; ``inf`` when nothing fits)."""
@@ -157,9 +159,9 @@ def describe(plan) -> str:
     return f"{' '.join(parts)}, mbs {c.micro_batch_size}, ZeRO-{c.zero_stage}, {c.recompute} recompute{split}"
 
 
-def exhaustive(request: PlanRequest) -> tuple[float, int, int, float]:
-    """Cost every layout under every rank order exactly, as arrays: (seconds, layouts, layouts
-    that fit, the fastest fitting step time)."""
+def exhaustive(request: PlanRequest) -> tuple[float, int, int, int, float]:
+    """Cost every layout under every rank order exactly, as arrays: (seconds, layouts, (layout,
+    order) pairs, layouts that fit, the fastest fitting step time)."""
     _fresh_context()
     t0 = time.perf_counter()
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
@@ -167,7 +169,7 @@ def exhaustive(request: PlanRequest) -> tuple[float, int, int, float]:
     gib = request.search.memory_headroom_gib
     with cyclic_gc_paused():  # as the planner runs
         result = exhaustive_best(ctx, job, request.search, gib * GIB if gib is not None else None)
-    return time.perf_counter() - t0, result.layouts, result.fitting, result.step_time_s
+    return time.perf_counter() - t0, result.layouts, result.costed, result.fitting, result.step_time_s
 
 
 def vectorised_bounds_s(request: PlanRequest) -> float:
@@ -192,7 +194,7 @@ def run_job(name: str, job: dict[str, Any], quick: bool, time_limit_s: float | N
     response = search(request)
     planner_s = time.perf_counter() - t0
     best = response.plans[0] if response.plans else None
-    ex_s, ex_layouts, ex_fit, ex_step = (None, 0, 0, math.inf) if quick else exhaustive(request)
+    ex_s, ex_layouts, ex_costed, ex_fit, ex_step = (None, 0, 0, 0, math.inf) if quick else exhaustive(request)
     bounds_s = vectorised_bounds_s(request)
     info = response.solver
     return Row(
@@ -208,6 +210,7 @@ def run_job(name: str, job: dict[str, Any], quick: bool, time_limit_s: float | N
         planner_step_s=best.step_time_s if best else None,
         exhaustive_s=ex_s,
         exhaustive_layouts=ex_layouts,
+        exhaustive_costed=ex_costed,
         exhaustive_fitting=ex_fit,
         exhaustive_step_s=ex_step,
         bounds_s=bounds_s,
@@ -217,16 +220,21 @@ def run_job(name: str, job: dict[str, Any], quick: bool, time_limit_s: float | N
 def table(rows: list[Row]) -> str:
     head = (
         "| job | planner (s) | status | layouts enumerated | fitting (of those costed) | to CP-SAT "
-        "| best layout | MFU | exhaustive vectorised (s) | exhaustive: fitting / layouts "
+        "| best layout | MFU | exhaustive vectorised (s) | exhaustive: fitting / layouts / (layout, order) pairs "
         "| planner's step vs exhaustive optimum | vectorised bounds (s) |\n"
         "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for r in rows:
         ex = f"{r.exhaustive_s:.1f}" if r.exhaustive_s is not None else "-"
-        ex_count = f"{r.exhaustive_fitting:,} / {r.exhaustive_layouts:,}" if r.exhaustive_s is not None else "-"
+        ex_count = (
+            f"{r.exhaustive_fitting:,} / {r.exhaustive_layouts:,} / {r.exhaustive_costed:,}"
+            if r.exhaustive_s is not None
+            else "-"
+        )
         if r.planner_step_s is not None and math.isfinite(r.exhaustive_step_s):
-            versus = f"{100 * (r.planner_step_s / r.exhaustive_step_s - 1):+.2f}%"
+            ratio = r.planner_step_s / r.exhaustive_step_s - 1
+            versus = "equal" if abs(ratio) <= 1e-12 else f"{100 * ratio:+.3f}%"
         else:
             versus = "-"
         mfu = f"{100 * r.mfu:.1f}%" if r.mfu is not None else "-"
@@ -285,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             "every distinct rank order, costed exactly as numpy arrays by `cost.columns.cost_columns` "
             "(the cost model's own stage arithmetic on arrays; a test holds it to `estimate`'s floats), no "
             "bounds, no pruning. \"planner's step vs exhaustive optimum\" compares the planner's best "
-            "plan with the fastest layout that fits in that space: at most 0, as the planner also searches "
-            "non-uniform layer splits. Vectorised bounds: enumerating the same space and bounding every "
+            "plan with the fastest layout that fits in that space (\"equal\": within 1e-12 relative): at "
+            "most 0, as the planner also searches non-uniform layer splits. Vectorised bounds: enumerating the same space and bounding every "
             "layout as numpy arrays (`search.bounds.space_bounds`, the planner's first phase): lower bounds "
             "over every rank order and layer split, not exact costs. Every timing starts from an empty "
             "per-job context cache.\n\n"
