@@ -9,7 +9,7 @@ optimum against the planner's, and the time of the planner's first phase alone (
 space as arrays).
 
     python benchmarks/search_latency.py            # full run, writes docs/search_latency.md
-    python benchmarks/search_latency.py --quick    # the planner only, no exhaustive costing
+    python benchmarks/search_latency.py --quick    # the planner only, no exhaustive costing, prints only
 
 Each measurement starts from an empty per-job context cache, so both include building the
 job's context (layer kinds, FLOPs, topology).
@@ -262,9 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="time the planner only (no exhaustive costing)")
     parser.add_argument("--time-limit", type=float, default=None, help="search.time_limit_s (default: the service's)")
     parser.add_argument(
-        "--out", default=str(ROOT / "docs" / "search_latency.md"), help="markdown file to write ('' = none)"
+        "--out", default=None, help="markdown file to write ('' = none; default docs/search_latency.md, none with --quick)"
     )
     args = parser.parse_args(argv)
+    if args.out is None:  # a --quick table has no exhaustive columns: do not overwrite the full one
+        args.out = "" if args.quick else str(ROOT / "docs" / "search_latency.md")
     load_start = os.getloadavg()[0]
     rows = []
     for name, job in JOBS:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import math
+
 from optimizer.cost.context import JobContext, build_context
 from optimizer.cost.estimate import (
     Estimate,
@@ -27,7 +29,8 @@ def best_estimate(
     placement: dict[str, str] | None = None,
     headroom_bytes: float | None = None,
 ) -> Estimate:
-    """Estimate under the fastest rank order; with ``placement``, only orders that realise it.
+    """Estimate under the fastest rank order that fits in memory (the first order's when none
+    does); with ``placement``, only orders that realise it.
 
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
@@ -74,33 +77,35 @@ def _fastest(
     distinct: list[tuple[float, tuple[str, ...], AxisGroups]],
     headroom_bytes: float | None,
 ) -> Estimate:
-    """The fastest order's estimate (the earliest of orders within 1e-12 s of each other), or the
-    first order found not to fit in memory.
+    """The fastest order that fits in memory (the earliest of orders within 1e-12 s of each
+    other), or, when no order fits, the first order's estimate.
 
-    Memory depends on the rank order only through ``memory_signature``, so an order sharing the
-    first order's signature fits exactly when the first does and is compared by ``step_time_s``
-    (the float ``estimate`` computes); only the winner is estimated in full.
+    Memory depends on the rank order only through ``memory_signature`` (which differs between
+    orders only when ``dp = 1 < cp``), so one full estimate per signature says whether every order
+    of that signature fits; the others are compared by ``step_time_s`` (the float ``estimate``
+    computes), and only the winner is estimated in full.
     """
-    _, order, groups = distinct[0]
-    first = estimate(ctx, lay, order, headroom_bytes, groups)
-    if not first.fits_memory:
-        return first
-    signature = memory_signature(groups)
-    best: Estimate | tuple[float, tuple[str, ...], AxisGroups] = first
-    best_step = first.step_time_s
-    for steady, order, groups in distinct[1:]:
+    fits: dict[tuple[bool, ...], bool] = {}
+    first: Estimate | None = None
+    best: Estimate | tuple[float, tuple[str, ...], AxisGroups] | None = None
+    best_step = math.inf
+    for steady, order, groups in distinct:
         if steady >= best_step:
             break  # this order's (and every later order's) pipeline alone is already slower
-        if memory_signature(groups) != signature:  # its memory may differ: estimate in full
+        signature = memory_signature(groups)
+        est: Estimate | None = None
+        if signature not in fits:  # the first order of its signature: estimate in full
             est = estimate(ctx, lay, order, headroom_bytes, groups)
-            if not est.fits_memory:
-                return est
-            step: float = est.step_time_s
-        else:
-            est = None
-            step = step_time_s(ctx, lay, groups)
-        if step < best_step - 1e-12:
+            fits[signature] = est.fits_memory
+            first = first or est
+        if not fits[signature]:
+            continue
+        step = est.step_time_s if est is not None else step_time_s(ctx, lay, groups)
+        if best is None or step < best_step - 1e-12:
             best, best_step = (est if est is not None else (step, order, groups)), step
+    if best is None:
+        assert first is not None  # the first order is always estimated
+        return first
     if isinstance(best, Estimate):
         return best
     _, order, groups = best

@@ -1,8 +1,8 @@
 """Exact step time and peak memory of many layouts at once, as numpy columns.
 
-A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``), ZeRO stage and
-rank order, and differ in micro-batch size, sequence parallelism, recompute and interleaving depth
-(uniform layer split). The per-kind layer costs and the LM head's time come from the scalar
+A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``) and differ in
+micro-batch size, sequence parallelism, recompute and interleaving depth (uniform layer split);
+it is costed under several rank orders and ZeRO stages at once. The per-kind layer costs and the LM head's time come from the scalar
 functions (``estimate.kind_costs``, ``estimate.head_time_at_s``: a few per batch, memoised per
 job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
 ``estimate``'s own functions (``stage_fixed_terms``, ``_dp_exposed_s``, ``_stage_memory``,
@@ -54,6 +54,8 @@ class LayoutColumns:
     micro_batch_size: np.ndarray
     sequence_parallel: np.ndarray
     recompute: tuple[str, ...]
+    """One mode per layout: read only here (through the layer costs), never by the shared stage
+    arithmetic, which takes the layer costs instead."""
     vpp: np.ndarray
     num_micro_batches: np.ndarray
 
@@ -81,6 +83,7 @@ class ColumnCosts:
     """Per layout of a batch, under one rank order: what ``estimate`` gives for it."""
 
     step_time_s: np.ndarray
+    """Read-only (a broadcast view for single-stage batches)."""
     peak_memory_bytes: np.ndarray
 
 
@@ -142,12 +145,13 @@ def cost_columns(
         out.append([])
         for groups in orders:
             geometry = (groups.tp, groups.cp, groups.ep)
-            key = (*geometry, memory_signature(groups))
+            signature = memory_signature(groups)
+            key = (geometry, signature)
             if key not in fixed:
                 if geometry not in layers:
                     layers[geometry] = _layer_columns(ctx, cols, groups)
                 t, stored, grads, dp_inputs = stage_fixed_terms(
-                    ctx, at_zero, sum(key[3]), layers[geometry], counts, first, last, head
+                    ctx, at_zero, sum(signature), layers[geometry], counts, first, last, head
                 )
                 memory = _stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
                 shape = t.compute_s.shape

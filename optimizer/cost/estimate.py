@@ -22,6 +22,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from optimizer.cost.layer import (
     layer_cost,
     tp_comm_s,
 )
+from optimizer.cost.num import Num, maximum, minimum, select
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.rules import ResolvedLayout, divisors
 from optimizer.cost.split_bound import stage_split_reaches
@@ -58,16 +60,40 @@ from optimizer.cost.topology import (
     group_geometry,
 )
 
-Num = float | np.ndarray
-"""A number, or numpy arrays of one shape (the search bounds whole blocks of layouts at once)."""
-
-
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = HALF_GRAD_BYTES  # the source text's 16-bit gradients; a job's own: JobContext.grad_bytes
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam first and second moments
 FP8_COPY_BYTES = 1.0  # transposed/quantised FP8 weight copies kept by FP8 training
 FP4_COPY_BYTES = 2 * (0.5 + 1 / 16)  # NVFP4 row- and column-wise weight copies, one fp8 scale per 16 values
 ADAM_STEP_BYTES = 32.0  # HBM traffic per parameter of one Adam step (read p, m, v, g; write p, m, v, bf16 p)
+
+
+class StageLayout(Protocol):
+    """The layout fields the stage arithmetic reads (``stage_fixed_terms``, ``_stage_memory``,
+    ``_dp_exposed_s``, ``pp_comm_s``, ``step_breakdown``): a ``ResolvedLayout``, or a batch of
+    layouts whose depth, micro-batch size and count and sequence parallelism are numpy columns
+    (``cost.columns.LayoutColumns``)."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def dp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def zero_stage(self) -> int: ...
+    @property
+    def vpp(self) -> Num: ...
+    @property
+    def micro_batch_size(self) -> Num: ...
+    @property
+    def num_micro_batches(self) -> Num: ...
+    @property
+    def sequence_parallel(self) -> bool | np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -156,7 +182,8 @@ def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> 
 
 @dataclass(frozen=True)
 class StageTerms:
-    """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over."""
+    """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over.
+    Numbers for one layout; arrays (layouts x stages) in ``cost.columns``."""
 
     fwd_s: float
     """Forward compute of one micro-batch (all its layers)."""
@@ -213,7 +240,7 @@ def stage_terms(
 
 
 def _stage_memory(
-    ctx: JobContext, lay: ResolvedLayout, stage: int, mem: StageMemory, stored: float, grads_bytes: float
+    ctx: JobContext, lay: StageLayout, stage: Num, mem: StageMemory, stored: Num, grads_bytes: Num
 ) -> StageMemory:
     """A stage's memory from its core's (``mem``, ``stored``, ``grads_bytes``)."""
     # activations: the in-flight micro-batches depend on the stage's position in the pipeline
@@ -306,21 +333,6 @@ def _expert_dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
     return () if ctx.job.model.moe is None else _dp_ring(ctx, geo)
 
 
-def _maximum(a: Num, b: Num) -> Num:
-    """``max`` of two numbers, elementwise when either is a numpy array."""
-    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
-
-
-def _minimum(a: Num, b: Num) -> Num:
-    """``min`` of two numbers, elementwise when either is a numpy array."""
-    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
-
-
-def _select(condition: bool | np.ndarray, a: Num, b: Num) -> Num:
-    """``a if condition else b``, elementwise when ``condition`` is a numpy array."""
-    return np.where(condition, a, b) if isinstance(condition, np.ndarray) else (a if condition else b)
-
-
 def _dp_collective_parts_s(
     zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num,
     grad_bytes: float,
@@ -361,12 +373,12 @@ def _dp_exposed_from_parts_s(
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
-        return _maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
+        return maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
     t_b = dense + expert
-    exposed = _maximum(unhidden, t_b - ctx.dp_overlap * bwd)
+    exposed = maximum(unhidden, t_b - ctx.dp_overlap * bwd)
     if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
         t_g = t_b if gather is None else gather
-        exposed = exposed + _maximum(unhidden, t_g - ctx.dp_overlap * fwd)
+        exposed = exposed + maximum(unhidden, t_g - ctx.dp_overlap * fwd)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 
@@ -392,9 +404,9 @@ def _weight_gather_s(
 
 
 def _dp_exposed_s(
-    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float, n_layers: int,
-    max_layer_params: float, compute: float, fwd: float, bwd: float,
-) -> float:
+    ctx: JobContext, lay: StageLayout, groups: AxisGroups, dense: Num, expert: Num, n_layers: Num,
+    max_layer_params: Num, compute: Num, fwd: Num, bwd: Num,
+) -> Num:
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     dp_cp, edp = _dp_levels(ctx, groups)
     g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes
@@ -410,7 +422,7 @@ def _dp_exposed_s(
 
 def _last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
     """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
-    bucket = _minimum(ctx.cal.dp_bucket_bytes, g_dense)
+    bucket = minimum(ctx.cal.dp_bucket_bytes, g_dense)
     if zero_stage == 0:
         return hierarchical_allreduce_time_s(bucket, dp_cp)
     return hierarchical_reduce_scatter_time_s(bucket, dp_cp)
@@ -453,7 +465,7 @@ def _stage_fixed(
 
 
 def stage_fixed_terms(
-    ctx: JobContext, lay: ResolvedLayout, n_groups: int, kind_cost: Sequence[LayerCost], kind_counts: Sequence[Num],
+    ctx: JobContext, lay: StageLayout, n_groups: int, kind_cost: Sequence[LayerCost], kind_counts: Sequence[Num],
     first: bool | np.ndarray, last: bool | np.ndarray, head_s: Num,
 ) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_fixed`` from its inputs: the layer costs of each kind (``kind_cost``), the stage's
@@ -475,11 +487,11 @@ def stage_fixed_terms(
     stored = sum(n * lc.stored_act_bytes for n, lc in zip(kind_counts, kind_cost, strict=True))
     working: Num = 0.0  # the largest working set of a kind the stage holds
     for n, lc in zip(kind_counts, kind_cost, strict=True):
-        working = _maximum(working, _select(n > 0, lc.working_act_bytes, 0.0))
+        working = maximum(working, select(n > 0, lc.working_act_bytes, 0.0))
     dense = sum(n * lc.dense_params for n, lc in zip(kind_counts, kind_cost, strict=True))
     expert = sum(n * lc.expert_params for n, lc in zip(kind_counts, kind_cost, strict=True))
-    n_layers = _maximum(1, sum(kind_counts))
-    max_layer_params = functools.reduce(_maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
+    n_layers = maximum(1, sum(kind_counts))
+    max_layer_params = functools.reduce(maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
     compute = fwd + bwd
     # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
     dense += first * (ctx.embedding_params / lay.tp)
@@ -506,13 +518,13 @@ def stage_fixed_terms(
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
         total = dense + expert
-        share_d = _select(total > 0, dense / _select(total > 0, total, 1.0), 1.0)
-        gathered = _minimum(2 * max_layer_params, total) * (
+        share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)
+        gathered = minimum(2 * max_layer_params, total) * (
             share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
         )
         buffers += gathered * w_bytes
     elif lay.dp * lay.cp > 1:
-        buffers += 2 * _minimum(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
+        buffers += 2 * minimum(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
@@ -560,7 +572,7 @@ def memory_floor_bytes(
     return floor * (1.0 - STEP_FLOOR_MARGIN)
 
 
-def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int | None = None) -> float:
+def pp_comm_s(ctx: JobContext, lay: StageLayout, groups: AxisGroups, vpp: int | None = None) -> Num:
     """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain
     (at interleaving depth ``vpp``, default the layout's: nothing else of the layout's depth
     enters)."""
@@ -571,11 +583,11 @@ def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int
     return pp_comm_from_p2p_s(ctx, lay.pp, lay.vpp if vpp is None else vpp, lay.num_micro_batches, t_p2p)
 
 
-def _pp_message_bytes(ctx: JobContext, lay: ResolvedLayout) -> float:
+def _pp_message_bytes(ctx: JobContext, lay: StageLayout) -> Num:
     """One micro-batch's activations crossing a pipeline boundary (split by TP with SP)."""
     h = float(ctx.job.model.hidden_size or 0)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-    return tokens * h * ACT_BYTES / _select(lay.sequence_parallel, lay.tp, 1)
+    return tokens * h * ACT_BYTES / select(lay.sequence_parallel, lay.tp, 1)
 
 
 def pp_comm_from_p2p_s(ctx: JobContext, pp: int, vpp: int, m: int, t_p2p: float) -> float:
@@ -595,7 +607,7 @@ def compose_step(
     return step_breakdown(lay, stages[slow], dp_comm, optimizer, pp_comm), slow
 
 
-def step_breakdown(lay: ResolvedLayout, slowest: StageTerms, dp_comm: Num, optimizer: Num, pp_comm: Num) -> dict[str, Num]:
+def step_breakdown(lay: StageLayout, slowest: StageTerms, dp_comm: Num, optimizer: Num, pp_comm: Num) -> dict[str, Num]:
     """``compose_step``'s breakdown from the slowest stage's terms and the largest exposed
     data-parallel and optimizer times over the stages. Numbers or numpy arrays (``cost.columns``);
     the step time is the sum of the values in this order."""

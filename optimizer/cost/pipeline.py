@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from optimizer.cost.num import Num, minimum, select
+
 
 def bubble_fraction_gpipe(pp: int, m: int) -> float:
     """Idle fraction of a GPipe / 1F1B step: ``(p-1) / (m+p-1)`` (seed-notes section 4)."""
@@ -38,7 +40,7 @@ def stage_of_chunk(chunk: int, pp: int) -> int:
     return chunk % pp
 
 
-def in_flight_microbatches(stage: int, pp: int, vpp: int, m: int) -> float:
+def in_flight_microbatches(stage: Num, pp: int, vpp: Num, m: Num) -> Num:
     """Micro-batches whose activations a stage holds at its peak, in units of a whole stage.
 
     1F1B: stage ``i`` holds ``min(m, pp - i)``. Interleaved (Megatron): warm-up of
@@ -47,10 +49,7 @@ def in_flight_microbatches(stage: int, pp: int, vpp: int, m: int) -> float:
     """
     if pp == 1:
         return 1.0
-    if any(isinstance(x, np.ndarray) for x in (stage, vpp, m)):
-        chunks = np.minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
-        return np.where(vpp == 1, np.minimum(m, pp - stage), chunks / vpp).astype(float)
-    if vpp == 1:
-        return float(min(m, pp - stage))
-    chunks = min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
-    return chunks / vpp
+    one_f_one_b = minimum(m, pp - stage)
+    interleaved = minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
+    held = select(vpp == 1, one_f_one_b, interleaved)
+    return held.astype(float) if isinstance(held, np.ndarray) else float(held)

@@ -3,9 +3,9 @@ against (``benchmarks/search_latency.py``).
 
 Every layout of ``space.layout_blocks`` (what ``enumerate_layouts`` yields: every valid
 combination of the knobs, uniform layer split) under every distinct rank order is costed exactly
-by ``cost.columns.cost_columns``, a batch per parallel sizes, ZeRO stage and rank order. No lower
-bound and no pruning: each layout's fastest rank order that fits in memory, and the fastest of
-those over the space. Non-uniform layer splits are not in this space (the planner's CP-SAT
+by ``cost.columns.cost_columns``, one batch per parallel sizes (all its ZeRO stages and rank
+orders at once). No lower bound and no pruning: each layout's fastest rank order that fits in
+memory (as ``best_estimate`` chooses it, up to ties), and the fastest of those over the space. Non-uniform layer splits are not in this space (the planner's CP-SAT
 split model is), so the planner's optimum is at most this one's.
 """
 
@@ -37,6 +37,7 @@ class ExhaustiveBest:
     layout: ResolvedLayout | None
     """The fastest layout that fits (the first found among equal step times); None if none fits."""
     order: tuple[str, ...] | None
+    """Its rank order (innermost axis first), the first of equally fast ones."""
     step_time_s: float
     """Its step time (``inf`` when nothing fits)."""
 
