@@ -97,7 +97,8 @@ def _fastest(
         if signature not in fits:  # the first order of its signature: estimate in full
             est = estimate(ctx, lay, order, headroom_bytes, groups)
             fits[signature] = est.fits_memory
-            first = first or est
+            if first is None:
+                first = est
         if not fits[signature]:
             continue
         step = est.step_time_s if est is not None else step_time_s(ctx, lay, groups)

@@ -2,9 +2,9 @@
 
 A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``) and differ in
 micro-batch size, sequence parallelism, recompute and interleaving depth (uniform layer split);
-it is costed under several rank orders and ZeRO stages at once. The per-kind layer costs and the LM head's time come from the scalar
-functions (``estimate.kind_costs``, ``estimate.head_time_at_s``: a few per batch, memoised per
-job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
+it is costed under several rank orders and ZeRO stages at once. The per-kind layer costs and the
+LM head's time come from the scalar functions (``estimate.kind_costs``,
+``estimate.head_time_at_s``: a few per batch, memoised per job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
 ``estimate``'s own functions (``stage_fixed_terms``, ``_dp_exposed_s``, ``_stage_memory``,
 ``step_breakdown``, ``pp_comm_s``) run on arrays of shape (layouts, stages). There is no second
 copy of a formula: the floats equal ``estimate(ctx, layout, order)``'s, which a test checks.
@@ -94,12 +94,22 @@ def _rows_of(keys: list) -> tuple[list, np.ndarray]:
     return distinct, np.fromiter((position[k] for k in keys), dtype=np.int64, count=len(keys))
 
 
-def _layer_columns(ctx: JobContext, cols: LayoutColumns, groups: AxisGroups) -> list[LayerCost]:
-    """Per layer kind, a ``LayerCost`` whose fields are (layouts, 1) columns."""
+def _dims_rows(cols: LayoutColumns) -> tuple[list[Dims], np.ndarray]:
+    """The distinct ``Dims`` of the batch's layouts (what their layer costs depend on besides the
+    rank order), and each layout's index among them."""
     mbs = cols.micro_batch_size[:, 0].tolist()
     sp = cols.sequence_parallel[:, 0].tolist()
     distinct, index = _rows_of(list(zip(mbs, sp, cols.recompute, strict=True)))
-    tables = [kind_costs(ctx, Dims(cols.tp, cols.cp, cols.ep, b, s, r), groups) for b, s, r in distinct]
+    return [Dims(cols.tp, cols.cp, cols.ep, b, s, r) for b, s, r in distinct], index
+
+
+def _layer_columns(
+    ctx: JobContext, dims_rows: tuple[list[Dims], np.ndarray], groups: AxisGroups
+) -> list[LayerCost]:
+    """Per layer kind, a ``LayerCost`` whose fields are (layouts, 1) columns (``dims_rows``:
+    ``_dims_rows`` of the batch)."""
+    distinct, index = dims_rows
+    tables = [kind_costs(ctx, dims, groups) for dims in distinct]
     out = []
     for k in range(len(ctx.kinds)):
         values = np.array([[getattr(t[k], f) for f in _LAYER_FIELDS] for t in tables])  # distinct x field
@@ -137,6 +147,8 @@ def cost_columns(
     head = np.array([head_time_at_s(ctx, cols.tp, cols.cp, b) for b in mbs_distinct])[mbs_index][:, None]
     stage = np.arange(pp)[None, :]
     first, last = (stage == 0).astype(float), (stage == pp - 1).astype(float)
+    dims_rows = _dims_rows(cols)
+    rows = np.arange(len(cols))
     layers: dict[tuple, list[LayerCost]] = {}
     out: list[list[ColumnCosts]] = []
     for zero in zeros:
@@ -149,34 +161,26 @@ def cost_columns(
             key = (geometry, signature)
             if key not in fixed:
                 if geometry not in layers:
-                    layers[geometry] = _layer_columns(ctx, cols, groups)
+                    layers[geometry] = _layer_columns(ctx, dims_rows, groups)
                 t, stored, grads, dp_inputs = stage_fixed_terms(
                     ctx, at_zero, sum(signature), layers[geometry], counts, first, last, head
                 )
                 memory = _stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
                 shape = t.compute_s.shape
-                fields_ = np.stack([np.broadcast_to(x, shape) for x in (t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s,
-                                                                      t.ep_s)])  # fmt: skip
+                # the slowest stage and the largest optimizer step do not depend on the order's
+                # data-parallel and pipeline groups: once per key, as compose_step takes them
+                slow = np.argmax(t.time_s, axis=1)
+                fwd, bwd, compute, tp, cp, ep = (
+                    np.broadcast_to(x, shape)[rows, slow][:, None] for x in (t.fwd_s, t.bwd_s, t.compute_s, t.tp_s,
+                                                                              t.cp_s, t.ep_s)
+                )  # fmt: skip
+                slowest = StageTerms(fwd, bwd, compute, tp, cp, ep, 0.0, 0.0, t.memory)
                 optimizer = np.broadcast_to(t.optimizer_s, shape).max(axis=1, keepdims=True)
-                fixed[key] = (t, fields_, optimizer, dp_inputs, memory.total_bytes.max(axis=1))
-            t, fields_, optimizer, dp_inputs, peak = fixed[key]
-            step = _step_time_s(ctx, at_zero, groups, t, fields_, optimizer, dp_inputs)
+                fixed[key] = (slowest, optimizer, dp_inputs, shape, memory.total_bytes.max(axis=1))
+            slowest, optimizer, dp_inputs, shape, peak = fixed[key]
+            dp_exposed = np.broadcast_to(_dp_exposed_s(ctx, at_zero, groups, *dp_inputs), shape)
+            breakdown = step_breakdown(at_zero, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer,
+                                       pp_comm_s(ctx, at_zero, groups))  # fmt: skip
+            step = np.broadcast_to(sum(breakdown.values()), (len(cols), 1))[:, 0]
             out[-1].append(ColumnCosts(step, peak))
     return out
-
-
-def _step_time_s(
-    ctx: JobContext, cols: LayoutColumns, groups: AxisGroups, t: StageTerms, slowest_fields: np.ndarray,
-    optimizer_s: np.ndarray, dp_inputs: tuple,
-) -> np.ndarray:
-    """``compose_step``'s step time for one rank order from the stage terms (layouts x stages):
-    ``slowest_fields`` stacks the terms of ``StageTerms.time_s`` and the forward and backward
-    times, ``optimizer_s`` is the largest optimizer step over the stages."""
-    dp_exposed = np.broadcast_to(_dp_exposed_s(ctx, cols, groups, *dp_inputs), t.compute_s.shape)
-    rows = np.arange(len(cols))
-    slow = np.argmax(t.time_s, axis=1)  # the first slowest stage, as compose_step takes it
-    fwd, bwd, compute, tp, cp, ep = slowest_fields[:, rows, slow][:, :, None]
-    slowest = StageTerms(fwd, bwd, compute, tp, cp, ep, 0.0, 0.0, t.memory)
-    breakdown = step_breakdown(cols, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer_s,
-                               pp_comm_s(ctx, cols, groups))  # fmt: skip
-    return np.broadcast_to(sum(breakdown.values()), (len(cols), 1))[:, 0]

@@ -1194,10 +1194,8 @@ def optimizer_shards(zero_stage: Num, dp: Num, cp: Num, tp: Num, ep: Num) -> tup
     """The ranks the dense and the expert optimizer state are sharded over: the groups of
     ``shard_group_sizes`` from ZeRO-1 on, 1 without ZeRO. Numbers or numpy arrays (broadcast)."""
     dense, expert = shard_group_sizes(dp, cp, tp, ep)
-    if isinstance(zero_stage, np.ndarray):
-        sharded = zero_stage >= 1
-        return np.where(sharded, dense, 1), np.where(sharded, expert, 1)
-    return (dense, expert) if zero_stage >= 1 else (1, 1)
+    sharded = zero_stage >= 1
+    return select(sharded, dense, 1), select(sharded, expert, 1)
 
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:

@@ -5,8 +5,9 @@ Every layout of ``space.layout_blocks`` (what ``enumerate_layouts`` yields: ever
 combination of the knobs, uniform layer split) under every distinct rank order is costed exactly
 by ``cost.columns.cost_columns``, one batch per parallel sizes (all its ZeRO stages and rank
 orders at once). No lower bound and no pruning: each layout's fastest rank order that fits in
-memory (as ``best_estimate`` chooses it, up to ties), and the fastest of those over the space. Non-uniform layer splits are not in this space (the planner's CP-SAT
-split model is), so the planner's optimum is at most this one's.
+memory (as ``best_estimate`` chooses it, up to ties), and the fastest of those over the space.
+Non-uniform layer splits are not in this space (the planner's CP-SAT split model is), so the
+planner's optimum is at most this one's.
 """
 
 from __future__ import annotations
@@ -75,11 +76,13 @@ def exhaustive_best(
     best_step, best_row = math.inf, None
     for sizes, blocks in by_sizes.items():
         orders = _distinct_orders(ctx, blocks[0].base)
+        # every block of a job has the same variants, product(zero stages, recompute modes)
         zeros = list(dict.fromkeys(z for z, _ in blocks[0].variants))
+        recomputes = list(dict.fromkeys(r for _, r in blocks[0].variants))
         rows = _Rows([], [], [], [], [])
         for block in blocks:
             for vpp in (block.base.vpp, *block.more_vpps):
-                for rc in dict.fromkeys(r for _, r in block.variants):
+                for rc in recomputes:
                     rows.add(block, vpp, rc)
         cols = LayoutColumns.of(sizes, zeros[0], rows.micro_batch_size, rows.sequence_parallel, rows.recompute,
                                 rows.vpp, rows.num_micro_batches)  # fmt: skip
