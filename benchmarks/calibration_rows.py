@@ -67,6 +67,9 @@ Layout
     names ``moe``, Megatron's whole-MoE-block recompute, which maps to ``moe``; torchtitan's
     selective checkpointing is its op-level policy, ``op``).
     ``pipeline_schedule`` "1f1b" pins ``vpp = 1``; "interleaved" excludes ``vpp = 1``.
+    When ``pp x vpp`` exceeds the layers and divides ``layers + 2``, the split is Megatron's
+    account-for-embedding-and-loss one (the ModelZoo Qwen3-235B PP32 x VPP3 run: 96 chunks of one
+    unit, the first holding only the embedding and the last only the output layer and loss).
   - Unstated knobs are searched (the fastest layout that fits memory is kept):
     ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full}; ``vpp`` (pp > 1)
     in {1} + the divisors of ``layers / pp`` up to 8 (the schedule rule that micro-batches divide
@@ -542,6 +545,14 @@ def layout_space(
             cands = [v for v in cands if v > 1] or [2]
         grid["vpp"] = tuple(cands)
 
+    vpp = fixed.get("vpp", 1)
+    if pp * vpp > layers and (layers + 2) % (pp * vpp) == 0:
+        fixed["stage_layers"] = account_for_embedding_and_loss_split(layers, pp * vpp)
+        notes.append(
+            f"pp x vpp ({pp * vpp}) exceeds the {layers} layers: the embedding and the loss count as a "
+            "layer each (Megatron's --account-for-embedding/loss-in-pipeline-split)"
+        )
+
     if local_batch:
         # torchtitan splits the per-DP-rank batch into as many micro-batches as there are pipeline
         # stages in total (``pipeline_parallel_microbatches`` unset: pp x stages per rank)
@@ -581,6 +592,19 @@ def layout_space(
     else:
         fixed["sequence_parallel"] = tp > 1
     return fixed, grid, notes
+
+
+def account_for_embedding_and_loss_split(layers: int, chunks: int) -> list[int]:
+    """Megatron's split with ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``: ``layers + 2`` units spread evenly over the chunks,
+    the first unit the embedding and the last the output layer and loss."""
+    units = layers + 2
+    if units % chunks:
+        raise Unmappable(f"{layers} layers + embedding + loss do not split evenly over {chunks} chunks")
+    split = [units // chunks] * chunks
+    split[0] -= 1
+    split[-1] -= 1
+    return split
 
 
 def _predates_sequence_parallel(row: dict[str, Any]) -> bool:

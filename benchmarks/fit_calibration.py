@@ -27,6 +27,7 @@ GRID: dict[str, list[float]] = {
     "dp_overlap": [0.5, 0.7, 0.9],
     "pp_comm_exposed": [0.25, 0.5, 1.0],
     "cp_overlap": [0.0, 0.5, 1.0],
+    "expert_gemm_host_s": [0.0, 50e-6, 60e-6, 70e-6, 80e-6, 100e-6],
     "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
     "ep_comm_overlap": [0.0, 0.25, 0.4, 0.5, 0.75],
     "ep_comm_overlap_batched": [0.5, 0.55, 0.65, 0.75, 0.9],

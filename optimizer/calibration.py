@@ -92,6 +92,19 @@ class Calibration:
     """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
     another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
     with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.10x)."""
+    expert_gemm_host_s: float = 70.0 * US
+    """Host (CPU) time to issue one routed-expert GEMM. Dropless MoE layers size each local
+    expert's GEMM from the router's token counts, which the host reads back from the device (a
+    synchronisation: Transformer Engine's grouped GEMM takes the splits as a host list), so the
+    host cannot run ahead of the GPU there; it then issues each expert's GEMMs in turn. When the
+    experts' GEMMs are small (many local experts, few tokens each) the GPU waits for the host:
+    the "host-boundedness" of small expert GEMMs that Megatron-Core's MoE report names as one of
+    MoE training's three walls, and that device-initiated grouped GEMMs and CUDA graphs remove.
+    Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
+    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 2.07x and
+    1.51x too fast without it): the whole-set objective is flat for 60-75 us and the MoE rows'
+    mean error smallest at 70-72 us. Layouts with 2,048 tokens or more per expert GEMM are GPU
+    bound and barely move (docs/cost-model.md)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

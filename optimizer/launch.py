@@ -237,11 +237,14 @@ def _megatron_split(geo: _Geometry) -> _Split:
 
     ``--decoder-first/last-pipeline-num-layers`` give the layers on pipeline rank 0 / pp-1
     (spread evenly over that rank's virtual chunks); the other ranks share the rest evenly. A
-    split they cannot express is given exactly by ``--pipeline-model-parallel-layout``.
+    split they cannot express, or with a chunk holding only the embedding or only the loss, is
+    given exactly by ``--pipeline-model-parallel-layout``.
     """
     chunks, pp = geo.chunks, geo.pp
     if pp == 1 or len(set(chunks)) == 1:
         return _Split(uniform=True)
+    if min(chunks) == 0:  # an embedding-only first or loss-only last chunk
+        return _Split(uniform=False, layout=_megatron_layout_string(chunks))
     first = [c for i, c in enumerate(chunks) if i % pp == 0]
     last = [c for i, c in enumerate(chunks) if i % pp == pp - 1]
     middle = [c for i, c in enumerate(chunks) if 0 < i % pp < pp - 1]

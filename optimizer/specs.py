@@ -407,7 +407,10 @@ class Layout(Strict):
     num_micro_batches: int | None = Field(default=None, ge=1, description="derived: gbs / (dp * micro_batch_size)")
     stage_layers: list[int] | None = Field(
         default=None,
-        description="Layers per pipeline chunk in schedule order (pp*vpp entries); null = as even as possible.",
+        description=(
+            "Layers per pipeline chunk in schedule order (pp*vpp entries, each at least 1; the first "
+            "and last may be 0: an embedding-only or loss-only chunk); null = as even as possible."
+        ),
     )
     placement: PlacementSpec | None = None
 

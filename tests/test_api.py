@@ -611,6 +611,21 @@ class TestRealService:
         assert response.status_code == 422, response.text
         assert any("config" in loc for loc in _detail_locs(response))
 
+    def test_evaluate_takes_embedding_only_and_loss_only_chunks(self, client: TestClient) -> None:
+        """Zero layers in the first (embedding) and last (output layer and loss) chunk, as
+        Megatron's account-for-embedding/loss split; nowhere else."""
+        ends = {**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "stage_layers": [0, 40, 40, 0]}}
+        response = client.post("/evaluate", json=ends)
+        assert response.status_code == 200, response.text
+        plan = Plan.model_validate(response.json())
+        assert plan.config.stage_layers == [0, 40, 40, 0]
+        assert "'E|t*40|t*40|L'" in plan.launch.megatron
+        middle = {**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "stage_layers": [40, 0, 20, 20]}}
+        response = client.post("/evaluate", json=middle)
+        assert response.status_code == 422, response.text
+        assert ["body", "config", "stage_layers"] in _detail_locs(response)
+        assert "at least one layer" in _messages(response)
+
     def test_plan_returns_ranked_plans(self, client: TestClient) -> None:
         response = client.post("/plan", json={**JOB, "search": {"top_k": 3, "time_limit_s": 10}})
         assert response.status_code == 200, response.text

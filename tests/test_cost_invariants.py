@@ -885,3 +885,60 @@ def test_fp32_gradients_leave_the_weight_gathers_16_bit(zero_stage, ratio):
         return _scored("llama3-8b", "dgx-h100", 64, training, tp=1, pp=1, micro_batch_size=1,
                        zero_stage=zero_stage, recompute="none")[1].breakdown_s["dp_comm"]  # fmt: skip
     assert 0.97 * ratio < dp_s(True) / dp_s(False) <= ratio * (1 + 1e-9)
+
+
+def test_small_expert_gemms_are_host_bound_and_large_ones_are_not():
+    """The routed-expert GEMMs of a layer take at least the host's time to issue them: two per local
+    expert forward, at ``expert_gemm_host_s`` each. Qwen3-235B's 16 local experts at EP8 and TP4
+    with 4k tokens get 512 tokens per expert GEMM: host bound (still a little at 2,048). At TP2 with
+    micro-batch 4 (4,096 each, the published FSDP layout) the GPU work is longer."""
+    from optimizer.calibration import DEFAULT
+    from optimizer.cost.layer import expert_gemms_time_s, gemm_time_s
+
+    job = JobSpec(
+        model={"preset": "qwen3-235b-a22b"},
+        training={"seq_len": 4096, "global_batch_size": 2048},
+        cluster={"preset": "dgx-h100", "num_gpus": 256},
+    )
+    ctx = build_context(job)
+    moe = job.model.moe
+    each = next(k for k in ctx.kinds if k.is_moe).params.routed_expert_each
+    h = job.model.hidden_size
+    local = moe.num_experts / 8
+
+    def times(tokens_per_gpu: float) -> tuple[float, float]:
+        routed = tokens_per_gpu * moe.top_k
+        per_expert = routed / local
+        gpu = gemm_time_s(ctx, 2 * routed * each, per_expert, h, each / (2 * h))
+        return gpu, expert_gemms_time_s(ctx, routed, per_expert, local, each)
+
+    floor = 2 * local * DEFAULT.expert_gemm_host_s
+    gpu, t = times(4096 / 4)  # TP4 with sequence parallelism: 1,024 tokens per GPU, 512 per expert GEMM
+    assert gpu < 0.5 * floor and t == floor
+    gpu, t = times(4 * 4096 / 4)  # 16k tokens: 2,048 per expert GEMM
+    assert 0.85 * floor < gpu < floor and t == floor
+    gpu, t = times(4 * 4096 / 2)  # TP2, micro-batch 4: 4,096 per expert GEMM
+    assert gpu > 1.5 * floor and t == gpu
+
+
+def test_the_expert_host_floor_only_slows_host_bound_moe_layouts():
+    """Switching the floor off speeds the Qwen3-235B TP4 EP8 layout (512 tokens per expert GEMM)
+    up by about 2x, as measured against predicted before it; the TP2 EP32 layout (4,096 tokens per
+    expert GEMM) and a dense model do not move."""
+    import dataclasses
+
+    from optimizer.calibration import DEFAULT
+
+    no_floor = dataclasses.replace(DEFAULT, expert_gemm_host_s=0.0)
+    qwen = {"seq_len": 4096, "global_batch_size": 2048}
+
+    def step(model: str, training: dict[str, Any], cal: Any, **layout: Any) -> float:
+        return _scored(model, "dgx-h100", 256, training, cal, **layout)[1].step_time_s
+
+    tp4 = {"tp": 4, "pp": 8, "ep": 8, "vpp": 4, "micro_batch_size": 1, "recompute": "none"}
+    assert 1.8 < step("qwen3-235b-a22b", qwen, DEFAULT, **tp4) / step("qwen3-235b-a22b", qwen, no_floor, **tp4) < 2.3
+    tp2 = {"tp": 2, "pp": 8, "ep": 32, "vpp": 4, "micro_batch_size": 1, "recompute": "selective"}
+    assert step("qwen3-235b-a22b", qwen, DEFAULT, **tp2) == step("qwen3-235b-a22b", qwen, no_floor, **tp2)
+    dense = {"seq_len": 8192, "global_batch_size": 256}
+    llama = {"tp": 8, "pp": 1, "micro_batch_size": 1, "recompute": "selective"}
+    assert step("llama3-70b", dense, DEFAULT, **llama) == step("llama3-70b", dense, no_floor, **llama)

@@ -250,6 +250,18 @@ def test_megatron_split_not_expressible_by_first_last_uses_exact_layout():
     assert stages[0][0] == "E" and stages[-1][-1] == "L"
 
 
+def test_megatron_embedding_only_and_loss_only_chunks_use_the_exact_layout():
+    """Megatron's account-for-embedding/loss split: the first chunk holds only the embedding and
+    the last only the output layer and loss (zero decoder layers each)."""
+    launch_args = launch(uneven_case([0, 20, 20, 0]))
+    args = launch_args.megatron
+    assert "--decoder-first-pipeline-num-layers" not in args
+    assert "--pipeline-model-parallel-layout 'E|t*20|t*20|L'" in args
+    stages = parse_megatron_layout(megatron_value(args, "--pipeline-model-parallel-layout"))
+    assert [s.count("t") for s in stages] == [0, 20, 20, 0]
+    assert "E|t*20|t*20|L" in launch_args.nemo
+
+
 def test_megatron_interleaved_uneven_first_last():
     # Chunks in schedule order: rank r holds chunks r and r + pp.
     flags_args = launch(uneven_case([4, 5, 5, 6, 4, 5, 5, 6], vpp=2)).megatron

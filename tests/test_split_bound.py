@@ -126,8 +126,8 @@ def test_deepseek_v3_builds_few_split_models() -> None:
     # included), nearly all of which found no split below the k-th best time.
     default = search(PlanRequest.model_validate(_deepseek({})))
     assert default.status == "optimal"
-    assert default.solver.candidates_to_solver <= 60
-    assert abs(default.plans[0].step_time_s - 21.4994) < 1e-3
+    assert default.solver.candidates_to_solver <= 80
+    assert abs(default.plans[0].step_time_s - 22.8917) < 1e-3
     # MoE layers after three dense ones: every depth is in the default space, nothing left out
     assert default.solver.left_out_depths_bound_s is None
     assert not any("unequal chunks" in w for w in default.warnings)

@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.calibration_rows import (
     Unmappable,
+    account_for_embedding_and_loss_split,
     load_rows,
     map_all,
     map_row,
@@ -251,7 +252,10 @@ def test_validation_headline_numbers() -> None:
     for name in ("sc21-t2-175B-384gpu", "sc21-t2-175B-768gpu", "sc21-t2-175B-1536gpu", "sc21-t2-530B",
                  "sc21-t2-530B-1120gpu", "sc21-t2-530B-2240gpu"):  # fmt: skip
         assert groups[name].pairwise_agreement == 1.0, name
-    assert sum(g.pairwise_agreement == 1.0 for g in rep.summary.groups) >= 27
+    assert all(g.pairwise_agreement == 1.0 for g in rep.summary.groups), [
+        g.group for g in rep.summary.groups if g.pairwise_agreement != 1.0
+    ]
+    assert len(rep.summary.groups) == 28
 
 
 def test_tp_comm_overlap_is_read_from_the_row(rows) -> None:
@@ -305,10 +309,11 @@ def test_small_sc21_models_pay_for_materialised_attention_scores(rows) -> None:
 
 def test_long_context_moe_rows_with_hopper_attention_kernels(rows) -> None:
     """Qwen3-235B at 16k-128k tokens (Megatron-Core 2025, causal model FLOPs): the attention core
-    is 36-82% of the work. With FlashAttention-2-class kernels every row was 18-49% slow."""
+    is 36-82% of the work. With FlashAttention-2-class kernels every row was 18-49% slow. Their
+    2,048 tokens per expert GEMM leave them a little host bound (about 1% slower)."""
     for seq in ("16k", "32k", "64k", "128k"):
         r = evaluate_row(map_row(rows[f"modelzoo-qwen3-235b-256gpu-seq{seq}"]), DEFAULT)
-        assert abs(r.error_pct) <= 16.0, (seq, r.error_pct)
+        assert abs(r.error_pct) <= 17.0, (seq, r.error_pct)
 
 
 def test_torchtitan_micro_batch_size_follows_the_kept_vpp(rows) -> None:
@@ -373,3 +378,32 @@ def test_memory_matches_what_torchtitan_published() -> None:
         assert abs(row.error_pct) < 1.0, (row.id, row.error_pct)
     s = summarise(list(rows.values()))
     assert s.passes() and s.median_abs_pct < 5.0 and s.worst_under_pct > -20.0
+
+
+def test_qwen3_235b_layouts_on_256_h100_are_ordered_as_measured() -> None:
+    """The five published Qwen3-235B layouts on 256 H100 (same batch): measured 1,862 (TP2 EP32
+    with A2A overlap; TP2 EP8 FSDP), 1,663, 1,354 (PP32 EP8) and 1,130 (TP4 EP8) tokens/s/GPU.
+    The last two give each of their 16 local experts 1,024 and 512 tokens per GEMM and are host
+    bound; without the host floor they were predicted 1.51x and 2.07x too fast."""
+    rows = {r.id: r for r in run_validation(DEFAULT).rows}
+    ids = [f"modelzoo-qwen3-235b-256gpu-cfg{i}" for i in range(1, 6)]
+    err = {i[-4:]: rows[i].error_pct for i in ids}
+    assert abs(err["cfg5"]) <= 5.0 and abs(err["cfg4"]) <= 25.0, err
+    assert all(abs(e) <= 5.0 for k, e in err.items() if k not in ("cfg4", "cfg5")), err
+    by_predicted = sorted(ids, key=lambda i: -rows[i].predicted)
+    assert by_predicted[-2:] == [ids[3], ids[4]]  # PP32, then TP4 last, as measured
+    no_floor = {r.id: r for r in run_validation(dataclasses.replace(DEFAULT, expert_gemm_host_s=0.0)).rows}
+    assert no_floor[ids[4]].error_pct > 90 and no_floor[ids[3]].error_pct > 45
+
+
+def test_account_for_embedding_and_loss_split(rows) -> None:
+    """Megatron's split that counts the embedding and the loss as a layer each: the ModelZoo's
+    PP32 x VPP3 run of 94 layers has 96 one-unit chunks; at PP8 x VPP4 it equals the cost
+    model's own even split (first and last chunk one layer short)."""
+    from optimizer.cost.pipeline import even_split
+
+    assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg4"]).fixed["stage_layers"] == [0] + [1] * 94 + [0]
+    assert account_for_embedding_and_loss_split(94, 32) == even_split(94, 32) == [2] + [3] * 30 + [2]
+    assert "stage_layers" not in map_row(rows["modelzoo-qwen3-235b-256gpu-cfg5"]).fixed
+    with pytest.raises(Unmappable):
+        account_for_embedding_and_loss_split(94, 64)

@@ -1142,6 +1142,10 @@ def dp_exposed_floor_s(
     every layer split with at least one layer per stage, from ``lower_bound_layer_totals`` and
     ``head_time_s`` (the LM head).
 
+    With ZeRO-0/1/2 it is also at least the last gradient bucket's collective (twice with
+    ZeRO-1/2, whose parameter gather leaves its mirror exposed) at the average stage's dense
+    gradient bytes: no overlap hides it, and the bucket time does not decrease in the bytes.
+
     Each stage's exposed time is at least ``_dp_exposed_from_parts_s`` with nothing counted as
     unhidden (the maxima with 0 are convex, the collective parts affine in the stage's bytes and
     layer count), so the slowest stage's is at least the average stage's: every layer, the
@@ -1174,12 +1178,25 @@ def dp_exposed_floor_s(
             dense_part = np.minimum(dense_part, np.where(cp > 1, smallest(dp, _dp_ring, 0, g_dense), np.inf))
         return dense_part, smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
 
+    def last_bucket(g: np.ndarray) -> np.ndarray:
+        best = np.full(dp.shape, np.inf)
+        for sizes in (dp * cp, np.where(cp > 1, dp, dp * cp)):
+            for size in np.unique(sizes):
+                sel = sizes == size
+                for geo in _axis_geometries(ctx, int(size)):
+                    best[sel] = np.minimum(best[sel], _last_bucket_s(ctx, zero_stage, _dp_ring(ctx, geo), g[sel]))
+        return best
+
     dense_part, expert_part = parts(g_dense, g_exp)
     ratio = _gather_scale(ctx, zero_stage)
     gather = None if ratio is None else sum(parts(g_dense * ratio, g_exp * ratio))
     compute = (fwd + bwd + head) / pp
     floor = _dp_exposed_from_parts_s(ctx, zero_stage, m, n_layers, (dense_part, expert_part), 0.0,
                                      compute, fwd / pp, bwd / pp, gather)  # fmt: skip
+    if zero_stage != 3:
+        # the last gradient bucket is never hidden (twice with ZeRO-1/2: its parameter gather too);
+        # the stage with the most dense parameters has at least the average's
+        floor = np.maximum(floor, (1 if zero_stage == 0 else 2) * last_bucket(g_dense))
     floor = floor * (1.0 - STEP_FLOOR_MARGIN)  # the terms are summed differently from the exact ones
     return float(floor[0]) if scalar else floor
 

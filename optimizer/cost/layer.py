@@ -99,6 +99,21 @@ def gemm_time_s(
     return flops / (rate_flops * shape)
 
 
+def expert_gemms_time_s(
+    ctx: JobContext, routed_tokens: float, per_expert_tokens: float, local_experts: float, expert_params: float
+) -> float:
+    """Forward time of one MoE layer's routed-expert GEMMs on one GPU (fc1 and fc2 of each local
+    expert; backward is twice this, like every GEMM here).
+
+    The GPU time at the grouped shape, but never less than the host's time to issue the GEMMs:
+    the per-expert split sizes come from the router on the device, so the host waits for them
+    (a device-to-host sync) and then issues each expert's GEMM in turn, with the GPU idle until it
+    catches up. ``cal.expert_gemm_host_s`` is that issue time per GEMM."""
+    h = float(ctx.job.model.hidden_size or 0)
+    gpu = gemm_time_s(ctx, 2 * routed_tokens * expert_params, per_expert_tokens, h, expert_params / (2 * h))
+    return max(gpu, 2.0 * local_experts * ctx.cal.expert_gemm_host_s)
+
+
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
     cal = ctx.cal
     model = ctx.job.model
@@ -117,9 +132,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         tok_gpu = tokens / tp  # experts are not tensor-split: each TP rank routes its own shard
         routed_tokens = tok_gpu * moe.top_k * cal.ep_load_imbalance
         per_expert_tokens = routed_tokens * ep / moe.num_experts
-        t_mlp = gemm_time_s(
-            ctx, 2 * routed_tokens * p.routed_expert_each, per_expert_tokens, h, p.routed_expert_each / (2 * h)
-        )
+        t_mlp = expert_gemms_time_s(ctx, routed_tokens, per_expert_tokens, moe.num_experts / ep, p.routed_expert_each)
         t_mlp += gemm_time_s(ctx, 2 * tok_gpu * p.router, tok_gpu, h, moe.num_experts)
         if p.shared_experts:
             t_mlp += gemm_time_s(ctx, 2 * tokens * p.shared_experts / tp, tokens, h, p.shared_experts / (2 * h * tp))

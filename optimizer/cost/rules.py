@@ -140,13 +140,22 @@ def resolve(
         split = list(stage_layers)
         if len(split) != chunks:
             raise InvalidLayout("config.stage_layers", f"needs pp*vpp = {chunks} entries, got {len(split)}")
-        if any(x < 1 for x in split):
-            raise InvalidLayout("config.stage_layers", "every chunk needs at least one layer")
+        if min(split) < 0:
+            raise InvalidLayout("config.stage_layers", "layer counts cannot be negative")
+        if any(x < 1 for x in split[1:-1]):
+            raise InvalidLayout(
+                "config.stage_layers",
+                "every chunk but the first (embedding) and the last (output layer and loss) needs at least one layer",
+            )
         if sum(split) != layers:
             raise InvalidLayout("config.stage_layers", f"sums to {sum(split)}, model has {layers} layers")
     else:
         if chunks > layers:
-            raise InvalidLayout("config.vpp", f"pp*vpp ({chunks}) exceeds num_layers ({layers})")
+            raise InvalidLayout(
+                "config.vpp",
+                f"pp*vpp ({chunks}) exceeds num_layers ({layers}); an embedding-only first chunk and a "
+                "loss-only last chunk need an explicit stage_layers",
+            )
         split = even_split(layers, chunks)
     sp = sequence_parallel and tp > 1
     return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split))
