@@ -9,6 +9,7 @@ from optimizer.cost import Estimate, best_estimate, build_context, estimate, res
 from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
@@ -75,6 +76,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
+    notes += _host_bound_experts_note(job, est)
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
@@ -181,6 +183,35 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
         "(training.dp_comm_overlap); the launch arguments ask for that overlap (Megatron --overlap-grad-reduce "
         "--overlap-param-gather, DeepSpeed overlap_comm); without it the step takes "
         f"{blocking.step_time_s:.3f} s ({100 * slower:.0f}% slower)"
+    )
+    return [note]
+
+
+def _host_bound_experts_note(job: JobSpec, est: Estimate) -> list[str]:
+    """When the plan's routed-expert GEMMs are host bound (``layer.expert_gemm_times_s``): how
+    small they are and what the step would take if the host kept ahead of the GPU (the same
+    layout, order and split costed with ``expert_gemm_host_s`` 0), since that depends on the
+    stack (CUDA graphs, device-initiated grouped GEMMs)."""
+    if job.model.moe is None:
+        return []
+    ctx = build_context(job)
+    lay = est.layout
+    d = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    kind = next(k for k in ctx.kinds if k.is_moe)
+    gpu_s, host_s = expert_gemm_times_s(ctx, kind, d)
+    if host_s <= gpu_s:
+        return []
+    device_splits = job.training.model_copy(update={"expert_gemm_host_splits": False})
+    free = _costed_again(job.model_copy(update={"training": device_splits}), est)
+    local = job.model.moe.num_experts // lay.ep
+    per_expert = routed_tokens_per_gpu(ctx, d) / local
+    note = (
+        f"expert GEMMs are host bound: each of the {local} local experts gets about {per_expert:,.0f} tokens per "
+        f"micro-batch, {1e3 * gpu_s:.2f} ms of GPU work per MoE layer forward against {1e3 * host_s:.2f} ms for "
+        "the host to issue the GEMMs once the router's token counts are read back; a stack that keeps the host "
+        "out of the loop (CUDA graphs over the experts, a device-side grouped GEMM: "
+        f"training.expert_gemm_host_splits false) would take {free.step_time_s:.3f} s a step instead of "
+        f"{est.step_time_s:.3f} s; a larger ep or micro-batch also helps"
     )
     return [note]
 

@@ -253,6 +253,17 @@ class TrainingSpec(Strict):
             "overlap); MoE models with expert parallelism only, no effect otherwise."
         ),
     )
+    expert_gemm_host_splits: bool = Field(
+        default=True,
+        description=(
+            "The stack reads each local expert's token count back to the host and issues one GEMM "
+            "per expert (Megatron-Core with Transformer Engine's grouped GEMM, whose splits are a "
+            "host list): small expert GEMMs are then host bound (calibration expert_gemm_host_s per "
+            "GEMM). False: the expert GEMMs run without the host in the loop (one device-side "
+            "grouped GEMM such as torchtitan's torch._grouped_mm, Transformer Engine's "
+            "device-initiated grouped GEMM, CUDA graphs over the experts). MoE models only."
+        ),
+    )
     dp_comm_overlap: bool = Field(
         default=True,
         description=(

@@ -10,6 +10,7 @@ path ``evaluate`` takes is used).
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -893,32 +894,25 @@ def test_small_expert_gemms_are_host_bound_and_large_ones_are_not():
     with 4k tokens get 512 tokens per expert GEMM: host bound (still a little at 2,048). At TP2 with
     micro-batch 4 (4,096 each, the published FSDP layout) the GPU work is longer."""
     from optimizer.calibration import DEFAULT
-    from optimizer.cost.layer import expert_gemms_time_s, gemm_time_s
+    from optimizer.cost.layer import Dims, expert_gemm_times_s
 
-    job = JobSpec(
-        model={"preset": "qwen3-235b-a22b"},
-        training={"seq_len": 4096, "global_batch_size": 2048},
-        cluster={"preset": "dgx-h100", "num_gpus": 256},
-    )
-    ctx = build_context(job)
-    moe = job.model.moe
-    each = next(k for k in ctx.kinds if k.is_moe).params.routed_expert_each
-    h = job.model.hidden_size
-    local = moe.num_experts / 8
+    def times(seq: int, tp: int, mbs: int) -> tuple[float, float]:
+        job = JobSpec(
+            model={"preset": "qwen3-235b-a22b"},
+            training={"seq_len": seq, "global_batch_size": 2048},
+            cluster={"preset": "dgx-h100", "num_gpus": 256},
+        )
+        ctx = build_context(job)
+        moe_kind = next(k for k in ctx.kinds if k.is_moe)
+        return expert_gemm_times_s(ctx, moe_kind, Dims(tp, 1, 8, mbs, True, "none"))
 
-    def times(tokens_per_gpu: float) -> tuple[float, float]:
-        routed = tokens_per_gpu * moe.top_k
-        per_expert = routed / local
-        gpu = gemm_time_s(ctx, 2 * routed * each, per_expert, h, each / (2 * h))
-        return gpu, expert_gemms_time_s(ctx, routed, per_expert, local, each)
-
-    floor = 2 * local * DEFAULT.expert_gemm_host_s
-    gpu, t = times(4096 / 4)  # TP4 with sequence parallelism: 1,024 tokens per GPU, 512 per expert GEMM
-    assert gpu < 0.5 * floor and t == floor
-    gpu, t = times(4 * 4096 / 4)  # 16k tokens: 2,048 per expert GEMM
-    assert 0.85 * floor < gpu < floor and t == floor
-    gpu, t = times(4 * 4096 / 2)  # TP2, micro-batch 4: 4,096 per expert GEMM
-    assert gpu > 1.5 * floor and t == gpu
+    floor = 2 * 16 * DEFAULT.expert_gemm_host_s
+    gpu, host = times(4096, 4, 1)  # 1,024 tokens per GPU, 512 per expert GEMM
+    assert host == floor and gpu < 0.5 * floor
+    gpu, host = times(16384, 4, 1)  # 2,048 per expert GEMM
+    assert host == floor and 0.85 * floor < gpu < floor
+    gpu, host = times(4096, 2, 4)  # 4,096 per expert GEMM
+    assert host == floor and gpu > 1.5 * floor
 
 
 def test_the_expert_host_floor_only_slows_host_bound_moe_layouts():
@@ -942,3 +936,34 @@ def test_the_expert_host_floor_only_slows_host_bound_moe_layouts():
     dense = {"seq_len": 8192, "global_batch_size": 256}
     llama = {"tp": 8, "pp": 1, "micro_batch_size": 1, "recompute": "selective"}
     assert step("llama3-70b", dense, DEFAULT, **llama) == step("llama3-70b", dense, no_floor, **llama)
+
+
+def test_a_host_bound_moe_plan_says_so_with_the_step_it_would_take_otherwise():
+    def notes(**layout: Any) -> list[str]:
+        plan = evaluate(EvaluateRequest(
+            model={"preset": "qwen3-235b-a22b"}, training={"seq_len": 4096, "global_batch_size": 2048},
+            cluster={"preset": "dgx-h100", "num_gpus": 256}, config=layout,
+        ))  # fmt: skip
+        return [n for n in plan.notes if n.startswith("expert GEMMs are host bound")]
+
+    (note,) = notes(tp=4, pp=8, ep=8, vpp=4, micro_batch_size=1, recompute="none")
+    assert "16 local experts gets about 512 tokens" in note
+    fast, slow = (float(x) for x in re.findall(r"take ([\d.]+) s a step instead of ([\d.]+) s", note)[0])
+    assert 1.8 < slow / fast < 2.3
+    assert notes(tp=2, pp=8, ep=32, vpp=4, micro_batch_size=1, recompute="selective") == []
+
+
+def test_a_stack_without_host_splits_drops_the_expert_floor():
+    """``training.expert_gemm_host_splits: false`` (a device-side grouped GEMM, CUDA graphs over
+    the experts) costs the layout as the calibration without the floor does."""
+    import dataclasses
+
+    from optimizer.calibration import DEFAULT
+
+    layout = {"tp": 4, "pp": 8, "ep": 8, "vpp": 4, "micro_batch_size": 1, "recompute": "none"}
+    training = {"seq_len": 4096, "global_batch_size": 2048}
+    no_floor = dataclasses.replace(DEFAULT, expert_gemm_host_s=0.0)
+    device = _scored("qwen3-235b-a22b", "dgx-h100", 256, {**training, "expert_gemm_host_splits": False}, **layout)[1]
+    host = _scored("qwen3-235b-a22b", "dgx-h100", 256, training, **layout)[1]
+    free = _scored("qwen3-235b-a22b", "dgx-h100", 256, training, no_floor, **layout)[1]
+    assert device.step_time_s == free.step_time_s < 0.55 * host.step_time_s

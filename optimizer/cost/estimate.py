@@ -1455,12 +1455,40 @@ def _chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[in
         layers = len(ctx.layer_kind)
         longest = most - (vpp - 1)
         runs = set().union(*(_mixes(ctx, range(layers - n + 1), n) for n in range(1, min(longest, layers) + 1)))
-        sums: set[tuple[int, ...]] = {(0,) * len(ctx.kinds)}
-        for _ in range(vpp):
-            sums = {tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most}
-        found = frozenset(sums)
+        found = _sums_of_runs(runs, vpp, most, len(ctx.kinds))
         ctx.memo[key] = found
     return found
+
+
+CHUNK_SUM_GRID_MAX = 2_000_000
+"""Largest kind-count grid (``(most + 1) ** kinds`` cells) ``_sums_of_runs`` fills as an array."""
+
+
+def _sums_of_runs(
+    runs: set[tuple[int, ...]], vpp: int, most: int, kinds: int
+) -> frozenset[tuple[int, ...]]:
+    """Every sum of ``vpp`` mixes from ``runs`` (repeats allowed) with at most ``most`` layers in
+    all: a reachability grid over the kind counts, shifted by each run ``vpp`` times (a set of
+    tuples when the grid would be larger than ``CHUNK_SUM_GRID_MAX``)."""
+    if (most + 1) ** kinds > CHUNK_SUM_GRID_MAX:
+        sums: set[tuple[int, ...]] = {(0,) * kinds}
+        for _ in range(vpp):
+            sums = {tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most}
+        return frozenset(sums)
+    size = most + 1
+    reach = np.zeros((size,) * kinds, dtype=bool)
+    reach[(0,) * kinds] = True
+    for _ in range(vpp):
+        nxt = np.zeros_like(reach)
+        for r in runs:
+            if max(r) >= size:
+                continue
+            dst = tuple(slice(c, size) for c in r)
+            src = tuple(slice(0, size - c) for c in r)
+            nxt[dst] |= reach[src]
+        reach = nxt
+    total = np.indices(reach.shape).sum(axis=0)
+    return frozenset(tuple(int(c) for c in idx) for idx in np.argwhere(reach & (total <= most)))
 
 
 def _several_kinds_one_chunk(ctx: JobContext, lay: ResolvedLayout) -> bool:

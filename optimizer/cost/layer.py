@@ -99,19 +99,34 @@ def gemm_time_s(
     return flops / (rate_flops * shape)
 
 
-def expert_gemms_time_s(
-    ctx: JobContext, routed_tokens: float, per_expert_tokens: float, local_experts: float, expert_params: float
-) -> float:
-    """Forward time of one MoE layer's routed-expert GEMMs on one GPU (fc1 and fc2 of each local
-    expert; backward is twice this, like every GEMM here).
+def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[float, float]:
+    """(GPU time, host issue time) of one MoE layer's routed-expert GEMMs on one GPU per
+    micro-batch, forward (fc1 and fc2 of each local expert; backward is twice each).
 
-    The GPU time at the grouped shape, but never less than the host's time to issue the GEMMs:
-    the per-expert split sizes come from the router on the device, so the host waits for them
-    (a device-to-host sync) and then issues each expert's GEMM in turn, with the GPU idle until it
-    catches up. ``cal.expert_gemm_host_s`` is that issue time per GEMM."""
+    The GPU time is the grouped GEMM at its shape. The host's: the per-expert split sizes come
+    from the router on the device, so the host waits for them (a device-to-host sync) and then
+    issues each expert's GEMMs in turn, ``cal.expert_gemm_host_s`` each, with the GPU idle until
+    it catches up (0 when ``training.expert_gemm_host_splits`` is false: the stack keeps the host
+    out of the loop). The layer takes the larger of the two (``layer_cost``)."""
+    moe = ctx.job.model.moe
+    assert moe is not None and kind.is_moe
     h = float(ctx.job.model.hidden_size or 0)
-    gpu = gemm_time_s(ctx, 2 * routed_tokens * expert_params, per_expert_tokens, h, expert_params / (2 * h))
-    return max(gpu, 2.0 * local_experts * ctx.cal.expert_gemm_host_s)
+    each = kind.params.routed_expert_each
+    routed = routed_tokens_per_gpu(ctx, d)
+    per_expert = routed * d.ep / moe.num_experts
+    gpu = gemm_time_s(ctx, 2 * routed * each, per_expert, h, each / (2 * h))
+    if not ctx.job.training.expert_gemm_host_splits:
+        return gpu, 0.0
+    return gpu, 2.0 * moe.num_experts / d.ep * ctx.cal.expert_gemm_host_s
+
+
+def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
+    """Routed token copies an MoE layer's experts on one GPU process per micro-batch (experts are
+    not tensor-split: each TP rank routes its own sequence shard)."""
+    moe = ctx.job.model.moe
+    assert moe is not None
+    tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
+    return tok_gpu * moe.top_k * ctx.cal.ep_load_imbalance
 
 
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
@@ -130,9 +145,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         moe = model.moe
         assert moe is not None
         tok_gpu = tokens / tp  # experts are not tensor-split: each TP rank routes its own shard
-        routed_tokens = tok_gpu * moe.top_k * cal.ep_load_imbalance
-        per_expert_tokens = routed_tokens * ep / moe.num_experts
-        t_mlp = expert_gemms_time_s(ctx, routed_tokens, per_expert_tokens, moe.num_experts / ep, p.routed_expert_each)
+        routed_tokens = routed_tokens_per_gpu(ctx, d)
+        t_mlp = max(expert_gemm_times_s(ctx, kind, d))  # host bound when the expert GEMMs are small
         t_mlp += gemm_time_s(ctx, 2 * tok_gpu * p.router, tok_gpu, h, moe.num_experts)
         if p.shared_experts:
             t_mlp += gemm_time_s(ctx, 2 * tokens * p.shared_experts / tp, tokens, h, p.shared_experts / (2 * h * tp))
