@@ -117,3 +117,28 @@ def test_alternating_moe_plans_optimal() -> None:
     best = response.plans[0]
     assert best.step_time_s == pytest.approx(3.0032, abs=1e-4)
     assert best.config.vpp == 7
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    runs=st.sets(st.tuples(st.integers(0, 6), st.integers(0, 6)).filter(lambda r: sum(r) >= 1), min_size=1, max_size=12),
+    vpp=st.integers(1, 5),
+    most=st.integers(1, 20),
+)
+def test_run_sums_grid_equals_the_set_construction(runs, vpp, most) -> None:
+    """``_sums_of_runs`` fills a reachability grid over the kind counts; with the grid limit at 0
+    it builds the same sums as a set of tuples, run by run (the construction it replaced)."""
+    import importlib
+
+    est = importlib.import_module("optimizer.cost.estimate")  # the package exports a function of that name
+    grid = est._sums_of_runs(runs, vpp, most, 2)
+    saved = est.CHUNK_SUM_GRID_MAX
+    est.CHUNK_SUM_GRID_MAX = 0
+    try:
+        sets = est._sums_of_runs(runs, vpp, most, 2)
+    finally:
+        est.CHUNK_SUM_GRID_MAX = saved
+    expected = {(0, 0)}
+    for _ in range(vpp):
+        expected = {(a + c, b + d) for a, b in expected for c, d in runs if a + b + c + d <= most}
+    assert grid == sets == expected
