@@ -189,15 +189,17 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
 
 def _host_bound_experts_note(job: JobSpec, est: Estimate) -> list[str]:
     """When the plan's routed-expert GEMMs are host bound (``layer.expert_gemm_times_s``): how
-    small they are and what the step would take if the host kept ahead of the GPU (the same
-    layout, order and split costed with ``expert_gemm_host_s`` 0), since that depends on the
-    stack (CUDA graphs, device-initiated grouped GEMMs)."""
+    small they are and what the step would take if the host kept out of the loop (the same
+    layout, order and split costed with ``training.expert_gemm_host_splits`` false), since that
+    depends on the stack (CUDA graphs, device-initiated grouped GEMMs)."""
     if job.model.moe is None:
         return []
     ctx = build_context(job)
+    kind = next((k for k in ctx.kinds if k.is_moe), None)
+    if kind is None:  # every layer dense (moe.first_dense_layers = num_layers)
+        return []
     lay = est.layout
     d = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    kind = next(k for k in ctx.kinds if k.is_moe)
     gpu_s, host_s = expert_gemm_times_s(ctx, kind, d)
     if host_s <= gpu_s:
         return []
