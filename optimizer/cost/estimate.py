@@ -1162,30 +1162,31 @@ def dp_exposed_floor_s(
     n_layers = (ctx.job.model.num_layers or 0) / pp
     g_dense, g_exp = dense * ctx.grad_bytes / pp, expert * ctx.grad_bytes / pp
 
-    def smallest(sizes: np.ndarray, ring, part: int, g: np.ndarray) -> np.ndarray:
+    def smallest(sizes: np.ndarray, ring, cost, g: np.ndarray) -> np.ndarray:
+        """``cost(levels, selection, bytes)`` at its smallest over every geometry of the group."""
         best = np.full(sizes.shape, np.inf)
         for size in np.unique(sizes):
             sel = sizes == size
             for geo in _axis_geometries(ctx, int(size)):
-                levels = ring(ctx, geo)  # the other part runs over no levels: 0, not read
-                both = (levels, ()) if part == 0 else ((), levels)
-                best[sel] = np.minimum(best[sel], _dp_collective_parts_s(zero_stage, *both, g[sel], g[sel], n_layers[sel], ctx.grad_bytes)[part])
+                best[sel] = np.minimum(best[sel], cost(ring(ctx, geo), sel, g[sel]))
         return best
+
+    def smallest_dense(cost, g: np.ndarray) -> np.ndarray:
+        """``smallest`` over the dense ``dp x cp`` group, or ``dp`` alone when an order separates them."""
+        best = smallest(dp * cp, _dp_ring, cost, g)
+        if np.any(cp > 1):
+            best = np.minimum(best, np.where(cp > 1, smallest(dp, _dp_ring, cost, g), np.inf))
+        return best
+
+    def dense_collective(levels, sel, g):  # the expert part runs over no levels: 0, not read
+        return _dp_collective_parts_s(zero_stage, levels, (), g, g, n_layers[sel], ctx.grad_bytes)[0]
+
+    def expert_collective(levels, sel, g):
+        return _dp_collective_parts_s(zero_stage, (), levels, g, g, n_layers[sel], ctx.grad_bytes)[1]
 
     def parts(g_dense: np.ndarray, g_exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        dense_part = smallest(dp * cp, _dp_ring, 0, g_dense)
-        if np.any(cp > 1):
-            dense_part = np.minimum(dense_part, np.where(cp > 1, smallest(dp, _dp_ring, 0, g_dense), np.inf))
-        return dense_part, smallest(tp * cp * dp // ep, _expert_dp_ring, 1, g_exp)
-
-    def last_bucket(g: np.ndarray) -> np.ndarray:
-        best = np.full(dp.shape, np.inf)
-        for sizes in (dp * cp, np.where(cp > 1, dp, dp * cp)):
-            for size in np.unique(sizes):
-                sel = sizes == size
-                for geo in _axis_geometries(ctx, int(size)):
-                    best[sel] = np.minimum(best[sel], _last_bucket_s(ctx, zero_stage, _dp_ring(ctx, geo), g[sel]))
-        return best
+        return (smallest_dense(dense_collective, g_dense),
+                smallest(tp * cp * dp // ep, _expert_dp_ring, expert_collective, g_exp))  # fmt: skip
 
     dense_part, expert_part = parts(g_dense, g_exp)
     ratio = _gather_scale(ctx, zero_stage)
@@ -1196,7 +1197,8 @@ def dp_exposed_floor_s(
     if zero_stage != 3:
         # the last gradient bucket is never hidden (twice with ZeRO-1/2: its parameter gather too);
         # the stage with the most dense parameters has at least the average's
-        floor = np.maximum(floor, (1 if zero_stage == 0 else 2) * last_bucket(g_dense))
+        last_bucket = smallest_dense(lambda levels, _, g: _last_bucket_s(ctx, zero_stage, levels, g), g_dense)
+        floor = np.maximum(floor, (1 if zero_stage == 0 else 2) * last_bucket)
     floor = floor * (1.0 - STEP_FLOOR_MARGIN)  # the terms are summed differently from the exact ones
     return float(floor[0]) if scalar else floor
 
