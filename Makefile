@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench validate clean
+.PHONY: run test install bench validate bands clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ bench: $(STAMP)
 validate: $(STAMP)
 	$(BIN)/python benchmarks/validation.py
 	$(BIN)/python benchmarks/memory_check.py
+	$(BIN)/python benchmarks/error_bands.py
+
+# the plans' 80% error bands (optimizer/data/error_bands.toml, docs/error_bands.md) from the validation residuals
+bands: $(STAMP)
+	$(BIN)/python benchmarks/error_bands.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

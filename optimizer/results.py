@@ -60,6 +60,17 @@ class Plan(_Out):
     step_time_s: float
     tokens_per_s: float
     tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu_range: tuple[float, float] | None = Field(
+        default=None,
+        description=(
+            "80% interval [low, high] of tokens_per_s_per_gpu, from how far the cost model missed comparable "
+            "published runs (dense / MoE, GPU generation, precision; docs/error_bands.md). Brackets the prediction."
+        ),
+    )
+    step_time_s_range: tuple[float, float] | None = Field(
+        default=None,
+        description="80% interval [low, high] of step_time_s matching tokens_per_s_per_gpu_range (step = tokens / throughput).",
+    )
     mfu: float = Field(description="model FLOPs / (step time * GPUs * dense peak at the training precision)")
     hfu: float = Field(description="hardware FLOPs (recompute included) / same denominator")
     model_tflops_per_gpu: float

@@ -10,6 +10,7 @@ from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
+from optimizer.error_bands import plan_ranges
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
@@ -77,6 +78,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
+    ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
+    notes += [ranges.note] if ranges.note else []
     if lay.recompute == "op":
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
@@ -100,6 +103,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         step_time_s=est.step_time_s,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / n,
+        tokens_per_s_per_gpu_range=ranges.tokens_per_s_per_gpu,
+        step_time_s_range=ranges.step_time_s,
         mfu=est.mfu,
         hfu=est.hfu,
         model_tflops_per_gpu=est.model_flops_per_step / est.step_time_s / n / TFLOPS,
