@@ -157,8 +157,8 @@ def plan_ranges(job: JobSpec, step_time_s: float, tokens_per_s_per_gpu: float) -
     note = None
     if cls.generation not in bands.generations:
         note = (
-            f"no calibration run on {cls.generation} GPUs: the 80% ranges are those of {band.label} "
-            f"({band.rows} runs on {', '.join(bands.generations)})"
+            f"no calibration run on {cls.generation} GPUs: the 80% ranges come from {band.rows} runs "
+            f"({band.cls.label}) on {', '.join(bands.generations)} GPUs"
         )
     return PlanRanges(
         tokens_per_s_per_gpu=(tokens_per_s_per_gpu * lo, tokens_per_s_per_gpu * hi),
