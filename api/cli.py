@@ -163,6 +163,9 @@ def evaluate_table(plan: Plan) -> str:
         f"tokens/s: {plan.tokens_per_s:,.0f}  "
         f"model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n"
     )
+    if plan.tokens_per_s_per_gpu_range and plan.step_time_s_range:
+        (t_lo, t_hi), (s_lo, s_hi) = plan.tokens_per_s_per_gpu_range, plan.step_time_s_range
+        parts.append(f"80% range: tokens/s per GPU {t_lo:,.0f} - {t_hi:,.0f}  step_s {s_lo:.3f} - {s_hi:.3f}\n")
     parts.extend(f"note: {n}\n" for n in plan.notes)
     return "".join(parts)
 

@@ -219,3 +219,12 @@ def test_shipped_file_is_the_fit_of_the_current_cost_model() -> None:
             (band.rows, band.log_low, band.log_high), abs=2e-6
         ), f"{cls.label}: rerun `make bands`"
     assert 0.70 <= shipped.coverage <= 0.90
+
+
+def test_cli_evaluate_table_shows_the_ranges() -> None:
+    from api import cli
+
+    plan = service.evaluate(EvaluateRequest(**DENSE_H100_BF16))
+    (t_lo, t_hi), (s_lo, s_hi) = plan.tokens_per_s_per_gpu_range, plan.step_time_s_range
+    line = next(x for x in cli.evaluate_table(plan).splitlines() if x.startswith("80% range"))
+    assert line == f"80% range: tokens/s per GPU {t_lo:,.0f} - {t_hi:,.0f}  step_s {s_lo:.3f} - {s_hi:.3f}"
