@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.calibration_rows import DATA_PATH, load_rows, map_all
 from benchmarks.validation import ValidationReport, run_validation, source_key
-from optimizer.error_bands import ROOT_CLASS, BandClass, ErrorBand, band_class
+from optimizer.error_bands import ROOT_CLASS, BandClass, ErrorBand, band_class, lookup_band
 
 DATA_OUT = ROOT / "optimizer" / "data" / "error_bands.toml"
 DOC_OUT = ROOT / "docs" / "error_bands.md"
@@ -106,10 +106,6 @@ def fit_bands(residuals: list[Residual], min_rows: int = MIN_ROWS) -> dict[BandC
     return out
 
 
-def lookup(bands: dict[BandClass, ErrorBand], cls: BandClass) -> ErrorBand:
-    return next(bands[c] for c in cls.lineage() if c in bands)
-
-
 def leave_one_source_out(residuals: list[Residual], min_rows: int = MIN_ROWS) -> list[HeldOut]:
     """Each row against the bands of every other source's rows."""
     out = []
@@ -120,7 +116,7 @@ def leave_one_source_out(residuals: list[Residual], min_rows: int = MIN_ROWS) ->
         bands = fit_bands(train, min_rows)
         for r in residuals:
             if r.source == source:
-                band = lookup(bands, r.cls)
+                band = lookup_band(bands, r.cls)
                 out.append(HeldOut(r, band, band.covers(r.log_ratio)))
     return out
 
@@ -191,7 +187,7 @@ def _class_rows(residuals: list[Residual], bands: dict[BandClass, ErrorBand], he
     out = []
     for cls in sorted({r.cls for r in residuals}):
         c = cov.get(cls.label, Coverage(0, 0))
-        out.append([cls.label, str(c.n), lookup(bands, cls).cls.label, f"{c.covered} of {c.n}", _pct(c.fraction)])
+        out.append([cls.label, str(c.n), lookup_band(bands, cls).cls.label, f"{c.covered} of {c.n}", _pct(c.fraction)])
     return out
 
 

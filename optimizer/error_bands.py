@@ -20,11 +20,12 @@ from __future__ import annotations
 import functools
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from hardware_catalog import load_catalog
 from optimizer.specs import JobSpec
@@ -110,11 +111,15 @@ class ErrorBands:
     """Leave-one-source-out coverage of the bands on the calibration rows."""
 
     def lookup(self, cls: BandClass) -> ErrorBand:
-        """The band of ``cls``, or of its nearest parent that has one."""
-        for c in cls.lineage():
-            if c in self.bands:
-                return self.bands[c]
-        raise KeyError(f"no error band for {cls.label} (the root band is missing)")
+        return lookup_band(self.bands, cls)
+
+
+def lookup_band(bands: Mapping[BandClass, ErrorBand], cls: BandClass) -> ErrorBand:
+    """The band of ``cls``, or of its nearest parent that has one."""
+    for c in cls.lineage():
+        if c in bands:
+            return bands[c]
+    raise KeyError(f"no error band for {cls.label} (the root band is missing)")
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,7 @@ __all__ = [
     "ROOT_CLASS",
     "band_class",
     "load_error_bands",
+    "lookup_band",
     "parse_error_bands",
     "plan_ranges",
 ]
