@@ -9,7 +9,10 @@ import tomllib
 from pathlib import Path
 from types import MappingProxyType
 
+import hypothesis
+import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -228,3 +231,23 @@ def test_cli_evaluate_table_shows_the_ranges() -> None:
     (t_lo, t_hi), (s_lo, s_hi) = plan.tokens_per_s_per_gpu_range, plan.step_time_s_range
     line = next(x for x in cli.evaluate_table(plan).splitlines() if x.startswith("80% range"))
     assert line == f"80% range: tokens/s per GPU {t_lo:,.0f} - {t_hi:,.0f}  step_s {s_lo:.3f} - {s_hi:.3f}"
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    st.lists(
+        st.tuples(st.sampled_from("abcd"), st.floats(-1.0, 1.0, allow_nan=False)), min_size=2, max_size=30
+    )
+)
+def test_leave_one_source_out_agrees_with_a_brute_force_count(rows: list[tuple[str, float]]) -> None:
+    """One class (min_rows 1): each row is covered when it lies in the clamped 10-90% quantile range
+    of the other sources' values, counted here with numpy directly."""
+    residuals = [_res(src, v, i=i) for i, (src, v) in enumerate(rows)]
+    held = {h.residual.id: h.covered for h in leave_one_source_out(residuals, min_rows=1)}
+    for r in residuals:
+        others = np.array([o.log_ratio for o in residuals if o.source != r.source])
+        if others.size == 0:
+            assert r.id not in held
+            continue
+        lo, hi = min(np.quantile(others, 0.1), 0.0), max(np.quantile(others, 0.9), 0.0)
+        assert held[r.id] == (lo <= r.log_ratio <= hi)
