@@ -10,6 +10,8 @@ set) that is the exact topology; otherwise the model is pessimistic about the la
 A tier one level above another is reached by crossing that finer level's domains, at that level's
 link: the ``links`` entry for the finer level, by default the network's rate between NVLink
 domains and that divided by the cluster's ``spine_oversubscription`` between coarser domains.
+Traffic between coarser domains crosses the finer levels' switches too, so a coarser level's link
+is taken as no faster (bandwidth no higher, latency no lower) than a finer level's.
 Levels whose span equals the next finer one's are never crossed inside and drop out.
 """
 
@@ -81,6 +83,11 @@ def link_rates(c: ClusterSpec, network: NetworkEntry) -> dict[str, LinkRate]:
         alpha = link.latency_us * 1e-6 if link is not None and link.latency_us is not None else None
         alpha = alpha if alpha is not None else network.latency_s.value * (1 if inner else 2)
         rates[level] = LinkRate(beta / over, alpha)
+    # Traffic between coarser domains also crosses the finer levels' switches: never faster.
+    levels = topo.switch_levels()
+    for j in range(len(levels) - 2, -1, -1):
+        finer, this = rates[levels[j + 1]], rates[levels[j]]
+        rates[levels[j]] = LinkRate(min(this.beta_bytes_per_s, finer.beta_bytes_per_s), max(this.alpha_s, finer.alpha_s))
     return rates
 
 
