@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from api.catalog import catalog_items
 from api.errors import validation_items
 from api.settings import Settings
+from api.topology_cli import add_topology_commands
 from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
@@ -312,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)
     catalog.set_defaults(handler=_cmd_catalog)
+    add_topology_commands(sub)
     return parser
 
 
