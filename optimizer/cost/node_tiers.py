@@ -21,6 +21,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.topology import Tier, Topology, scale_out_beta, scale_up_beta
@@ -55,11 +57,14 @@ def level_spans(topo: ClusterTopology, nodes: list[TopologyNode], gpus_per_node:
     spans: list[int] = []
     finer = 1
     for depth in range(len(topo.switch_levels()) - 1, -1, -1):
-        keys = [p[: depth + 1] for p in paths]
+        ids: dict[tuple[str, ...], int] = {}
+        keys = np.array([ids.setdefault(p[: depth + 1], len(ids)) for p in paths])
         best = finer
         for b in range(finer, n + 1, finer):
-            if n % b == 0 and all(len(set(keys[i : i + b])) == 1 for i in range(0, n, b)):
-                best = b
+            if n % b == 0:
+                rows = keys.reshape(-1, b)
+                if (rows == rows[:, :1]).all():
+                    best = b
         spans.append(best * gpus_per_node)
         finer = best
     return spans[::-1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,6 +27,7 @@ MAX_CHAINS = 256
 INF = np.iinfo(np.int64).max // 4
 
 
+@lru_cache(maxsize=1 << 16)
 def natural_key(name: str) -> tuple:
     """Sort key that orders node012 after node9 (as Slurm hostlists do)."""
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
@@ -91,65 +93,86 @@ def _dtype(w: list[int], count: int) -> type:
     return np.int64 if w[-1] * (count + 1) < INF else object
 
 
-def _knapsack(dom: Domain, chain: tuple[int, ...], cap: int, w: list[int], memo: dict) -> np.ndarray:
-    """Least cost of taking ``c`` nodes (``c`` = 0..cap) from ``dom`` under ``chain``."""
-    cap = min(cap, dom.size)
-    dt = memo.setdefault("dtype", np.int64)
-    if dom.depth == len(chain) - 1:
-        cost = np.full(cap + 1, INF, dtype=dt)
-        cost[0] = 0
-        cost[chain[-1] :: chain[-1]] = w[dom.depth]
-        return cost
-    acc = np.full(cap + 1, INF, dtype=dt)
-    acc[0] = 0
-    picks = []
-    for child in dom.children:
-        sub = _knapsack(child, chain, cap, w, memo)
-        new = acc.copy()
-        arg = np.zeros(cap + 1, dtype=np.int64)
-        for x in np.flatnonzero(sub < INF)[1:]:
-            cand = acc[: cap + 1 - x] + sub[x]
-            better = cand < new[x:]
-            new[x:][better] = cand[better]
-            arg[x:][better] = x
-        acc = np.minimum(new, INF)
-        picks.append((child, arg))
-    memo[dom.path] = picks
-    if dom.depth >= 0:
-        m = chain[dom.depth]
-        acc[np.arange(cap + 1) % m != 0] = INF
-        acc[1:] = np.where(acc[1:] < INF, acc[1:] + w[dom.depth], INF)
-    return acc
+class Knapsack:
+    """Least-cost tables of every domain for one node count, shared by the chains tried (a
+    domain's table depends only on the chain from its own depth down)."""
+
+    def __init__(self, root: Domain, depths: int, count: int) -> None:
+        self.root, self.count = root, count
+        self.w = _weights(depths - 1, count)
+        self.dtype = _dtype(self.w, count)
+        self.memo: dict[tuple, tuple[np.ndarray, list]] = {}
+
+    def table(self, dom: Domain, chain: tuple[int, ...]) -> np.ndarray:
+        """Least cost of taking ``c`` nodes (``c`` = 0..cap) from ``dom`` under ``chain``."""
+        key = (dom.path, chain[max(dom.depth, 0) :] if dom.depth >= 0 else chain)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self._build(dom, chain)
+            self.memo[key] = hit
+        return hit[0]
+
+    def _build(self, dom: Domain, chain: tuple[int, ...]) -> tuple[np.ndarray, list]:
+        cap = min(self.count, dom.size)
+        if dom.depth == len(chain) - 1:  # NVLink domains of one size share a table
+            leaf = self.memo.get(("leaf", cap, chain[-1]))
+            if leaf is None:
+                cost = np.full(cap + 1, INF, dtype=self.dtype)
+                cost[0] = 0
+                cost[chain[-1] :: chain[-1]] = self.w[dom.depth]
+                leaf = (cost, [])
+                self.memo[("leaf", cap, chain[-1])] = leaf
+            return leaf
+        acc = np.full(cap + 1, INF, dtype=self.dtype)
+        acc[0] = 0
+        picks = []
+        for child in dom.children:
+            sub = self.table(child, chain)
+            new = acc.copy()
+            arg = np.zeros(cap + 1, dtype=np.int64)
+            for x in np.flatnonzero(sub < INF)[1:]:
+                if x > cap:
+                    break
+                cand = acc[: cap + 1 - x] + sub[x]
+                better = cand < new[x:]
+                new[x:][better] = cand[better]
+                arg[x:][better] = x
+            acc = np.minimum(new, INF)
+            picks.append((child, arg))
+        if dom.depth >= 0:
+            m = chain[dom.depth]
+            acc[np.arange(cap + 1) % m != 0] = INF
+            acc[1:] = np.where(acc[1:] < INF, acc[1:] + self.w[dom.depth], INF)
+        return acc, picks
+
+    def take(self, dom: Domain, chain: tuple[int, ...], count: int, out: list[TopologyNode]) -> None:
+        if count == 0:
+            return
+        _, picks = self.memo[(dom.path, chain[max(dom.depth, 0) :] if dom.depth >= 0 else chain)]
+        if not picks:  # an NVLink domain: its first nodes
+            out.extend(dom.nodes[:count])
+            return
+        taken = []
+        left = count
+        for child, arg in reversed(picks):
+            x = int(arg[left]) if left < len(arg) else 0
+            taken.append((child, x))
+            left -= x
+        for child, x in reversed(taken):
+            self.take(child, chain, x, out)
 
 
-def _take(dom: Domain, count: int, memo: dict, out: list[TopologyNode]) -> None:
-    if count == 0:
-        return
-    if dom.path not in memo:  # an NVLink domain: its first nodes
-        out.extend(dom.nodes[:count])
-        return
-    taken = []
-    left = count
-    for child, arg in reversed(memo[dom.path]):
-        x = int(arg[left]) if left < len(arg) else 0
-        taken.append((child, x))
-        left -= x
-    for child, x in reversed(taken):
-        _take(child, x, memo, out)
-
-
-def best_set(topo: ClusterTopology, root: Domain, chain: tuple[int, ...], count: int) -> Choice | None:
-    """Most compact set of ``count`` nodes meeting ``chain``, or None."""
-    if root.size < count:
+def best_set(topo: ClusterTopology, knap: Knapsack, chain: tuple[int, ...]) -> Choice | None:
+    """Most compact set of ``knap.count`` nodes meeting ``chain``, or None."""
+    count = knap.count
+    if knap.root.size < count:
         return None
-    w = _weights(len(chain) - 1, count)
-    memo: dict = {"dtype": _dtype(w, count)}
-    cost = _knapsack(root, chain, count, w, memo)
+    cost = knap.table(knap.root, chain)
     if len(cost) <= count or cost[count] >= INF:
         return None
     nodes: list[TopologyNode] = []
-    _take(root, count, memo, nodes)
-    return Choice(tuple(rank_order(topo, nodes)), _decode(int(cost[count]), w))
+    knap.take(knap.root, chain, count, nodes)
+    return Choice(tuple(rank_order(topo, nodes)), _decode(int(cost[count]), knap.w))
 
 
 def _decode(cost: int, w: list[int]) -> tuple[int, ...]:
@@ -202,13 +225,14 @@ def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int) -> lis
     if root.size < count:
         return []
     feasible: dict[tuple[int, ...], Choice] = {}
+    knap = Knapsack(root, depths, count)
     for chain in chains(count, depths, largest_domains(root, depths)):
         if any(refines(f, chain) for f in feasible):
             continue  # a feasible chain already asks more locality at every level
-        choice = best_set(topo, root, chain, count)
+        choice = best_set(topo, knap, chain)
         if choice is not None:
             feasible[chain] = choice
-    loosest = best_set(topo, root, (1,) * depths, count)
+    loosest = best_set(topo, knap, (1,) * depths)
     picked = [c for ch, c in feasible.items() if not any(refines(o, ch) for o in feasible)]
     if loosest is not None:
         picked.append(loosest)
