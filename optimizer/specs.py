@@ -397,6 +397,13 @@ class ClusterSpec(Strict):
         self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
         if self.num_gpus is None and self.topology is None:
             raise ValueError("num_gpus: required unless cluster.topology is given")
+        if self.topology is not None:
+            over = next((n for n in self.topology.nodes if n.free_gpus > self.gpus_per_node), None)
+            if over is not None:
+                raise ValueError(
+                    f"topology.nodes: node {over.name!r} has {over.free_gpus} free GPUs, more than gpus_per_node "
+                    f"({self.gpus_per_node})"
+                )
         return self
 
 

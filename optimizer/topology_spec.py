@@ -56,7 +56,11 @@ class NodeAssignment(_Strict):
 
 
 class ClusterTopology(_Strict):
-    levels: list[str] = Field(min_length=1, max_length=MAX_LEVELS, description="node-label keys, coarsest first")
+    levels: list[str] = Field(
+        min_length=1,
+        max_length=MAX_LEVELS,
+        description="node-label keys, coarsest first (kubernetes.io/hostname is added last when nvlink_level is it)",
+    )
     nvlink_level: str = Field(default=HOSTNAME_LABEL, description="the level whose domains are NVLink domains")
     nodes: list[TopologyNode] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
     links: list[LevelLink] = Field(default_factory=list, max_length=MAX_LEVELS)
@@ -66,6 +70,8 @@ class ClusterTopology(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ClusterTopology:
+        if self.nvlink_level == HOSTNAME_LABEL and HOSTNAME_LABEL not in self.levels:
+            self.levels = [*self.levels, HOSTNAME_LABEL]  # every node is its own finest domain
         if len(set(self.levels)) != len(self.levels):
             raise ValueError("topology.levels: a level is listed twice")
         if self.nvlink_level not in self.levels:

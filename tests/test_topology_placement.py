@@ -238,3 +238,40 @@ def test_balanced_set_gets_segment_and_slice() -> None:
     assert a.slurm.segment == 2 and a.slurm.switches == 4
     assert a.kueue.annotations["kueue.x-k8s.io/podset-slice-size"] == "2"
     assert a.kueue.annotations["kueue.x-k8s.io/podset-preferred-topology"] == "block"
+
+
+# --- edge cases -------------------------------------------------------------------------------
+
+
+def test_count_omitted_picks_the_best_throughput_per_gpu(client: TestClient) -> None:
+    topo = blocks_racks(1, 2, 4, busy={"gpu000"})
+    body = client.post("/plan", json=job(topo, None)).json()
+    assert body["status"] == "optimal"
+    best = body["plans"][0]
+    assert best["assignment"]["candidates_compared"] >= 4  # 1, 2, 4 and 7 nodes
+    for n in (1, 2, 4, 7):
+        other = client.post("/plan", json=job(topo, 8 * n)).json()["plans"][0]
+        assert other["tokens_per_s_per_gpu"] <= best["tokens_per_s_per_gpu"] + 1e-6
+
+
+def test_no_whole_node_free_and_count_omitted_is_infeasible(client: TestClient) -> None:
+    topo = blocks_racks(1, 1, 2, partial={"gpu000": 4, "gpu001": 4})
+    body = client.post("/plan", json=job(topo, None)).json()
+    assert body["status"] == "infeasible" and "no node has all its GPUs free" in body["explanation"]
+
+
+def test_evaluate_without_assignment_places_the_layout(client: TestClient) -> None:
+    topo = blocks_racks(1, 2, 4, busy={"gpu000", "gpu001"})
+    ev = {"model": MODEL, "training": TRAINING, "cluster": {"preset": "dgx-h100", "topology": topo}, "config": {"tp": 8, "dp": 4}}
+    r = client.post("/evaluate", json=ev)
+    assert r.status_code == 200, r.text
+    assert r.json()["assignment"]["nodes"] == ["gpu004", "gpu005", "gpu006", "gpu007"]
+
+
+def test_hostname_level_is_implied_and_oversized_nodes_rejected(client: TestClient) -> None:
+    topo = blocks_racks(1, 1, 2)
+    topo["levels"] = ["block", "rack"]
+    assert client.post("/plan", json=job(topo, 16)).json()["plans"][0]["assignment"]["domains_used"][HOST] == 2
+    topo["nodes"][0]["free_gpus"] = 16
+    r = client.post("/plan", json=job(topo, 16))
+    assert r.status_code == 422 and "gpu000" in r.text and "gpus_per_node" in r.text
