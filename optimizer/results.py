@@ -122,3 +122,7 @@ class PlanResponse(_Out):
     free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
         default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"
     )
+    smallest_fitting_gpus: int | None = Field(
+        default=None,
+        description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
+    )

@@ -110,6 +110,23 @@ def test_infeasible_names_the_numbers(client: TestClient) -> None:
     assert body["status"] == "infeasible" and body["plans"] == []
     assert "asked for 48 GPUs; only 40 are free" in body["explanation"]
     assert body["free_gpus_by_level"]["rack"] == {"b0/b0-r1": 32, "b0/b0-r0": 8}
+    assert body["smallest_fitting_gpus"] == 8  # Llama 3 8B fits on one node
+    assert "the smallest fitting layout needs 8 GPUs (1 whole nodes" in body["explanation"]
+
+
+SMALLEST_405B = 128
+"""Llama 3.1 405B at 4K tokens: its weights, gradients and Adam state alone (about 6.5 TB) need over 80 H100s."""
+
+
+def test_memory_infeasible_names_the_smallest_fitting_count(client: TestClient) -> None:
+    topo = blocks_racks(2, 4, 4, busy={f"gpu{i:03d}" for i in range(2, 32)})
+    request = job(topo, 16)
+    request["model"] = {"preset": "llama3.1-405b"}
+    request["training"] = {**TRAINING, "global_batch_size": 64}
+    body = client.post("/plan", json=request).json()
+    assert body["status"] == "infeasible"
+    assert "no layout fits on 16 GPUs of the free nodes: no layout fits in memory" in body["explanation"]
+    assert body["smallest_fitting_gpus"] == SMALLEST_405B, body["explanation"]
 
 
 def test_bad_assignment_is_a_4xx(client: TestClient) -> None:

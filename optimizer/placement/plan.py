@@ -91,7 +91,8 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
         outcomes.append(Outcome(opt, search(sub)))
     found = [o for o in outcomes if o.response.plans]
     if not found:
-        return _infeasible(c, outcomes, time.perf_counter() - t0)
+        smallest = smallest_fitting(request, search)
+        return _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
     best = min(found, key=_key)
     return _answer(c, best, outcomes, time.perf_counter() - t0)
 
@@ -130,7 +131,24 @@ def free_by_level(c: ClusterSpec) -> dict[str, dict[str, int]]:
     return out
 
 
-def _infeasible(c: ClusterSpec, outcomes: list[Outcome], wall_s: float) -> PlanResponse:
+def smallest_fitting(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> Plan | None:
+    """The best plan at the smallest count of whole nodes (1, 2, 4, ... up to every node of the
+    topology, busy or not) with a layout that fits, on an empty cluster of the same node type
+    and network (the preset's tiers); None when none fits."""
+    c = request.cluster
+    assert c.topology is not None and c.gpus_per_node
+    limit = len(c.topology.nodes)
+    nodes = 1
+    while nodes <= limit:
+        sub = request.model_copy(update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})})
+        resp = search(sub)
+        if resp.plans:
+            return resp.plans[0]
+        nodes *= 2
+    return None
+
+
+def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, wall_s: float) -> PlanResponse:
     topo = c.topology
     assert topo is not None and c.gpus_per_node
     free = sum(n.free_gpus for n in topo.nodes)
@@ -152,9 +170,22 @@ def _infeasible(c: ClusterSpec, outcomes: list[Outcome], wall_s: float) -> PlanR
         )
     else:
         why = "no node has all its GPUs free"
+    if smallest is not None:
+        lay, n = smallest.config, smallest.config.tp * smallest.config.pp * smallest.config.cp * (smallest.config.dp or 1)
+        need = (
+            f"; the smallest fitting layout needs {n} GPUs ({n // c.gpus_per_node} whole nodes; on an empty cluster: "
+            f"tp={lay.tp} pp={lay.pp} cp={lay.cp} dp={lay.dp} ep={lay.ep}, {smallest.step_time_s:.3f} s a step)"
+        )
+    else:
+        need = f"; no layout fits on up to {len(topo.nodes) * c.gpus_per_node} GPUs of this node type"
     solver = SolverInfo(status="INFEASIBLE", wall_time_s=wall_s)
     return PlanResponse(
-        status="infeasible", plans=[], solver=solver, explanation=f"{why}; {have}", free_gpus_by_level=by_level
+        status="infeasible",
+        plans=[],
+        solver=solver,
+        explanation=f"{why}; {have}{need}",
+        free_gpus_by_level=by_level,
+        smallest_fitting_gpus=n if smallest is not None else None,
     )
 
 
