@@ -142,6 +142,9 @@ def plan_table(response: PlanResponse) -> str:
         parts.append(
             _table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)])
         )
+    if response.plans and response.plans[0].assignment is not None:
+        a = response.plans[0].assignment
+        parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
     parts.extend(f"warning: {w}\n" for w in response.warnings)
