@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from api.catalog import catalog_items
 from api.errors import validation_items
 from api.settings import Settings
+from api.topology_cli import add_topology_commands
 from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
@@ -141,6 +142,9 @@ def plan_table(response: PlanResponse) -> str:
         parts.append(
             _table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)])
         )
+    if response.plans and response.plans[0].assignment is not None:
+        a = response.plans[0].assignment
+        parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
     parts.extend(f"warning: {w}\n" for w in response.warnings)
@@ -315,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)
     catalog.set_defaults(handler=_cmd_catalog)
+    add_topology_commands(sub)
     return parser
 
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from optimizer.assignment_results import Assignment
 from optimizer.specs import Layout
 
 Bottleneck = Literal[
@@ -80,6 +81,7 @@ class Plan(_Out):
     bottleneck: Bottleneck
     launch: LaunchArgs | None = None
     notes: list[str] = Field(default_factory=list, description="Assumptions the estimate made for this layout.")
+    assignment: Assignment | None = Field(default=None, description="With cluster.topology: the nodes and rank order.")
 
 
 class SolverInfo(_Out):
@@ -128,3 +130,10 @@ class PlanResponse(_Out):
     solver: SolverInfo
     explanation: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
+        default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"
+    )
+    smallest_fitting_gpus: int | None = Field(
+        default=None,
+        description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
+    )

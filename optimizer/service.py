@@ -19,6 +19,15 @@ from optimizer.units import GIB, TFLOPS, to_gib
 
 def evaluate(request: EvaluateRequest) -> Plan:
     """Score one layout with the cost model. Raises ``InvalidLayout`` for an invalid layout."""
+    if request.cluster.topology is not None:
+        from optimizer.placement.plan import evaluate_on_topology
+
+        return evaluate_on_topology(request, _evaluate_placed)
+    return _evaluate_placed(request)
+
+
+def _evaluate_placed(request: EvaluateRequest) -> Plan:
+    """``evaluate`` once the job's GPUs (and, with a topology, its nodes) are fixed."""
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
     lay = resolve_layout(job, request.config)
@@ -249,6 +258,10 @@ def plan(request: PlanRequest) -> PlanResponse:
     """Search ranked layouts for a job."""
     from optimizer.search import search
 
+    if request.cluster.topology is not None:
+        from optimizer.placement.plan import plan_on_topology
+
+        return plan_on_topology(request, search)
     return search(request)
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
+from optimizer.topology_spec import ClusterTopology
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
@@ -332,7 +333,9 @@ class ClusterSpec(Strict):
     """A cluster: a preset id plus ``num_gpus``, or explicit fields (which override the preset)."""
 
     preset: str | None = Field(default=None, description="Cluster preset id (GET /clusters).")
-    num_gpus: int = Field(ge=1, le=MAX_NUM_GPUS)
+    num_gpus: int | None = Field(
+        default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs the job takes; with topology, omit to let /plan choose"
+    )
     gpu: str | None = Field(default=None, description="GPU id (GET /gpus).")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     nvlink_domain_size: int | None = Field(default=None, ge=1, le=1024)
@@ -345,6 +348,9 @@ class ClusterSpec(Strict):
     )
     gpu_memory_gib: float | None = Field(
         default=None, gt=0, le=4096, description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog"
+    )
+    topology: ClusterTopology | None = Field(
+        default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
     )
 
     @model_validator(mode="after")
@@ -389,6 +395,15 @@ class ClusterSpec(Strict):
         if self.leaf_span_gpus is None:
             self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
         self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
+        if self.num_gpus is None and self.topology is None:
+            raise ValueError("num_gpus: required unless cluster.topology is given")
+        if self.topology is not None:
+            over = next((n for n in self.topology.nodes if n.free_gpus > self.gpus_per_node), None)
+            if over is not None:
+                raise ValueError(
+                    f"topology.nodes: node {over.name!r} has {over.free_gpus} free GPUs, more than gpus_per_node "
+                    f"({self.gpus_per_node})"
+                )
         return self
 
 

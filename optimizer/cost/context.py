@@ -10,6 +10,7 @@ from hardware_catalog.loader import Catalog
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
+from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
 from optimizer.params import (
@@ -159,7 +160,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     assert c.leaf_span_gpus and c.spine_oversubscription
     gpu = cat.gpus[c.gpu]
     network = cat.networks[c.network]
-    topo = build_topology(
+    topo = node_topology(c, gpu, network, cal) if c.topology is not None else build_topology(
         num_gpus=c.num_gpus,
         gpu=gpu,
         network=network,

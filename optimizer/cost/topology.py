@@ -69,6 +69,20 @@ def effective_domain_size(num_gpus: int, domain: int) -> tuple[int, str | None]:
     )
 
 
+def scale_up_beta(gpu: GpuEntry) -> float:
+    """Achievable per-GPU, per-direction collective bandwidth inside an NVLink domain."""
+    return gpu.scale_up_bandwidth_per_dir_bytes_per_s.value * gpu.scale_up_busbw_fraction.value
+
+
+def scale_out_beta(
+    network: NetworkEntry, nics_per_node: int, gpus_per_node: int, port_rate_bits_per_s: float | None = None
+) -> float:
+    """Achievable per-GPU, per-direction collective bandwidth over the scale-out network (each
+    NIC at ``port_rate_bits_per_s``, default the network's)."""
+    rate = network.port_rate_bits_per_s.value if port_rate_bits_per_s is None else port_rate_bits_per_s
+    return bits_to_bytes_per_s(rate) * network.busbw_fraction.value * nics_per_node / gpus_per_node
+
+
 def build_topology(
     *,
     num_gpus: int,
@@ -84,13 +98,8 @@ def build_topology(
     """Tiers of the cluster slice a job runs on."""
     domain, note = effective_domain_size(num_gpus, nvlink_domain_size)
     notes = [note] if note else []
-    nvlink_beta = gpu.scale_up_bandwidth_per_dir_bytes_per_s.value * gpu.scale_up_busbw_fraction.value
-    nic_beta = (
-        bits_to_bytes_per_s(network.port_rate_bits_per_s.value)
-        * network.busbw_fraction.value
-        * nics_per_node
-        / gpus_per_node
-    )
+    nvlink_beta = scale_up_beta(gpu)
+    nic_beta = scale_out_beta(network, nics_per_node, gpus_per_node)
     leaf_span = max(domain, min(leaf_span_gpus, num_gpus) // domain * domain)
     tiers = [Tier("nvlink", domain, nvlink_beta, cal.scale_up_alpha_s)]
     if leaf_span > domain:

@@ -1,0 +1,56 @@
+"""``pplan topology from-slurm`` / ``from-kueue``: write ``cluster.topology`` JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from api.topology_convert import ConvertError, from_kueue, from_slurm
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+
+def _read(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+
+def _emit(topology: dict, out: str | None) -> None:
+    text = json.dumps(topology, indent=2) + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        if args.source == "from-slurm":
+            topo = from_slurm(_read(args.file), args.gpus_per_node, args.busy or "", args.name)
+        else:
+            pods = json.loads(_read(args.pods)) if args.pods else None
+            topo = from_kueue(_read(args.topology), json.loads(_read(args.nodes)), pods)
+    except (ConvertError, OSError, json.JSONDecodeError) as exc:
+        sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
+        return EXIT_INVALID
+    _emit(topo, args.output)
+    return EXIT_OK
+
+
+def add_topology_commands(sub: argparse._SubParsersAction) -> None:
+    topo = sub.add_parser("topology", help="convert a scheduler's topology to cluster.topology JSON")
+    kinds = topo.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    slurm = kinds.add_parser("from-slurm", help="Slurm topology.yaml (tree or block plugin)")
+    slurm.add_argument("file", metavar="TOPOLOGY_YAML")
+    slurm.add_argument("--gpus-per-node", type=int, default=8, help="GPUs on each node (default 8)")
+    slurm.add_argument("--busy", help="hostlist of nodes in use (e.g. from squeue -h -o %%N)")
+    slurm.add_argument("--name", help="topology name (default: the cluster_default one)")
+    kueue = kinds.add_parser("from-kueue", help="Kueue Topology object + kubectl get nodes -o json")
+    kueue.add_argument("topology", metavar="TOPOLOGY_YAML")
+    kueue.add_argument("nodes", metavar="NODES_JSON", help="kubectl get nodes -o json")
+    kueue.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
+    for p in (slurm, kueue):
+        p.add_argument("--output", "-o", help="write the JSON here (default: standard output)")
+        p.set_defaults(handler=_run)

@@ -1,0 +1,188 @@
+"""Scheduler topology descriptions to ``cluster.topology`` JSON (``pplan topology from-slurm`` /
+``from-kueue``).
+
+Slurm (``topology.yaml``, topology.yaml(5)): a ``tree`` topology gives one level per switch depth
+(``slurm/switch-1`` is the root's), a ``block`` topology one level for the base blocks
+(``slurm/block``) and one per higher block size (``slurm/block-<size>``: consecutive base blocks
+holding that many nodes). Kueue: the ``Topology`` object's ``spec.levels[].nodeLabel`` and the
+nodes of ``kubectl get nodes -o json`` (free GPUs: allocatable ``nvidia.com/gpu`` less the
+requests of the pods of ``kubectl get pods -A -o json`` that hold them, 0 on cordoned or not
+Ready nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hostlist
+import yaml
+
+from optimizer.topology_spec import HOSTNAME_LABEL
+
+SWITCH_LEVEL = "slurm/switch-{depth}"
+BLOCK_LEVEL = "slurm/block"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class ConvertError(ValueError):
+    """The input is not a topology the converter understands (the message says where)."""
+
+
+def _pick_slurm(docs: Any, name: str | None) -> dict:
+    if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+        raise ConvertError("topology.yaml: expected a list of topologies ('- topology: <name>')")
+    if name is not None:
+        for d in docs:
+            if d.get("topology") == name:
+                return d
+        raise ConvertError(f"topology.yaml: no topology named {name!r} (have {[d.get('topology') for d in docs]})")
+    for d in docs:
+        if d.get("cluster_default") is True and ("tree" in d or "block" in d):
+            return d
+    for d in docs:
+        if "tree" in d or "block" in d:
+            return d
+    raise ConvertError("topology.yaml: no tree or block topology")
+
+
+def _expand(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        try:
+            out.extend(hostlist.expand_hostlist(str(item)))
+        except hostlist.BadHostlist as e:
+            raise ConvertError(f"{where}: bad hostlist {item!r} ({e})") from e
+    return out
+
+
+def _tree_paths(tree: dict) -> dict[str, list[str]]:
+    """Node -> switch names from the root down to its leaf switch."""
+    switches = tree.get("switches")
+    if not isinstance(switches, list) or not switches:
+        raise ConvertError("tree.switches: expected a list of switches")
+    parent: dict[str, str] = {}
+    nodes_of: dict[str, list[str]] = {}
+    for sw in switches:
+        name = str(sw.get("switch", ""))
+        if not name:
+            raise ConvertError("tree.switches: a switch has no 'switch' name")
+        for child in _expand(sw.get("children"), f"switch {name}: children"):
+            parent[child] = name
+        nodes_of[name] = _expand(sw.get("nodes"), f"switch {name}: nodes")
+    paths: dict[str, list[str]] = {}
+    for leaf, nodes in nodes_of.items():
+        chain = [leaf]
+        while chain[-1] in parent:
+            chain.append(parent[chain[-1]])
+            if len(chain) > len(switches):
+                raise ConvertError(f"tree.switches: switch {leaf!r} is in a cycle")
+        for node in nodes:
+            paths[node] = chain[::-1]
+    return paths
+
+
+def _tree_topology(tree: dict, gpus: int, busy: set[str]) -> dict:
+    paths = _tree_paths(tree)
+    depth = max(len(p) for p in paths.values())
+    levels = [SWITCH_LEVEL.format(depth=d + 1) for d in range(depth)] + [HOSTNAME_LABEL]
+    nodes = []
+    for name, path in paths.items():
+        full = path + [path[-1]] * (depth - len(path))  # a shallow leaf is its own domain below
+        labels = {levels[d]: full[d] for d in range(depth)}
+        nodes.append({"name": name, "labels": labels, "free_gpus": 0 if name in busy else gpus})
+    return {"levels": levels, "nodes": nodes}
+
+
+def _block_topology(block: dict, gpus: int, busy: set[str]) -> dict:
+    sizes = block.get("block_sizes") or []
+    blocks = block.get("blocks")
+    if not isinstance(blocks, list) or not blocks:
+        raise ConvertError("block.blocks: expected a list of blocks")
+    sizes = [int(s) for s in sizes]
+    higher = sizes[1:]
+    levels = [f"{BLOCK_LEVEL}-{s}" for s in reversed(higher)] + [BLOCK_LEVEL, HOSTNAME_LABEL]
+    nodes = []
+    seen = 0
+    for b in blocks:
+        name = str(b.get("block", ""))
+        if not name:
+            raise ConvertError("block.blocks: a block has no 'block' name")
+        members = _expand(b.get("nodes"), f"block {name}: nodes")
+        for node in members:
+            labels = {BLOCK_LEVEL: name}
+            for s in higher:  # consecutive base blocks holding s nodes
+                labels[f"{BLOCK_LEVEL}-{s}"] = f"{s}n-{seen // s}"
+            nodes.append({"name": node, "labels": labels, "free_gpus": 0 if node in busy else gpus})
+        seen += max(len(members), sizes[0] if sizes else 0)
+    return {"levels": levels, "nodes": nodes}
+
+
+def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None = None) -> dict:
+    """``cluster.topology`` from a Slurm ``topology.yaml`` (``busy``: hostlist of nodes in use)."""
+    try:
+        docs = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConvertError(f"topology.yaml: not YAML ({e})") from e
+    topo = _pick_slurm(docs, name)
+    taken = set(_expand(busy, "--busy")) if busy else set()
+    if "tree" in topo:
+        return _tree_topology(topo["tree"] or {}, gpus_per_node, taken)
+    return _block_topology(topo["block"] or {}, gpus_per_node, taken)
+
+
+def _kueue_levels(text: str) -> list[str]:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except yaml.YAMLError as e:
+        raise ConvertError(f"Topology: not YAML ({e})") from e
+    topo = next((d for d in docs if d.get("kind") == "Topology"), None)
+    if topo is None:
+        raise ConvertError("Topology: no object of kind Topology")
+    levels = [lv.get("nodeLabel") for lv in (topo.get("spec") or {}).get("levels") or []]
+    if not levels or not all(isinstance(x, str) for x in levels):
+        raise ConvertError("Topology.spec.levels: expected a list of {nodeLabel: <label>}")
+    return levels
+
+
+def _requested_gpus(pods: dict) -> dict[str, int]:
+    used: dict[str, int] = {}
+    for pod in pods.get("items", []):
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        for c in (pod.get("spec") or {}).get("containers", []):
+            req = ((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE)
+            used[node] = used.get(node, 0) + int(req or 0)
+    return used
+
+
+def _ready(node: dict) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    ready = [c for c in conds if c.get("type") == "Ready"]
+    return not ready or ready[0].get("status") == "True"
+
+
+def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = None) -> dict:
+    """``cluster.topology`` from a Kueue ``Topology`` object and ``kubectl get nodes -o json``."""
+    levels = _kueue_levels(topology_text)
+    used = _requested_gpus(pods_json or {})
+    nodes = []
+    for item in nodes_json.get("items", []):
+        meta = item.get("metadata") or {}
+        name, labels = meta.get("name"), meta.get("labels") or {}
+        if not name or any(lv not in labels and lv != HOSTNAME_LABEL for lv in levels):
+            continue  # not part of this topology
+        alloc = int(((item.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
+        free = 0 if (item.get("spec") or {}).get("unschedulable") or not _ready(item) else alloc - used.get(name, 0)
+        nodes.append({"name": name, "labels": {lv: labels[lv] for lv in levels if lv in labels}, "free_gpus": max(0, free)})
+    if not nodes:
+        raise ConvertError(f"nodes: no node carries every level label {levels}")
+    if HOSTNAME_LABEL not in levels:
+        levels = levels + [HOSTNAME_LABEL]
+    nvlink = CLIQUE_LABEL if CLIQUE_LABEL in levels else (HOSTNAME_LABEL if HOSTNAME_LABEL in levels else levels[-1])
+    return {"levels": levels, "nvlink_level": nvlink, "nodes": nodes}

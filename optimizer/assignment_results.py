@@ -1,0 +1,60 @@
+"""Typed results for plans on named nodes: which nodes, in which rank order, and how to ask the
+scheduler for them (``Plan.assignment``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SlurmRequest(_Out):
+    nodelist: str = Field(description="Compressed hostlist of the chosen nodes (--nodelist).")
+    nodes: int
+    segment: int | None = Field(
+        default=None,
+        description="--segment (topology/block): nodes per domain of the level above the NVLink level, when the job "
+        "takes the same number from each of several such domains",
+    )
+    switches: int = Field(description="--switches (topology/tree): leaf-level domains the job spans")
+    sbatch: str = Field(description="sbatch/srun options that ask for this placement")
+
+
+class KueueDomain(_Out):
+    values: list[str]
+    count: int = Field(description="pods (one per node)")
+
+
+class KueueTopologyAssignment(_Out):
+    levels: list[str]
+    domains: list[KueueDomain]
+
+
+class KueueRequest(_Out):
+    annotations: dict[str, str] = Field(description="pod-set annotations of the job's pod template")
+    topology_assignment: KueueTopologyAssignment = Field(
+        description="the placement as a Kueue topologyAssignment (levels + domains with pod counts)"
+    )
+
+
+class LauncherFiles(_Out):
+    master_addr: str = Field(description="MASTER_ADDR: the node of rank 0")
+    nnodes: int
+    nproc_per_node: int
+    hostfile: str = Field(description="one 'name slots=N' line per node in node-rank order (DeepSpeed/MPI hostfile)")
+    torchrun: str = Field(description="torchrun arguments; NODE_RANK is the node's index in nodes")
+
+
+class Assignment(_Out):
+    nodes: list[str] = Field(description="Chosen nodes in rank order: rank = index x gpus_per_node + local GPU.")
+    gpus_per_node: int
+    axis_levels: dict[str, str] = Field(
+        description="axis -> outermost topology level its groups span ('none' for size 1; 'cluster' beyond the coarsest)"
+    )
+    domains_used: dict[str, int] = Field(description="level -> number of its domains the job touches")
+    slurm: SlurmRequest
+    kueue: KueueRequest
+    launcher: LauncherFiles
+    candidates_compared: int = Field(default=1, description="node sets whose plans were compared")

@@ -1,0 +1,1 @@
+"""Choosing free nodes of a cluster topology for a job (``cluster.topology``)."""

@@ -1,0 +1,102 @@
+"""What a scheduler and a launcher need from a plan on named nodes: ``Plan.assignment``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import hostlist
+
+from optimizer.assignment_results import (
+    Assignment,
+    KueueDomain,
+    KueueRequest,
+    KueueTopologyAssignment,
+    LauncherFiles,
+    SlurmRequest,
+)
+from optimizer.cost.node_tiers import ROOT_TIER
+from optimizer.topology_spec import HOSTNAME_LABEL, ClusterTopology, TopologyNode
+
+KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+MASTER_PORT = 29500
+
+
+def axis_levels(topo: ClusterTopology, placement: dict[str, str]) -> dict[str, str]:
+    """The plan's tier names as topology levels (the NVLink tier is ``nvlink_level``)."""
+    return {axis: topo.nvlink_level if tier == "nvlink" else tier for axis, tier in placement.items()}
+
+
+def domain_counts(topo: ClusterTopology, nodes: list[TopologyNode]) -> list[Counter]:
+    """Nodes per domain at each switch level (coarsest first)."""
+    paths = [topo.path(n) for n in nodes]
+    return [Counter(p[: d + 1] for p in paths) for d in range(len(topo.switch_levels()))]
+
+
+def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> SlurmRequest:
+    names = [n.name for n in nodes]
+    nodelist = hostlist.collect_hostlist(names)
+    counts = domain_counts(topo, nodes)
+    leaf = counts[-2] if len(counts) >= 2 else Counter({(): len(nodes)})
+    per = set(leaf.values())
+    segment = per.pop() if len(leaf) > 1 and len(per) == 1 else None
+    opts = [f"--nodes={len(nodes)}", f"--ntasks-per-node={g}", f"--gpus-per-node={g}", f"--nodelist={nodelist}"]
+    if segment is not None:
+        opts.append(f"--segment={segment}")
+    opts.append(f"--switches={len(leaf)}")
+    return SlurmRequest(nodelist=nodelist, nodes=len(nodes), segment=segment, switches=len(leaf), sbatch=" ".join(opts))
+
+
+def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequest:
+    levels = topo.switch_levels()
+    counts = domain_counts(topo, nodes)
+    annotations: dict[str, str] = {}
+    inside = [lv for lv, c in zip(levels, counts) if len(c) == 1]
+    if inside:  # the finest level one of whose domains holds the whole job
+        annotations[KUEUE_REQUIRED] = inside[-1]
+    else:
+        annotations[KUEUE_PREFERRED] = levels[0]
+    if len(levels) >= 2:
+        leaf = counts[-2]
+        per = set(leaf.values())
+        if len(leaf) > 1 and len(per) == 1:
+            annotations[KUEUE_SLICE_REQUIRED] = levels[-2]
+            annotations[KUEUE_SLICE_SIZE] = str(per.pop())
+    full = topo.levels
+    per_domain: Counter = Counter()
+    for n in nodes:
+        per_domain[tuple(n.labels.get(lv, n.name) if lv == HOSTNAME_LABEL else n.labels.get(lv, "") for lv in full)] += 1
+    domains = [KueueDomain(values=list(k), count=v) for k, v in per_domain.items()]
+    return KueueRequest(annotations=annotations, topology_assignment=KueueTopologyAssignment(levels=full, domains=domains))
+
+
+def launcher_files(nodes: list[TopologyNode], g: int) -> LauncherFiles:
+    first = nodes[0].name
+    hostfile = "".join(f"{n.name} slots={g}\n" for n in nodes)
+    torchrun = (
+        f"--nnodes={len(nodes)} --nproc-per-node={g} --node-rank=$NODE_RANK "
+        f"--master-addr={first} --master-port={MASTER_PORT}"
+    )
+    return LauncherFiles(master_addr=first, nnodes=len(nodes), nproc_per_node=g, hostfile=hostfile, torchrun=torchrun)
+
+
+def build_assignment(
+    topo: ClusterTopology, nodes: list[TopologyNode], g: int, placement: dict[str, str], compared: int
+) -> Assignment:
+    counts = domain_counts(topo, nodes)
+    used = {lv: len(c) for lv, c in zip(topo.switch_levels(), counts)}
+    return Assignment(
+        nodes=[n.name for n in nodes],
+        gpus_per_node=g,
+        axis_levels=axis_levels(topo, placement),
+        domains_used=used,
+        slurm=slurm_request(topo, nodes, g),
+        kueue=kueue_request(topo, nodes),
+        launcher=launcher_files(nodes, g),
+        candidates_compared=compared,
+    )
+
+
+__all__ = ["ROOT_TIER", "build_assignment"]

@@ -1,0 +1,217 @@
+"""Plans on the free nodes of ``cluster.topology``: choose the nodes, then the layout.
+
+For each GPU count (the one asked, or with ``num_gpus`` omitted, powers of two up to all free
+nodes), the candidate node sets (``select.candidate_sets``) are each planned by the unchanged search
+on the tiers they give (``node_tiers``); the fastest best plan wins, ties going to the most compact
+set (fewest NVLink domains, then fewest domains of each coarser level).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from optimizer.placement.outputs import build_assignment
+from optimizer.placement.select import Choice, candidate_sets, rank_order
+from optimizer.results import Plan, PlanResponse, SolverInfo
+from optimizer.specs import ClusterSpec, EvaluateRequest, PlanRequest
+from optimizer.topology_spec import ClusterTopology, NodeAssignment, TopologyNode
+
+MAX_DOMAINS_LISTED = 64
+
+
+@dataclass(frozen=True)
+class Option:
+    gpus_per_node: int
+    choice: Choice
+
+
+@dataclass
+class Outcome:
+    option: Option
+    response: PlanResponse
+
+
+def gpus_per_node_for(topo: ClusterTopology, gpn: int, num_gpus: int) -> int | None:
+    """GPUs per node for a job of ``num_gpus``: the largest divisor of the node size that divides
+    the job and leaves enough nodes with that many free (None: none does)."""
+    for g in sorted((d for d in range(1, gpn + 1) if gpn % d == 0), reverse=True):
+        if num_gpus % g == 0 and sum(1 for n in topo.nodes if n.free_gpus >= g) >= num_gpus // g:
+            return g
+    return None
+
+
+def job_counts(c: ClusterSpec) -> list[tuple[int, int]]:
+    """(GPUs per node, nodes) pairs to plan: the asked count, or powers of two up to all free nodes."""
+    topo = c.topology
+    assert topo is not None and c.gpus_per_node
+    if c.num_gpus is not None:
+        g = gpus_per_node_for(topo, c.gpus_per_node, c.num_gpus)
+        return [] if g is None else [(g, c.num_gpus // g)]
+    full = sum(1 for n in topo.nodes if n.free_gpus >= c.gpus_per_node)
+    counts = sorted({1 << k for k in range(full.bit_length()) if 1 << k <= full} | ({full} if full else set()))
+    return [(c.gpus_per_node, n) for n in counts]
+
+
+def on_nodes(c: ClusterSpec, nodes: list[TopologyNode], g: int) -> ClusterSpec:
+    """The cluster restricted to ``nodes`` (rank order), assigned: what the cost model scores."""
+    topo = c.topology
+    assert topo is not None
+    placed = topo.model_copy(
+        update={"nodes": list(nodes), "assignment": NodeAssignment(nodes=[n.name for n in nodes], gpus_per_node=g)}
+    )
+    return c.model_copy(update={"topology": placed, "num_gpus": len(nodes) * g})
+
+
+def _options(c: ClusterSpec) -> list[Option]:
+    topo = c.topology
+    assert topo is not None
+    if topo.assignment is not None:
+        by_name = {n.name: n for n in topo.nodes}
+        g = topo.assignment.gpus_per_node or c.gpus_per_node
+        nodes = [by_name[x] for x in topo.assignment.nodes]
+        return [Option(g, Choice(tuple(nodes), ()))]  # type: ignore[arg-type]
+    return [Option(g, ch) for g, n in job_counts(c) for ch in candidate_sets(topo, g, n)]
+
+
+def _key(out: Outcome) -> tuple:
+    best = out.response.plans[0]
+    return (-round(best.tokens_per_s_per_gpu, 6), len(out.option.choice.nodes), out.option.choice.compactness)
+
+
+def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> PlanResponse:
+    """Plan ``request`` on its topology's free nodes (``search`` plans one node set)."""
+    t0 = time.perf_counter()
+    c = request.cluster
+    options = _options(c)
+    outcomes = []
+    for opt in options:
+        sub = request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)})
+        outcomes.append(Outcome(opt, search(sub)))
+    found = [o for o in outcomes if o.response.plans]
+    if not found:
+        smallest = smallest_fitting(request, search)
+        return _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
+    best = min(found, key=_key)
+    return _answer(c, best, outcomes, time.perf_counter() - t0)
+
+
+def _answer(c: ClusterSpec, best: Outcome, outcomes: list[Outcome], wall_s: float) -> PlanResponse:
+    topo = c.topology
+    assert topo is not None
+    nodes, g = list(best.option.choice.nodes), best.option.gpus_per_node
+    plans = [
+        p.model_copy(update={"assignment": build_assignment(topo, nodes, g, p.placement, len(outcomes))})
+        for p in best.response.plans
+    ]
+    solver = best.response.solver.model_copy(
+        update={
+            "wall_time_s": wall_s,
+            "proved_optimal": all(o.response.solver.proved_optimal or not o.response.plans for o in outcomes)
+            and best.response.solver.proved_optimal,
+        }
+    )
+    status = "optimal" if solver.proved_optimal else "feasible"
+    return best.response.model_copy(update={"plans": plans, "solver": solver, "status": status})
+
+
+def free_by_level(c: ClusterSpec) -> dict[str, dict[str, int]]:
+    """Free GPUs per domain of each switch level (largest first, at most ``MAX_DOMAINS_LISTED``)."""
+    topo = c.topology
+    assert topo is not None
+    out = {}
+    for depth, level in enumerate(topo.switch_levels()):
+        free: dict[str, int] = {}
+        for n in topo.nodes:
+            key = "/".join(topo.path(n)[: depth + 1])
+            free[key] = free.get(key, 0) + n.free_gpus
+        top = sorted(free.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_DOMAINS_LISTED]
+        out[level] = dict(top)
+    return out
+
+
+def smallest_fitting(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> Plan | None:
+    """The best plan at the smallest count of whole nodes (1, 2, 4, ... up to every node of the
+    topology, busy or not) with a layout that fits, on an empty cluster of the same node type
+    and network (the preset's tiers); None when none fits."""
+    c = request.cluster
+    assert c.topology is not None and c.gpus_per_node
+    limit = len(c.topology.nodes)
+    nodes = 1
+    while nodes <= limit:
+        sub = request.model_copy(update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})})
+        resp = search(sub)
+        if resp.plans:
+            return resp.plans[0]
+        nodes *= 2
+    return None
+
+
+def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, wall_s: float) -> PlanResponse:
+    topo = c.topology
+    assert topo is not None and c.gpus_per_node
+    free = sum(n.free_gpus for n in topo.nodes)
+    full = sum(1 for n in topo.nodes if n.free_gpus >= c.gpus_per_node)
+    by_level = free_by_level(c)
+    coarse = topo.switch_levels()[0]
+    biggest = max(by_level[coarse].values(), default=0)
+    have = f"{free} GPUs free on {len(topo.nodes)} nodes ({full} nodes wholly free; at most {biggest} in one {coarse} domain)"
+    if outcomes:
+        first = outcomes[0]
+        n = len(first.option.choice.nodes) * first.option.gpus_per_node
+        why = f"no layout fits on {n} GPUs of the free nodes: {first.response.explanation}"
+    elif c.num_gpus is not None and c.num_gpus > free:
+        why = f"asked for {c.num_gpus} GPUs; only {free} are free"
+    elif c.num_gpus is not None:
+        why = (
+            f"asked for {c.num_gpus} GPUs; no node size dividing {c.gpus_per_node} that divides {c.num_gpus} "
+            "has enough nodes with that many free"
+        )
+    else:
+        why = "no node has all its GPUs free"
+    if smallest is not None:
+        lay, n = smallest.config, smallest.config.tp * smallest.config.pp * smallest.config.cp * (smallest.config.dp or 1)
+        need = (
+            f"; the smallest fitting layout needs {n} GPUs ({n // c.gpus_per_node} whole nodes; on an empty cluster: "
+            f"tp={lay.tp} pp={lay.pp} cp={lay.cp} dp={lay.dp} ep={lay.ep}, {smallest.step_time_s:.3f} s a step)"
+        )
+    else:
+        need = f"; no layout fits on up to {len(topo.nodes) * c.gpus_per_node} GPUs of this node type"
+    solver = SolverInfo(status="INFEASIBLE", wall_time_s=wall_s)
+    return PlanResponse(
+        status="infeasible",
+        plans=[],
+        solver=solver,
+        explanation=f"{why}; {have}{need}",
+        free_gpus_by_level=by_level,
+        smallest_fitting_gpus=n if smallest is not None else None,
+    )
+
+
+def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequest], Plan]) -> Plan:
+    """Score the layout on the assigned nodes, or with no assignment on the candidate node set of
+    ``num_gpus`` (or the layout's size) that scores fastest; the plan carries its assignment."""
+    c = request.cluster
+    topo = c.topology
+    assert topo is not None and c.gpus_per_node
+    if c.num_gpus is None and topo.assignment is None:
+        lay = request.config
+        size = lay.tp * lay.pp * lay.cp * (lay.dp or 0)
+        if size == 0:
+            from optimizer.errors import InvalidLayout
+
+            raise InvalidLayout("cluster.num_gpus", "give num_gpus, config.dp or topology.assignment")
+        c = c.model_copy(update={"num_gpus": size})
+    options = _options(c)
+    if not options:
+        from optimizer.errors import InvalidLayout
+
+        raise InvalidLayout("cluster.num_gpus", f"{c.num_gpus} GPUs do not fit on the free nodes: {free_by_level(c)}")
+    scored = []
+    for opt in options:
+        nodes = list(opt.choice.nodes) if topo.assignment is not None else rank_order(topo, list(opt.choice.nodes))
+        plan = score(request.model_copy(update={"cluster": on_nodes(c, nodes, opt.gpus_per_node)}))
+        scored.append((round(plan.step_time_s, 9), opt.choice.compactness, plan, nodes, opt.gpus_per_node))
+    _, _, plan, nodes, g = min(scored, key=lambda s: (s[0], s[1]))
+    return plan.model_copy(update={"assignment": build_assignment(topo, nodes, g, plan.placement, len(scored))})

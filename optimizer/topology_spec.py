@@ -1,0 +1,110 @@
+"""``cluster.topology``: the free nodes a scheduler offers, in its own vocabulary (request side).
+
+Levels are node-label keys from the coarsest to the finest, as in Kueue's
+``Topology.spec.levels`` (zone, block, rack, hostname). ``nvlink_level`` names the level whose
+domains are NVLink (scale-up) domains: the hostname on 8-GPU servers, a clique label such as
+``nvidia.com/gpu.clique`` on GB200 NVL72. Levels finer than it do not change any bandwidth.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""A node's own domain: when no node carries this label, its value is the node's name."""
+
+MAX_TOPOLOGY_NODES = 16_384
+MAX_LEVELS = 8
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TopologyNode(_Strict):
+    name: str = Field(min_length=1, max_length=253, description="Node name (Slurm NodeName, Kubernetes node).")
+    labels: dict[str, str] = Field(default_factory=dict, description="level label key -> domain value")
+    free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now")
+
+
+class LevelLink(_Strict):
+    """The network between different domains of one level (e.g. between racks)."""
+
+    level: str
+    bandwidth_per_gpu_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e5,
+        description="Line rate per GPU (Gbit/s per direction); default: the network's port rate x NICs / GPUs per node",
+    )
+    oversubscription: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=64.0,
+        description="default: 1 between NVLink domains, the cluster's spine_oversubscription between coarser domains",
+    )
+    latency_us: float | None = Field(
+        default=None, gt=0, le=1e4, description="default: the network's latency (twice it above the NVLink level's switches)"
+    )
+
+
+class NodeAssignment(_Strict):
+    """The nodes a job runs on, in rank order (a plan's ``assignment`` gives them)."""
+
+    nodes: list[str] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs used on each; default: the cluster's")
+
+
+class ClusterTopology(_Strict):
+    levels: list[str] = Field(
+        min_length=1,
+        max_length=MAX_LEVELS,
+        description="node-label keys, coarsest first (kubernetes.io/hostname is added last when nvlink_level is it)",
+    )
+    nvlink_level: str = Field(default=HOSTNAME_LABEL, description="the level whose domains are NVLink domains")
+    nodes: list[TopologyNode] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
+    links: list[LevelLink] = Field(default_factory=list, max_length=MAX_LEVELS)
+    assignment: NodeAssignment | None = Field(
+        default=None, description="/evaluate: score the layout on these nodes (rank order); /plan: plan on them only"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterTopology:
+        if self.nvlink_level == HOSTNAME_LABEL and HOSTNAME_LABEL not in self.levels:
+            self.levels = [*self.levels, HOSTNAME_LABEL]  # every node is its own finest domain
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError("topology.levels: a level is listed twice")
+        if self.nvlink_level not in self.levels:
+            raise ValueError(f"topology.nvlink_level: {self.nvlink_level!r} is not one of topology.levels {self.levels}")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            dup = sorted({x for x in names if names.count(x) > 1})[:3]
+            raise ValueError(f"topology.nodes: node names must be unique ({dup} repeat)")
+        for node in self.nodes:
+            missing = [lv for lv in self.switch_levels() if lv != HOSTNAME_LABEL and lv not in node.labels]
+            if missing:
+                raise ValueError(f"topology.nodes: node {node.name!r} has no label {missing[0]!r}")
+        for link in self.links:
+            if link.level not in self.switch_levels():
+                raise ValueError(
+                    f"topology.links: level {link.level!r} is not one of {self.switch_levels()} "
+                    "(levels from the coarsest down to nvlink_level)"
+                )
+        if self.assignment is not None:
+            known = set(names)
+            bad = [x for x in self.assignment.nodes if x not in known]
+            if bad:
+                raise ValueError(f"topology.assignment.nodes: {bad[0]!r} is not in topology.nodes")
+            if len(set(self.assignment.nodes)) != len(self.assignment.nodes):
+                raise ValueError("topology.assignment.nodes: a node is listed twice")
+        return self
+
+    def switch_levels(self) -> list[str]:
+        """Levels from the coarsest down to (and including) ``nvlink_level``."""
+        return self.levels[: self.levels.index(self.nvlink_level) + 1]
+
+    def path(self, node: TopologyNode) -> tuple[str, ...]:
+        """The node's domain at each switch level (coarsest first)."""
+        return tuple(
+            node.labels.get(lv, node.name) if lv == HOSTNAME_LABEL else node.labels[lv] for lv in self.switch_levels()
+        )

@@ -1,0 +1,113 @@
+"""Slurm topology.yaml and Kueue Topology converters, and their round trip through /plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hostlist
+import pytest
+
+from api.cli import main
+from api.topology_convert import ConvertError, from_kueue, from_slurm
+from optimizer import service
+from optimizer.specs import PlanRequest
+
+DATA = Path(__file__).parent / "topology_data"
+HOST = "kubernetes.io/hostname"
+JOB = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "bf16"}}
+
+
+def plan(topology: dict, num_gpus: int) -> PlanRequest:
+    return PlanRequest.model_validate({**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}})
+
+
+def test_slurm_man_page_example_tree_is_the_default() -> None:
+    topo = from_slurm((DATA / "slurm-topology.yaml").read_text(), 8)
+    assert topo["levels"] == ["slurm/switch-1", HOST]
+    assert [n["name"] for n in topo["nodes"]] == ["node01", "node02", "node03", "node04"]
+    assert {n["labels"]["slurm/switch-1"] for n in topo["nodes"]} == {"sw_root"}
+
+
+def test_slurm_man_page_example_blocks() -> None:
+    topo = from_slurm((DATA / "slurm-topology.yaml").read_text(), 8, busy="node[02,07]", name="topo2")
+    assert topo["levels"] == ["slurm/block-16", "slurm/block", HOST]
+    by = {n["name"]: n for n in topo["nodes"]}
+    assert len(by) == 16 and by["node05"]["labels"]["slurm/block"] == "b2"
+    assert {n["labels"]["slurm/block-16"] for n in topo["nodes"]} == {"16n-0"}
+    assert by["node02"]["free_gpus"] == 0 and by["node03"]["free_gpus"] == 8
+    # planned onto: 2 busy nodes leave blocks b1 and b2 with 3 free; a 4-node job takes a whole block
+    a = service.plan(plan(topo, 32)).plans[0].assignment
+    assert a.nodes == ["node09", "node10", "node11", "node12"]
+    assert a.slurm.nodelist == "node[09-12]"
+    assert hostlist.expand_hostlist(a.slurm.nodelist) == a.nodes
+
+
+def test_slurm_tree_levels_and_round_trip() -> None:
+    topo = from_slurm((DATA / "slurm-tree.yaml").read_text(), 8, busy="gpu[001,006]")
+    assert topo["levels"] == ["slurm/switch-1", "slurm/switch-2", HOST]
+    assert next(n for n in topo["nodes"] if n["name"] == "gpu007")["labels"] == {
+        "slurm/switch-1": "spine",
+        "slurm/switch-2": "leaf2",
+    }
+    a = service.plan(plan(topo, 64)).plans[0].assignment
+    assert len(a.nodes) == 8 and not {"gpu001", "gpu006"} & set(a.nodes)
+    assert hostlist.expand_hostlist(a.slurm.nodelist) == sorted(a.nodes)
+    assert a.slurm.switches == a.domains_used["slurm/switch-2"]
+
+
+def kubectl_nodes() -> dict:
+    items = []
+    for i in range(8):
+        labels = {
+            "cloud.provider.com/topology-block": f"block-{i // 4}",
+            "cloud.provider.com/topology-rack": f"rack-{i // 2}",
+            HOST: f"node-{i}",
+        }
+        status = {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}
+        item = {"metadata": {"name": f"node-{i}", "labels": labels}, "spec": {}, "status": status}
+        items.append(item)
+    items[1]["spec"]["unschedulable"] = True
+    items.append({"metadata": {"name": "cpu-0", "labels": {HOST: "cpu-0"}}, "status": {}})
+    return {"kind": "List", "items": items}
+
+
+def kubectl_pods() -> dict:
+    pod = {
+        "spec": {"nodeName": "node-2", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "4"}}}]},
+        "status": {"phase": "Running"},
+    }
+    done = {"spec": {"nodeName": "node-3", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Succeeded"}}
+    return {"items": [pod, done]}
+
+
+def test_kueue_sample_topology_and_nodes() -> None:
+    topo = from_kueue((DATA / "kueue-topology.yaml").read_text(), kubectl_nodes(), kubectl_pods())
+    assert topo["levels"] == ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", HOST]
+    assert topo["nvlink_level"] == HOST
+    free = {n["name"]: n["free_gpus"] for n in topo["nodes"]}
+    assert free == {"node-0": 8, "node-1": 0, "node-2": 4, "node-3": 8, "node-4": 8, "node-5": 8, "node-6": 8, "node-7": 8}
+    a = service.plan(plan(topo, 32)).plans[0].assignment
+    assert a.nodes == ["node-4", "node-5", "node-6", "node-7"]  # the only block with 4 whole nodes free
+    assert a.kueue.annotations["kueue.x-k8s.io/podset-required-topology"] == "cloud.provider.com/topology-block"
+    domains = a.kueue.topology_assignment.domains
+    assert [d.values[-1] for d in domains] == a.nodes and all(d.count == 1 for d in domains)
+
+
+def test_cli_writes_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "topo.json"
+    assert main(["topology", "from-slurm", str(DATA / "slurm-topology.yaml"), "--name", "topo2", "-o", str(out)]) == 0
+    assert len(json.loads(out.read_text())["nodes"]) == 16
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(kubectl_nodes()))
+    out2 = tmp_path / "k.json"
+    assert main(["topology", "from-kueue", str(DATA / "kueue-topology.yaml"), str(nodes), "-o", str(out2)]) == 0
+    assert json.loads(out2.read_text())["nodes"][0]["name"] == "node-0"
+    assert main(["topology", "from-slurm", str(DATA / "kueue-topology.yaml")]) == 2
+
+
+def test_bad_inputs_name_the_place() -> None:
+    with pytest.raises(ConvertError, match="no topology named"):
+        from_slurm((DATA / "slurm-topology.yaml").read_text(), 8, name="nope")
+    with pytest.raises(ConvertError, match="kind Topology"):
+        from_kueue("kind: Pod\n", {"items": []})
