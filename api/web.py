@@ -22,7 +22,12 @@ from fastapi.staticfiles import StaticFiles
 STATIC_DIR = Path(__file__).parent / "static"
 DOCS_ASSETS_URL = "/static/docs"
 PLOTLY_URL = "/static/vendor/plotly.min.js"
-SWAGGER_UI_PARAMETERS = {"validatorUrl": None}  # Swagger UI would otherwise call an online validator
+# Swagger UI would otherwise send the schema to an online validator.
+SWAGGER_UI_PARAMETERS = {"validatorUrl": None}
+DOCS_CSP = (  # the docs pages load nothing from other hosts (ReDoc's footer links a CDN logo)
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'"
+)
 
 
 def package_dir(name: str) -> Path:
@@ -41,6 +46,11 @@ def plotly_js() -> Path:
 def docs_assets() -> Path:
     """Swagger UI and ReDoc bundles shipped by ``fastapi-offline``."""
     return package_dir("fastapi_offline") / "static"
+
+
+def _with_csp(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = DOCS_CSP
+    return page
 
 
 def install_web(app: FastAPI) -> None:
@@ -64,14 +74,16 @@ def install_web(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=openapi_url,
-            title=f"{title} - Swagger UI",
-            oauth2_redirect_url=oauth2_url,
-            swagger_js_url=f"{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{DOCS_ASSETS_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_ASSETS_URL}/favicon.png",
-            swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
+        return _with_csp(
+            get_swagger_ui_html(
+                openapi_url=openapi_url,
+                title=f"{title} - Swagger UI",
+                oauth2_redirect_url=oauth2_url,
+                swagger_js_url=f"{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+                swagger_css_url=f"{DOCS_ASSETS_URL}/swagger-ui.css",
+                swagger_favicon_url=f"{DOCS_ASSETS_URL}/favicon.png",
+                swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
+            )
         )
 
     @app.get(oauth2_url, include_in_schema=False)
@@ -80,12 +92,14 @@ def install_web(app: FastAPI) -> None:
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
-        return get_redoc_html(
-            openapi_url=openapi_url,
-            title=f"{title} - ReDoc",
-            redoc_js_url=f"{DOCS_ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{DOCS_ASSETS_URL}/favicon.png",
-            with_google_fonts=False,
+        return _with_csp(
+            get_redoc_html(
+                openapi_url=openapi_url,
+                title=f"{title} - ReDoc",
+                redoc_js_url=f"{DOCS_ASSETS_URL}/redoc.standalone.js",
+                redoc_favicon_url=f"{DOCS_ASSETS_URL}/favicon.png",
+                with_google_fonts=False,
+            )
         )
 
     app.mount(DOCS_ASSETS_URL, StaticFiles(directory=docs_assets()), name="docs-assets")

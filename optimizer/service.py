@@ -11,7 +11,14 @@ from optimizer.cost.estimate import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.launch import build_launch, megatron_recompute_modules
-from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, StageMemoryGiB, TimeBreakdown
+from optimizer.results import (
+    LaunchArgs,
+    MemoryBreakdown,
+    Plan,
+    PlanResponse,
+    StageMemoryGiB,
+    TimeBreakdown,
+)
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 

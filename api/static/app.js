@@ -230,12 +230,12 @@ async function copyText(text) {
 
 // ---- charts ----------------------------------------------------------------------------------
 function timeChart(plans) {
-  const x = plans.map((_, i) => `#${i + 1}`);
+  const x = plans.map((_, i) => `plan ${i + 1}`);
   const traces = TIME_PARTS.filter((part) => plans.some((p) => p.time_breakdown_s[part] > 0))
     .map((part) => ({ type: "bar", name: part, x, y: plans.map((p) => p.time_breakdown_s[part] ?? 0) }));
   Plotly.react("time-chart", traces, {
     title: { text: "Step time by part (exposed seconds)" }, barmode: "stack",
-    xaxis: { title: { text: "plan" } }, yaxis: { title: { text: "s" } }, margin: { t: 40 },
+    xaxis: { type: "category" }, yaxis: { title: { text: "s" } }, margin: { t: 40 },
   }, PLOT_CONFIG);
 }
 

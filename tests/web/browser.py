@@ -74,10 +74,16 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[WebDriver]:
     with tempfile.TemporaryDirectory(prefix="pplan-chromium-") as profile:
         options = webdriver.ChromeOptions()
         options.binary_location = str(CHROMIUM)
-        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        for flag in (
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+        ):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+        driver = webdriver.Chrome(
+            service=Service(executable_path=str(CHROMEDRIVER)), options=options
+        )
         try:
             yield driver
         finally:
@@ -85,13 +91,21 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[WebDriver]:
 
 
 def requested_urls(driver: WebDriver) -> list[str]:
-    """URLs the page requested since the last call (drains the performance log)."""
-    urls = []
+    """URLs the page requested since the last call (drains the performance log).
+
+    A request that the page's Content-Security-Policy blocked never left the browser and is not
+    listed.
+    """
+    sent: dict[str, str] = {}
+    blocked: set[str] = set()
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
+        params = message["params"]
         if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
+            sent[params["requestId"]] = params["request"]["url"]
+        elif message["method"] == "Network.loadingFailed" and params.get("blockedReason") == "csp":
+            blocked.add(params["requestId"])
+    return [url for request_id, url in sent.items() if request_id not in blocked]
 
 
 def foreign_urls(urls: list[str]) -> list[str]:
