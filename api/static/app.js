@@ -194,10 +194,12 @@ function planRows(plan, i) {
   const row = el("tr", { "data-testid": "plan-row", class: plan.fits_memory ? "" : "over" },
     ...cells.map(([field, text]) => el("td", { "data-field": field }, text)));
   const detail = el("tr", { class: "detail", hidden: "" }, el("td", { colspan: cells.length }, planDetail(plan)));
+  row.tabIndex = 0;
   row.addEventListener("click", () => {
     detail.hidden = !detail.hidden;
     memoryChart(plan, i);
   });
+  row.addEventListener("keydown", (event) => event.key === "Enter" && row.click());
   return [row, detail];
 }
 
@@ -261,7 +263,7 @@ let sweepId = null;
 
 function sweepMessage(text, isError = false) {
   $("#sweep-status").textContent = isError ? "" : text;
-  $("#sweep-error").textContent = text;
+  $("#sweep-error").textContent = isError ? text : "";
   $("#sweep-error").hidden = !isError;
 }
 
@@ -311,7 +313,7 @@ function sweepChart(sweep) {
   const front = (sweep.pareto ?? []).map(sweepPoint).filter((p) => p.tokensPerS).sort((a, b) => a.gpus - b.gpus);
   $("#sweep-chart").hidden = false;
   Plotly.react("sweep-chart", [
-    { type: "scatter", mode: "markers", name: "best plan", x: points.map((p) => p.gpus), y: points.map((p) => p.tokensPerS) },
+    { type: "scatter", mode: "markers", name: "best plan", marker: { size: 11 }, x: points.map((p) => p.gpus), y: points.map((p) => p.tokensPerS) },
     { type: "scatter", mode: "lines+markers", name: "Pareto front", x: front.map((p) => p.gpus), y: front.map((p) => p.tokensPerS) },
   ], {
     title: { text: "Throughput against GPU count" }, xaxis: { title: { text: "GPUs" } },
@@ -337,11 +339,16 @@ function hfToModel(config) {
   return model;
 }
 
-async function importHfConfig() {
+async function importHfFile() {
   const file = $("#hf-file").files[0];
-  const text = file ? await file.text() : $("#hf-config").value;
+  if (!file) return;
+  $("#hf-config").value = await file.text();
+  importHfConfig();
+}
+
+function importHfConfig() {
   try {
-    const model = hfToModel(JSON.parse(text));
+    const model = hfToModel(JSON.parse($("#hf-config").value));
     for (const field of fields().filter((f) => f.name.startsWith("model."))) field.value = "";
     jobToForm({ ...formToJob(), model });
     $("#hf-status").textContent = `imported ${model.name}`;
@@ -368,6 +375,7 @@ async function main() {
     runPlan(job);
   });
   $("#hf-import").addEventListener("click", importHfConfig);
+  $("#hf-file").addEventListener("change", importHfFile);
   $("#sweep-start").addEventListener("click", startSweep);
   $("#sweep-cancel").addEventListener("click", cancelSweep);
   const job = jobFromUrl();

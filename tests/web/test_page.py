@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -167,17 +168,26 @@ def test_bad_form_shows_the_422_message_next_to_the_field(
     assert foreign_urls(requested_urls(driver)) == []
 
 
+@pytest.mark.parametrize("how", ["paste", "upload"])
 def test_imported_hugging_face_config_plans_like_the_preset(
-    driver: WebDriver, base_url: str
+    driver: WebDriver, base_url: str, how: str, tmp_path: Path
 ) -> None:
     job = JOBS["llama3-8b on 64 H100"]
     open_page(driver, f"{base_url}/?job={quote(json.dumps(job))}")
     wait_state(driver, "done", "error")
     driver.find_element(By.CSS_SELECTOR, "#custom-model summary").click()
-    driver.execute_script(
-        "document.querySelector('#hf-config').value = arguments[0]", json.dumps(LLAMA3_8B_HF_CONFIG)
+    if how == "paste":
+        text = json.dumps(LLAMA3_8B_HF_CONFIG)
+        driver.execute_script("document.querySelector('#hf-config').value = arguments[0]", text)
+    else:
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(LLAMA3_8B_HF_CONFIG))
+        driver.find_element(By.ID, "hf-file").send_keys(str(config))  # imports on choosing
+    if how == "paste":
+        driver.find_element(By.ID, "hf-import").click()
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.find_element(By.ID, "hf-status").text == "imported llama"
     )
-    driver.find_element(By.ID, "hf-import").click()
     form_job = json.loads(driver.execute_script("return JSON.stringify(formToJob())"))
     assert form_job["model"] == {
         "name": "llama",
