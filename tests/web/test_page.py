@@ -229,3 +229,13 @@ def test_api_docs_render_without_network(
     urls = requested_urls(driver)
     assert any(u.endswith(".js") for u in urls)
     assert foreign_urls(urls) == []
+
+
+def test_a_link_whose_job_is_not_json_says_so(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, f"{base_url}/?job={quote('{not json')}")
+    assert wait_state(driver, "idle") == "idle"
+    error = driver.find_element(By.ID, "form-error")
+    assert error.is_displayed()
+    assert error.get_attribute("data-testid") == "error"
+    assert error.text.startswith("the job in the link is not JSON")
+    assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]') == []
