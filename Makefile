@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench validate bands clean
+.PHONY: run test install bench validate bands clean browser screenshot
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,23 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/uvicorn api.main:app --host 127.0.0.1 --port 8000
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+# The browser tests (tests/web) drive Debian's chromium with its chromium-driver; as root on a
+# Debian-like machine this installs both when missing.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "apt-get install chromium chromium-driver"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "tests/web needs chromium and chromium-driver: apt-get install chromium chromium-driver" >&2; \
+	fi
+
+# The web page's picture in the README.
+screenshot: $(STAMP) browser
+	PYTHONPATH=. $(BIN)/python tests/web/screenshot.py docs/img/plan-page.png
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_latency.py

@@ -12,6 +12,7 @@ from api.errors import install_error_handlers
 from api.middleware import RequestContextMiddleware, configure_logging
 from api.pool import SolverPool
 from api.settings import Settings
+from api.web import install_web
 from hardware_catalog import load_catalog
 from optimizer.presets import load_model_presets
 
@@ -63,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc are served offline by install_web
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.solver_pool = pool
@@ -71,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(planning.router)
     app.include_router(catalog.router)
     app.include_router(meta.router)
+    install_web(app)
     return app
 
 

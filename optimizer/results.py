@@ -31,6 +31,17 @@ class TimeBreakdown(_Out):
     optimizer: float = 0.0
 
 
+class StageMemoryGiB(_Out):
+    """Peak per-GPU memory (GiB) of one pipeline stage, by category."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    buffers: float
+    total: float
+
+
 class MemoryBreakdown(_Out):
     """Peak per-GPU memory (GiB) on the most loaded pipeline stage."""
 
@@ -44,6 +55,9 @@ class MemoryBreakdown(_Out):
     headroom: float = Field(default=0.0, description="Kept free when judging fits_memory (GiB).")
     stage: int = Field(default=0, description="Pipeline stage (0-based) holding the peak.")
     per_stage_total: list[float] = Field(default_factory=list, description="Peak GiB of each pipeline stage.")
+    per_stage: list[StageMemoryGiB] = Field(
+        default_factory=list, description="Peak GiB of each pipeline stage, by category (stage 0 first)."
+    )
 
 
 class LaunchArgs(_Out):

@@ -7,12 +7,19 @@ from dataclasses import replace
 from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
-from optimizer.cost.estimate import shard_group_sizes
+from optimizer.cost.estimate import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.error_bands import plan_ranges
 from optimizer.launch import build_launch, megatron_recompute_modules
-from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
+from optimizer.results import (
+    LaunchArgs,
+    MemoryBreakdown,
+    Plan,
+    PlanResponse,
+    StageMemoryGiB,
+    TimeBreakdown,
+)
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
@@ -70,6 +77,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         headroom=to_gib(est.headroom_bytes),
         stage=est.peak_stage,
         per_stage_total=[to_gib(m.total_bytes) for m in est.memory],
+        per_stage=[_stage_memory(m) for m in est.memory],
     )
     notes = list(est.notes)
     if not lay.uniform_split:
@@ -123,6 +131,17 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         bottleneck=est.bottleneck,  # type: ignore[arg-type]
         launch=build_launch(job.model, training, config) if launch else None,
         notes=notes,
+    )
+
+
+def _stage_memory(mem: StageMemory) -> StageMemoryGiB:
+    return StageMemoryGiB(
+        weights=to_gib(mem.weights_bytes),
+        gradients=to_gib(mem.gradients_bytes),
+        optimizer=to_gib(mem.optimizer_bytes),
+        activations=to_gib(mem.activations_bytes),
+        buffers=to_gib(mem.buffers_bytes),
+        total=to_gib(mem.total_bytes),
     )
 
 

@@ -1,0 +1,390 @@
+// The planner's web page: a job form, ranked plans, and charts of /plan and /sweeps answers.
+// Every request goes to this service; charts use the plotly.js bundle served at /static/vendor.
+"use strict";
+
+const $ = (selector) => document.querySelector(selector);
+const form = $("#job-form");
+const TIME_PARTS = ["compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer"];
+const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers"];
+const PLOT_CONFIG = { displayModeBar: false, responsive: true };
+const HF_KEYS = {
+  num_hidden_layers: "num_layers", hidden_size: "hidden_size", intermediate_size: "ffn_hidden_size",
+  num_attention_heads: "num_attention_heads", num_key_value_heads: "num_kv_heads", head_dim: "head_dim",
+  vocab_size: "vocab_size", tie_word_embeddings: "tied_embeddings",
+  num_local_experts: "moe.num_experts", n_routed_experts: "moe.num_experts", num_experts: "moe.num_experts",
+  num_experts_per_tok: "moe.top_k", moe_intermediate_size: "moe.expert_ffn_hidden_size",
+  n_shared_experts: "moe.num_shared_experts", first_k_dense_replace: "moe.first_dense_layers",
+  decoder_sparse_step: "moe.layer_frequency", q_lora_rank: "mla.q_lora_rank", kv_lora_rank: "mla.kv_lora_rank",
+  qk_nope_head_dim: "mla.qk_nope_head_dim", qk_rope_head_dim: "mla.qk_rope_head_dim", v_head_dim: "mla.v_head_dim",
+};
+let lastPlans = [];
+
+// ---- small helpers -------------------------------------------------------------------------
+function getPath(obj, path) {
+  return path.split(".").reduce((o, key) => (o == null ? undefined : o[key]), obj);
+}
+
+function setPath(obj, path, value) {
+  const keys = path.split(".");
+  const last = keys.pop();
+  keys.reduce((o, key) => (o[key] ??= {}), obj)[last] = value;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  node.append(...children);
+  return node;
+}
+
+function setState(state, message = "") {
+  document.body.dataset.state = state;
+  $("#status").textContent = message;
+}
+
+async function getJson(url, options) {
+  const response = await fetch(url, options);
+  const body = await response.json().catch(() => ({ detail: response.statusText }));
+  return { status: response.status, body };
+}
+
+const fmt = {
+  s: (x) => `${x.toFixed(3)} s`,
+  pct: (x) => `${(100 * x).toFixed(1)}%`,
+  int: (x) => Math.round(x).toLocaleString("en-US"),
+  gib: (x) => x.toFixed(1),
+};
+
+// ---- form <-> job ----------------------------------------------------------------------------
+function fields() {
+  return [...form.elements].filter((e) => e.name);
+}
+
+function formToJob() {
+  const job = {};
+  for (const field of fields()) {
+    const raw = field.value.trim();
+    if (raw === "") continue;
+    let value = raw;
+    if (field.type === "number") value = Number(raw);
+    else if (field.dataset.type === "int") value = parseInt(raw, 10);
+    else if (field.dataset.type === "bool") value = raw === "true";
+    setPath(job, field.name, value);
+  }
+  return job;
+}
+
+function jobToForm(job) {
+  for (const field of fields()) {
+    const value = getPath(job, field.name);
+    if (value != null) field.value = String(value);
+    else field.value = field.tagName === "SELECT" && !field.querySelector('option[value=""]') ? field.options[0].value : "";
+  }
+  const custom = fields().some((f) => f.name.startsWith("model.") && f.name !== "model.preset" && f.value);
+  $("#custom-model").open = custom;
+}
+
+function jobFromUrl() {
+  const text = new URLSearchParams(location.search).get("job");
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    showFormError(`the job in the link is not JSON: ${err.message}`);
+    return null;
+  }
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+function clearErrors() {
+  document.querySelectorAll("[data-for]").forEach((node) => node.remove());
+  $("#form-error").hidden = true;
+}
+
+function showFormError(message) {
+  $("#form-error").textContent = message;
+  $("#form-error").hidden = false;
+}
+
+function fieldFor(loc) {
+  const path = loc.filter((part) => part !== "body").map(String);
+  for (let n = path.length; n > 0; n--) {
+    const name = path.slice(0, n).join(".");
+    const field = fields().find((f) => f.name === name) ?? fields().find((f) => f.name.startsWith(`${name}.`));
+    if (field) return field;
+  }
+  return null;
+}
+
+function showErrors(detail) {
+  if (!Array.isArray(detail)) return showFormError(String(detail));
+  for (const item of detail) {
+    const field = fieldFor(item.loc ?? []);
+    const where = (item.loc ?? []).filter((p) => p !== "body").join(".");
+    if (!field) {
+      showFormError(`${where}: ${item.msg}`);
+      continue;
+    }
+    const details = field.closest("details");
+    if (details) details.open = true;
+    const note = el("span", { class: "error", "data-testid": "error", "data-for": field.name }, item.msg);
+    field.closest("label").after(note);
+  }
+}
+
+// ---- planning --------------------------------------------------------------------------------
+async function runPlan(job) {
+  clearErrors();
+  setState("running", "Planning…");
+  $("#plan-button").disabled = true;
+  try {
+    const { status, body } = await getJson("/plan", {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(job),
+    });
+    if (status !== 200) {
+      showErrors(body.detail);
+      setState("error", `HTTP ${status}`);
+      return;
+    }
+    render(body);
+    setState("done", "");
+  } catch (err) {
+    showFormError(`request failed: ${err.message}`);
+    setState("error", "");
+  } finally {
+    $("#plan-button").disabled = false;
+  }
+}
+
+function layoutText(c) {
+  const parts = [`TP${c.tp}`, `PP${c.pp}`, `DP${c.dp}`];
+  if (c.cp > 1) parts.push(`CP${c.cp}`);
+  if (c.ep > 1) parts.push(`EP${c.ep}`);
+  if (c.vpp > 1) parts.push(`VPP${c.vpp}`);
+  parts.push(`mbs ${c.micro_batch_size}`, `ZeRO-${c.zero_stage}`, `recompute ${c.recompute}`);
+  return parts.join(" ");
+}
+
+function frameworksOf(plan) {
+  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => plan.launch[k]);
+}
+
+function render(response) {
+  lastPlans = response.plans;
+  $("#results").hidden = false;
+  const lines = [`Status: ${response.status}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
+  if (response.explanation) lines.push(response.explanation);
+  lines.push(...response.warnings);
+  $("#summary").textContent = lines.join(" ");
+  const body = $("#plans tbody");
+  body.replaceChildren(...response.plans.flatMap(planRows));
+  timeChart(response.plans);
+  memoryChart(response.plans[0], 0);
+}
+
+function planRows(plan, i) {
+  const m = plan.memory_gib;
+  const cells = [
+    ["rank", `${i + 1}`], ["layout", layoutText(plan.config)],
+    ["placement", Object.entries(plan.placement).filter(([, t]) => t !== "none").map(([a, t]) => `${a}:${t}`).join(" ")],
+    ["step_time_s", fmt.s(plan.step_time_s)], ["tokens_per_s_per_gpu", fmt.int(plan.tokens_per_s_per_gpu)],
+    ["mfu", fmt.pct(plan.mfu)], ["memory", `${fmt.gib(m.total)} / ${fmt.gib(m.capacity)}`],
+    ["bottleneck", plan.bottleneck], ["frameworks", frameworksOf(plan).join(", ")],
+  ];
+  const row = el("tr", { "data-testid": "plan-row", class: plan.fits_memory ? "" : "over" },
+    ...cells.map(([field, text]) => el("td", { "data-field": field }, text)));
+  const detail = el("tr", { class: "detail", hidden: "" }, el("td", { colspan: cells.length }, planDetail(plan)));
+  row.tabIndex = 0;
+  row.addEventListener("click", () => {
+    detail.hidden = !detail.hidden;
+    memoryChart(plan, i);
+  });
+  row.addEventListener("keydown", (event) => event.key === "Enter" && row.click());
+  return [row, detail];
+}
+
+function planDetail(plan) {
+  const breakdown = el("table", { class: "breakdown" }, el("tr", {}, el("th", {}, "step time part"), el("th", {}, "s"), el("th", {}, "share")));
+  for (const part of TIME_PARTS) {
+    const s = plan.time_breakdown_s[part] ?? 0;
+    breakdown.append(el("tr", {}, el("td", {}, part), el("td", {}, s.toFixed(4)), el("td", {}, fmt.pct(s / plan.step_time_s))));
+  }
+  const notes = el("ul", { class: "notes" }, ...plan.notes.map((n) => el("li", {}, n)));
+  const launch = Object.entries(plan.launch ?? {}).filter(([, text]) => text).map(([name, text]) => {
+    const copy = el("button", { type: "button", class: "copy" }, "Copy");
+    copy.addEventListener("click", (event) => {
+      event.stopPropagation();
+      copyText(text).then(() => (copy.textContent = "Copied"));
+    });
+    return el("div", { class: "launch" }, el("h4", {}, name, " ", copy), el("pre", {}, text));
+  });
+  return el("div", {}, breakdown, notes, ...launch);
+}
+
+async function copyText(text) {
+  if (navigator.clipboard) return navigator.clipboard.writeText(text);
+  const area = el("textarea", {}, text);
+  document.body.append(area);
+  area.select();
+  document.execCommand("copy");
+  area.remove();
+}
+
+// ---- charts ----------------------------------------------------------------------------------
+function timeChart(plans) {
+  const x = plans.map((_, i) => `plan ${i + 1}`);
+  const traces = TIME_PARTS.filter((part) => plans.some((p) => p.time_breakdown_s[part] > 0))
+    .map((part) => ({ type: "bar", name: part, x, y: plans.map((p) => p.time_breakdown_s[part] ?? 0) }));
+  Plotly.react("time-chart", traces, {
+    title: { text: "Step time by part (exposed seconds)" }, barmode: "stack",
+    xaxis: { type: "category" }, yaxis: { title: { text: "s" } }, margin: { t: 40 },
+  }, PLOT_CONFIG);
+}
+
+function memoryChart(plan, index) {
+  if (!plan) return Plotly.purge("memory-chart");
+  const m = plan.memory_gib;
+  const stages = m.per_stage?.length ? m.per_stage : [m];
+  const x = stages.map((_, s) => `stage ${s}`);
+  const traces = MEMORY_PARTS.map((part) => ({ type: "bar", name: part, x, y: stages.map((st) => st[part]) }));
+  const usable = m.capacity - (m.headroom ?? 0);
+  Plotly.react("memory-chart", traces, {
+    title: { text: `Memory per pipeline stage, plan #${index + 1} (GiB per GPU)` }, barmode: "stack",
+    yaxis: { title: { text: "GiB" }, range: [0, 1.08 * Math.max(m.capacity, ...stages.map((st) => st.total))] },
+    shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: m.capacity, y1: m.capacity, line: { color: "#c00", dash: "dash" } },
+      { type: "line", xref: "paper", x0: 0, x1: 1, y0: usable, y1: usable, line: { color: "#c80", dash: "dot" } }],
+    annotations: [{ xref: "paper", x: 1, y: m.capacity, text: `capacity ${fmt.gib(m.capacity)}`, showarrow: false, yanchor: "bottom", xanchor: "right" }],
+    margin: { t: 40 },
+  }, PLOT_CONFIG);
+}
+
+// ---- sweeps ----------------------------------------------------------------------------------
+let sweepId = null;
+
+function sweepMessage(text, isError = false) {
+  $("#sweep-status").textContent = isError ? "" : text;
+  $("#sweep-error").textContent = isError ? text : "";
+  $("#sweep-error").hidden = !isError;
+}
+
+async function startSweep() {
+  const counts = $("#sweep-gpus").value.split(/[\s,]+/).filter(Boolean).map(Number);
+  if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
+    return sweepMessage("GPU counts: whole numbers separated by commas", true);
+  }
+  const job = formToJob();
+  const { status, body } = await getJson("/sweeps", {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ job, vary: { num_gpus: counts } }),
+  });
+  if (status === 404) return sweepMessage("this server does not run sweeps", true);
+  if (status !== 202 && status !== 200) {
+    const detail = Array.isArray(body.detail) ? body.detail.map((d) => `${d.loc.slice(1).join(".")}: ${d.msg}`).join("; ") : body.detail;
+    return sweepMessage(detail, true);
+  }
+  sweepId = body.id;
+  $("#sweep-cancel").hidden = false;
+  $("#sweep-progress").hidden = false;
+  document.body.dataset.sweep = "running";
+  pollSweep(body.id);
+}
+
+async function pollSweep(id) {
+  const { status, body } = await getJson(`/sweeps/${encodeURIComponent(id)}`);
+  if (id !== sweepId) return;
+  if (status !== 200) return sweepMessage(`sweep ${id}: HTTP ${status}`, true);
+  $("#sweep-progress").max = Math.max(body.total, 1);
+  $("#sweep-progress").value = body.done;
+  sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
+  sweepChart(body);
+  if (body.status === "running") return setTimeout(() => pollSweep(id), 500);
+  $("#sweep-cancel").hidden = true;
+  document.body.dataset.sweep = body.status;
+}
+
+function sweepPoint(item) {
+  const plan = item.plan ?? item;
+  const gpus = item.point?.num_gpus ?? item.num_gpus ?? item.point?.cluster?.num_gpus;
+  return { gpus, tokensPerS: plan?.tokens_per_s };
+}
+
+function sweepChart(sweep) {
+  const points = sweep.results.filter((r) => r.plan).map(sweepPoint).sort((a, b) => a.gpus - b.gpus);
+  const front = (sweep.pareto ?? []).map(sweepPoint).filter((p) => p.tokensPerS).sort((a, b) => a.gpus - b.gpus);
+  $("#sweep-chart").hidden = false;
+  Plotly.react("sweep-chart", [
+    { type: "scatter", mode: "markers", name: "best plan", marker: { size: 11 }, x: points.map((p) => p.gpus), y: points.map((p) => p.tokensPerS) },
+    { type: "scatter", mode: "lines+markers", name: "Pareto front", x: front.map((p) => p.gpus), y: front.map((p) => p.tokensPerS) },
+  ], {
+    title: { text: "Throughput against GPU count" }, xaxis: { title: { text: "GPUs" } },
+    yaxis: { title: { text: "tokens/s" } }, margin: { t: 40 },
+  }, PLOT_CONFIG);
+}
+
+async function cancelSweep() {
+  if (sweepId) await fetch(`/sweeps/${encodeURIComponent(sweepId)}`, { method: "DELETE" });
+}
+
+// ---- Hugging Face config.json ------------------------------------------------------------------
+function hfToModel(config) {
+  const cfg = config.text_config ?? config;
+  const model = {};
+  for (const [key, path] of Object.entries(HF_KEYS)) {
+    if (cfg[key] != null) setPath(model, path, cfg[key]);
+  }
+  if (model.moe && model.moe.expert_ffn_hidden_size == null) model.moe.expert_ffn_hidden_size = cfg.intermediate_size;
+  const act = String(cfg.hidden_act ?? cfg.hidden_activation ?? "");
+  if (act) model.activation = /silu|swish/.test(act) ? "swiglu" : "gelu";
+  model.name = config._name_or_path || config.model_type || "imported";
+  return model;
+}
+
+async function importHfFile() {
+  const file = $("#hf-file").files[0];
+  if (!file) return;
+  $("#hf-config").value = await file.text();
+  importHfConfig();
+}
+
+function importHfConfig() {
+  try {
+    const model = hfToModel(JSON.parse($("#hf-config").value));
+    for (const field of fields().filter((f) => f.name.startsWith("model."))) field.value = "";
+    jobToForm({ ...formToJob(), model });
+    $("#hf-status").textContent = `imported ${model.name}`;
+  } catch (err) {
+    $("#hf-status").textContent = `not a JSON config: ${err.message}`;
+  }
+}
+
+// ---- start-up --------------------------------------------------------------------------------
+async function loadCatalogs() {
+  const [models, clusters] = await Promise.all([getJson("/models"), getJson("/clusters")]);
+  $("#model-preset").append(...models.body.map((m) => el("option", { value: m.id }, `${m.id} (${m.name})`)));
+  $("#cluster-preset").append(...clusters.body.map((c) => el("option", { value: c.id }, `${c.id} (${c.gpu})`)));
+  $("#model-preset").value = "llama3-70b";
+  $("#cluster-preset").value = "dgx-h100";
+}
+
+async function main() {
+  await loadCatalogs();
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const job = formToJob();
+    history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
+    runPlan(job);
+  });
+  $("#hf-import").addEventListener("click", importHfConfig);
+  $("#hf-file").addEventListener("change", importHfFile);
+  $("#sweep-start").addEventListener("click", startSweep);
+  $("#sweep-cancel").addEventListener("click", cancelSweep);
+  const job = jobFromUrl();
+  if (job) {
+    jobToForm(job);
+    runPlan(job);
+  } else {
+    setState("idle");
+  }
+}
+
+main();

@@ -1,0 +1,241 @@
+"""The web page in headless Chromium: plans, charts and errors show what the API answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from browser import foreign_urls, requested_urls
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+WAIT_S = 120
+JOBS = {
+    "llama3-8b on 64 H100": {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 256, "precision": "bf16"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        "search": {"top_k": 3},
+    },
+    "llama3.1-405b on 1,024 H100": {
+        "model": {"preset": "llama3.1-405b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+        "search": {"top_k": 3},
+    },
+}
+PIPELINED = {"llama3.1-405b on 1,024 H100"}  # best plan has several pipeline stages
+LLAMA3_8B_HF_CONFIG = {  # config.json of meta-llama/Meta-Llama-3-8B (architecture keys)
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+
+def post_plan(base_url: str, job: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{base_url}/plan", json=job, timeout=WAIT_S)
+
+
+def wait_state(driver: WebDriver, *states: str) -> str:
+    script = "return document.body.dataset.state"
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(script) in states)
+    return str(driver.execute_script(script))
+
+
+def open_page(driver: WebDriver, url: str) -> None:
+    requested_urls(driver)  # drain what earlier tests logged
+    driver.get(url)
+
+
+def chart(driver: WebDriver, testid: str) -> dict[str, Any]:
+    """A plotly chart's traces (name, x, y), shapes and title, and how many bars it drew."""
+    return driver.execute_script(
+        """const gd = document.querySelector(`[data-testid="${arguments[0]}"]`);
+        return {traces: gd.data.map(t => ({name: t.name, x: t.x, y: t.y})),
+                shapes: gd.layout.shapes || [], title: gd.layout.title.text,
+                bars: gd.querySelectorAll('.barlayer .point path').length};""",
+        testid,
+    )
+
+
+def cell(row: WebElement, field: str) -> str:
+    return row.find_element(By.CSS_SELECTOR, f'td[data-field="{field}"]').text
+
+
+def assert_row_shows(row: WebElement, plan: dict[str, Any]) -> None:
+    config, memory = plan["config"], plan["memory_gib"]
+    assert f"TP{config['tp']} PP{config['pp']} DP{config['dp']}" in cell(row, "layout")
+    assert cell(row, "step_time_s") == f"{plan['step_time_s']:.3f} s"
+    assert cell(row, "tokens_per_s_per_gpu") == f"{int(plan['tokens_per_s_per_gpu'] + 0.5):,}"
+    assert cell(row, "mfu") == f"{100 * plan['mfu']:.1f}%"
+    assert cell(row, "memory") == f"{memory['total']:.1f} / {memory['capacity']:.1f}"
+    assert cell(row, "bottleneck") == plan["bottleneck"]
+
+
+def assert_memory_chart_shows(driver: WebDriver, plan: dict[str, Any], rank: int) -> None:
+    memory = chart(driver, "memory-chart")
+    stages = plan["memory_gib"]["per_stage"]
+    assert len(stages) == plan["config"]["pp"]
+    assert f"plan #{rank}" in memory["title"]
+    by_name = {t["name"]: t for t in memory["traces"]}
+    for part in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        assert by_name[part]["x"] == [f"stage {s}" for s in range(len(stages))]
+        assert by_name[part]["y"] == pytest.approx([st[part] for st in stages], rel=1e-12)
+    peak = max(st["total"] for st in stages)
+    assert peak == pytest.approx(plan["memory_gib"]["total"], rel=1e-12)
+    assert memory["shapes"][0]["y0"] == pytest.approx(plan["memory_gib"]["capacity"], rel=1e-12)
+    assert memory["bars"] >= len(stages)
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_job_link_renders_the_plans_and_charts_of_plan(
+    driver: WebDriver, base_url: str, name: str
+) -> None:
+    job = JOBS[name]
+    expected = post_plan(base_url, job).json()
+    plans = expected["plans"]
+    assert len(plans) >= 2
+    assert (plans[0]["config"]["pp"] > 1) == (name in PIPELINED)
+    open_page(driver, f"{base_url}/?job={quote(json.dumps(job))}")
+    assert wait_state(driver, "done", "error") == "done"
+
+    rows = driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]')
+    assert len(rows) == len(plans)
+    for row, plan in zip(rows, plans, strict=True):
+        assert_row_shows(row, plan)
+
+    time_chart = chart(driver, "time-chart")
+    for trace in time_chart["traces"]:
+        parts = [p["time_breakdown_s"][trace["name"]] for p in plans]
+        assert trace["y"] == pytest.approx(parts, rel=1e-12)
+    stacked = [sum(t["y"][i] for t in time_chart["traces"]) for i in range(len(plans))]
+    assert stacked == pytest.approx([p["step_time_s"] for p in plans], rel=1e-9)
+    assert time_chart["bars"] >= len(plans)
+    assert_memory_chart_shows(driver, plans[0], 1)
+
+    rows[1].click()  # expands plan #2 and charts its memory
+    assert_memory_chart_shows(driver, plans[1], 2)
+    detail = driver.find_elements(By.CSS_SELECTOR, "tr.detail")[1]
+    assert detail.is_displayed()
+    launch = [pre.text for pre in detail.find_elements(By.CSS_SELECTOR, ".launch pre")]
+    assert plans[1]["launch"]["megatron"] in launch
+    assert detail.find_elements(By.CSS_SELECTOR, "button.copy")
+    assert foreign_urls(requested_urls(driver)) == []
+
+
+@pytest.mark.parametrize(("field", "value"), [("training.seq_len", "0"), ("cluster.num_gpus", "0")])
+def test_bad_form_shows_the_422_message_next_to_the_field(
+    driver: WebDriver, base_url: str, field: str, value: str
+) -> None:
+    open_page(driver, f"{base_url}/")
+    wait_state(driver, "idle")
+    box = driver.find_element(By.CSS_SELECTOR, f'[name="{field}"]')
+    box.clear()
+    box.send_keys(value)
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "error"
+
+    job = json.loads(driver.execute_script("return JSON.stringify(formToJob())"))
+    answer = post_plan(base_url, job)
+    assert answer.status_code == 422
+    (item,) = answer.json()["detail"]
+    assert ".".join(map(str, item["loc"][1:])) == field
+    errors = driver.find_elements(By.CSS_SELECTOR, '[data-testid="error"]')
+    shown = [e for e in errors if e.is_displayed()]
+    assert [e.text for e in shown] == [item["msg"]]
+    assert shown[0].get_attribute("data-for") == field
+    beside = driver.execute_script(
+        "return arguments[0].previousElementSibling.querySelector(`[name='${arguments[1]}']`) !== null",
+        shown[0],
+        field,
+    )
+    assert beside
+    assert foreign_urls(requested_urls(driver)) == []
+
+
+@pytest.mark.parametrize("how", ["paste", "upload"])
+def test_imported_hugging_face_config_plans_like_the_preset(
+    driver: WebDriver, base_url: str, how: str, tmp_path: Path
+) -> None:
+    job = JOBS["llama3-8b on 64 H100"]
+    open_page(driver, f"{base_url}/?job={quote(json.dumps(job))}")
+    wait_state(driver, "done", "error")
+    driver.find_element(By.CSS_SELECTOR, "#custom-model summary").click()
+    if how == "paste":
+        text = json.dumps(LLAMA3_8B_HF_CONFIG)
+        driver.execute_script("document.querySelector('#hf-config').value = arguments[0]", text)
+    else:
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(LLAMA3_8B_HF_CONFIG))
+        driver.find_element(By.ID, "hf-file").send_keys(str(config))  # imports on choosing
+    if how == "paste":
+        driver.find_element(By.ID, "hf-import").click()
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.find_element(By.ID, "hf-status").text == "imported llama"
+    )
+    form_job = json.loads(driver.execute_script("return JSON.stringify(formToJob())"))
+    assert form_job["model"] == {
+        "name": "llama",
+        "num_layers": 32,
+        "hidden_size": 4096,
+        "ffn_hidden_size": 14336,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "vocab_size": 128256,
+        "activation": "swiglu",
+        "tied_embeddings": False,
+    }
+    driver.execute_script("document.body.dataset.state = 'submitted'")
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "done"
+    expected = post_plan(base_url, job).json()["plans"]
+    rows = driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]')
+    assert len(rows) == len(expected)
+    for row, plan in zip(rows, expected, strict=True):
+        assert_row_shows(row, plan)
+    assert "%22num_layers%22%3A32" in driver.current_url  # the link carries the imported model
+
+
+@pytest.mark.parametrize(
+    ("path", "rendered"),
+    [
+        ("/docs", "return document.querySelectorAll('.opblock').length"),
+        ("/redoc", "return document.querySelectorAll('[data-section-id^=\"operation/\"]').length"),
+    ],
+)
+def test_api_docs_render_without_network(
+    driver: WebDriver, base_url: str, path: str, rendered: str
+) -> None:
+    schema = httpx.get(f"{base_url}/openapi.json").json()
+    operations = sum(len(methods) for methods in schema["paths"].values())
+    open_page(driver, f"{base_url}{path}")
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(rendered) >= operations)
+    assert "Search ranked layouts for a job" in driver.find_element(By.TAG_NAME, "body").text
+    urls = requested_urls(driver)
+    assert any(u.endswith(".js") for u in urls)
+    assert foreign_urls(urls) == []
+
+
+def test_a_link_whose_job_is_not_json_says_so(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, f"{base_url}/?job={quote('{not json')}")
+    assert wait_state(driver, "idle") == "idle"
+    error = driver.find_element(By.ID, "form-error")
+    assert error.is_displayed()
+    assert error.get_attribute("data-testid") == "error"
+    assert error.text.startswith("the job in the link is not JSON")
+    assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]') == []
