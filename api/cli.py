@@ -259,6 +259,12 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from api import sweep_cli
+
+    return sweep_cli.command(args, load_document(args.file))
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # only needed to serve
 
@@ -308,6 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
     )
     evaluate.set_defaults(handler=_cmd_evaluate)
+
+    sweep = sub.add_parser(
+        "sweep", parents=[output], help="plan a job over a grid with a progress bar (a POST /sweeps document)"
+    )
+    sweep.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    sweep.add_argument("--workers", type=int, help="processes that plan points (default: CPU count)")
+    sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sweep.set_defaults(handler=_cmd_sweep)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)
