@@ -23,6 +23,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_latency.py
+	$(BIN)/python benchmarks/sweep_bench.py
 
 validate: $(STAMP)
 	$(BIN)/python benchmarks/validation.py

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel
 
-from api.errors import ERROR_RESPONSES, invalid_field
+from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
 from optimizer.capacity.annotate import resolve_inputs
@@ -37,6 +37,8 @@ from optimizer.capacity.sweep import (
 from optimizer.specs import PlanRequest
 
 router = APIRouter(tags=["planning"])
+
+NOT_FOUND = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
 
 
 class TooManySweeps(Exception):
@@ -203,7 +205,7 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
     response_model=SweepCreated,
     operation_id="create_sweep",
     summary="Plan one job over a grid of GPU counts, clusters, batch sizes, sequence lengths",
-    responses={**ERROR_RESPONSES, 429: {"description": "Too many sweeps running; retry later."}},
+    responses={**ERROR_RESPONSES, 429: {"model": MessageBody, "description": "Too many sweeps running; retry later."}},
 )
 async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: SweepsDep) -> SweepCreated:
     """Queues every point (the product of the ``vary`` axes) and answers at once; poll
@@ -216,7 +218,13 @@ async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: Sweeps
     return SweepCreated(id=sweep_id, total=len(jobs))
 
 
-@router.get("/sweeps/{sweep_id}", response_model=SweepStatus, operation_id="get_sweep", summary="Progress and results")
+@router.get(
+    "/sweeps/{sweep_id}",
+    response_model=SweepStatus,
+    operation_id="get_sweep",
+    summary="Progress and results",
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+)
 async def get_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
     """``status``, ``done`` of ``total``, every point's result so far, and the Pareto front."""
     status = sweeps.status(sweep_id)
@@ -225,7 +233,13 @@ async def get_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
     return status
 
 
-@router.delete("/sweeps/{sweep_id}", response_model=SweepStatus, operation_id="cancel_sweep", summary="Cancel a sweep")
+@router.delete(
+    "/sweeps/{sweep_id}",
+    response_model=SweepStatus,
+    operation_id="cancel_sweep",
+    summary="Cancel a sweep",
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+)
 async def cancel_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
     """Points not started are cancelled; results so far are kept."""
     status = sweeps.cancel(sweep_id)
