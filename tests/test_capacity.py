@@ -226,3 +226,12 @@ def test_annotate_is_what_plans_carry():
     request = PlanRequest.model_validate({**QWEN, "search": {"top_k": 1, "suggest": False}})
     plan = service.plan(request).plans[0]
     assert annotate(resolve_inputs(request), plan.model_copy(update={"goodput": None})) == plan
+
+
+def test_failures_faster_than_recovery_give_zero_goodput_and_no_time_to_train():
+    doc = {**JOB_70B, "reliability": {"gpu_mtbf_hours": 100, "restart_s": 3600}}
+    doc["training"] = {**JOB_70B["training"], "total_tokens": 10**12}
+    plan = service.evaluate(EvaluateRequest.model_validate(doc))
+    assert plan.goodput.fraction == 0.0 and plan.time_to_train is None
+    assert any(n.startswith("goodput 0") for n in plan.notes)
+    assert plan.model_dump_json()  # finite numbers only

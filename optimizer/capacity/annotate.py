@@ -102,7 +102,7 @@ def power_per_gpu_w(inp: CapacityInputs, plan: Plan) -> float:
 
 
 def time_to_train_of(inp: CapacityInputs, plan: Plan, goodput: Goodput) -> TimeToTrain | None:
-    if inp.total_tokens is None:
+    if inp.total_tokens is None or goodput.fraction <= 0.0:
         return None
     wall = f.wall_time_s(inp.total_tokens, plan.tokens_per_s, goodput.fraction)
     hours = f.gpu_hours(wall, inp.num_gpus)
@@ -124,8 +124,16 @@ def time_to_train_of(inp: CapacityInputs, plan: Plan, goodput: Goodput) -> TimeT
 def annotate(inp: CapacityInputs, plan: Plan) -> Plan:
     """``plan`` with its ``goodput``, ``time_to_train`` and ``data_loading_bytes_per_s``."""
     goodput = goodput_of(inp, plan)
+    notes = plan.notes
+    if goodput.fraction <= 0.0:
+        notes = [*notes, (
+            f"goodput 0: a failure every {goodput.mtbf_system_s:,.0f} s on average leaves no time to train after "
+            f"checkpoints every {goodput.checkpoint_interval_s:,.0f} s and {goodput.restart_s:,.0f} s restarts; "
+            "no time to train"
+        )]  # fmt: skip
     return plan.model_copy(
         update={
+            "notes": notes,
             "goodput": goodput,
             "time_to_train": time_to_train_of(inp, plan, goodput),
             "data_loading_bytes_per_s": f.data_loading_bytes_per_s(plan.tokens_per_s, inp.bytes_per_token),

@@ -151,7 +151,8 @@ class SweepStatus(_Strict):
 def _pareto_entry(index: int, result: PointResult, price: float | None) -> ParetoPoint:
     plan = result.plan
     assert plan is not None and plan.goodput is not None
-    n = round(plan.tokens_per_s / plan.tokens_per_s_per_gpu)
+    c = plan.config
+    n = c.tp * c.pp * (c.dp or 1) * c.cp
     ttt = plan.time_to_train
     rate = plan.goodput.tokens_per_s
     per_million = None if price is None or rate <= 0 else price * n / HOUR_S / rate * 1e6
