@@ -532,7 +532,8 @@ class SearchSpec(Strict):
 
 
 class CostsSpec(Strict):
-    """Prices for time_to_train; omitted fields come from the capacity catalog (GET /gpus docs)."""
+    """Prices for time_to_train; omitted fields come from the capacity catalog
+    (``hardware_catalog/data/capacity.toml``)."""
 
     price_per_gpu_hour_usd: float | None = Field(
         default=None, gt=0, le=1000, description="USD per GPU-hour; default: the catalog's on-demand price for the GPU."
@@ -554,6 +555,12 @@ class ReliabilitySpec(Strict):
         gt=0,
         le=1e6,
         description="Blocking time of one checkpoint; default: checkpoint bytes / (nodes x the node-local write rate).",
+    )
+    checkpoint_write_bytes_per_s_per_node: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e13,
+        description="Rate at which each node writes its checkpoint shard (bytes/s); default 28e9 (node-local NVMe).",
     )
 
 

@@ -107,6 +107,12 @@ def test_plan_goodput_numbers():
     assert plan.data_loading_bytes_per_s == pytest.approx(plan.tokens_per_s * 4)
 
 
+def test_given_write_rate_is_used():
+    doc = {**JOB_70B, "reliability": {"checkpoint_write_bytes_per_s_per_node": 2e9}}
+    g = service.evaluate(EvaluateRequest.model_validate(doc)).goodput
+    assert g.checkpoint_write_s == pytest.approx(g.checkpoint_bytes / 64 / 2e9)
+
+
 def test_given_write_time_and_mtbf_are_used():
     doc = {**JOB_70B, "reliability": {"checkpoint_write_s": 300, "gpu_mtbf_hours": 50_000, "restart_s": 0}}
     doc["cluster"] = {**JOB_70B["cluster"], "num_gpus": 1024}

@@ -63,7 +63,8 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
         mtbf_gpu_s=(rel.gpu_mtbf_hours or d.gpu_mtbf_hours.value) * f.HOUR_S,
         restart_s=rel.restart_s if rel.restart_s is not None else d.restart_s.value,
         checkpoint_write_s=rel.checkpoint_write_s,
-        write_bytes_per_s_per_node=d.checkpoint_write_bytes_per_s_per_node.value,
+        write_bytes_per_s_per_node=rel.checkpoint_write_bytes_per_s_per_node
+        or d.checkpoint_write_bytes_per_s_per_node.value,
         pue=costs.pue or d.pue.value,
         price_per_gpu_hour_usd=price,
         idle_w=gcap.idle_power_w.value,
