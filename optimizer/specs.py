@@ -536,7 +536,7 @@ class CostsSpec(Strict):
     (``hardware_catalog/data/capacity.toml``)."""
 
     price_per_gpu_hour_usd: float | None = Field(
-        default=None, gt=0, le=1000, description="USD per GPU-hour; default: the catalog's on-demand price for the GPU."
+        default=None, ge=1e-4, le=1000, description="USD per GPU-hour; default: the catalog's on-demand price for the GPU."
     )
     pue: float | None = Field(
         default=None, ge=1.0, le=5.0, description="Data-centre power usage effectiveness; default 1.58 (industry average)."
@@ -547,18 +547,18 @@ class ReliabilitySpec(Strict):
     """Failure and checkpoint figures for goodput; omitted fields come from the capacity catalog."""
 
     gpu_mtbf_hours: float | None = Field(
-        default=None, gt=0, le=1e9, description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B)."
+        default=None, ge=1.0, le=1e9, description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B)."
     )
     restart_s: float | None = Field(default=None, ge=0, le=1e6, description="Time lost per failure to restart; default 600 s.")
     checkpoint_write_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=1e-3,
         le=1e6,
         description="Blocking time of one checkpoint; default: checkpoint bytes / (nodes x the node-local write rate).",
     )
     checkpoint_write_bytes_per_s_per_node: float | None = Field(
         default=None,
-        gt=0,
+        ge=1e6,
         le=1e13,
         description="Rate at which each node writes its checkpoint shard (bytes/s); default 28e9 (node-local NVMe).",
     )

@@ -100,7 +100,9 @@ def test_plan_goodput_numbers():
     assert g.checkpoint_write_s == pytest.approx(g.checkpoint_bytes / 64 / 28e9)
     assert g.mtbf_system_s == pytest.approx(50_677 * HOUR / 512, rel=1e-4)
     assert g.checkpoint_interval_s == pytest.approx(math.sqrt(2 * g.checkpoint_write_s * g.mtbf_system_s))
-    lost = g.checkpoint_write_s / g.checkpoint_interval_s + g.checkpoint_interval_s / 2 / g.mtbf_system_s
+    tau = g.checkpoint_interval_steps * plan.step_time_s  # the interval in whole steps
+    assert abs(tau - g.checkpoint_interval_s) <= plan.step_time_s / 2
+    lost = g.checkpoint_write_s / tau + tau / 2 / g.mtbf_system_s
     assert g.fraction == pytest.approx(1 - lost - 600 / g.mtbf_system_s)
     assert g.tokens_per_s == pytest.approx(plan.tokens_per_s * g.fraction)
     # 128,256-token vocabulary: int32 token ids
@@ -232,6 +234,15 @@ def test_annotate_is_what_plans_carry():
     request = PlanRequest.model_validate({**QWEN, "search": {"top_k": 1, "suggest": False}})
     plan = service.plan(request).plans[0]
     assert annotate(resolve_inputs(request), plan.model_copy(update={"goodput": None})) == plan
+
+
+def test_failures_faster_than_a_step_give_zero_goodput():
+    """A system MTBF of 3.5 s: the Young-Daly interval is shorter than one step, and checkpoints
+    only happen between steps."""
+    doc = {**JOB_70B, "reliability": {"gpu_mtbf_hours": 1, "checkpoint_write_s": 0.001, "restart_s": 0}}
+    plan = service.evaluate(EvaluateRequest.model_validate(doc))
+    assert plan.goodput.checkpoint_interval_s < plan.step_time_s
+    assert plan.goodput.checkpoint_interval_steps == 1 and plan.goodput.fraction == 0.0
 
 
 def test_failures_faster_than_recovery_give_zero_goodput_and_no_time_to_train():

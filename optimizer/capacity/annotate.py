@@ -82,12 +82,13 @@ def goodput_of(inp: CapacityInputs, plan: Plan) -> Goodput:
     write_s = inp.checkpoint_write_s or f.sharded_write_time_s(ckpt, inp.nodes, inp.write_bytes_per_s_per_node)
     mtbf = f.system_mtbf_s(inp.mtbf_gpu_s, inp.num_gpus)
     interval = f.young_daly_interval_s(write_s, mtbf)
-    fraction = f.goodput_fraction(interval, write_s, mtbf, inp.restart_s)
+    steps = max(1, round(interval / plan.step_time_s))  # checkpoints happen between steps
+    fraction = f.goodput_fraction(steps * plan.step_time_s, write_s, mtbf, inp.restart_s)
     return Goodput(
         checkpoint_bytes=ckpt,
         checkpoint_write_s=write_s,
         checkpoint_interval_s=interval,
-        checkpoint_interval_steps=max(1, round(interval / plan.step_time_s)),
+        checkpoint_interval_steps=steps,
         mtbf_system_s=mtbf,
         restart_s=inp.restart_s,
         fraction=fraction,
