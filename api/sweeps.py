@@ -41,6 +41,11 @@ router = APIRouter(tags=["planning"])
 NOT_FOUND = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
 
 
+MAX_KEPT = 16
+"""Sweeps kept in memory (running ones always; the oldest finished ones are forgotten first):
+at most 256 points of about 5 KB of JSON each."""
+
+
 class TooManySweeps(Exception):
     """As many sweeps as allowed are running; retry later (429)."""
 
@@ -64,7 +69,7 @@ class _Sweep:
 class SweepManager:
     """Runs sweep points on ``workers`` processes; keeps at most ``max_kept`` sweeps in memory."""
 
-    def __init__(self, workers: int, max_running: int, max_kept: int = 64) -> None:
+    def __init__(self, workers: int, max_running: int, max_kept: int = MAX_KEPT) -> None:
         self.workers = workers
         self.max_running = max_running
         self.max_kept = max_kept

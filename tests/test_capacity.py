@@ -252,3 +252,43 @@ def test_failures_faster_than_recovery_give_zero_goodput_and_no_time_to_train():
     assert plan.goodput.fraction == 0.0 and plan.time_to_train is None
     assert any(n.startswith("goodput 0") for n in plan.notes)
     assert plan.model_dump_json()  # finite numbers only
+
+
+# ---- the capacity catalog ----------------------------------------------------------------------
+
+
+def _catalog_dir(tmp_path, text: str):
+    (tmp_path / "capacity.toml").write_text(text)
+    return tmp_path
+
+
+def test_capacity_catalog_covers_every_gpu_with_sources():
+    from hardware_catalog import load_catalog
+
+    cat = load_capacity_catalog()
+    assert set(cat.gpus) == set(load_catalog().gpus)
+    for gid, entry in cat.gpus.items():
+        tdp = load_catalog().gpus[gid].tdp_w.value
+        assert 0 < entry.idle_power_w.value < tdp, gid
+        assert entry.node_overhead_power_w.value > 0
+    priced = {g for g, e in cat.gpus.items() if e.price_per_gpu_hour_usd is not None}
+    assert priced == {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "b300"}
+    assert all("read 20" in cat.gpus[g].price_per_gpu_hour_usd.source for g in priced)  # a date
+
+
+def test_capacity_catalog_rejects_bad_files(tmp_path):
+    from hardware_catalog import CatalogError
+    from hardware_catalog.capacity import CAPACITY_FILE, load_capacity_catalog_from
+    from hardware_catalog.loader import DATA_DIR
+
+    text = (DATA_DIR / CAPACITY_FILE).read_text()
+    load_capacity_catalog_from(_catalog_dir(tmp_path, text))  # the shipped file loads
+    unknown = text + '\n[gpus.h100-pcie]\nidle_power_w = { value = 1, kind = "spec", source = "xyz" }\n'
+    unknown += 'node_overhead_power_w = { value = 1, kind = "spec", source = "xyz" }\n'
+    with pytest.raises(CatalogError, match="h100-pcie.*unknown gpu id"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, unknown))
+    start = text.index("[gpus.mi355x]")
+    with pytest.raises(CatalogError, match="no entry for gpu ids .*mi355x"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, text[:start]))
+    with pytest.raises(CatalogError, match="source"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, text.replace('source = "Uptime', 'src = "Uptime')))
