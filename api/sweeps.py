@@ -23,17 +23,18 @@ from pydantic import BaseModel
 from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
+from optimizer import service
 from optimizer.capacity.annotate import resolve_inputs
 from optimizer.capacity.sweep import (
     PointError,
     PointResult,
     SweepRequest,
     SweepStatus,
+    PointStatus,
     pareto_front,
     point_requests,
-    run_point,
-    warm_worker,
 )
+from optimizer.results import Plan
 from optimizer.specs import PlanRequest
 
 router = APIRouter(tags=["planning"])
@@ -44,6 +45,26 @@ NOT_FOUND = {404: {"model": MessageBody, "description": "No sweep with this id (
 MAX_KEPT = 16
 """Sweeps kept in memory (running ones always; the oldest finished ones are forgotten first):
 at most 256 points of about 5 KB of JSON each."""
+
+
+def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | None]:
+    """Plan one point (in a worker process): its status, best plan and explanation."""
+    answer = service.plan(request)
+    if not answer.plans:
+        return "infeasible", None, answer.explanation
+    return "done", answer.plans[0], None
+
+
+def warm_worker() -> None:
+    """Load the catalogs and the planner once per worker process, before the first point."""
+    from hardware_catalog import load_catalog
+    from hardware_catalog.capacity import load_capacity_catalog
+    from optimizer.presets import load_model_presets
+    from optimizer.search import search  # noqa: F401
+
+    load_catalog()
+    load_capacity_catalog()
+    load_model_presets()
 
 
 class TooManySweeps(Exception):

@@ -189,25 +189,3 @@ def pareto_front(results: list[PointResult], prices: list[float | None]) -> list
     front = [(k, e) for e, k in zip(entries, keys, strict=True) if not dominated(k)]
     return [e for _, e in sorted(front, key=lambda ke: ke[0])]
 
-
-def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | None]:
-    """Plan one point (in a worker process): its status, best plan and explanation."""
-    from optimizer import service
-
-    answer = service.plan(request)
-    if not answer.plans:
-        return "infeasible", None, answer.explanation
-    return "done", answer.plans[0], None
-
-
-def warm_worker() -> None:
-    """Load the catalogs and the planner once per worker process, before the first point."""
-    from hardware_catalog import load_catalog
-    from hardware_catalog.capacity import load_capacity_catalog
-    from optimizer import service  # noqa: F401
-    from optimizer.presets import load_model_presets
-    from optimizer.search import search  # noqa: F401
-
-    load_catalog()
-    load_capacity_catalog()
-    load_model_presets()
