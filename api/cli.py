@@ -144,7 +144,28 @@ def plan_table(response: PlanResponse) -> str:
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
     parts.extend(f"warning: {w}\n" for w in response.warnings)
+    if response.plans and response.plans[0].goodput is not None:
+        parts.append(_capacity_line(response.plans[0]))
+    parts.extend(
+        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n"
+        for s in response.suggestions
+    )
     return "".join(parts)
+
+
+def _capacity_line(plan: Plan) -> str:
+    """Goodput (and time to train) of the best plan, on one line."""
+    g = plan.goodput
+    assert g is not None
+    line = (
+        f"best plan: checkpoint {g.checkpoint_bytes / 1e12:,.2f} TB every {g.checkpoint_interval_steps:,} steps, "
+        f"goodput {g.fraction:.1%}"
+    )
+    t = plan.time_to_train
+    if t is not None:
+        cost = "" if t.cost_usd is None else f", {t.cost_usd:,.0f} USD"
+        line += f"; {t.days:,.1f} days, {t.gpu_hours:,.0f} GPU-hours{cost}, {t.energy_mwh:,.0f} MWh"
+    return line + "\n"
 
 
 def evaluate_table(plan: Plan) -> str:

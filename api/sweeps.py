@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
@@ -213,13 +214,13 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
     total = body.num_points()
     if total > max_points:
         raise invalid_field(
-            ("body", "vary"), f"{total} points exceed the server limit max_sweep_points ({max_points})", "less_than_equal"
+            ("body", "vary"),
+            f"{total} points exceed the server limit max_sweep_points ({max_points})",
+            "less_than_equal",
         )
     try:
         return point_requests(body)
     except PointError as exc:
-        from fastapi.exceptions import RequestValidationError
-
         raise RequestValidationError(
             [{**e, "loc": ("body", "job", *e["loc"]), "msg": f"at point {exc.point}: {e['msg']}"} for e in exc.errors]
         ) from exc
