@@ -292,3 +292,13 @@ def test_capacity_catalog_rejects_bad_files(tmp_path):
         load_capacity_catalog_from(_catalog_dir(tmp_path, text[:start]))
     with pytest.raises(CatalogError, match="source"):
         load_capacity_catalog_from(_catalog_dir(tmp_path, text.replace('source = "Uptime', 'src = "Uptime')))
+
+
+def test_power_cap_bounds_board_power():
+    doc = {**JOB_70B, "training": {**JOB_70B["training"], "total_tokens": 10**12}}
+    doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 500}
+    capped = service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train
+    full = _evaluate(total_tokens=10**12).time_to_train
+    assert 140 + 575 < capped.power_per_gpu_w < min(full.power_per_gpu_w, 500 + 575)
+    doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 100}  # below the idle draw
+    assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.power_per_gpu_w == pytest.approx(675)

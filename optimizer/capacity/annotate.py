@@ -56,6 +56,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     vocab = job.model.vocab_size or 0
     token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab
     n = job.cluster.num_gpus
+    tdp = min(job.cluster.gpu_power_limit_w or gpu.tdp_w.value, gpu.tdp_w.value)  # a cap only lowers it
     return CapacityInputs(
         num_gpus=n,
         nodes=math.ceil(n / (job.cluster.gpus_per_node or 1)),
@@ -67,8 +68,8 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
         or d.checkpoint_write_bytes_per_s_per_node.value,
         pue=costs.pue or d.pue.value,
         price_per_gpu_hour_usd=price,
-        idle_w=gcap.idle_power_w.value,
-        tdp_w=job.cluster.gpu_power_limit_w or gpu.tdp_w.value,
+        idle_w=min(gcap.idle_power_w.value, tdp),
+        tdp_w=tdp,
         node_overhead_w=gcap.node_overhead_power_w.value,
         gemm_efficiency=eff,
         bytes_per_token=token_bytes.value,
