@@ -256,7 +256,7 @@ async def get_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
     """``status``, ``done`` of ``total``, every point's result so far, and the Pareto front."""
     status = sweeps.status(sweep_id)
     if status is None:
-        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}'")
+        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}' in this server process")
     return status
 
 
@@ -271,5 +271,5 @@ async def cancel_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
     """Points not started are cancelled; results so far are kept."""
     status = sweeps.cancel(sweep_id)
     if status is None:
-        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}'")
+        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}' in this server process")
     return status
