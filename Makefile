@@ -39,6 +39,7 @@ screenshot: $(STAMP) browser
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_latency.py
 	$(BIN)/python benchmarks/topology_bench.py
+	$(BIN)/python benchmarks/sweep_bench.py
 
 validate: $(STAMP)
 	$(BIN)/python benchmarks/validation.py

@@ -148,7 +148,28 @@ def plan_table(response: PlanResponse) -> str:
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
     parts.extend(f"warning: {w}\n" for w in response.warnings)
+    if response.plans and response.plans[0].goodput is not None:
+        parts.append(_capacity_line(response.plans[0]))
+    parts.extend(
+        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n"
+        for s in response.suggestions
+    )
     return "".join(parts)
+
+
+def _capacity_line(plan: Plan) -> str:
+    """Goodput (and time to train) of the best plan, on one line."""
+    g = plan.goodput
+    assert g is not None
+    line = (
+        f"best plan: checkpoint {g.checkpoint_bytes / 1e12:,.2f} TB every {g.checkpoint_interval_steps:,} steps, "
+        f"goodput {g.fraction:.1%}"
+    )
+    t = plan.time_to_train
+    if t is not None:
+        cost = "" if t.cost_usd is None else f", {t.cost_usd:,.0f} USD"
+        line += f"; {t.days:,.1f} days, {t.gpu_hours:,.0f} GPU-hours{cost}, {t.energy_mwh:,.0f} MWh"
+    return line + "\n"
 
 
 def evaluate_table(plan: Plan) -> str:
@@ -266,6 +287,12 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from api import sweep_cli
+
+    return sweep_cli.command(args, load_document(args.file))
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # only needed to serve
 
@@ -315,6 +342,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
     )
     evaluate.set_defaults(handler=_cmd_evaluate)
+
+    sweep = sub.add_parser(
+        "sweep", parents=[output], help="plan a job over a grid with a progress bar (a POST /sweeps document)"
+    )
+    sweep.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
+    sweep.add_argument("--workers", type=int, help="processes that plan points (default: CPU count)")
+    sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sweep.set_defaults(handler=_cmd_sweep)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import catalog, meta, planning
+from api import catalog, meta, planning, sweeps
 from api.errors import install_error_handlers
 from api.middleware import RequestContextMiddleware, configure_logging
 from api.pool import SolverPool
@@ -21,6 +21,7 @@ Plans and scores parallel layouts (TP x PP x DP x CP x EP, ZeRO, recompute, plac
 network tiers) for large-model training.
 
 * `POST /plan` searches ranked layouts for a job; `POST /evaluate` scores one layout.
+* `POST /sweeps` plans a job over a grid of GPU counts, clusters, batches and sequence lengths.
 * The catalogs (`/gpus`, `/networks`, `/clusters`, `/models`) list the ids requests may name.
 * Invalid requests are a 422 naming the field and the reason; a job with no feasible layout is
   a 200 with `status: "infeasible"` and an explanation.
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
     pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
+    sweep_manager = sweeps.SweepManager(workers=settings.sweep_workers, max_running=settings.max_sweeps_running)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -57,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             pool.close()
+            sweep_manager.close()
 
     app = FastAPI(
         title="Parallelism planner",
@@ -69,9 +72,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.solver_pool = pool
+    app.state.sweeps = sweep_manager
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(planning.router)
+    app.include_router(sweeps.router)
     app.include_router(catalog.router)
     app.include_router(meta.router)
     install_web(app)

@@ -50,6 +50,14 @@ class Settings(BaseSettings):
     default_time_limit_s: float = Field(
         default=10.0, gt=0, description="search.time_limit_s when a request does not give one."
     )
+    sweep_workers: int = Field(
+        default_factory=_default_solver_workers,
+        ge=1,
+        le=1024,
+        description="Processes that plan sweep points, per worker process (default: CPU count).",
+    )
+    max_sweep_points: int = Field(default=256, ge=1, description="Largest sweep (points) accepted (else 422).")
+    max_sweeps_running: int = Field(default=2, ge=1, description="Sweeps running at once (else 429).")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     @field_validator("log_level", mode="before")

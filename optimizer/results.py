@@ -69,6 +69,33 @@ class LaunchArgs(_Out):
     nemo: str = Field(default="", description="NeMo / Megatron-Bridge recipe overrides.")
 
 
+class Goodput(_Out):
+    """Checkpointing and failures: what share of wall-clock time trains (Young-Daly interval)."""
+
+    checkpoint_bytes: float = Field(description="Weights and optimizer state of the whole model (bytes).")
+    checkpoint_write_s: float = Field(description="Blocking time of one checkpoint (s).")
+    checkpoint_interval_s: float = Field(description="Young-Daly interval sqrt(2 x write x system MTBF) (s).")
+    checkpoint_interval_steps: int = Field(description="The interval in whole steps (at least 1).")
+    mtbf_system_s: float = Field(description="Mean time between job-stopping failures: GPU MTBF / GPUs (s).")
+    restart_s: float = Field(description="Time lost per failure to restart (s).")
+    fraction: float = Field(description="Expected productive share of wall-clock time (0-1).")
+    tokens_per_s: float = Field(description="tokens_per_s x fraction: the rate a long run delivers.")
+
+
+class TimeToTrain(_Out):
+    """The token budget (training.total_tokens) at this plan's goodput throughput."""
+
+    total_tokens: float
+    steps: int
+    days: float = Field(description="Wall-clock days, failures, checkpoints and restarts included.")
+    gpu_hours: float
+    cost_usd: float | None = Field(description="GPU-hours x price; null when no price is known for the GPU.")
+    price_per_gpu_hour_usd: float | None
+    energy_mwh: float = Field(description="(board power at the plan's utilisation + host share) x GPUs x time x PUE.")
+    power_per_gpu_w: float = Field(description="Board plus host power per GPU while training (W), before PUE.")
+    pue: float
+
+
 class Plan(_Out):
     config: Layout
     placement: dict[str, str] = Field(description="axis -> outermost network tier its groups span")
@@ -96,6 +123,11 @@ class Plan(_Out):
     launch: LaunchArgs | None = None
     notes: list[str] = Field(default_factory=list, description="Assumptions the estimate made for this layout.")
     assignment: Assignment | None = Field(default=None, description="With cluster.topology: the nodes and rank order.")
+    goodput: Goodput | None = Field(default=None, description="Checkpoint interval and expected goodput.")
+    time_to_train: TimeToTrain | None = Field(default=None, description="Days, GPU-hours, cost, energy: with a token budget.")
+    data_loading_bytes_per_s: float | None = Field(
+        default=None, description="Tokenised-data read rate the step needs (bytes/s, all GPUs together)."
+    )
 
 
 class SolverInfo(_Out):
@@ -138,6 +170,17 @@ class SolverInfo(_Out):
     )
 
 
+class Suggestion(_Out):
+    """A nearby GPU count that does clearly better than the one asked for."""
+
+    num_gpus: int
+    tokens_per_s: float = Field(description="Throughput of its best plan.")
+    tokens_per_s_per_gpu: float
+    step_time_s: float
+    mfu: float
+    reason: str = Field(description="Why: batch divisibility, pipeline bubble, per-GPU throughput.")
+
+
 class PlanResponse(_Out):
     status: Literal["optimal", "feasible", "infeasible"]
     plans: list[Plan]
@@ -150,4 +193,6 @@ class PlanResponse(_Out):
     smallest_fitting_gpus: int | None = Field(
         default=None,
         description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
+    suggestions: list[Suggestion] = Field(
+        default_factory=list, description="Nearby GPU counts that are clearly better (search.suggest)."
     )

@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import math
 
+from optimizer.capacity.formulas import (  # noqa: F401  (section 6: owned by the capacity formulas)
+    checkpoint_overhead_fraction,
+    sharded_write_time_s,
+    system_mtbf_s,
+    young_daly_interval_s,
+)
 from optimizer.cost.estimate import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
 
 STATIC_BYTES_PER_PARAM = WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES
@@ -85,30 +91,7 @@ def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_pe
 # ---- section 6: reliability ----------------------------------------------------------------
 
 
-def system_mtbf_s(mtbf_gpu_s: float, n: int) -> float:
-    """``MTBF_system = MTBF_gpu / N`` for independent failures (section 6)."""
-    return mtbf_gpu_s / n
-
-
-def young_daly_interval_s(t_write_s: float, mtbf_system_s: float) -> float:
-    """Young-Daly optimal checkpoint interval ``sqrt(2 * T_write * MTBF_system)`` (section 6)."""
-    return math.sqrt(2.0 * t_write_s * mtbf_system_s)
-
-
-def checkpoint_overhead_fraction(interval_s: float, t_write_s: float, mtbf_system_s: float) -> float:
-    """Fraction of time lost to checkpointing every ``interval_s`` (section 6).
-
-    Writing costs ``T_write / tau``; a failure loses half an interval on average, once per
-    ``MTBF``: ``tau / (2 * MTBF)``. At the Young-Daly interval the two terms are equal.
-    """
-    return t_write_s / interval_s + interval_s / (2.0 * mtbf_system_s)
-
-
 def cluster_failure_probability(survival_per_node: float, n: int) -> float:
     """Probability that at least one of ``n`` independent nodes fails in a period: ``1 - p**n`` (section 6)."""
     return 1.0 - survival_per_node**n
 
-
-def sharded_write_time_s(total_bytes: float, nodes: int, write_bytes_per_s_per_node: float) -> float:
-    """Time to write a checkpoint split evenly over ``nodes``, each writing locally in parallel (section 6)."""
-    return total_bytes / nodes / write_bytes_per_s_per_node

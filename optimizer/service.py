@@ -42,7 +42,9 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
     est = best_estimate(ctx, lay, placement)
-    return to_plan(job, est)
+    from optimizer.capacity.annotate import annotate, resolve_inputs
+
+    return annotate(resolve_inputs(request), to_plan(job, est))
 
 
 def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
@@ -274,14 +276,21 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
 
 
 def plan(request: PlanRequest) -> PlanResponse:
-    """Search ranked layouts for a job."""
+    """Search ranked layouts for a job; plans carry goodput (and time to train), ranked by
+    ``search.objective``, with suggested GPU counts (``optimizer.capacity``)."""
+    from optimizer.capacity.plans import finish
     from optimizer.search import search
 
     if request.cluster.topology is not None:
         from optimizer.placement.plan import plan_on_topology
 
-        return plan_on_topology(request, search)
-    return search(request)
+        def search_placed(placed: PlanRequest) -> PlanResponse:
+            # the free set bounds the GPU count: no suggested counts for a placed job
+            quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
+            return finish(quiet, search(quiet))
+
+        return plan_on_topology(request, search_placed)
+    return finish(request, search(request))
 
 
 __all__ = ["LaunchArgs", "evaluate", "plan", "to_plan"]

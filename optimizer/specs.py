@@ -310,6 +310,19 @@ class TrainingSpec(Strict):
         ),
     )
 
+    total_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**16,
+        description=(
+            "Token budget of the whole run: plans then carry time_to_train (days, GPU-hours, cost, energy). "
+            "Or give total_steps."
+        ),
+    )
+    total_steps: int | None = Field(
+        default=None, ge=1, le=10**10, description="Optimizer steps of the whole run (total_tokens = steps x batch tokens)."
+    )
+
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
         if self.global_batch_size is None and self.global_batch_tokens is None:
@@ -326,6 +339,13 @@ class TrainingSpec(Strict):
                 )
             self.global_batch_size = gbs
         self.global_batch_tokens = self.global_batch_size * self.seq_len  # type: ignore[operator]
+        if self.total_steps is not None:
+            steps_tokens = self.total_steps * self.global_batch_tokens
+            if self.total_tokens is not None and self.total_tokens != steps_tokens:
+                raise ValueError(
+                    f"total_tokens ({self.total_tokens}) disagrees with total_steps x global_batch_tokens ({steps_tokens})"
+                )
+            self.total_tokens = steps_tokens
         return self
 
 
@@ -497,13 +517,65 @@ class LayoutAllow(Strict):
         return self
 
 
+Objective = Literal["throughput", "time_to_train", "cost", "energy", "goodput_throughput"]
+"""What ranks the plans: step time (``throughput``), wall-clock days to the token budget
+(``time_to_train``), dollars (``cost``), megawatt-hours (``energy``), or tokens per second after
+checkpoints, failures and restarts (``goodput_throughput``)."""
+
+
 class SearchSpec(Strict):
     top_k: int = Field(default=5, ge=1, le=50)
+    objective: Objective = Field(
+        default="throughput",
+        description=(
+            "What ranks the plans. throughput: step time. time_to_train, cost, energy: the time_to_train "
+            "object's days, cost_usd, energy_mwh (they need training.total_tokens or total_steps; cost needs a "
+            "price); goodput_throughput: tokens/s times goodput.fraction. The search finds the fastest layouts; "
+            "the others re-rank them (at one GPU count they differ only through power and goodput)."
+        ),
+    )
+    suggest: bool = Field(
+        default=True,
+        description="Also plan a few nearby GPU counts when cheap, and list the clearly better ones in suggestions.",
+    )
     time_limit_s: float = Field(default=10.0, gt=0, le=60.0)
     fix: LayoutFix = Field(default_factory=LayoutFix)
     allow: LayoutAllow = Field(default_factory=LayoutAllow)
     memory_headroom_gib: float | None = Field(
         default=None, ge=0, le=64, description="Memory kept free per GPU; default: the cost model's documented value."
+    )
+
+
+class CostsSpec(Strict):
+    """Prices for time_to_train; omitted fields come from the capacity catalog
+    (``hardware_catalog/data/capacity.toml``)."""
+
+    price_per_gpu_hour_usd: float | None = Field(
+        default=None, ge=1e-4, le=1000, description="USD per GPU-hour; default: the catalog's on-demand price for the GPU."
+    )
+    pue: float | None = Field(
+        default=None, ge=1.0, le=5.0, description="Data-centre power usage effectiveness; default 1.58 (industry average)."
+    )
+
+
+class ReliabilitySpec(Strict):
+    """Failure and checkpoint figures for goodput; omitted fields come from the capacity catalog."""
+
+    gpu_mtbf_hours: float | None = Field(
+        default=None, ge=1.0, le=1e9, description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B)."
+    )
+    restart_s: float | None = Field(default=None, ge=0, le=1e6, description="Time lost per failure to restart; default 600 s.")
+    checkpoint_write_s: float | None = Field(
+        default=None,
+        ge=1e-3,
+        le=1e6,
+        description="Blocking time of one checkpoint; default: checkpoint bytes / (nodes x the node-local write rate).",
+    )
+    checkpoint_write_bytes_per_s_per_node: float | None = Field(
+        default=None,
+        ge=1e6,
+        le=1e13,
+        description="Rate at which each node writes its checkpoint shard (bytes/s); default 28e9 (node-local NVMe).",
     )
 
 
@@ -513,6 +585,8 @@ class JobSpec(Strict):
     model: ModelSpec
     training: TrainingSpec
     cluster: ClusterSpec
+    costs: CostsSpec = Field(default_factory=CostsSpec)
+    reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)
 
 
 class PlanRequest(JobSpec):

@@ -569,6 +569,9 @@ def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
         "get_model": ("GET", "/models/{model_id}"),
         "healthz": ("GET", "/healthz"),
         "version": ("GET", "/version"),
+        "create_sweep": ("POST", "/sweeps"),
+        "get_sweep": ("GET", "/sweeps/{sweep_id}"),
+        "cancel_sweep": ("DELETE", "/sweeps/{sweep_id}"),
     }
     assert all(op["tags"] for op in operations.values())
     for path in ("/plan", "/evaluate"):

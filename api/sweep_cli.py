@@ -1,0 +1,80 @@
+"""``pplan sweep FILE``: a POST /sweeps document planned on local processes, with a progress bar
+(rich) and the Pareto front as a table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from api.sweeps import SweepManager
+from optimizer.capacity.sweep import PointError, SweepRequest, SweepStatus, point_requests
+
+POLL_S = 0.2
+TABLE_WIDTH = 140
+"""Columns of the table when standard output is not a terminal."""
+
+
+def run(document: dict, workers: int | None, show_progress: bool = True) -> SweepStatus:
+    """Plan every point of ``document`` (a POST /sweeps body) and return the finished sweep."""
+    request = SweepRequest.model_validate(document)
+    jobs = point_requests(request)
+    manager = SweepManager(workers=workers or os.cpu_count() or 1, max_running=1)
+    try:
+        sweep_id = manager.start(jobs)
+        columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), disable=not show_progress) as bar:
+            task = bar.add_task("points", total=len(jobs))
+            while True:
+                status = manager.status(sweep_id)
+                assert status is not None
+                bar.update(task, completed=status.done)
+                if status.status != "running":
+                    return status
+                time.sleep(POLL_S)
+    finally:
+        manager.close()
+
+
+def pareto_table(status: SweepStatus) -> Table:
+    table = Table(title=f"Pareto front: {len(status.pareto)} of {status.total} points")
+    for header in ("point", "GPUs", "tokens/s", "goodput tokens/s", "days", "cost USD", "USD / M tokens"):
+        table.add_column(header, justify="left" if header == "point" else "right")
+
+    def num(value: float | None, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    for e in status.pareto:
+        point = ", ".join(f"{k}={v}" for k, v in e.point.items())
+        table.add_row(
+            point,
+            f"{e.num_gpus:,}",
+            num(e.tokens_per_s, ",.0f"),
+            num(e.goodput_tokens_per_s, ",.0f"),
+            num(e.time_to_train_days, ",.1f"),
+            num(e.cost_usd, ",.0f"),
+            num(e.usd_per_million_tokens, ".3f"),
+        )
+    return table
+
+
+def command(args: argparse.Namespace, document: dict) -> int:
+    """The ``sweep`` subcommand; exit code 0, or 2 for an invalid point."""
+    try:
+        status = run(document, args.workers, show_progress=not args.quiet)
+    except PointError as exc:
+        sys.stderr.write(f"pplan: {args.file}: {exc}\n")
+        return 2
+    if args.format == "table":
+        Console(width=None if sys.stdout.isatty() else TABLE_WIDTH).print(pareto_table(status))
+    else:
+        data = status.model_dump(mode="json")
+        sys.stdout.write(json.dumps(data, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(data))
+    return 0

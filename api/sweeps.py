@@ -1,0 +1,275 @@
+"""POST /sweeps, GET /sweeps/{id}, DELETE /sweeps/{id}: a /plan job over a grid of GPU counts,
+clusters, batch sizes and sequence lengths, planned in a bounded process pool.
+
+A sweep lives in the memory of the process that accepted it (behind a load balancer, route a
+sweep's GET and DELETE to the same replica, or run sweeps on one replica). Limits: points per
+sweep (422), sweeps running at once (429), finished sweeps kept (the oldest are forgotten).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
+
+from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
+from api.planning import apply_search_limits
+from api.settings import SettingsDep
+from optimizer import service
+from optimizer.capacity.annotate import resolve_inputs
+from optimizer.capacity.sweep import (
+    PointError,
+    PointResult,
+    SweepRequest,
+    SweepStatus,
+    PointStatus,
+    pareto_front,
+    point_requests,
+)
+from optimizer.results import Plan
+from optimizer.specs import PlanRequest
+
+router = APIRouter(tags=["planning"])
+
+NOT_FOUND = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
+
+
+MAX_KEPT = 16
+"""Sweeps kept in memory (running ones always; the oldest finished ones are forgotten first):
+at most 256 points of about 5 KB of JSON each."""
+
+
+def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | None]:
+    """Plan one point (in a worker process): its status, best plan and explanation."""
+    answer = service.plan(request)
+    if not answer.plans:
+        return "infeasible", None, answer.explanation
+    return "done", answer.plans[0], None
+
+
+def warm_worker() -> None:
+    """Load the catalogs and the planner once per worker process, before the first point."""
+    from hardware_catalog import load_catalog
+    from hardware_catalog.capacity import load_capacity_catalog
+    from optimizer.presets import load_model_presets
+    from optimizer.search import search  # noqa: F401
+
+    load_catalog()
+    load_capacity_catalog()
+    load_model_presets()
+
+
+class TooManySweeps(Exception):
+    """As many sweeps as allowed are running; retry later (429)."""
+
+
+@dataclass
+class _Sweep:
+    id: str
+    results: list[PointResult]
+    prices: list[float | None]
+    futures: list[Future[Any]] = field(default_factory=list)
+    cancelled: bool = False
+    created: float = field(default_factory=time.monotonic)
+
+    def finished(self) -> int:
+        return sum(r.status != "pending" for r in self.results)
+
+    def terminal(self) -> bool:
+        return self.finished() == len(self.results)
+
+
+class SweepManager:
+    """Runs sweep points on ``workers`` processes; keeps at most ``max_kept`` sweeps in memory."""
+
+    def __init__(self, workers: int, max_running: int, max_kept: int = MAX_KEPT) -> None:
+        self.workers = workers
+        self.max_running = max_running
+        self.max_kept = max_kept
+        self._lock = threading.Lock()
+        self._sweeps: dict[str, _Sweep] = {}
+        self._executor: ProcessPoolExecutor | None = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=warm_worker
+            )
+        return self._executor
+
+    def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]]) -> str:
+        """Queue every point; the id to poll. Raises ``TooManySweeps``."""
+        sweep = _Sweep(
+            id=uuid.uuid4().hex[:16],
+            results=[PointResult(point=p, status="pending") for p, _ in jobs],
+            prices=[resolve_inputs(r).price_per_gpu_hour_usd for _, r in jobs],
+        )
+        with self._lock:
+            running = sum(not s.terminal() for s in self._sweeps.values())
+            if running >= self.max_running:
+                raise TooManySweeps(f"{running} sweeps running (limit max_sweeps_running = {self.max_running})")
+            self._forget_old()
+            self._sweeps[sweep.id] = sweep
+            pool = self._pool()
+        for i, (_, request) in enumerate(jobs):
+            try:
+                fut = pool.submit(run_point, request)
+            except BrokenProcessPool:  # a worker died earlier: start a fresh pool
+                with self._lock:
+                    self._executor = None
+                    pool = self._pool()
+                fut = pool.submit(run_point, request)
+            sweep.futures.append(fut)
+            fut.add_done_callback(lambda f, i=i: self._record(sweep, i, f))
+        return sweep.id
+
+    def _forget_old(self) -> None:
+        done = sorted((s.created, k) for k, s in self._sweeps.items() if s.terminal())
+        for _, key in done[: max(0, len(self._sweeps) + 1 - self.max_kept)]:
+            del self._sweeps[key]
+
+    def _record(self, sweep: _Sweep, i: int, fut: Future[Any]) -> None:
+        point = sweep.results[i].point
+        if fut.cancelled():
+            result = PointResult(point=point, status="cancelled")
+        elif (exc := fut.exception()) is not None:
+            reason = "worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
+            result = PointResult(point=point, status="failed", explanation=reason)
+        else:
+            status, plan, why = fut.result()
+            result = PointResult(point=point, status=status, plan=plan, explanation=why)
+        with self._lock:
+            sweep.results[i] = result
+
+    def status(self, sweep_id: str) -> SweepStatus | None:
+        with self._lock:
+            sweep = self._sweeps.get(sweep_id)
+            if sweep is None:
+                return None
+            results = list(sweep.results)
+            cancelled = sweep.cancelled
+        done = sum(r.status != "pending" for r in results)
+        if cancelled:
+            state = "cancelled"
+        elif done < len(results):
+            state = "running"
+        elif results and all(r.status == "failed" for r in results):
+            state = "failed"
+        else:
+            state = "done"
+        return SweepStatus(
+            id=sweep_id,
+            status=state,  # type: ignore[arg-type]
+            done=done,
+            total=len(results),
+            results=results,
+            pareto=pareto_front(results, sweep.prices),
+        )
+
+    def cancel(self, sweep_id: str) -> SweepStatus | None:
+        """Cancel the points not started yet (running ones finish and keep their results)."""
+        with self._lock:
+            sweep = self._sweeps.get(sweep_id)
+            if sweep is None:
+                return None
+            if not sweep.terminal():
+                sweep.cancelled = True
+            futures = list(sweep.futures)
+        for fut in futures:
+            fut.cancel()
+        return self.status(sweep_id)
+
+    def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def get_sweeps(request: Request) -> SweepManager:
+    manager: SweepManager = request.app.state.sweeps
+    return manager
+
+
+SweepsDep = Annotated[SweepManager, Depends(get_sweeps)]
+
+
+class SweepCreated(BaseModel):
+    id: str
+    status: str = "running"
+    total: int
+
+
+def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str, Any], PlanRequest]]:
+    """The grid's points as /plan requests; a 422 naming the field for too many or an invalid one."""
+    total = body.num_points()
+    if total > max_points:
+        raise invalid_field(
+            ("body", "vary"),
+            f"{total} points exceed the server limit max_sweep_points ({max_points})",
+            "less_than_equal",
+        )
+    try:
+        return point_requests(body)
+    except PointError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", "job", *e["loc"]), "msg": f"at point {exc.point}: {e['msg']}"} for e in exc.errors]
+        ) from exc
+
+
+@router.post(
+    "/sweeps",
+    status_code=202,
+    response_model=SweepCreated,
+    operation_id="create_sweep",
+    summary="Plan one job over a grid of GPU counts, clusters, batch sizes, sequence lengths",
+    responses={**ERROR_RESPONSES, 429: {"model": MessageBody, "description": "Too many sweeps running; retry later."}},
+)
+async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: SweepsDep) -> SweepCreated:
+    """Queues every point (the product of the ``vary`` axes) and answers at once; poll
+    ``GET /sweeps/{id}``."""
+    jobs = [(p, apply_search_limits(r, settings)[0]) for p, r in validated_points(body, settings.max_sweep_points)]
+    try:
+        sweep_id = sweeps.start(jobs)
+    except TooManySweeps as exc:
+        raise HTTPException(status_code=429, detail=str(exc)) from exc
+    return SweepCreated(id=sweep_id, total=len(jobs))
+
+
+@router.get(
+    "/sweeps/{sweep_id}",
+    response_model=SweepStatus,
+    operation_id="get_sweep",
+    summary="Progress and results",
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+)
+async def get_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
+    """``status``, ``done`` of ``total``, every point's result so far, and the Pareto front."""
+    status = sweeps.status(sweep_id)
+    if status is None:
+        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}' in this server process")
+    return status
+
+
+@router.delete(
+    "/sweeps/{sweep_id}",
+    response_model=SweepStatus,
+    operation_id="cancel_sweep",
+    summary="Cancel a sweep",
+    responses={**ERROR_RESPONSES, **NOT_FOUND},
+)
+async def cancel_sweep(sweep_id: str, sweeps: SweepsDep) -> SweepStatus:
+    """Points not started are cancelled; results so far are kept."""
+    status = sweeps.cancel(sweep_id)
+    if status is None:
+        raise HTTPException(status_code=404, detail=f"no sweep '{sweep_id}' in this server process")
+    return status

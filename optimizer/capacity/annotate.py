@@ -1,0 +1,167 @@
+"""Goodput, time to train, cost, energy and data bandwidth of a plan, and the objectives that rank
+plans by them. The numbers come from ``formulas``; the defaults from the capacity catalog."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hardware_catalog import load_catalog
+from hardware_catalog.capacity import load_capacity_catalog
+from optimizer.capacity import formulas as f
+from optimizer.cost.estimate import OPTIMIZER_BYTES, WEIGHT_BYTES
+from optimizer.params import count_params
+from optimizer.results import Goodput, Plan, TimeToTrain
+from optimizer.specs import JobSpec, Objective
+
+SMALL_VOCAB_LIMIT = 65_500
+"""Vocabularies below this store token ids as uint16 (Megatron's indexed dataset)."""
+
+
+@dataclass(frozen=True)
+class CapacityInputs:
+    """A job's capacity figures with the catalog's defaults filled in."""
+
+    num_gpus: int
+    nodes: int
+    params: int
+    mtbf_gpu_s: float
+    restart_s: float
+    checkpoint_write_s: float | None  # as given; None: derived from the write rate
+    write_bytes_per_s_per_node: float
+    pue: float
+    price_per_gpu_hour_usd: float | None
+    idle_w: float
+    tdp_w: float
+    node_overhead_w: float
+    gemm_efficiency: float
+    bytes_per_token: float
+    total_tokens: int | None
+    global_batch_tokens: int
+
+
+def resolve_inputs(job: JobSpec) -> CapacityInputs:
+    cap = load_capacity_catalog()
+    d = cap.defaults
+    gpu_id = job.cluster.gpu
+    gpu = load_catalog().gpus[gpu_id]  # type: ignore[index]
+    gcap = cap.gpus[gpu_id]  # type: ignore[index]
+    rel, costs = job.reliability, job.costs
+    price = costs.price_per_gpu_hour_usd
+    if price is None and gcap.price_per_gpu_hour_usd is not None:
+        price = gcap.price_per_gpu_hour_usd.value
+    eff = gpu.gemm_efficiency_bf16.value
+    if job.training.precision in ("fp8", "fp4") and gpu.gemm_efficiency_fp8 is not None:
+        eff = gpu.gemm_efficiency_fp8.value
+    vocab = job.model.vocab_size or 0
+    token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab
+    n = job.cluster.num_gpus
+    tdp = min(job.cluster.gpu_power_limit_w or gpu.tdp_w.value, gpu.tdp_w.value)  # a cap only lowers it
+    return CapacityInputs(
+        num_gpus=n,
+        nodes=math.ceil(n / (job.cluster.gpus_per_node or 1)),
+        params=count_params(job.model).total,
+        mtbf_gpu_s=(rel.gpu_mtbf_hours or d.gpu_mtbf_hours.value) * f.HOUR_S,
+        restart_s=rel.restart_s if rel.restart_s is not None else d.restart_s.value,
+        checkpoint_write_s=rel.checkpoint_write_s,
+        write_bytes_per_s_per_node=rel.checkpoint_write_bytes_per_s_per_node
+        or d.checkpoint_write_bytes_per_s_per_node.value,
+        pue=costs.pue or d.pue.value,
+        price_per_gpu_hour_usd=price,
+        idle_w=min(gcap.idle_power_w.value, tdp),
+        tdp_w=tdp,
+        node_overhead_w=gcap.node_overhead_power_w.value,
+        gemm_efficiency=eff,
+        bytes_per_token=token_bytes.value,
+        total_tokens=job.training.total_tokens,
+        global_batch_tokens=job.training.global_batch_tokens or 0,
+    )
+
+
+def goodput_of(inp: CapacityInputs, plan: Plan) -> Goodput:
+    ckpt = f.checkpoint_bytes(inp.params, WEIGHT_BYTES, OPTIMIZER_BYTES)
+    write_s = inp.checkpoint_write_s or f.sharded_write_time_s(ckpt, inp.nodes, inp.write_bytes_per_s_per_node)
+    mtbf = f.system_mtbf_s(inp.mtbf_gpu_s, inp.num_gpus)
+    interval = f.young_daly_interval_s(write_s, mtbf)
+    steps = max(1, round(interval / plan.step_time_s))  # checkpoints happen between steps
+    fraction = f.goodput_fraction(steps * plan.step_time_s, write_s, mtbf, inp.restart_s)
+    return Goodput(
+        checkpoint_bytes=ckpt,
+        checkpoint_write_s=write_s,
+        checkpoint_interval_s=interval,
+        checkpoint_interval_steps=steps,
+        mtbf_system_s=mtbf,
+        restart_s=inp.restart_s,
+        fraction=fraction,
+        tokens_per_s=plan.tokens_per_s * fraction,
+    )
+
+
+def power_per_gpu_w(inp: CapacityInputs, plan: Plan) -> float:
+    """Board power at the plan's hardware utilisation (HFU over the GPU's best GEMM rate) plus
+    the host's share, per GPU."""
+    board = f.board_power_w(inp.idle_w, inp.tdp_w, plan.hfu / inp.gemm_efficiency)
+    return board + inp.node_overhead_w
+
+
+def time_to_train_of(inp: CapacityInputs, plan: Plan, goodput: Goodput) -> TimeToTrain | None:
+    if inp.total_tokens is None or goodput.fraction <= 0.0:
+        return None
+    wall = f.wall_time_s(inp.total_tokens, plan.tokens_per_s, goodput.fraction)
+    hours = f.gpu_hours(wall, inp.num_gpus)
+    power = power_per_gpu_w(inp, plan)
+    cost = None if inp.price_per_gpu_hour_usd is None else f.cost_usd(hours, inp.price_per_gpu_hour_usd)
+    return TimeToTrain(
+        total_tokens=inp.total_tokens,
+        steps=math.ceil(inp.total_tokens / inp.global_batch_tokens),
+        days=wall / f.DAY_S,
+        gpu_hours=hours,
+        cost_usd=cost,
+        price_per_gpu_hour_usd=inp.price_per_gpu_hour_usd,
+        energy_mwh=f.energy_mwh(wall, inp.num_gpus, power - inp.node_overhead_w, inp.node_overhead_w, inp.pue),
+        power_per_gpu_w=power,
+        pue=inp.pue,
+    )
+
+
+def annotate(inp: CapacityInputs, plan: Plan) -> Plan:
+    """``plan`` with its ``goodput``, ``time_to_train`` and ``data_loading_bytes_per_s``."""
+    goodput = goodput_of(inp, plan)
+    notes = plan.notes
+    if goodput.fraction <= 0.0:
+        notes = [*notes, (
+            f"goodput 0: a failure every {goodput.mtbf_system_s:,.0f} s on average leaves no time to train after "
+            f"checkpoints every {goodput.checkpoint_interval_s:,.0f} s and {goodput.restart_s:,.0f} s restarts; "
+            "no time to train"
+        )]  # fmt: skip
+    return plan.model_copy(
+        update={
+            "notes": notes,
+            "goodput": goodput,
+            "time_to_train": time_to_train_of(inp, plan, goodput),
+            "data_loading_bytes_per_s": f.data_loading_bytes_per_s(plan.tokens_per_s, inp.bytes_per_token),
+        }
+    )
+
+
+def objective_value(objective: Objective, inp: CapacityInputs, plan: Plan) -> float:
+    """What ``objective`` minimises, per token so that it needs no token budget (the ranking is
+    the same with one): step time, seconds, dollars or joules per delivered token."""
+    if objective == "throughput":
+        return plan.step_time_s
+    assert plan.goodput is not None
+    rate = plan.goodput.tokens_per_s
+    if rate <= 0.0:
+        return math.inf
+    if objective in ("time_to_train", "goodput_throughput"):
+        return 1.0 / rate
+    if objective == "cost":
+        return inp.num_gpus * (inp.price_per_gpu_hour_usd or 1.0) / rate
+    return inp.num_gpus * power_per_gpu_w(inp, plan) * inp.pue / rate  # energy
+
+
+def rank(objective: Objective, inp: CapacityInputs, plans: list[Plan]) -> list[Plan]:
+    """Annotated plans ordered by ``objective`` (stable: ties keep the search's order)."""
+    if objective == "throughput":
+        return plans
+    return sorted(plans, key=lambda p: objective_value(objective, inp, p))

@@ -1,0 +1,131 @@
+"""Nearby GPU counts that plan clearly better than the one asked for.
+
+A GPU count whose data-parallel factor cannot divide the global batch forces the rest of it into
+model parallelism, often a pipeline with a deep bubble (2,048 sequences on 576 = 9 x 64 GPUs).
+When the asked count shows that symptom and planned quickly, the nearest counts without it, one
+below and one above within ``SPAN``, are planned with a short time limit; those that beat the asked
+count clearly are returned. The added latency is bounded by ``CANDIDATE_TIME_LIMIT_S`` per count.
+"""
+
+from __future__ import annotations
+
+import math
+
+from optimizer.results import Plan, PlanResponse, Suggestion
+from optimizer.specs import PlanRequest
+
+SPAN = 0.25
+"""Candidates lie within this fraction of the asked count."""
+CANDIDATE_TIME_LIMIT_S = 2.0
+"""Search time limit for each candidate count."""
+MAX_MAIN_WALL_S = 3.0
+"""No suggestions when the asked count took longer than this to plan (candidates would too)."""
+BUBBLE_SYMPTOM = 0.10
+"""A pipeline bubble above this share of the step is a symptom worth checking."""
+MIN_GAIN_FEWER = 0.05
+"""Fewer GPUs: at least this much more throughput."""
+MIN_GAIN_PER_GPU = 0.10
+"""More GPUs: at least this much more throughput per GPU (and more throughput)."""
+
+
+def odd_batch_factor(num_gpus: int, global_batch: int) -> int:
+    """The part of ``num_gpus`` that neither the global batch nor a power of two absorbs: the
+    factor model parallelism must take whatever the data-parallel size."""
+    rest = num_gpus // math.gcd(num_gpus, global_batch)
+    while rest % 2 == 0:
+        rest //= 2
+    return rest
+
+
+def candidate_counts(num_gpus: int, global_batch: int, gpus_per_node: int) -> list[int]:
+    """The nearest whole-node counts below and above ``num_gpus`` (within ``SPAN``) whose odd
+    batch factor is 1."""
+    step = gpus_per_node
+    out: list[int] = []
+    below = (num_gpus - 1) // step * step
+    while below >= (1 - SPAN) * num_gpus and below > 0:
+        if odd_batch_factor(below, global_batch) == 1:
+            out.append(below)
+            break
+        below -= step
+    above = (num_gpus // step + 1) * step
+    while above <= (1 + SPAN) * num_gpus:
+        if odd_batch_factor(above, global_batch) == 1:
+            out.append(above)
+            break
+        above += step
+    return out
+
+
+def _bubble_share(plan: Plan) -> float:
+    return plan.time_breakdown_s.pp_bubble / plan.step_time_s
+
+
+def _symptoms(request: PlanRequest, best: Plan) -> bool:
+    n, gbs = request.cluster.num_gpus, request.training.global_batch_size or 1
+    return odd_batch_factor(n, gbs) > 1 or _bubble_share(best) > BUBBLE_SYMPTOM
+
+
+def _why(request: PlanRequest, best: Plan, count: int, other: Plan) -> str:
+    n, gbs = request.cluster.num_gpus, request.training.global_batch_size or 1
+    parts: list[str] = []
+    if count < n:
+        parts.append(f"{other.tokens_per_s / best.tokens_per_s - 1:+.0%} tokens/s from {n - count:,} fewer GPUs")
+    else:
+        gain = other.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1
+        parts.append(f"{gain:+.0%} tokens/s per GPU with {count - n:,} more GPUs")
+    odd = odd_batch_factor(n, gbs)
+    if odd > 1:
+        parts.append(
+            f"batch divisibility: {gbs:,} sequences per step cannot be split over a factor {odd} of "
+            f"{n:,} = {odd} x {n // odd:,} GPUs, so model parallelism must take it"
+        )
+    parts.append(
+        f"pipeline bubble {_bubble_share(best):.0%} of the step at {n:,} GPUs (pp {best.config.pp}, "
+        f"{best.config.num_micro_batches} micro-batches) against {_bubble_share(other):.0%} at {count:,} "
+        f"(pp {other.config.pp}); MFU {best.mfu:.0%} against {other.mfu:.0%}"
+    )
+    return "; ".join(parts)
+
+
+def _clearly_better(best: Plan, count: int, n: int, other: Plan) -> bool:
+    if count < n:
+        return other.tokens_per_s >= (1 + MIN_GAIN_FEWER) * best.tokens_per_s
+    return (
+        other.tokens_per_s > best.tokens_per_s
+        and other.tokens_per_s_per_gpu >= (1 + MIN_GAIN_PER_GPU) * best.tokens_per_s_per_gpu
+    )
+
+
+def suggestions(request: PlanRequest, response: PlanResponse) -> list[Suggestion]:
+    """Clearly better nearby GPU counts for ``request`` (whose answer is ``response``)."""
+    from optimizer.search import search
+
+    if not response.plans or response.solver.wall_time_s > MAX_MAIN_WALL_S:
+        return []
+    best = response.plans[0]
+    if not _symptoms(request, best):
+        return []
+    n = request.cluster.num_gpus
+    spec = request.search.model_copy(
+        update={"top_k": 1, "suggest": False, "time_limit_s": min(CANDIDATE_TIME_LIMIT_S, request.search.time_limit_s)}
+    )
+    out: list[Suggestion] = []
+    gbs = request.training.global_batch_size or 1
+    for count in candidate_counts(n, gbs, request.cluster.gpus_per_node or 1):
+        cluster = request.cluster.model_copy(update={"num_gpus": count})
+        answer = search(request.model_copy(update={"cluster": cluster, "search": spec}))
+        if not answer.plans or not _clearly_better(best, count, n, answer.plans[0]):
+            continue
+        other = answer.plans[0]
+        out.append(
+            Suggestion(
+                num_gpus=count,
+                tokens_per_s=other.tokens_per_s,
+                tokens_per_s_per_gpu=other.tokens_per_s_per_gpu,
+                step_time_s=other.step_time_s,
+                mfu=other.mfu,
+                reason=_why(request, best, count, other),
+            )
+        )
+    return out

@@ -1,0 +1,191 @@
+"""Sweeps: one /plan job planned at every point of a grid (GPU counts, cluster presets, batch
+sizes, sequence lengths), and the Pareto front of the answers. The grid's points run through
+``service.plan`` like any request; running them in parallel is the caller's business (the HTTP
+service and the CLI use a process pool, ``api.sweeps``)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from optimizer.capacity.formulas import HOUR_S
+from optimizer.results import Plan
+from optimizer.specs import MAX_NUM_GPUS, PlanRequest
+
+VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
+"""The grid's axes, in the order points are enumerated (the last varies fastest)."""
+
+PointStatus = Literal["pending", "done", "infeasible", "failed", "cancelled"]
+SweepState = Literal["running", "done", "cancelled", "failed"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SweepVary(_Strict):
+    """Values per axis; the points are the product of the axes given."""
+
+    num_gpus: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+    cluster: list[str] | None = Field(default=None, min_length=1, max_length=64, description="Cluster preset ids.")
+    global_batch_size: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+    seq_len: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepVary:
+        given = [k for k in VARY_KEYS if getattr(self, k) is not None]
+        if not given:
+            raise ValueError(f"vary needs at least one of {', '.join(VARY_KEYS)}")
+        for key in ("num_gpus", "global_batch_size", "seq_len"):
+            values = getattr(self, key) or []
+            bad = [v for v in values if not 1 <= v <= MAX_NUM_GPUS * 4]
+            if bad:
+                raise ValueError(f"vary.{key} has values out of range: {bad}")
+        for key in given:
+            values = getattr(self, key)
+            if len(set(values)) != len(values):
+                raise ValueError(f"vary.{key} repeats values")
+        return self
+
+
+class SweepRequest(_Strict):
+    """``job``: a /plan request; ``vary``: the grid."""
+
+    job: dict[str, Any] = Field(description="A POST /plan request body.")
+    vary: SweepVary
+
+    def num_points(self) -> int:
+        return math.prod(len(getattr(self.vary, k)) for k in VARY_KEYS if getattr(self.vary, k) is not None)
+
+
+class PointError(ValueError):
+    """A point of the grid is not a valid /plan request; ``loc`` and ``errors`` say where."""
+
+    def __init__(self, point: dict[str, Any], errors: list[dict[str, Any]]) -> None:
+        self.point = point
+        self.errors = errors
+        super().__init__(f"point {point}: {errors[0]['msg'] if errors else 'invalid'}")
+
+
+def points(vary: SweepVary) -> list[dict[str, Any]]:
+    """Every point of the grid, as ``{axis: value}`` for the axes given."""
+    keys = [k for k in VARY_KEYS if getattr(vary, k) is not None]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(getattr(vary, k) for k in keys))]
+
+
+def point_job(job: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with the point's values set: ``cluster`` replaces the preset (explicit cluster
+    fields of the job still override it), ``global_batch_size`` replaces the batch, ``seq_len``
+    keeps ``global_batch_tokens`` when the job gives the batch in tokens. Each point asks for its
+    best plan only (top_k 1, no suggestions)."""
+    out = copy.deepcopy(job)
+    cluster = out.setdefault("cluster", {})
+    training = out.setdefault("training", {})
+    if "cluster" in point:
+        cluster["preset"] = point["cluster"]
+    if "num_gpus" in point:
+        cluster["num_gpus"] = point["num_gpus"]
+    if "global_batch_size" in point:
+        training["global_batch_size"] = point["global_batch_size"]
+        training.pop("global_batch_tokens", None)
+    if "seq_len" in point:
+        training["seq_len"] = point["seq_len"]
+        if "global_batch_tokens" in training:
+            training.pop("global_batch_size", None)
+    search = out.setdefault("search", {})
+    if isinstance(search, dict):
+        search.update({"top_k": 1, "suggest": False})
+    return out
+
+
+def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequest]]:
+    """Each point with its validated /plan request. Raises ``PointError`` for the first invalid one."""
+    out = []
+    for point in points(request.vary):
+        try:
+            out.append((point, PlanRequest.model_validate(point_job(request.job, point))))
+        except ValidationError as exc:
+            raise PointError(point, exc.errors(include_url=False)) from exc
+    return out
+
+
+class PointResult(_Strict):
+    point: dict[str, Any]
+    status: PointStatus
+    plan: Plan | None = None
+    explanation: str | None = Field(default=None, description="Why no plan: infeasible job, or the error.")
+
+
+class ParetoPoint(_Strict):
+    """A non-dominated point: no other point is at least as good on every criterion and better on one."""
+
+    index: int = Field(description="Position in results.")
+    point: dict[str, Any]
+    num_gpus: int
+    tokens_per_s: float
+    goodput_tokens_per_s: float = Field(description="tokens_per_s x goodput.fraction.")
+    time_to_train_days: float | None = None
+    cost_usd: float | None = None
+    usd_per_million_tokens: float | None = Field(default=None, description="At the catalog (or given) price.")
+
+
+class SweepStatus(_Strict):
+    id: str
+    status: SweepState
+    done: int = Field(description="Points finished (planned, infeasible, failed or cancelled).")
+    total: int
+    results: list[PointResult]
+    pareto: list[ParetoPoint] = Field(
+        description=(
+            "Non-dominated points over speed (time_to_train_days, shorter; without a token budget "
+            "goodput_tokens_per_s, more) and cost (cost_usd, or usd_per_million_tokens without a budget; the GPU "
+            "count stands in when some point has no price), fastest first."
+        )
+    )
+
+
+def _pareto_entry(index: int, result: PointResult, price: float | None) -> ParetoPoint:
+    plan = result.plan
+    assert plan is not None and plan.goodput is not None
+    c = plan.config
+    n = c.tp * c.pp * (c.dp or 1) * c.cp
+    ttt = plan.time_to_train
+    rate = plan.goodput.tokens_per_s
+    per_million = None if price is None or rate <= 0 else price * n / HOUR_S / rate * 1e6
+    return ParetoPoint(
+        index=index,
+        point=result.point,
+        num_gpus=n,
+        tokens_per_s=plan.tokens_per_s,
+        goodput_tokens_per_s=rate,
+        time_to_train_days=ttt.days if ttt else None,
+        cost_usd=ttt.cost_usd if ttt else None,
+        usd_per_million_tokens=per_million,
+    )
+
+
+def pareto_front(results: list[PointResult], prices: list[float | None]) -> list[ParetoPoint]:
+    """The non-dominated points among the planned ones (``prices``: per result, USD per GPU-hour)."""
+    entries = [_pareto_entry(i, r, prices[i]) for i, r in enumerate(results) if r.status == "done" and r.plan]
+    if not entries:
+        return []
+    with_days = all(e.time_to_train_days is not None for e in entries)
+    cost_key = "cost_usd" if all(e.cost_usd is not None for e in entries) else "usd_per_million_tokens"
+    with_cost = all(getattr(e, cost_key) is not None for e in entries)
+
+    def criteria(e: ParetoPoint) -> tuple[float, float]:
+        speed = e.time_to_train_days if with_days else -e.goodput_tokens_per_s
+        return (speed, getattr(e, cost_key) if with_cost else e.num_gpus)  # type: ignore[return-value]
+
+    keys = [criteria(e) for e in entries]
+
+    def dominated(k: tuple[float, ...]) -> bool:
+        return any(all(a <= b for a, b in zip(o, k, strict=True)) and o != k for o in keys)
+
+    front = [(k, e) for e, k in zip(entries, keys, strict=True) if not dominated(k)]
+    return [e for _, e in sorted(front, key=lambda ke: ke[0])]
+

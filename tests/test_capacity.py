@@ -1,0 +1,304 @@
+"""Capacity model: the source text's worked numbers, goodput invariants, linear cost and energy,
+objectives, and the suggested GPU count for a batch that does not divide."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hardware_catalog.capacity import load_capacity_catalog
+from optimizer import service
+from optimizer.capacity import formulas as f
+from optimizer.capacity.annotate import annotate, resolve_inputs
+from optimizer.capacity.suggest import candidate_counts, odd_batch_factor
+from optimizer.specs import EvaluateRequest, PlanRequest
+
+MINUTE, HOUR = 60.0, 3600.0
+YD_WRITE, YD_MTBF = 5 * MINUTE, 50_000 * HOUR / 1024
+
+
+# ---- the source text's worked numbers (section 6) ----------------------------------------------
+
+
+def test_seed_young_daly_interval_and_overheads():
+    mtbf = f.system_mtbf_s(50_000 * HOUR, 1024)
+    assert mtbf / HOUR == pytest.approx(48.83, abs=0.01)
+    tau = f.young_daly_interval_s(YD_WRITE, mtbf)
+    assert tau / MINUTE == pytest.approx(171.2, abs=0.05)
+    assert f.checkpoint_overhead_fraction(tau, YD_WRITE, mtbf) == pytest.approx(0.058, abs=0.0005)
+    assert f.checkpoint_overhead_fraction(15 * MINUTE, YD_WRITE, mtbf) == pytest.approx(0.336, abs=0.0005)
+    # with no restart time, goodput is what the overhead leaves
+    assert f.goodput_fraction(tau, YD_WRITE, mtbf, 0.0) == pytest.approx(1 - 0.058, abs=0.0005)
+
+
+def test_default_mtbf_is_llama3_interruption_rate():
+    """16,384 GPUs x 54 days / 419 unexpected interruptions."""
+    mtbf_h = load_capacity_catalog().defaults.gpu_mtbf_hours.value
+    assert mtbf_h == pytest.approx(16_384 * 54 * 24 / 419, rel=1e-4)
+    assert f.system_mtbf_s(mtbf_h * HOUR, 16_384) / HOUR == pytest.approx(54 * 24 / 419, rel=1e-4)  # ~3.1 h
+
+
+def test_seed_checkpoint_write_on_local_nvme():
+    """175B: 1,750 GB over 256 nodes at 28 GB/s each: about 0.24 s."""
+    assert f.sharded_write_time_s(1750e9, 256, 28e9) == pytest.approx(0.244, abs=0.001)
+
+
+# ---- invariants --------------------------------------------------------------------------------
+
+mtbfs = st.floats(min_value=1e3, max_value=1e9)
+writes = st.floats(min_value=0.1, max_value=3600.0)
+restarts = st.floats(min_value=0.0, max_value=3600.0)
+
+
+def _yd_goodput(write_s: float, mtbf_s: float, restart_s: float) -> float:
+    return f.goodput_fraction(f.young_daly_interval_s(write_s, mtbf_s), write_s, mtbf_s, restart_s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(write=writes, mtbf=mtbfs, restart=restarts, factor=st.floats(min_value=1.01, max_value=100.0))
+def test_goodput_monotone_in_mtbf_and_write_time(write, mtbf, restart, factor):
+    g = _yd_goodput(write, mtbf, restart)
+    assert 0.0 <= g <= 1.0
+    assert _yd_goodput(write, mtbf * factor, restart) >= g  # rarer failures: no less goodput
+    assert _yd_goodput(write * factor, mtbf, restart) <= g  # slower writes: no more goodput
+    if g > 0:
+        assert _yd_goodput(write, mtbf * factor, restart) > g
+        assert _yd_goodput(write * factor, mtbf, restart) < g
+
+
+@settings(max_examples=100, deadline=None)
+@given(write=writes, mtbf=mtbfs, factor=st.sampled_from([0.5, 0.8, 1.25, 2.0]))
+def test_young_daly_interval_maximises_goodput(write, mtbf, factor):
+    tau = f.young_daly_interval_s(write, mtbf)
+    assert f.goodput_fraction(tau, write, mtbf, 0.0) >= f.goodput_fraction(factor * tau, write, mtbf, 0.0)
+
+
+# ---- plans -------------------------------------------------------------------------------------
+
+JOB_70B = {
+    "model": {"preset": "llama3-70b"},
+    "training": {"seq_len": 8192, "global_batch_size": 1024},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 512},
+    "config": {"tp": 8, "pp": 4, "micro_batch_size": 1},
+}
+
+
+def _evaluate(**training):
+    doc = {**JOB_70B, "training": {**JOB_70B["training"], **training}}
+    return service.evaluate(EvaluateRequest.model_validate(doc))
+
+
+def test_plan_goodput_numbers():
+    """70B: 70.6e9 params x 14 bytes over 64 nodes writing 28 GB/s each; MTBF 50,677 h / 512 GPUs."""
+    plan = _evaluate()
+    g = plan.goodput
+    assert g is not None and plan.time_to_train is None
+    assert g.checkpoint_bytes == pytest.approx(70.55e9 * 14, rel=0.01)
+    assert g.checkpoint_write_s == pytest.approx(g.checkpoint_bytes / 64 / 28e9)
+    assert g.mtbf_system_s == pytest.approx(50_677 * HOUR / 512, rel=1e-4)
+    assert g.checkpoint_interval_s == pytest.approx(math.sqrt(2 * g.checkpoint_write_s * g.mtbf_system_s))
+    tau = g.checkpoint_interval_steps * plan.step_time_s  # the interval in whole steps
+    assert abs(tau - g.checkpoint_interval_s) <= plan.step_time_s / 2
+    lost = g.checkpoint_write_s / tau + tau / 2 / g.mtbf_system_s
+    assert g.fraction == pytest.approx(1 - lost - 600 / g.mtbf_system_s)
+    assert g.tokens_per_s == pytest.approx(plan.tokens_per_s * g.fraction)
+    # 128,256-token vocabulary: int32 token ids
+    assert plan.data_loading_bytes_per_s == pytest.approx(plan.tokens_per_s * 4)
+
+
+def test_given_write_rate_is_used():
+    doc = {**JOB_70B, "reliability": {"checkpoint_write_bytes_per_s_per_node": 2e9}}
+    g = service.evaluate(EvaluateRequest.model_validate(doc)).goodput
+    assert g.checkpoint_write_s == pytest.approx(g.checkpoint_bytes / 64 / 2e9)
+
+
+def test_given_write_time_and_mtbf_are_used():
+    doc = {**JOB_70B, "reliability": {"checkpoint_write_s": 300, "gpu_mtbf_hours": 50_000, "restart_s": 0}}
+    doc["cluster"] = {**JOB_70B["cluster"], "num_gpus": 1024}
+    doc["config"] = {"tp": 8, "pp": 8, "micro_batch_size": 1}
+    g = service.evaluate(EvaluateRequest.model_validate(doc)).goodput
+    assert g.checkpoint_interval_s / MINUTE == pytest.approx(171.2, abs=0.05)
+    assert g.fraction == pytest.approx(1 - 0.058, abs=0.0005)
+
+
+def test_cost_and_energy_linear_in_tokens():
+    one = _evaluate(total_tokens=10**12).time_to_train
+    three = _evaluate(total_tokens=3 * 10**12).time_to_train
+    assert one is not None and three is not None
+    for name in ("days", "gpu_hours", "cost_usd", "energy_mwh"):
+        assert getattr(three, name) == pytest.approx(3 * getattr(one, name), rel=1e-9), name
+    assert one.price_per_gpu_hour_usd == 3.99  # catalog: H100 SXM on-demand
+    assert one.cost_usd == pytest.approx(one.gpu_hours * 3.99)
+    assert one.gpu_hours == pytest.approx(one.days * 24 * 512)
+
+
+def test_time_to_train_numbers():
+    plan = _evaluate(total_tokens=10**12)
+    t = plan.time_to_train
+    wall = 1e12 / plan.goodput.tokens_per_s
+    assert t.days == pytest.approx(wall / 86400)
+    board = 140 + (700 - 140) * min(1.0, plan.hfu / 0.803)
+    assert t.power_per_gpu_w == pytest.approx(board + 575)
+    assert t.energy_mwh == pytest.approx(wall * 512 * (board + 575) * 1.58 / 3.6e9)
+    assert t.steps == math.ceil(1e12 / (1024 * 8192))
+
+
+def test_total_steps_sets_total_tokens():
+    plan = _evaluate(total_steps=1000)
+    assert plan.time_to_train.total_tokens == 1000 * 1024 * 8192
+
+
+def test_no_catalog_price_gives_null_cost():
+    doc = {**JOB_70B, "training": {**JOB_70B["training"], "total_tokens": 10**12}}
+    doc["cluster"] = {"preset": "dgx-a100", "num_gpus": 512}
+    assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.cost_usd is None
+    doc["costs"] = {"price_per_gpu_hour_usd": 2.0, "pue": 1.1}
+    t = service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train
+    assert t.cost_usd == pytest.approx(2.0 * t.gpu_hours) and t.pue == 1.1
+
+
+def test_objectives_rank_plans():
+    doc = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "total_tokens": 10**11},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        "search": {"top_k": 5},
+    }
+    by_energy = service.plan(PlanRequest.model_validate({**doc, "search": {"top_k": 5, "objective": "energy"}}))
+    energies = [p.time_to_train.energy_mwh for p in by_energy.plans]
+    assert energies == sorted(energies)
+    by_steps = service.plan(PlanRequest.model_validate(doc))
+    steps = [p.step_time_s for p in by_steps.plans]
+    assert steps == sorted(steps)
+    for objective, key in (("time_to_train", "days"), ("cost", "cost_usd")):
+        ranked = service.plan(PlanRequest.model_validate({**doc, "search": {"top_k": 5, "objective": objective}}))
+        values = [getattr(p.time_to_train, key) for p in ranked.plans]
+        assert values == sorted(values), objective
+
+
+def test_bad_capacity_inputs_are_422_material():
+    from pydantic import ValidationError
+
+    for bad in ({"costs": {"pue": 0.5}}, {"reliability": {"gpu_mtbf_hours": 0}}, {"costs": {"price": 1}}):
+        with pytest.raises(ValidationError):
+            EvaluateRequest.model_validate({**JOB_70B, **bad})
+    with pytest.raises(ValidationError, match="total_tokens"):
+        _evaluate(total_tokens=10, total_steps=1)
+
+
+# ---- suggestions -------------------------------------------------------------------------------
+
+
+def test_odd_batch_factor_and_candidates():
+    assert odd_batch_factor(576, 2048) == 9
+    assert odd_batch_factor(512, 2048) == 1
+    assert odd_batch_factor(4096, 2048) == 1
+    assert candidate_counts(576, 2048, 4) == [512]  # 640 = 5 x 128, 704 = 11 x 64: none above within 25%
+    assert candidate_counts(120, 256, 8) == [128]  # 112, 104, 96 keep a factor 7, 13, 3
+    assert candidate_counts(96, 256, 8) == []  # none within 25% (72-120 GPUs) divides cleanly
+    assert candidate_counts(1024, 2048, 8) == []  # nothing between 768 and 1280 has a cleaner factor
+
+
+QWEN = {
+    "model": {"preset": "qwen3-235b-a22b"},
+    "training": {"seq_len": 4096, "global_batch_size": 2048},
+    "cluster": {"preset": "gb200-nvl72", "num_gpus": 576},
+    "search": {"top_k": 1},
+}
+
+
+def test_suggests_512_over_576_gb200():
+    """2,048 sequences on 576 = 9 x 64 GB200 force a 9-stage pipeline (32% bubble); 512 GPUs
+    deliver 57% more tokens/s with no pipeline."""
+    answer = service.plan(PlanRequest.model_validate(QWEN))
+    best = answer.plans[0]
+    assert best.config.pp == 9
+    assert best.time_breakdown_s.pp_bubble / best.step_time_s == pytest.approx(0.32, abs=0.02)
+    assert [s.num_gpus for s in answer.suggestions] == [512]
+    s = answer.suggestions[0]
+    assert s.tokens_per_s / best.tokens_per_s == pytest.approx(1.57, abs=0.03)
+    assert "batch divisibility" in s.reason and "576 = 9 x 64" in s.reason and "bubble 32%" in s.reason
+
+
+def test_no_suggestion_when_count_divides_and_no_bubble():
+    answer = service.plan(PlanRequest.model_validate({**QWEN, "cluster": {"preset": "gb200-nvl72", "num_gpus": 512}}))
+    assert answer.suggestions == []
+    off = service.plan(PlanRequest.model_validate({**QWEN, "search": {"top_k": 1, "suggest": False}}))
+    assert off.suggestions == []
+
+
+def test_annotate_is_what_plans_carry():
+    request = PlanRequest.model_validate({**QWEN, "search": {"top_k": 1, "suggest": False}})
+    plan = service.plan(request).plans[0]
+    assert annotate(resolve_inputs(request), plan.model_copy(update={"goodput": None})) == plan
+
+
+def test_failures_faster_than_a_step_give_zero_goodput():
+    """A system MTBF of 3.5 s: the Young-Daly interval is shorter than one step, and checkpoints
+    only happen between steps."""
+    doc = {**JOB_70B, "reliability": {"gpu_mtbf_hours": 1, "checkpoint_write_s": 0.001, "restart_s": 0}}
+    plan = service.evaluate(EvaluateRequest.model_validate(doc))
+    assert plan.goodput.checkpoint_interval_s < plan.step_time_s
+    assert plan.goodput.checkpoint_interval_steps == 1 and plan.goodput.fraction == 0.0
+
+
+def test_failures_faster_than_recovery_give_zero_goodput_and_no_time_to_train():
+    doc = {**JOB_70B, "reliability": {"gpu_mtbf_hours": 100, "restart_s": 3600}}
+    doc["training"] = {**JOB_70B["training"], "total_tokens": 10**12}
+    plan = service.evaluate(EvaluateRequest.model_validate(doc))
+    assert plan.goodput.fraction == 0.0 and plan.time_to_train is None
+    assert any(n.startswith("goodput 0") for n in plan.notes)
+    assert plan.model_dump_json()  # finite numbers only
+
+
+# ---- the capacity catalog ----------------------------------------------------------------------
+
+
+def _catalog_dir(tmp_path, text: str):
+    (tmp_path / "capacity.toml").write_text(text)
+    return tmp_path
+
+
+def test_capacity_catalog_covers_every_gpu_with_sources():
+    from hardware_catalog import load_catalog
+
+    cat = load_capacity_catalog()
+    assert set(cat.gpus) == set(load_catalog().gpus)
+    for gid, entry in cat.gpus.items():
+        tdp = load_catalog().gpus[gid].tdp_w.value
+        assert 0 < entry.idle_power_w.value < tdp, gid
+        assert entry.node_overhead_power_w.value > 0
+    priced = {g for g, e in cat.gpus.items() if e.price_per_gpu_hour_usd is not None}
+    assert priced == {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "b300"}
+    assert all("read 20" in cat.gpus[g].price_per_gpu_hour_usd.source for g in priced)  # a date
+
+
+def test_capacity_catalog_rejects_bad_files(tmp_path):
+    from hardware_catalog import CatalogError
+    from hardware_catalog.capacity import CAPACITY_FILE, load_capacity_catalog_from
+    from hardware_catalog.loader import DATA_DIR
+
+    text = (DATA_DIR / CAPACITY_FILE).read_text()
+    load_capacity_catalog_from(_catalog_dir(tmp_path, text))  # the shipped file loads
+    unknown = text + '\n[gpus.h100-pcie]\nidle_power_w = { value = 1, kind = "spec", source = "xyz" }\n'
+    unknown += 'node_overhead_power_w = { value = 1, kind = "spec", source = "xyz" }\n'
+    with pytest.raises(CatalogError, match="h100-pcie.*unknown gpu id"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, unknown))
+    start = text.index("[gpus.mi355x]")
+    with pytest.raises(CatalogError, match="no entry for gpu ids .*mi355x"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, text[:start]))
+    with pytest.raises(CatalogError, match="source"):
+        load_capacity_catalog_from(_catalog_dir(tmp_path, text.replace('source = "Uptime', 'src = "Uptime')))
+
+
+def test_power_cap_bounds_board_power():
+    doc = {**JOB_70B, "training": {**JOB_70B["training"], "total_tokens": 10**12}}
+    doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 500}
+    capped = service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train
+    full = _evaluate(total_tokens=10**12).time_to_train
+    assert 140 + 575 < capped.power_per_gpu_w < min(full.power_per_gpu_w, 500 + 575)
+    doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 100}  # below the idle draw
+    assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.power_per_gpu_w == pytest.approx(675)

@@ -1,0 +1,40 @@
+"""``pplan sweep FILE``: the same sweep code on local processes, the front as a table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from api import cli
+
+DOC = {
+    "job": {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "total_tokens": 10**11},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+    },
+    "vary": {"num_gpus": [8, 16, 24]},
+}
+
+
+def test_sweep_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(DOC))
+    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["status"] == "done" and body["done"] == body["total"] == 3
+    assert [r["status"] for r in body["results"]] == ["done"] * 3
+    front = {e["num_gpus"] for e in body["pareto"]}
+    assert front and front <= {8, 16, 24}
+    assert cli.main(["sweep", str(path), "--format", "table", "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and "num_gpus=8" in out
+
+
+def test_invalid_point_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(json.dumps({**DOC, "vary": {"cluster": ["dgx-h100", "no-such-cluster"]}}))
+    assert cli.main(["sweep", str(path), "--quiet"]) == 2
+    assert "no-such-cluster" in capsys.readouterr().err

@@ -1,0 +1,143 @@
+"""POST /sweeps, GET /sweeps/{id}, DELETE /sweeps/{id} over HTTP (worker processes included)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from api.settings import Settings
+
+TIMEOUT_S = 120.0
+JOB_8B = {
+    "model": {"preset": "llama3-8b"},
+    "training": {"seq_len": 4096, "global_batch_size": 256},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+}
+COUNTS = [8, 16, 24, 32, 48, 64, 96, 128]
+
+
+@pytest.fixture(scope="module")
+def client():
+    settings = Settings(sweep_workers=2, max_sweeps_running=1, max_sweep_points=40)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _wait(client: TestClient, sweep_id: str) -> tuple[dict, list[int]]:
+    seen: list[int] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        r = client.get(f"/sweeps/{sweep_id}")
+        assert r.status_code == 200
+        body = r.json()
+        seen.append(body["done"])
+        if body["status"] != "running":
+            return body, seen
+        time.sleep(0.1)
+    raise AssertionError(f"sweep {sweep_id} still running after {TIMEOUT_S} s")
+
+
+def _num_gpus(plan: dict) -> int:
+    return round(plan["tokens_per_s"] / plan["tokens_per_s_per_gpu"])
+
+
+def test_sweep_over_8_gpu_counts_returns_every_point(client):
+    r = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": COUNTS}})
+    assert r.status_code == 202
+    created = r.json()
+    assert created["total"] == 8 and created["status"] == "running"
+    body, seen = _wait(client, created["id"])
+    assert body["status"] == "done" and body["done"] == body["total"] == 8
+    assert [res["point"] for res in body["results"]] == [{"num_gpus": n} for n in COUNTS]
+    for res, n in zip(body["results"], COUNTS, strict=True):
+        assert res["status"] == "done"
+        assert _num_gpus(res["plan"]) == n
+        assert res["plan"]["goodput"]["fraction"] > 0.99
+    # progress never goes back and ends at the total, having been seen below it
+    assert seen == sorted(seen) and seen[-1] == 8 and seen[0] < 8
+    assert body["pareto"], "a finished sweep has a front"
+
+
+def _dominates(a: dict, b: dict, speed: str, cost: str) -> bool:
+    sa, sb = (a[speed], b[speed]) if speed == "time_to_train_days" else (-a[speed], -b[speed])
+    return sa <= sb and a[cost] <= b[cost] and (sa < sb or a[cost] < b[cost])
+
+
+def test_pareto_front_is_non_dominated(client):
+    job = {**JOB_8B, "training": {**JOB_8B["training"], "total_tokens": 10**12}}
+    vary = {"cluster": ["dgx-h100", "dgx-b200"], "num_gpus": [8, 16, 32, 64, 128]}
+    r = client.post("/sweeps", json={"job": job, "vary": vary})
+    assert r.status_code == 202
+    body, _ = _wait(client, r.json()["id"])
+    assert body["status"] == "done" and body["total"] == 10
+    front = body["pareto"]
+    done = [
+        {**res["plan"]["time_to_train"], "index": i, "time_to_train_days": res["plan"]["time_to_train"]["days"]}
+        for i, res in enumerate(body["results"])
+        if res["status"] == "done"
+    ]
+    assert len(done) == 10
+    for a in front:
+        for b in front:
+            assert not _dominates(a, b, "time_to_train_days", "cost_usd")
+    on_front = {e["index"] for e in front}
+    for d in done:  # everything left off is dominated by a point on the front
+        if d["index"] not in on_front:
+            assert any(_dominates(e, d, "time_to_train_days", "cost_usd") for e in front)
+    days = [e["time_to_train_days"] for e in front]
+    assert days == sorted(days)
+    for e in front:
+        plan = body["results"][e["index"]]["plan"]
+        assert e["cost_usd"] == pytest.approx(plan["time_to_train"]["cost_usd"])
+        assert e["num_gpus"] == _num_gpus(plan)
+
+
+def test_cancel_and_limits(client):
+    job = {
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 512},
+    }
+    r = client.post("/sweeps", json={"job": job, "vary": {"num_gpus": [64 * k for k in range(1, 33)]}})
+    assert r.status_code == 202
+    sweep_id = r.json()["id"]
+    # one sweep may run at a time here: a second is a 429
+    busy = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8]}})
+    assert busy.status_code == 429 and "max_sweeps_running" in busy.json()["detail"]
+    cancelled = client.delete(f"/sweeps/{sweep_id}")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled"
+    body, _ = _wait(client, sweep_id)
+    assert body["status"] == "cancelled"
+    statuses = [res["status"] for res in body["results"]]
+    assert statuses.count("cancelled") >= 20  # at most the points already handed to workers ran
+    deadline = time.monotonic() + TIMEOUT_S  # the points already running finish and keep their plans
+    while body["done"] < body["total"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        body = client.get(f"/sweeps/{sweep_id}").json()
+    assert body["done"] == body["total"] == 32
+    assert all(s in ("done", "cancelled") for s in (res["status"] for res in body["results"]))
+    # a cancelled sweep no longer counts as running
+    again = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8]}})
+    assert again.status_code == 202
+    _wait(client, again.json()["id"])
+
+
+def test_bad_sweeps_are_4xx(client):
+    too_many = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": list(range(8, 8 * 42, 8))}})
+    assert too_many.status_code == 422
+    assert too_many.json()["detail"][0]["loc"] == ["body", "vary"]
+    assert "max_sweep_points" in too_many.json()["detail"][0]["msg"]
+    bad_preset = client.post("/sweeps", json={"job": JOB_8B, "vary": {"cluster": ["dgx-h100", "no-such"]}})
+    assert bad_preset.status_code == 422
+    detail = bad_preset.json()["detail"][0]
+    assert detail["loc"][:3] == ["body", "job", "cluster"] and "no-such" in detail["msg"]
+    empty = client.post("/sweeps", json={"job": JOB_8B, "vary": {}})
+    assert empty.status_code == 422
+    repeated = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8, 8]}})
+    assert repeated.status_code == 422
+    assert client.get("/sweeps/nope").status_code == 404
+    assert client.delete("/sweeps/nope").status_code == 404
