@@ -193,6 +193,7 @@ class PlanResponse(_Out):
     smallest_fitting_gpus: int | None = Field(
         default=None,
         description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
+    )
     suggestions: list[Suggestion] = Field(
         default_factory=list, description="Nearby GPU counts that are clearly better (search.suggest)."
     )
