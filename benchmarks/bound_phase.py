@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.search_latency import JOBS, vectorised_bounds_s
 from optimizer.cost import build_context
 from optimizer.cost.context import _build_context_cached
-from optimizer.cost.estimate import bound_at_vpp, family_bound, lower_bound_terms
+from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
 from optimizer.search.space import layout_families
 from optimizer.specs import JobSpec, PlanRequest
 

@@ -2,7 +2,7 @@
 
 Section numbers refer to ``seed-notes`` (the digest of the source text). Collective times
 (``optimizer.cost.comm``), pipeline bubbles (``optimizer.cost.pipeline``) and per-stage memory
-(``optimizer.cost.estimate``) are not repeated here: use those functions directly. The byte
+(``optimizer.cost.memory``) are not repeated here: use those functions directly. The byte
 constants of the memory helpers are the cost model's own, so both agree by construction.
 
 Units are SI (bytes, seconds, bytes/s), as everywhere in the package.
@@ -18,7 +18,7 @@ from optimizer.capacity.formulas import (  # noqa: F401  (section 6: owned by th
     system_mtbf_s,
     young_daly_interval_s,
 )
-from optimizer.cost.estimate import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
+from optimizer.cost.memory import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
 
 STATIC_BYTES_PER_PARAM = WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES
 """Mixed-precision Adam: 2 (bf16 weights) + 2 (grads) + 12 (fp32 master, momentum, variance)."""

@@ -7,7 +7,7 @@ from dataclasses import replace
 from hardware_catalog import load_catalog
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
-from optimizer.cost.estimate import StageMemory, shard_group_sizes
+from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.error_bands import plan_ranges

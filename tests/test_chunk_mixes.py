@@ -2,7 +2,7 @@
 
 - ``kind_period``: where the layer kinds start repeating and how; every chunk past that point
   gets its kind counts right from its phase and length (checked against the prefix sums).
-- ``_chunk_sum_mixes``: every stage mix a real interleaved split gives is among the mixes the
+- ``chunk_sum_mixes``: every stage mix a real interleaved split gives is among the mixes the
   split tables keep (every split enumerated), and with MoE on every second layer they keep few.
 - With both, a Mixtral-8x22B variant with MoE on every second layer plans `optimal`; before, its
   split models stayed open at their 1 s guard and the answer was `feasible`.
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context
-from optimizer.cost.estimate import _chunk_sum_mixes, _counts_at
+from optimizer.search.split_mixes import chunk_sum_mixes, counts_at
 from optimizer.search import search
 from optimizer.search.cpsat import kind_period
 from optimizer.specs import JobSpec, PlanRequest
@@ -78,13 +78,13 @@ def _alternating_job(layers: int, first_dense: int) -> JobSpec:
 def test_every_interleaved_stage_mix_is_kept(layers: int, pp: int, vpp: int, first_dense: int) -> None:
     ctx = build_context(_alternating_job(layers, first_dense))
     hi = layers - (pp - 1) * vpp
-    kept = _chunk_sum_mixes(ctx, vpp, hi)
+    kept = chunk_sum_mixes(ctx, vpp, hi)
     seen = set()
     for cuts in itertools.combinations(range(1, layers), pp * vpp - 1):
         bounds = (0, *cuts, layers)
         for s in range(pp):
             chunks = [(bounds[v * pp + s], bounds[v * pp + s + 1]) for v in range(vpp)]
-            mix = tuple(map(sum, zip(*(_counts_at(ctx, a, b - a) for a, b in chunks), strict=True)))
+            mix = tuple(map(sum, zip(*(counts_at(ctx, a, b - a) for a, b in chunks), strict=True)))
             seen.add(mix)
             assert mix in kept, (cuts, s, mix)
     assert seen <= kept
@@ -95,7 +95,7 @@ def test_alternating_stage_mixes_stay_near_half() -> None:
     # n / 2 MoE layers (each chunk within a half), not anything from 0 to n.
     ctx = build_context(_alternating_job(56, 0))
     moe = next(k for k, kind in enumerate(ctx.kinds) if kind.is_moe)
-    kept = _chunk_sum_mixes(ctx, 4, 20)
+    kept = chunk_sum_mixes(ctx, 4, 20)
     for n in range(4, 21):
         counts = sorted(mix[moe] for mix in kept if sum(mix) == n)
         assert counts == list(range((n - 4 + 1) // 2, (n + 4) // 2 + 1)), n
@@ -126,16 +126,16 @@ def test_alternating_moe_plans_optimal() -> None:
     most=st.integers(1, 20),
 )
 def test_run_sums_grid_equals_the_set_construction(runs, vpp, most) -> None:
-    """``_sums_of_runs`` fills a reachability grid over the kind counts; with the grid limit at 0
+    """``sums_of_runs`` fills a reachability grid over the kind counts; with the grid limit at 0
     it builds the same sums as a set of tuples, run by run (the construction it replaced)."""
     import importlib
 
-    est = importlib.import_module("optimizer.cost.estimate")  # the package exports a function of that name
-    grid = est._sums_of_runs(runs, vpp, most, 2)
+    est = importlib.import_module("optimizer.search.split_mixes")
+    grid = est.sums_of_runs(runs, vpp, most, 2)
     saved = est.CHUNK_SUM_GRID_MAX
     est.CHUNK_SUM_GRID_MAX = 0
     try:
-        sets = est._sums_of_runs(runs, vpp, most, 2)
+        sets = est.sums_of_runs(runs, vpp, most, 2)
     finally:
         est.CHUNK_SUM_GRID_MAX = saved
     expected = {(0, 0)}

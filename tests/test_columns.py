@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.cost import _distinct_orders, best_estimate, build_context, estimate
+from optimizer.cost import best_estimate, build_context, distinct_orders, estimate
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.rules import resolve
 from optimizer.search import search
@@ -76,7 +76,7 @@ def test_columns_give_the_floats_estimate_gives(name: str) -> None:
         cols = LayoutColumns.of(key, zeros[0], [x.micro_batch_size for x in rows], [x.sequence_parallel for x in rows],
                                 [x.recompute for x in rows], [x.vpp for x in rows],
                                 [x.num_micro_batches for x in rows])  # fmt: skip
-        orders = _distinct_orders(ctx, rows[0])
+        orders = distinct_orders(ctx, rows[0])
         by_zero = cost_columns(ctx, cols, [groups for _, groups in orders], zeros)
         for zero, costs in zip(zeros, by_zero, strict=True):
             for (order, groups), cost in zip(orders, costs, strict=True):
@@ -98,7 +98,7 @@ def _scalar_best(ctx, job: JobSpec, req: PlanRequest) -> tuple[int, int, float]:
     best = math.inf
     for lay in enumerate_layouts(job, req.search):
         layouts += 1
-        steps = [e.step_time_s for e in (estimate(ctx, lay, o, None, g) for o, g in _distinct_orders(ctx, lay))
+        steps = [e.step_time_s for e in (estimate(ctx, lay, o, None, g) for o, g in distinct_orders(ctx, lay))
                  if e.peak_memory_bytes <= usable]  # fmt: skip
         if steps:
             fitting += 1

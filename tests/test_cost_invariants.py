@@ -290,7 +290,7 @@ def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster, global_b
     with pp innermost (EP groups then start at stride pp) and groups that domains split unevenly:
     the bound takes each axis's cheapest geometry over the strides any rank order can give."""
     from optimizer.cost import estimate, resolve_layout
-    from optimizer.cost.estimate import compute_lower_bound_s
+    from optimizer.search.lower_bounds import compute_lower_bound_s
     from optimizer.cost.topology import candidate_orders
 
     job = JobSpec(
@@ -366,7 +366,7 @@ def test_unfused_kernels_only_slow_the_memory_bound_work():
 
 
 def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
-    from optimizer.cost.estimate import FP4_COPY_BYTES, FP8_COPY_BYTES
+    from optimizer.cost.memory import FP4_COPY_BYTES, FP8_COPY_BYTES
 
     def est(precision: str):
         return _scored(

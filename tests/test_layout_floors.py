@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
-from optimizer.cost.estimate import (
+from optimizer.cost.stage import head_time_s
+from optimizer.search.lower_bounds import (
     dp_exposed_floor_s,
-    head_time_s,
     lower_bound_layer_totals,
     memory_floor_bytes,
 )

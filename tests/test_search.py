@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context, estimate, resolve_layout
-from optimizer.cost.estimate import certified_split_range, split_tables, stage_fit_limits
+from optimizer.search.fit_limits import stage_fit_limits
+from optimizer.search.split_tables import certified_split_range, split_tables
 from optimizer.cost.topology import candidate_orders
 from optimizer.errors import InvalidLayout
 from optimizer.results import PlanResponse
@@ -387,7 +388,7 @@ def test_splits_without_exact_tables_are_not_claimed_optimal(monkeypatch: pytest
     mixes: the answer is then `feasible`, with a valid bound."""
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("optimizer.cost.estimate"), "SPLIT_MIX_TABLE_MAX", 0)
+    monkeypatch.setattr(importlib.import_module("optimizer.search.split_tables"), "SPLIT_MIX_TABLE_MAX", 0)
     req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
     response = search(req)
     oracle = best_per_layout(brute_force(req))
@@ -622,7 +623,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     domain boundary, at stride 2 it does not. The lower bound must not assume stride 1 is the
     most local placement, or the search prunes the best layout (TP2 PP2, 26.8 s here)."""
     from optimizer.cost import best_estimate
-    from optimizer.cost.estimate import compute_lower_bound_s
+    from optimizer.search.lower_bounds import compute_lower_bound_s
 
     req = PlanRequest(
         model={"preset": "llama3-70b"},
@@ -657,7 +658,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
 )
 def test_bound_holds_where_locality_is_not_cheapest(model, cluster, training, layout):
     from optimizer.cost import estimate
-    from optimizer.cost.estimate import compute_lower_bound_s
+    from optimizer.search.lower_bounds import compute_lower_bound_s
 
     job = JobSpec(model={"preset": model}, training=training, cluster=cluster)
     ctx = build_context(job)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from optimizer.cost import build_context
-from optimizer.cost.estimate import (
+from optimizer.search.lower_bounds import (
     compute_lower_bound_s,
     compute_lower_bounds,
     family_bound,

@@ -20,17 +20,10 @@ from typing import Any
 import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate
-from optimizer.cost.estimate import (
-    _kind_costs,
-    bound_at_vpp,
-    family_bound,
-    kind_time_floor,
-    lower_bound_terms,
-    split_floor_s,
-    step_floor_exceeds,
-    step_floor_s,
-    step_time_s,
-)
+from optimizer.cost.estimate import step_time_s
+from optimizer.cost.stage import layout_kind_costs
+from optimizer.search.floors import kind_time_floor, split_floor_s, step_floor_exceeds, step_floor_s
+from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
 from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
@@ -107,7 +100,7 @@ def test_kind_time_floor_is_a_floor(name: str) -> None:
     for lay in layouts:
         floor = kind_time_floor(ctx, lay)
         for order in candidate_orders(lay.sizes()):
-            costs = _kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
+            costs = layout_kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
             assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
 
 
@@ -184,7 +177,8 @@ def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_
 def _reference_limits(ctx, lay, groups, cap: float) -> list[int]:
     """Per stage, the most layers for which some kind mix the stage could hold fits in memory:
     every count tried, no monotonicity assumed (interleaved stages may hold any mix)."""
-    from optimizer.cost.estimate import _mix_vectors, stage_memory_bytes
+    from optimizer.cost.stage import stage_memory_bytes
+    from optimizer.search.split_mixes import mix_vectors
 
     totals = [ctx.kind_prefix[k][-1] for k in range(len(ctx.kinds))]
     most = len(ctx.layer_kind) - (lay.pp - 1) * lay.vpp
@@ -192,7 +186,7 @@ def _reference_limits(ctx, lay, groups, cap: float) -> list[int]:
     for s in range(lay.pp):
         fitting = [
             n for n in range(lay.vpp, most + 1)
-            if any(stage_memory_bytes(ctx, lay, groups, s, mix) <= cap for mix in _mix_vectors(n, totals))
+            if any(stage_memory_bytes(ctx, lay, groups, s, mix) <= cap for mix in mix_vectors(n, totals))
         ]  # fmt: skip
         limits.append(max(fitting, default=lay.vpp - 1))
     return limits
@@ -212,12 +206,9 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
     split that fits in memory puts more layers on a stage. For DeepSeek-V3 (3 dense + 58 MoE
     layers) the limits once were "no limit", so hundreds of split models per job proved what
     memory alone rules out."""
-    from optimizer.cost.estimate import (
-        _order_geometries,
-        _per_stage_layers,
-        some_split_may_fit,
-        stage_fit_limits,
-    )
+    from optimizer.search.fit_limits import some_split_may_fit, stage_fit_limits
+    from optimizer.search.orders import order_geometries
+    from optimizer.search.split_mixes import per_stage_layers
 
     model, cluster, num_gpus, global_batch_size = FIT_LIMIT_JOBS[name]
     req = PlanRequest.model_validate({
@@ -238,7 +229,7 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
         cap = est.capacity_bytes - est.headroom_bytes
         assert limits == _reference_limits(ctx, lay, axis_groups(ctx.topology, est.order, lay.sizes()), cap), lay
         # the split phase's layout-level test (early exits, every rank order) agrees with the limits
-        admitted = [_reference_limits(ctx, lay, g, cap) for g in _order_geometries(ctx, lay)[2]]
+        admitted = [_reference_limits(ctx, lay, g, cap) for g in order_geometries(ctx, lay)[2]]
         assert some_split_may_fit(ctx, lay, cap) == any(
             min(r) >= lay.vpp and sum(r) >= layers for r in admitted
         ), lay
@@ -249,7 +240,7 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
             other = estimate(ctx, split, est.order)
             if other.fits_memory:
                 fitting += 1
-                assert all(n <= lim for n, lim in zip(_per_stage_layers(split), limits, strict=True))
+                assert all(n <= lim for n, lim in zip(per_stage_layers(split), limits, strict=True))
     assert binding > len(layouts) // 2  # memory binds on most of these layouts
     assert fitting  # and some random splits fit
 
@@ -259,7 +250,8 @@ def test_some_split_may_fit_is_exact(name: str) -> None:
     """``some_split_may_fit``'s early exits (one layer per chunk on stage 0; the pigeonhole probe of
     the largest-limit stages at ``ceil(layers / pp)``) answer exactly what the full per-stage
     limits do, in every rank order, including layouts whose largest limit is that share."""
-    from optimizer.cost.estimate import _order_geometries, _stage_fit_limits, some_split_may_fit
+    from optimizer.search.fit_limits import signature_fit_limits, some_split_may_fit
+    from optimizer.search.orders import order_geometries
 
     model, cluster, num_gpus, global_batch_size = FIT_LIMIT_JOBS[name]
     req = PlanRequest.model_validate({
@@ -276,7 +268,7 @@ def test_some_split_may_fit_is_exact(name: str) -> None:
     at_share = admitted = 0
     for lay in rng.sample(pipelined, min(150, len(pipelined))):
         cap = ctx.capacity_bytes - ctx.cal.memory_headroom_bytes
-        full = [_stage_fit_limits(ctx, lay, g, cap) for g in _order_geometries(ctx, lay)[2]]
+        full = [signature_fit_limits(ctx, lay, g, cap) for g in order_geometries(ctx, lay)[2]]
         expected = any(min(r) >= lay.vpp and sum(r) >= layers for r in full)
         assert some_split_may_fit(ctx, lay, cap) == expected, lay
         admitted += expected
@@ -290,7 +282,7 @@ def test_split_floor_at_a_depth_is_the_members_floor(name: str) -> None:
     without resolving it: the search leaves deeper layouts above the k-th best time unresolved)
     is bit-identical to ``split_floor_s`` of the resolved layout at that depth. Both share one
     memo entry, so each is computed from an empty memo."""
-    from optimizer.cost.estimate import split_floor_at_vpp_s
+    from optimizer.search.floors import split_floor_at_vpp_s
     from optimizer.search.space import layout_families
 
     req = PlanRequest.model_validate({**JOBS[name], "search": {"allow": {"vpp": list(range(1, 9))}}})

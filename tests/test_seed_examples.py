@@ -23,7 +23,8 @@ from optimizer.cost.comm import (
     p2p_time_s,
     ring_allreduce_time_s,
 )
-from optimizer.cost.estimate import WEIGHT_BYTES, Estimate
+from optimizer.cost.estimate import Estimate
+from optimizer.cost.memory import WEIGHT_BYTES
 from optimizer.cost.flops import model_flops
 from optimizer.cost.layer import Dims, layer_cost
 from optimizer.cost.pipeline import bubble_fraction_gpipe, bubble_over_ideal, in_flight_microbatches

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.cost.split_bound import stage_split_reaches
+from optimizer.search.split_bound import stage_split_reaches
 from optimizer.search import search
 from optimizer.specs import PlanRequest
 

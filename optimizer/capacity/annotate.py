@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hardware_catalog import load_catalog
 from hardware_catalog.capacity import load_capacity_catalog
 from optimizer.capacity import formulas as f
-from optimizer.cost.estimate import OPTIMIZER_BYTES, WEIGHT_BYTES
+from optimizer.cost.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
 from optimizer.params import count_params
 from optimizer.results import Goodput, Plan, TimeToTrain
 from optimizer.specs import JobSpec, Objective

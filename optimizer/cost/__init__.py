@@ -11,13 +11,8 @@ from __future__ import annotations
 import math
 
 from optimizer.cost.context import JobContext, build_context
-from optimizer.cost.estimate import (
-    Estimate,
-    estimate,
-    memory_signature,
-    steady_state_s,
-    step_time_s,
-)
+from optimizer.cost.estimate import Estimate, estimate, steady_state_s, step_time_s
+from optimizer.cost.memory import memory_signature
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
 from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
 from optimizer.errors import InvalidLayout
@@ -34,7 +29,7 @@ def best_estimate(
 
     Ties keep the canonical order ``tp, cp, dp, pp`` (innermost first).
     """
-    distinct = [(steady_state_s(ctx, lay, groups), order, groups) for order, groups in _distinct_orders(ctx, lay)]
+    distinct = [(steady_state_s(ctx, lay, groups), order, groups) for order, groups in distinct_orders(ctx, lay)]
     # Most promising orders first (stable: ties keep the canonical order first), so the bound
     # below prunes as many full estimates as possible.
     distinct.sort(key=lambda item: item[0])
@@ -52,7 +47,7 @@ def best_estimate(
     return best
 
 
-def _distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[str, ...], AxisGroups]]:
+def distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[str, ...], AxisGroups]]:
     """The rank orders that give the axes distinct groups, with those groups, canonical order
     first (memoised per axis sizes: the orders and groups depend on nothing else)."""
     key = ("distinct_orders", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)

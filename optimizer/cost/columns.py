@@ -3,9 +3,9 @@
 A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``) and differ in
 micro-batch size, sequence parallelism, recompute and interleaving depth (uniform layer split);
 it is costed under several rank orders and ZeRO stages at once. The per-kind layer costs and the
-LM head's time come from the scalar functions (``estimate.kind_costs``,
-``estimate.head_time_at_s``: a few per batch, memoised per job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
-``estimate``'s own functions (``stage_fixed_terms``, ``_dp_exposed_s``, ``_stage_memory``,
+LM head's time come from the scalar functions (``stage.kind_costs``,
+``stage.head_time_at_s``: a few per batch, memoised per job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
+``estimate``'s own functions (``stage_fixed_terms``, ``dp_exposed_s``, ``stage_memory``,
 ``step_breakdown``, ``pp_comm_s``) run on arrays of shape (layouts, stages). There is no second
 copy of a formula: the floats equal ``estimate(ctx, layout, order)``'s, which a test checks.
 """
@@ -18,17 +18,15 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from optimizer.cost.context import JobContext
-from optimizer.cost.estimate import (
+from optimizer.cost.dp_comm import dp_exposed_s
+from optimizer.cost.estimate import pp_comm_s, step_breakdown
+from optimizer.cost.memory import memory_signature, stage_memory
+from optimizer.cost.stage import (
     StageTerms,
-    _dp_exposed_s,
-    _stage_memory,
     head_time_at_s,
     kind_costs,
-    memory_signature,
-    pp_comm_s,
     split_kind_counts,
     stage_fixed_terms,
-    step_breakdown,
 )
 from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.pipeline import even_split
@@ -165,7 +163,7 @@ def cost_columns(
                 t, stored, grads, dp_inputs = stage_fixed_terms(
                     ctx, at_zero, sum(signature), layers[geometry], counts, first, last, head
                 )
-                memory = _stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
+                memory = stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
                 shape = t.compute_s.shape
                 # the slowest stage and the largest optimizer step do not depend on the order's
                 # data-parallel and pipeline groups: once per key, as compose_step takes them
@@ -178,7 +176,7 @@ def cost_columns(
                 optimizer = np.broadcast_to(t.optimizer_s, shape).max(axis=1, keepdims=True)
                 fixed[key] = (slowest, optimizer, dp_inputs, shape, memory.total_bytes.max(axis=1))
             slowest, optimizer, dp_inputs, shape, peak = fixed[key]
-            dp_exposed = np.broadcast_to(_dp_exposed_s(ctx, at_zero, groups, *dp_inputs), shape)
+            dp_exposed = np.broadcast_to(dp_exposed_s(ctx, at_zero, groups, *dp_inputs), shape)
             breakdown = step_breakdown(at_zero, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer,
                                        pp_comm_s(ctx, at_zero, groups))  # fmt: skip
             step = np.broadcast_to(sum(breakdown.values()), (len(cols), 1))[:, 0]

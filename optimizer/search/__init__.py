@@ -7,7 +7,7 @@
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
    A family's deeper interleavings are resolved only when the smallest of their bounds is reached.
-   A family whose memory floor (``estimate.memory_floor_bytes``) is above the usable capacity
+   A family whose memory floor (``lower_bounds.memory_floor_bytes``) is above the usable capacity
    fits under no rank order or split and is passed over.
    Once k layouts that fit in memory are costed, a pipelined layout whose split floor (every rank
    order and layer split) is above the k-th best time is dropped without costing.
@@ -28,11 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.cost.estimate import (
-    split_floor_at_vpp_s,
-    split_floor_s,
-    step_floor_exceeds,
-)
+from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.bounds import space_bounds

@@ -5,7 +5,7 @@ in Python was most of the planner's time on the large MoE spaces (126,456 famili
 DeepSeek-V3 on 2,048 GPUs). Here the per-layer totals are looked up once per block (a resolved
 layout and its recompute modes; ``space.LayoutBlock``) from the cost model's memo, and the
 arithmetic over ZeRO stages, recompute modes and interleaving depths runs as arrays through
-the cost model's own bound functions (``estimate.bound_terms``, ``optimizer_shards``,
+the cost model's own bound functions (``lower_bounds.bound_terms``, ``optimizer_shards``,
 ``dp_exposed_floor_s``, ``memory_floor_bytes``, ``bound_at_vpp``, ``family_bound``), which give
 the same floats on numbers and on arrays. No layout object is built until the search reaches
 it.
@@ -21,15 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.cost.context import JobContext
-from optimizer.cost.estimate import (
+from optimizer.cost.memory import optimizer_shards
+from optimizer.cost.stage import head_time_s
+from optimizer.search.lower_bounds import (
     bound_at_vpp,
     bound_terms,
     dp_exposed_floor_s,
     family_bound,
-    head_time_s,
     lower_bound_layer_totals,
     memory_floor_bytes,
-    optimizer_shards,
     p2p_floor_s,
 )
 from optimizer.cost.rules import ResolvedLayout
@@ -44,7 +44,7 @@ class SpaceBounds:
     blocks: Sequence[LayoutBlock]
     n_variants: int
     terms: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    """``estimate.lower_bound_terms`` of each family's first layout."""
+    """``lower_bounds.lower_bound_terms`` of each family's first layout."""
     pp: np.ndarray
     m: np.ndarray
     first: np.ndarray
@@ -54,7 +54,7 @@ class SpaceBounds:
     deeper: np.ndarray
     """The smallest bound of each family's deeper layouts (``family_bound``; inf when none)."""
     memory_floor: np.ndarray
-    """``estimate.memory_floor_bytes`` of each family (the same for all its depths)."""
+    """``lower_bounds.memory_floor_bytes`` of each family (the same for all its depths)."""
 
     @property
     def num_families(self) -> int:

@@ -6,7 +6,7 @@ counts sum to the model's layers; each stage's count is restricted to values who
 (the per-stage memory limit); element constraints read the stage's time, exposed
 data-parallel time and optimizer time from tables. Objective: ``steady_coefficient x slowest
 stage + slowest DP + slowest optimizer + pipeline send/recv``, the composition ``estimate``
-uses. The tables come from ``optimizer.cost.estimate.split_tables`` (the cost model's own
+uses. The tables come from ``optimizer.search.split_tables.split_tables`` (the cost model's own
 ``stage_terms``), scaled to integers per request so the best known step time is 10^7 units;
 every answer is re-scored with the float cost model afterwards.
 """
@@ -18,7 +18,8 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
-from optimizer.cost.estimate import Estimate, SplitTables
+from optimizer.cost.estimate import Estimate
+from optimizer.search.split_tables import SplitTables
 
 OBJECTIVE_UNITS = 10_000_000
 """The best known step time maps to this many objective units (per-request scale)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.cost import _distinct_orders
+from optimizer.cost import distinct_orders
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout, resolve
@@ -75,7 +75,7 @@ def exhaustive_best(
     layouts = fitting = costed = 0
     best_step, best_row = math.inf, None
     for sizes, blocks in by_sizes.items():
-        orders = _distinct_orders(ctx, blocks[0].base)
+        orders = distinct_orders(ctx, blocks[0].base)
         # every block of a job has the same variants, product(zero stages, recompute modes)
         zeros = list(dict.fromkeys(z for z, _ in blocks[0].variants))
         recomputes = list(dict.fromkeys(r for _, r in blocks[0].variants))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.cost import Estimate, JobContext, best_estimate
-from optimizer.cost.estimate import any_order_groups, peak_memory_bytes
+from optimizer.cost.estimate import peak_memory_bytes
+from optimizer.search.orders import any_order_groups
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import AxisGroups
 

@@ -65,7 +65,7 @@ class LayoutFamily(NamedTuple):
     """Layouts that differ only in their interleaving depth: ``first`` (resolved, the smallest
     admitted ``vpp``) and the other admitted ``vpp`` values, ascending, resolved on demand
     (``expand``). The search bounds the deeper members from ``first``'s bound terms
-    (``estimate.bound_at_vpp``) and resolves them only if the bound-ordered costing reaches them.
+    (``lower_bounds.bound_at_vpp``) and resolves them only if the bound-ordered costing reaches them.
     A named tuple: the planner builds one per regular layout up to ``vpp``."""
 
     first: ResolvedLayout

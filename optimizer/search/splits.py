@@ -7,7 +7,7 @@ the pool's layouts in their uniform-best order (the likeliest to improve the top
 the k-th best time and prunes the rest), then every other pair by ascending floor, until the next
 floor is above the k-th best time. A pair is settled without a model when no split fits in memory,
 when no split within the memory limits could reach the k-th best time in whole layers
-(``estimate.split_may_reach``), or when its tables' cheapest fitting entries already exceed it.
+(``floors.split_may_reach``), or when its tables' cheapest fitting entries already exceed it.
 Picking the layout is a minimum over the solved optima: the
 same answer as one joint model (``SplitModel`` takes any number of candidates) with
 forbid-and-resolve for the top-k, at a fraction of the time.
@@ -22,20 +22,16 @@ from dataclasses import dataclass, field, replace
 
 from optimizer.cost import Estimate, best_estimate
 from optimizer.cost.context import JobContext
-from optimizer.cost.estimate import (
-    SplitTables,
-    certified_split_range,
-    estimate,
-    geometry_key,
+from optimizer.cost.estimate import estimate
+from optimizer.search.fit_limits import limits_admit_split, some_split_may_fit, stage_fit_limits
+from optimizer.search.floors import (
     layers_floor_s,
-    limits_admit_split,
     order_split_floors,
-    some_split_may_fit,
     split_floor_s,
     split_may_reach,
-    split_tables,
-    stage_fit_limits,
 )
+from optimizer.search.orders import geometry_key
+from optimizer.search.split_tables import SplitTables, certified_split_range, split_tables
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import AxisGroups, axis_groups
 from optimizer.search.cpsat import Candidate, SplitModel

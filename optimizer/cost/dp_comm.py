@@ -1,0 +1,159 @@
+"""Data-parallel communication of a pipeline stage: the dense (``dp x cp``) and expert
+collectives of each ZeRO stage, and the part that overlap with compute leaves exposed at the end
+of the step (``dp_exposed_s``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optimizer.cost.comm import (
+    Level,
+    flat_ring_levels,
+    hierarchical_allgather_time_s,
+    hierarchical_allreduce_time_s,
+    hierarchical_reduce_scatter_time_s,
+)
+from optimizer.cost.context import JobContext
+from optimizer.cost.memory import WEIGHT_BYTES
+from optimizer.cost.num import Num, maximum, minimum
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.stage_layout import StageLayout
+from optimizer.cost.topology import AxisGroups, GroupGeometry
+
+
+def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
+    """The levels the dense (``dp x cp``) and expert data-parallel collectives run over
+    (``training.dp_collectives``).
+
+    A model without MoE layers has no expert parameters and issues no expert collectives. The
+    rule is per job, not per message: a stage of an MoE model that holds only dense layers still
+    pays the expert groups' latency, which keeps every data-parallel time affine in the stage's
+    parameters (``split_floor_s`` bounds stages by their average).
+    """
+    key = ("dp-levels", groups.dp_cp, groups.edp)  # geometries hash by identity: a cheap key
+    levels = ctx.memo.get(key)
+    if levels is None:
+        levels = ctx.memo[key] = (dp_ring(ctx, groups.dp_cp), expert_dp_ring(ctx, groups.edp))
+    return levels
+
+
+def dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
+    """The levels a data-parallel collective runs over in ``geo``: hierarchical, or one flat ring."""
+    return flat_ring_levels(geo.levels) if ctx.job.training.dp_collectives == "flat" else geo.levels
+
+
+def expert_dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
+    """``dp_ring`` of an expert data-parallel group (none without MoE layers)."""
+    return () if ctx.job.model.moe is None else dp_ring(ctx, geo)
+
+
+def dp_collective_parts_s(
+    zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num,
+    grad_bytes: float,
+) -> tuple[Num, Num]:
+    """A stage's data-parallel collectives over ``dp_cp`` (dense gradient bytes ``g_dense``) and
+    ``edp`` (expert, ``g_exp``), gradients of ``grad_bytes`` each: (dense part, expert part), per
+    step for ZeRO-0/1/2 (all-reduce, or reduce-scatter, which the parameter all-gather mirrors),
+    per layer and micro-batch for ZeRO-3 (gather the layer's 16-bit weights for forward and for
+    backward and reduce-scatter its gradients, each collective paying its own latency). Each part
+    is affine in its bytes (and ZeRO-3's, times the layer count, in the layer count). Numbers or
+    numpy arrays."""
+    if zero_stage == 3:
+        return _zero3_layer_s(g_dense / n_layers, dp_cp, grad_bytes), _zero3_layer_s(g_exp / n_layers, edp, grad_bytes)
+    collective = hierarchical_allreduce_time_s if zero_stage == 0 else hierarchical_reduce_scatter_time_s
+    return collective(g_dense, dp_cp), collective(g_exp, edp)
+
+
+def _zero3_layer_s(grads: Num, levels: tuple[Level, ...], grad_bytes: float) -> Num:
+    """ZeRO-3's collectives for one layer of ``grads`` gradient bytes: two weight gathers and a
+    gradient reduce-scatter (the same ring time for the same bytes)."""
+    reduce = hierarchical_reduce_scatter_time_s(grads, levels)
+    if grad_bytes == WEIGHT_BYTES:
+        return 3 * reduce
+    return 2 * hierarchical_allgather_time_s(grads * (WEIGHT_BYTES / grad_bytes), levels) + reduce
+
+
+def dp_exposed_from_parts_s(
+    ctx: JobContext, zero_stage: int, m: Num, n_layers: Num, parts: tuple[Num, Num], unhidden: Num,
+    compute: Num, fwd: Num, bwd: Num, gather: Num | None = None,
+) -> Num:
+    """A stage's exposed data-parallel time from its ``dp_collective_parts_s`` and the term no
+    overlap hides (``unhidden``: ZeRO-3's first weight gather, else the last gradient bucket).
+    ZeRO-3 overlaps its per-layer collectives with every micro-batch's compute; ZeRO-0/1/2 their
+    gradient collectives with the last micro-batch's backward and (ZeRO-1/2) the parameter
+    all-gather (``gather``, ``_weight_gather_s``; the reduce-scatter's time when the gradients
+    are as wide as the weights) with the next step's first forward. Non-decreasing in every part
+    and in ``unhidden``. Numbers or numpy arrays."""
+    dense, expert = parts
+    if zero_stage == 3:
+        per_mb = n_layers * (dense + expert)
+        return maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
+    t_b = dense + expert
+    exposed = maximum(unhidden, t_b - ctx.dp_overlap * bwd)
+    if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
+        t_g = t_b if gather is None else gather
+        exposed = exposed + maximum(unhidden, t_g - ctx.dp_overlap * fwd)
+    return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
+
+
+def gather_scale(ctx: JobContext, zero_stage: int) -> float | None:
+    """Weight bytes per gradient byte of ZeRO-1/2's parameter all-gather, when it differs from the
+    reduce-scatter's (fp32 gradients); None when the gather mirrors the reduce-scatter."""
+    if zero_stage not in (1, 2) or ctx.grad_bytes == WEIGHT_BYTES:
+        return None
+    return WEIGHT_BYTES / ctx.grad_bytes
+
+
+def _weight_gather_s(
+    ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num
+) -> Num | None:
+    """ZeRO-1/2's parameter all-gather of a stage whose gradient bytes are ``g_dense`` and
+    ``g_exp``: the reduce-scatter's collectives over the 16-bit weights' bytes. None when the
+    gradients are as wide as the weights (the gather then takes the reduce-scatter's time)."""
+    ratio = gather_scale(ctx, zero_stage)
+    if ratio is None:
+        return None
+    dense, expert = dp_collective_parts_s(zero_stage, dp_cp, edp, g_dense * ratio, g_exp * ratio, 1, WEIGHT_BYTES)
+    return dense + expert
+
+
+def dp_exposed_s(
+    ctx: JobContext, lay: StageLayout, groups: AxisGroups, dense: Num, expert: Num, n_layers: Num,
+    max_layer_params: Num, compute: Num, fwd: Num, bwd: Num,
+) -> Num:
+    """Data-parallel communication a stage leaves exposed at the end of the step."""
+    dp_cp, edp = _dp_levels(ctx, groups)
+    g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes
+    parts = dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, g_exp, n_layers, ctx.grad_bytes)
+    if lay.zero_stage == 3:
+        unhidden = hierarchical_allgather_time_s(max_layer_params * WEIGHT_BYTES, dp_cp)
+    else:
+        unhidden = last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, g_exp)
+    return dp_exposed_from_parts_s(ctx, lay.zero_stage, lay.num_micro_batches, n_layers, parts, unhidden,
+                                    compute, fwd, bwd, gather)  # fmt: skip
+
+
+def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
+    """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
+    bucket = minimum(ctx.cal.dp_bucket_bytes, g_dense)
+    if zero_stage == 0:
+        return hierarchical_allreduce_time_s(bucket, dp_cp)
+    return hierarchical_reduce_scatter_time_s(bucket, dp_cp)
+
+
+def dp_bucketed_times_s(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float
+) -> tuple[float, float, float, float]:
+    """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
+    parameter all-gather time, its last bucket), each affine in the stage's parameters."""
+    g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes
+    dp_cp, edp = _dp_levels(ctx, groups)
+    d, e = dp_collective_parts_s(lay.zero_stage, dp_cp, edp, g_dense, g_exp, 1, ctx.grad_bytes)
+    t_b = d + e
+    last_b = last_bucket_s(ctx, lay.zero_stage, dp_cp, g_dense)
+    if lay.zero_stage == 0:
+        return t_b, last_b, 0.0, 0.0
+    gather = _weight_gather_s(ctx, lay.zero_stage, dp_cp, edp, g_dense, g_exp)
+    # the parameter all-gather mirrors the gradient reduce-scatter in the weights' bytes
+    return t_b, last_b, (t_b if gather is None else gather), last_b

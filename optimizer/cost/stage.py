@@ -1,0 +1,266 @@
+"""One pipeline stage's share of the step (``StageTerms``): compute, exposed TP / CP / EP
+communication, exposed data-parallel time, optimizer step and memory, memoised per job; and the
+LM head's time. ``estimate`` composes the step from these, the search's split tables tabulate
+them per layer count."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.dp_comm import dp_exposed_s
+from optimizer.cost.layer import Dims, LayerCost, gemm_time_s, layer_cost
+from optimizer.cost.memory import (
+    ADAM_STEP_BYTES,
+    StageMemory,
+    memory_signature,
+    optimizer_shards,
+    shard_group_sizes,
+    stage_memory,
+    static_memory_bytes,
+    weight_bytes_per_param,
+)
+from optimizer.cost.num import Num, maximum, minimum, select
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.stage_layout import StageLayout
+from optimizer.cost.topology import AxisGroups
+
+
+def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Layers of each kind on each of ``pp`` stages under the chunk split ``stage_layers`` (memoised)."""
+    key = ("counts", pp, stage_layers)
+    cached = ctx.memo.get(key)
+    if cached is None:
+        stage_chunks: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+        start = 0
+        for c, count in enumerate(stage_layers):
+            stage_chunks[c % pp].append((start, count))
+            start += count
+        prefix = ctx.kind_prefix
+        cached = [
+            tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
+            for chunks in stage_chunks
+        ]
+        ctx.memo[key] = cached
+    return cached
+
+
+@dataclass(frozen=True)
+class StageTerms:
+    """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over.
+    Numbers for one layout; arrays (layouts x stages) in ``cost.columns``."""
+
+    fwd_s: float
+    """Forward compute of one micro-batch (all its layers)."""
+    bwd_s: float
+    compute_s: float
+    """Forward + backward compute of one micro-batch, LM head included on the last stage."""
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    dp_exposed_s: float
+    """Data-parallel communication this stage leaves exposed at the end of the step."""
+    optimizer_s: float
+    memory: StageMemory
+
+    @property
+    def time_s(self) -> float:
+        """One micro-batch through the stage, forward and backward, with exposed TP/CP/EP."""
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
+    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    return kind_costs(ctx, dims, groups)
+
+
+def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCost]:
+    """``layer_cost`` of every layer kind of the job (memoised per dims and TP / CP / EP geometry)."""
+    key = (dims, groups.tp, groups.cp, groups.ep)
+    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
+    if kind_cost is None:
+        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+        ctx.memo[key] = kind_cost
+    return kind_cost
+
+
+def stage_terms(
+    ctx: JobContext,
+    lay: ResolvedLayout,
+    groups: AxisGroups,
+    stage: int,
+    kind_counts: tuple[int, ...],
+) -> StageTerms:
+    """Cost of pipeline stage ``stage`` holding ``kind_counts[k]`` layers of each layer kind.
+
+    Stage 0 also holds the embedding, the last stage the LM head and loss (both with ``pp = 1``).
+    Memoised per job: the search's layer-split tables call it for many layer counts.
+    """
+    # the last chunk, v*pp + pp-1, always sits on the last stage
+    partial, stored, grads_bytes = stage_core_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
+    return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
+        partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
+        partial.dp_exposed_s, partial.optimizer_s, stage_memory(ctx, lay, stage, partial.memory, stored, grads_bytes),
+    )
+
+
+def stage_memory_bytes(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, stage: int, kind_counts: tuple[int, ...]
+) -> float:
+    """``stage_terms(...).memory.total_bytes`` without the stage's exposed data-parallel time
+    (memory does not depend on it): the layer-split fit limits probe many layer counts."""
+    t, stored, grads_bytes, _ = stage_fixed_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
+    return stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes
+
+
+def stage_core_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float]:
+    """``_stage_core``, memoised per job."""
+    # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
+    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
+           # the only geometries a stage's own terms depend on (pp placement does not enter)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
+    core = ctx.memo.get(key)
+    if core is None:
+        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = core
+    return core
+
+
+def _stage_core(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float]:
+    """Everything of a stage but its in-flight activations: (terms with the stage's activations
+    set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
+    per micro-batch, gradient bytes).
+
+    Only the exposed data-parallel time depends on the dp / edp groups; the rest is memoised
+    without them, so rank orders that move only the data-parallel axes share it.
+    """
+    t, stored, grads_bytes, dp_inputs = stage_fixed_cached(ctx, lay, groups, kind_counts, first, last)
+    dp_exposed = dp_exposed_s(ctx, lay, groups, *dp_inputs)
+    terms = StageTerms(t.fwd_s, t.bwd_s, t.compute_s, t.tp_s, t.cp_s, t.ep_s, dp_exposed, t.optimizer_s, t.memory)
+    return terms, stored, grads_bytes
+
+
+def stage_fixed_cached(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_fixed``, memoised per job."""
+    # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
+    # are added in stage_memory, the exposed data-parallel time in _stage_core)
+    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+           lay.recompute, lay.sequence_parallel,
+           # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
+           groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last, kind_counts)
+    fixed = ctx.memo.get(key)
+    if fixed is None:
+        fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
+        ctx.memo[key] = fixed
+    return fixed
+
+
+def _stage_fixed(
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+    """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
+    head = head_time_s(ctx, lay) if last else 0.0
+    return stage_fixed_terms(
+        ctx, lay, sum(memory_signature(groups)), layout_kind_costs(ctx, lay, groups), kind_counts, first, last, head
+    )
+
+
+def stage_fixed_terms(
+    ctx: JobContext, lay: StageLayout, n_groups: int, kind_cost: Sequence[LayerCost], kind_counts: Sequence[Num],
+    first: bool | np.ndarray, last: bool | np.ndarray, head_s: Num,
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
+    """``_stage_fixed`` from its inputs: the layer costs of each kind (``kind_cost``), the stage's
+    layers of each kind, whether it is the first / last stage, the LM head's time (read on the last
+    stage) and the number of process groups the rank order forms (``memory_signature``).
+
+    Numbers, or numpy arrays that broadcast (``cost.columns`` costs many layouts at once: the
+    micro-batch size, interleaving depth, micro-batch count and sequence parallelism of ``lay``,
+    the counts, ``first`` / ``last`` (masks over a stage axis), the head time and every
+    ``LayerCost`` field may be arrays; the parallel sizes and ZeRO stage are numbers). Terms are
+    summed in the same order either way, so both give the same floats.
+    """
+    cal = ctx.cal
+    fwd = sum(n * lc.fwd_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    bwd = sum(n * lc.bwd_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    tp_s = sum(n * lc.tp_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    cp_s = sum(n * lc.cp_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    ep_s = sum(n * lc.ep_s for n, lc in zip(kind_counts, kind_cost, strict=True))
+    stored = sum(n * lc.stored_act_bytes for n, lc in zip(kind_counts, kind_cost, strict=True))
+    working: Num = 0.0  # the largest working set of a kind the stage holds
+    for n, lc in zip(kind_counts, kind_cost, strict=True):
+        working = maximum(working, select(n > 0, lc.working_act_bytes, 0.0))
+    dense = sum(n * lc.dense_params for n, lc in zip(kind_counts, kind_cost, strict=True))
+    expert = sum(n * lc.expert_params for n, lc in zip(kind_counts, kind_cost, strict=True))
+    n_layers = maximum(1, sum(kind_counts))
+    max_layer_params = functools.reduce(maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
+    compute = fwd + bwd
+    # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
+    dense += first * (ctx.embedding_params / lay.tp)
+    compute += last * head_s
+    if ctx.lm_head_params:
+        dense += last * (ctx.lm_head_params / lay.tp)
+    else:  # tied embeddings: the last stage keeps its own copy unless it is also the first
+        dense += (last * (1 - first)) * (ctx.embedding_params / lay.tp)
+    dp_shard, ep_shard = shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep)
+    opt_dense_shard, opt_expert_shard = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
+
+    # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
+    opt_params = dense / opt_dense_shard + expert / opt_expert_shard
+    t_opt = opt_params * ADAM_STEP_BYTES / ctx.hbm_bytes_per_s
+
+    # ---- memory -----------------------------------------------------------------------------
+    w_bytes = weight_bytes_per_param(ctx)
+    weights_bytes, grads_bytes, optim_bytes = static_memory_bytes(ctx, lay.zero_stage, dense, expert, dp_shard, ep_shard,
+                                                                  opt_dense_shard, opt_expert_shard)  # fmt: skip
+    acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
+    tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
+    acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
+    buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    if lay.zero_stage == 3:
+        # two layers gathered at a time (current + prefetch); their non-local part
+        total = dense + expert
+        share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)
+        gathered = minimum(2 * max_layer_params, total) * (
+            share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
+        )
+        buffers += gathered * w_bytes
+    elif lay.dp * lay.cp > 1:
+        buffers += 2 * minimum(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
+    memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
+    terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
+    return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
+
+
+def head_time_s(ctx: JobContext, lay: ResolvedLayout) -> float:
+    """Forward and backward of the LM head and loss for one micro-batch (memoised per job)."""
+    return head_time_at_s(ctx, lay.tp, lay.cp, lay.micro_batch_size)
+
+
+def head_time_at_s(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
+    """``head_time_s`` of a layout with these sizes (the only fields it reads; memoised per job)."""
+    key = ("head", tp, cp, micro_batch_size)
+    t = ctx.memo.get(key)
+    if t is None:
+        t = ctx.memo[key] = _head_time_uncached(ctx, tp, cp, micro_batch_size)
+    return t
+
+
+def _head_time_uncached(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    vocab = float(model.vocab_size or 0)
+    tokens = micro_batch_size * ctx.job.training.seq_len / cp
+    t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / tp, tokens, vocab / tp, h)
+    t += 3.0 * tokens * vocab / tp * ctx.logit_bytes / ctx.hbm_bytes_per_s
+    return t

@@ -1,0 +1,55 @@
+"""The distinct rank-order geometries of a layout, and the per-layer-kind times under one: what
+the search's floors and split tables iterate over."""
+
+from __future__ import annotations
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.stage import layout_kind_costs
+from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
+
+
+def order_geometries(
+    ctx: JobContext, lay: ResolvedLayout
+) -> tuple[list[AxisGroups], list[AxisGroups], list[AxisGroups]]:
+    """One rank order's groups per distinct (tp, cp, ep) geometry, which is all the per-layer
+    costs read; per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
+    data-parallel and pipeline communication read; and per distinct pair of the two, which is
+    all a whole step reads (memoised per axis sizes)."""
+    key = ("order_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    reps = ctx.memo.get(key)
+    if reps is None:
+        sizes = lay.sizes()
+        layer: dict[tuple, AxisGroups] = {}
+        comm: dict[tuple, AxisGroups] = {}
+        both: dict[tuple, AxisGroups] = {}
+        for o in candidate_orders(sizes):
+            g = axis_groups(ctx.topology, o, sizes)
+            layer.setdefault((g.tp, g.cp, g.ep), g)
+            comm.setdefault((g.dp_cp, g.edp, g.pp), g)
+            both.setdefault((g.tp, g.cp, g.ep, g.dp_cp, g.edp, g.pp), g)
+        reps = (list(layer.values()), list(comm.values()), list(both.values()))
+        ctx.memo[key] = reps
+    return reps
+
+
+def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
+    """The groups of one rank order of the layout (the canonical first; memoised), for terms
+    that do not depend on the order."""
+    return order_geometries(ctx, lay)[0][0]
+
+
+def kind_times(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> tuple[float, ...]:
+    """Per layer kind, ``LayerCost.time_s`` under the groups' (tp, cp, ep) geometry (memoised)."""
+    key = ("times", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
+           groups.tp, groups.cp, groups.ep)  # fmt: skip
+    times = ctx.memo.get(key)
+    if times is None:
+        times = tuple(c.time_s for c in layout_kind_costs(ctx, lay, groups))
+        ctx.memo[key] = times
+    return times
+
+
+def geometry_key(groups: AxisGroups) -> tuple:
+    """What a step reads of a rank order: the groups' geometries, not the order's name."""
+    return (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, groups.pp)
