@@ -266,17 +266,9 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn  # only needed to serve
+    from api.server import serve  # only needed to serve
 
-    settings = Settings()
-    uvicorn.run(
-        "api.main:app",
-        host=args.host if args.host is not None else settings.host,
-        port=args.port if args.port is not None else settings.port,
-        workers=args.workers if args.workers is not None else settings.workers,
-        log_level=settings.log_level,
-        access_log=False,  # the app writes its own JSON access lines
-    )
+    serve(Settings(), host=args.host, port=args.port, workers=args.workers)
     return EXIT_OK
 
 
