@@ -61,6 +61,19 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes = 0
         self._sizes: dict[int, int] = {}
 
+    # The scanner's own nesting (flow brackets, block indentation) is bounded too: it scans a
+    # whole flow collection ahead of the composer, quadratically in its depth.
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise DocumentError(f"YAML nested deeper than {MAX_DEPTH} levels")
+        super().fetch_flow_collection_start(token_class)  # type: ignore[misc]
+
+    def add_indent(self, column: int) -> bool:
+        if len(self.indents) >= MAX_DEPTH:
+            raise DocumentError(f"YAML nested deeper than {MAX_DEPTH} levels")
+        added: bool = super().add_indent(column)  # type: ignore[misc]
+        return added
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
@@ -88,7 +101,10 @@ class _BoundedLoader(yaml.SafeLoader):
 def parse_yaml(text: str) -> Any:
     """``yaml.safe_load`` within ``MAX_DOCUMENT_BYTES``, ``MAX_DEPTH`` and ``MAX_YAML_NODES``."""
     _check_size(text)
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.YAMLError as exc:  # characters YAML does not allow
+        raise DocumentError(f"not valid YAML: {_one_line(exc)}") from exc
     try:
         return loader.get_single_data()
     except yaml.YAMLError as exc:
