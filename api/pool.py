@@ -19,6 +19,10 @@ from fastapi import Depends, Request
 T = TypeVar("T")
 
 
+MIN_WAIT_S = 1.0
+"""The shortest wait a call is given for a thread (a free thread takes it within milliseconds)."""
+
+
 class PoolSaturated(Exception):
     """Every thread is busy and the wait queue is full; the client should retry shortly."""
 
@@ -76,7 +80,8 @@ class SolverPool:
 
         Raises:
             PoolSaturated: when ``capacity`` calls are already in flight.
-            QueueTimeout: the call was still waiting for a thread after ``max_wait_s``.
+            QueueTimeout: the call was still waiting for a thread after ``max_wait_s`` (at
+                least ``MIN_WAIT_S``).
         """
         executor = self._get_executor()
         self._acquire()
@@ -89,6 +94,7 @@ class SolverPool:
         waiting = asyncio.wrap_future(future)
         if max_wait_s is None:
             return await waiting
+        max_wait_s = max(max_wait_s, MIN_WAIT_S)
         try:
             return await asyncio.wait_for(asyncio.shield(waiting), max_wait_s)
         except TimeoutError:

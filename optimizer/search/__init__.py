@@ -297,6 +297,12 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
         for family, is_deeper in never_fit:
             if smallest is not None and bounds.memory_floor[family] > smallest.peak_memory_bytes:
                 break
+            if smallest is not None and time.perf_counter() > deadline:
+                warnings.append(
+                    "the time limit ran out while looking for the layout needing the least memory: "
+                    "the explanation names the least found"
+                )
+                break
             fam = bounds.family(family)
             for member in fam.expand(job) if is_deeper else [fam.first]:
                 smallest = _least_memory(smallest, _unfit(ctx, member, headroom))

@@ -109,7 +109,7 @@ def test_a_queued_request_past_its_time_limit_is_503_and_cheap_ones_still_answer
     assert heavy_statuses in ([200, 200], [200, 503]), heavy_statuses
     assert queued.status_code == 503, queued.text
     assert int(queued.headers["Retry-After"]) >= 1
-    assert queued_s < 0.5 + 1.0  # its time limit, and no more than a second's slack
+    assert queued_s < 1.0 + 1.0  # its wait limit (1 s at least), and no more than a second's slack
     assert evaluated.status_code == 200 and evaluate_s < 2.0, evaluate_s
     assert max(timings.values()) < 1.0, timings
 
