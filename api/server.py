@@ -23,7 +23,6 @@ import asyncio
 import functools
 import logging
 import resource
-import time
 from typing import Any
 
 import uvicorn
@@ -35,6 +34,8 @@ MAX_HEADER_BYTES = 16 * 1024
 FD_MARGIN = 256
 """File descriptors kept beyond ``max_connections`` (logs, catalogs, the listening socket)."""
 log = logging.getLogger("pplan.error")
+_open: dict[GuardedH11Protocol, None] = {}
+"""This process's guarded connections, oldest first (a dict keeps insertion order)."""
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -44,12 +45,13 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         settings = _settings()
         self.header_timeout_s = settings.header_timeout_s
-        self._opened = time.monotonic()
         self._header_timer: asyncio.TimerHandle | None = None
         if len(self.connections) >= settings.max_connections and not self._evict_one():
+            self.transport = transport  # connection_lost closes it again
             transport.close()
             return
         super().connection_made(transport)
+        _open[self] = None
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -61,6 +63,7 @@ class GuardedH11Protocol(H11Protocol):
             self._header_timer = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        _open.pop(self, None)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -81,10 +84,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def _evict_one(self) -> bool:
         """Close the oldest connection that serves no request; False when every one does."""
-        idle = [c for c in self.connections if isinstance(c, GuardedH11Protocol) and not c._serving()]
-        if not idle:
+        oldest = next((c for c in _open if not c._serving()), None)
+        if oldest is None:
             return False
-        oldest = min(idle, key=lambda c: c._opened)
+        del _open[oldest]
         self.connections.discard(oldest)
         oldest.transport.close()
         return True
