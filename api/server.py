@@ -46,7 +46,7 @@ class GuardedH11Protocol(H11Protocol):
         settings = _settings()
         self.header_timeout_s = settings.header_timeout_s
         self._header_timer: asyncio.TimerHandle | None = None
-        if len(self.connections) >= settings.max_connections and not self._evict_one():
+        if len(self.connections) >= _connection_cap() and not self._evict_one():
             self.transport = transport  # connection_lost closes it again
             transport.close()
             return
@@ -98,6 +98,25 @@ def _settings() -> Settings:
     return Settings()
 
 
+def fd_budget(settings: Settings, fd_limit: int) -> tuple[int, int]:
+    """(listen backlog, connection cap) that fit in ``fd_limit`` open files.
+
+    The event loop accepts up to ``backlog`` connections at once before any of them reaches the
+    cap, so the sockets open at a time stay under ``cap + 2 * backlog + FD_MARGIN``; both are
+    lowered to keep that under the limit (then no accept fails with "too many open files")."""
+    if fd_limit == resource.RLIM_INFINITY:
+        return settings.backlog, settings.max_connections
+    usable = max(64, fd_limit - FD_MARGIN)
+    backlog = max(16, min(settings.backlog, usable // 4))
+    return backlog, max(16, min(settings.max_connections, usable - 2 * backlog))
+
+
+@functools.cache
+def _connection_cap() -> int:
+    """``max_connections``, lowered to fit this process's open-file limit (``fd_budget``)."""
+    return fd_budget(_settings(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])[1]
+
+
 def raise_fd_limit(wanted: int) -> int:
     """Raise the soft open-file limit towards ``wanted`` (within the hard limit); the new limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -108,7 +127,7 @@ def raise_fd_limit(wanted: int) -> int:
     return soft
 
 
-def uvicorn_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
+def uvicorn_options(settings: Settings, fd_limit: int, **overrides: Any) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.run`` for the service (``overrides``: host, port, workers)."""
     options: dict[str, Any] = {
         "host": settings.host,
@@ -119,7 +138,7 @@ def uvicorn_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "http": "api.server:GuardedH11Protocol",
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
-        "backlog": settings.backlog,
+        "backlog": fd_budget(settings, fd_limit)[0],
         "timeout_graceful_shutdown": 5,
         "proxy_headers": False,
     }
@@ -130,14 +149,19 @@ def uvicorn_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
 def serve(settings: Settings | None = None, **overrides: Any) -> None:
     """Run the service until interrupted."""
     settings = settings or Settings()
-    limit = raise_fd_limit(settings.max_connections + FD_MARGIN)
-    if limit < settings.max_connections + FD_MARGIN:
+    wanted = settings.max_connections + 2 * settings.backlog + FD_MARGIN
+    limit = raise_fd_limit(wanted)
+    if limit < wanted:
+        backlog, cap = fd_budget(settings, limit)
         log.warning(
-            '{"event":"fd_limit","detail":"open-file limit %d is below max_connections + %d"}',
+            '{"event":"fd_limit","detail":"open-file limit %d is below %d: '
+            'at most %d connections, backlog %d"}',
             limit,
-            FD_MARGIN,
+            wanted,
+            cap,
+            backlog,
         )
-    uvicorn.run("api.main:app", **uvicorn_options(settings, **overrides))
+    uvicorn.run("api.main:app", **uvicorn_options(settings, limit, **overrides))
 
 
 if __name__ == "__main__":
