@@ -107,7 +107,9 @@ def parse_yaml(text: str) -> Any:
         raise DocumentError(f"not valid YAML: {_one_line(exc)}") from exc
     try:
         return loader.get_single_data()
-    except yaml.YAMLError as exc:
+    except DocumentError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. an integer of 5,000 digits
         raise DocumentError(f"not valid YAML: {_one_line(exc)}") from exc
     except RecursionError as exc:  # a safety net behind MAX_DEPTH
         raise DocumentError("YAML nested too deep") from exc
