@@ -42,4 +42,6 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; r = urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4); sys.exit(0 if r.status == 200 else 1)"]
 
-CMD ["python", "-m", "uvicorn", "api.main:app", "--host", "0.0.0.0", "--port", "8000"]
+# uvicorn with header / body read timeouts and a connection cap (api/server.py, docs/api.md).
+ENV PPLAN_HOST=0.0.0.0 PPLAN_PORT=8000
+CMD ["python", "-m", "api.server"]

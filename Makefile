@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/uvicorn api.main:app --host 127.0.0.1 --port 8000
+	$(BIN)/python -m api.server
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest

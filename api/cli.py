@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from api.catalog import catalog_items
+from api.documents import DocumentError, parse_json, parse_yaml
 from api.errors import validation_items
+from api.planning import apply_search_limits
 from api.settings import Settings
 from api.topology_cli import add_topology_commands
 from hardware_catalog import load_catalog
@@ -62,15 +65,15 @@ def load_document(path: str) -> dict[str, Any]:
     suffix = Path(path).suffix.lower()
     try:
         if suffix == ".json":
-            data = json.loads(text)
+            data = parse_json(text)
         elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
+            data = parse_yaml(text)
         else:
             try:
-                data = json.loads(text)
-            except ValueError:
-                data = yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+                data = parse_json(text)
+            except DocumentError:
+                data = parse_yaml(text)
+    except DocumentError as exc:
         raise InputError(f"cannot parse {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise InputError(
@@ -256,7 +259,10 @@ def _error(text: str) -> None:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     request = PlanRequest.model_validate(load_document(args.file))
+    request, warnings = apply_search_limits(request, Settings())
     response = service.plan(request)
+    if warnings:
+        response = response.model_copy(update={"warnings": [*warnings, *response.warnings]})
     if args.format == "table":
         _write(plan_table(response))
     else:
@@ -294,17 +300,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn  # only needed to serve
+    from api.server import serve  # only needed to serve
 
-    settings = Settings()
-    uvicorn.run(
-        "api.main:app",
-        host=args.host if args.host is not None else settings.host,
-        port=args.port if args.port is not None else settings.port,
-        workers=args.workers if args.workers is not None else settings.workers,
-        log_level=settings.log_level,
-        access_log=False,  # the app writes its own JSON access lines
-    )
+    serve(Settings(), host=args.host, port=args.port, workers=args.workers)
     return EXIT_OK
 
 
@@ -382,6 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     except PlannerError as exc:
         _error(f"{source}: {exc}")
+        return EXIT_INVALID
+    except RequestValidationError as exc:  # a server limit (apply_search_limits)
+        item = validation_items(exc.errors())[0]
+        _error(f"{source}: {'.'.join(str(p) for p in item['loc'][1:])}: {item['msg']}")
+        return EXIT_INVALID
+    except RecursionError:  # a safety net behind the document depth limit
+        _error(f"{source}: the document is nested too deep")
         return EXIT_INVALID
     return code
 

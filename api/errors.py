@@ -19,8 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.pool import PoolSaturated
 from optimizer.errors import InvalidLayout, PlannerError
 
-RETRY_AFTER_S = 1
-
 
 class ErrorItem(BaseModel):
     loc: list[str | int] = Field(
@@ -39,7 +37,7 @@ class ValidationErrorBody(BaseModel):
 
 
 class MessageBody(BaseModel):
-    """404, 413, 503: a one-line reason."""
+    """404, 408, 413, 503: a one-line reason."""
 
     detail: str
 
@@ -52,6 +50,10 @@ class InternalErrorBody(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    408: {
+        "model": MessageBody,
+        "description": "The request body was not received within the server's body timeout.",
+    },
     413: {"model": MessageBody, "description": "Request body larger than the server limit."},
     422: {
         "model": ValidationErrorBody,
@@ -63,7 +65,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     503: {
         "model": MessageBody,
-        "description": "Planner pool saturated; retry after the `Retry-After` seconds.",
+        "description": (
+            "Planner pool saturated, or the request waited longer than its time limit for a "
+            "thread; retry after the `Retry-After` seconds."
+        ),
         "headers": {
             "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}
         },
@@ -139,10 +144,11 @@ async def _planner_error_handler(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _saturated_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PoolSaturated)
     return JSONResponse(
         status_code=503,
         content={"detail": f"planner busy: {exc}; retry shortly"},
-        headers={"Retry-After": str(RETRY_AFTER_S)},
+        headers={"Retry-After": str(exc.retry_after_s)},
     )
 
 

@@ -47,9 +47,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         A FastAPI app whose lifespan loads (and so validates) the catalogs at start-up.
     """
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_rate_per_s)
     pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
     sweep_manager = sweeps.SweepManager(workers=settings.sweep_workers, max_running=settings.max_sweeps_running)
+    evaluate_pool = SolverPool(workers=settings.evaluate_workers, max_queue=settings.max_queue)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             pool.close()
             sweep_manager.close()
+            evaluate_pool.close()
 
     app = FastAPI(
         title="Parallelism planner",
@@ -73,8 +75,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.solver_pool = pool
     app.state.sweeps = sweep_manager
+    app.state.evaluate_pool = evaluate_pool
     install_error_handlers(app)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestContextMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
     app.include_router(planning.router)
     app.include_router(sweeps.router)
     app.include_router(catalog.router)

@@ -1,11 +1,14 @@
-"""Per-request plumbing: request ids, JSON access log, body size limit, and the 500 safety net."""
+"""Per-request plumbing: request ids, JSON access log, body size, time and depth limits, HEAD on
+GET routes, rate-limited error logs, and the 500 safety net."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -13,6 +16,8 @@ from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.documents import MAX_DEPTH, json_depth
 
 LOGGER_NAME = "pplan"
 access_log = logging.getLogger(f"{LOGGER_NAME}.access")
@@ -22,8 +27,40 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_INCOMING_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def configure_logging(level: str) -> None:
-    """Send ``pplan.*`` records to stderr, one message per line (idempotent)."""
+RATE_LIMITED_LOGGERS = ("pplan.error", "uvicorn.error", "asyncio")
+
+
+class RateLimitFilter(logging.Filter):
+    """Lets through at most ``rate_per_s`` records per second per message template (bursts of
+    ``5 * rate_per_s``); the next record let through says how many were dropped."""
+
+    def __init__(self, rate_per_s: float) -> None:
+        super().__init__()
+        self.rate_per_s = rate_per_s
+        self.burst = 5 * rate_per_s
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, object], list[float]] = {}  # tokens, last time, dropped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        with self._lock:
+            if len(self._buckets) > 1024:
+                self._buckets.clear()
+            tokens, last, dropped = self._buckets.get(key, (self.burst, now, 0.0))
+            tokens = min(self.burst, tokens + (now - last) * self.rate_per_s)
+            if tokens < 1:
+                self._buckets[key] = [tokens, now, dropped + 1]
+                return False
+            self._buckets[key] = [tokens - 1, now, 0.0]
+        if dropped:
+            record.msg = f"{record.msg} [{int(dropped)} similar records dropped by the log rate limit]"
+        return True
+
+
+def configure_logging(level: str, rate_per_s: float = 20.0) -> None:
+    """Send ``pplan.*`` records to stderr, one message per line, and rate-limit the error loggers
+    (``RATE_LIMITED_LOGGERS``) to ``rate_per_s`` per message (idempotent)."""
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(level.upper())
     if not any(getattr(h, "_pplan", False) for h in logger.handlers):
@@ -31,6 +68,11 @@ def configure_logging(level: str) -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._pplan = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
+    for name in RATE_LIMITED_LOGGERS:
+        target = logging.getLogger(name)
+        for old in [f for f in target.filters if isinstance(f, RateLimitFilter)]:
+            target.removeFilter(old)
+        target.addFilter(RateLimitFilter(rate_per_s))
 
 
 def _log_json(logger: logging.Logger, level: int, record: dict[str, Any]) -> None:
@@ -38,22 +80,23 @@ def _log_json(logger: logging.Logger, level: int, record: dict[str, Any]) -> Non
         logger.log(level, json.dumps(record, separators=(",", ":"), default=str))
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _send_json(send: Send, status: int, body: dict[str, Any], close: bool = False) -> None:
     payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if close:  # the rest of the request is not read: the connection cannot be reused
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 
 class _BodyTooLarge(Exception):
+    pass
+
+
+class _TooDeep(Exception):
     pass
 
 
@@ -82,6 +125,8 @@ async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
             pending = None
             break
     body = b"".join(chunks)
+    if body and json_depth(body.decode("latin-1")) > MAX_DEPTH:
+        raise _TooDeep
     replayed = False
 
     async def replay() -> Message:
@@ -101,14 +146,17 @@ class RequestContextMiddleware:
 
     - gives every request an id (an incoming ``X-Request-ID`` if well-formed, else a new one),
       exposes it as ``request.state.request_id`` and returns it in the ``X-Request-ID`` header;
-    - answers 413 when the body exceeds ``max_body_bytes`` (declared or actually sent);
+    - answers 413 when the body exceeds ``max_body_bytes`` (declared or actually sent), 408 when
+      it is not received within ``body_timeout_s``, 422 when it nests deeper than ``MAX_DEPTH``;
+    - serves HEAD on every GET route (the GET answer without its body);
     - turns any exception that escapes the app into a logged 500 ``{"detail", "request_id"}``;
     - writes one JSON line per request to the ``pplan.access`` logger.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,6 +167,9 @@ class RequestContextMiddleware:
             incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
         )
         scope.setdefault("state", {})["request_id"] = request_id
+        method = scope.get("method")
+        if method == "HEAD":
+            scope = {**scope, "method": "GET"}
         started = time.perf_counter()
         status = 0
 
@@ -127,14 +178,29 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 MutableHeaders(scope=message).append(REQUEST_ID_HEADER, request_id)
+            elif method == "HEAD" and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         try:
             try:
-                replay = await _buffer_body(scope, receive, self.max_body_bytes)
+                async with asyncio.timeout(self.body_timeout_s):
+                    replay = await _buffer_body(scope, receive, self.max_body_bytes)
             except _BodyTooLarge:
                 detail = f"request body too large: the limit is {self.max_body_bytes} bytes"
-                await _send_json(send_with_id, 413, {"detail": detail})
+                await _send_json(send_with_id, 413, {"detail": detail}, close=True)
+                return
+            except TimeoutError:
+                detail = f"request body not received within body_timeout_s = {self.body_timeout_s:g} s"
+                await _send_json(send_with_id, 408, {"detail": detail}, close=True)
+                return
+            except _TooDeep:
+                item = {
+                    "loc": ["body"],
+                    "msg": f"JSON nested deeper than {MAX_DEPTH} levels",
+                    "type": "json_too_deep",
+                }
+                await _send_json(send_with_id, 422, {"detail": [item]})
                 return
             await self.app(scope, replay, send_with_id)
         except Exception as exc:
@@ -162,7 +228,7 @@ class RequestContextMiddleware:
                 logging.INFO,
                 {
                     "event": "request",
-                    "method": scope.get("method"),
+                    "method": method,
                     "path": scope.get("path"),
                     "status": status,
                     "duration_ms": round((time.perf_counter() - started) * 1e3, 3),

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Body
 
 from api.errors import ERROR_RESPONSES, invalid_field, layout_error
 from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
-from api.pool import PoolDep
-from api.settings import Settings, SettingsDep
+from api.pool import EvaluatePoolDep, PoolDep
+from api.settings import MIB, Settings, SettingsDep
 from optimizer import service
 from optimizer.errors import InvalidLayout
+from optimizer.search import space_memory_budget
 from optimizer.results import Plan, PlanResponse
 from optimizer.specs import EvaluateRequest, PlanRequest
 
@@ -54,6 +56,11 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
     return request, warnings
 
 
+def _plan_within(space_memory_bytes: float, request: PlanRequest) -> PlanResponse:
+    with space_memory_budget(space_memory_bytes):
+        return service.plan(request)
+
+
 @router.post(
     "/plan",
     response_model=PlanResponse,
@@ -72,8 +79,9 @@ async def plan(
     ``status: "infeasible"``, no plans and an ``explanation`` with the numbers.
     """
     request, warnings = apply_search_limits(body, settings)
+    run = partial(_plan_within, settings.search_memory_mib * MIB)
     try:
-        response = await pool.run(service.plan, request)
+        response = await pool.run(run, request, max_wait_s=request.search.time_limit_s)
     except InvalidLayout as exc:
         raise layout_error(exc, under=None) from exc
     if warnings:
@@ -90,7 +98,8 @@ async def plan(
 )
 async def evaluate(
     body: Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)],
-    pool: PoolDep,
+    settings: SettingsDep,
+    pool: EvaluatePoolDep,
 ) -> Plan:
     """Step time, MFU, memory and bottleneck of ``config`` (and ``config.placement`` if given).
 
@@ -98,6 +107,6 @@ async def evaluate(
     that breaks a hard rule (sizes that do not divide, product != ``num_gpus``) is a 422.
     """
     try:
-        return await pool.run(service.evaluate, body)
+        return await pool.run(service.evaluate, body, max_wait_s=settings.max_time_limit_s)
     except InvalidLayout as exc:
         raise layout_error(exc, under="config") from exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
@@ -10,10 +9,6 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1 << 20
-
-
-def _default_solver_workers() -> int:
-    return os.cpu_count() or 2
 
 
 class Settings(BaseSettings):
@@ -27,16 +22,71 @@ class Settings(BaseSettings):
         default=1, ge=1, le=256, description="Uvicorn worker processes (`pplan serve`)."
     )
     solver_workers: int = Field(
-        default_factory=_default_solver_workers,
+        default=2,
         ge=1,
         le=1024,
-        description="Threads that run planner calls, per worker process (default: CPU count).",
+        description=(
+            "Searches (POST /plan) that run at once, per worker process, whatever the core count; "
+            "each may take up to search_memory_mib."
+        ),
+    )
+    evaluate_workers: int = Field(
+        default=2,
+        ge=1,
+        le=1024,
+        description="Threads for POST /evaluate, apart from the searches so they never wait behind them.",
     )
     max_queue: int = Field(
         default=32,
         ge=0,
         le=100_000,
-        description="Planner calls that may wait for a thread; beyond workers + queue: 503.",
+        description=(
+            "Calls that may wait for a thread, per pool; beyond workers + queue: 503. A call that "
+            "waited longer than its time limit (search.time_limit_s after clamping; "
+            "max_time_limit_s for /evaluate) is answered 503 instead of run late."
+        ),
+    )
+    search_memory_mib: int = Field(
+        default=512,
+        ge=16,
+        le=1 << 20,
+        description="Memory one search's layout space may take; a larger space is a 422.",
+    )
+    time_limit_grace_s: float = Field(
+        default=2.0,
+        ge=0,
+        description=(
+            "Documented margin: a search answers within its time limit plus this (ranking, the "
+            "launch arguments and one last layer-split model after the deadline)."
+        ),
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection whose request headers are not complete this long is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request body not fully received this long after its headers: 408, closed.",
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, description="Idle keep-alive connections are closed after this."
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "Open connections per worker process; a new one beyond it evicts the oldest idle or "
+            "partial connection."
+        ),
+    )
+    backlog: int = Field(default=2048, ge=1, description="Listen backlog of the server socket.")
+    log_rate_per_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="Error log records per second and message (bursts of 5 s worth), the rest counted.",
     )
     max_body_bytes: int = Field(
         default=MIB, ge=1024, description="Largest request body accepted (else 413)."
@@ -51,10 +101,10 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="search.time_limit_s when a request does not give one."
     )
     sweep_workers: int = Field(
-        default_factory=_default_solver_workers,
+        default=2,
         ge=1,
         le=1024,
-        description="Processes that plan sweep points, per worker process (default: CPU count).",
+        description="Processes that plan sweep points, per worker process, whatever the core count.",
     )
     max_sweep_points: int = Field(default=256, ge=1, description="Largest sweep (points) accepted (else 422).")
     max_sweeps_running: int = Field(default=2, ge=1, description="Sweeps running at once (else 429).")

@@ -7,9 +7,9 @@ message that names the field and the reason (HTTP 422) before any planning work 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
 from optimizer.topology_spec import ClusterTopology
@@ -36,8 +36,26 @@ MAX_LAYERS = 1_024
 MAX_HIDDEN = 131_072
 
 
+MAX_ALLOW_VALUES = 256
+"""Most candidate values one ``search.allow`` list may hold (720,720 GPUs have 240 divisors)."""
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of every request model: unknown fields, type coercion (``"8"`` for 8, ``"yes"`` or 1
+    for true, true for 1) and non-finite floats are a 422 naming the field. Request models added
+    later inherit this by deriving from ``Strict``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("Input should be one of 0, 1, 2 or 3, not a boolean")
+    return value
+
+
+ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_not_bool)]
+"""ZeRO stage; ``Literal`` alone would take ``true`` for 1."""
 
 
 class MLAConfig(Strict):
@@ -92,8 +110,8 @@ class ModelSpec(Strict):
     After validation every field is filled (preset values, then explicit overrides, then defaults).
     """
 
-    preset: str | None = Field(default=None, description="Model preset id (GET /models).")
-    name: str | None = None
+    preset: str | None = Field(default=None, max_length=200, description="Model preset id (GET /models).")
+    name: str | None = Field(default=None, max_length=200)
     num_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
     hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
     ffn_hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN * 8)
@@ -115,8 +133,10 @@ class ModelSpec(Strict):
 
         presets = load_model_presets()
         preset_id = data["preset"]
-        if not isinstance(preset_id, str) or preset_id not in presets:
-            raise ValueError(str(UnknownCatalogId("model preset", str(preset_id), list(presets))))
+        if not isinstance(preset_id, str):
+            raise ValueError(f"preset must be a string (a model preset id), not {type(preset_id).__name__}")
+        if preset_id not in presets:
+            raise ValueError(str(UnknownCatalogId("model preset", preset_id[:100], list(presets))))
         base = presets[preset_id].architecture()
         merged = {**base, **{k: v for k, v in data.items() if v is not None}}
         for key in ("mla", "moe"):  # nested blocks merge field by field
@@ -352,14 +372,14 @@ class TrainingSpec(Strict):
 class ClusterSpec(Strict):
     """A cluster: a preset id plus ``num_gpus``, or explicit fields (which override the preset)."""
 
-    preset: str | None = Field(default=None, description="Cluster preset id (GET /clusters).")
+    preset: str | None = Field(default=None, max_length=200, description="Cluster preset id (GET /clusters).")
     num_gpus: int | None = Field(
         default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs the job takes; with topology, omit to let /plan choose"
     )
-    gpu: str | None = Field(default=None, description="GPU id (GET /gpus).")
+    gpu: str | None = Field(default=None, max_length=200, description="GPU id (GET /gpus).")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     nvlink_domain_size: int | None = Field(default=None, ge=1, le=1024)
-    network: str | None = Field(default=None, description="Scale-out fabric id (GET /networks).")
+    network: str | None = Field(default=None, max_length=200, description="Scale-out fabric id (GET /networks).")
     nics_per_node: int | None = Field(default=None, ge=1, le=1024)
     leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group")
     spine_oversubscription: float | None = Field(default=None, ge=1.0, le=64.0)
@@ -447,7 +467,7 @@ class Layout(Strict):
     ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="expert parallel (expert TP = 1): must divide tp*dp*cp and num_experts")
     vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="virtual pipeline chunks per stage")
     micro_batch_size: int = Field(default=1, ge=1, le=1 << 16)
-    zero_stage: Literal[0, 1, 2, 3] = 1
+    zero_stage: ZeroStage = 1
     recompute: Recompute = "selective"
     sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
     num_micro_batches: int | None = Field(default=None, ge=1, description="derived: gbs / (dp * micro_batch_size)")
@@ -470,27 +490,34 @@ class Layout(Strict):
 class LayoutFix(Strict):
     """Layout fields to pin during search."""
 
-    tp: int | None = Field(default=None, ge=1)
-    pp: int | None = Field(default=None, ge=1)
-    dp: int | None = Field(default=None, ge=1)
-    cp: int | None = Field(default=None, ge=1)
-    ep: int | None = Field(default=None, ge=1)
-    vpp: int | None = Field(default=None, ge=1)
-    micro_batch_size: int | None = Field(default=None, ge=1)
-    zero_stage: Literal[0, 1, 2, 3] | None = None
+    tp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
+    pp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
+    cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
+    ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
+    vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    micro_batch_size: int | None = Field(default=None, ge=1, le=1 << 16)
+    zero_stage: ZeroStage | None = None
     recompute: Recompute | None = None
     sequence_parallel: bool | None = None
 
 
-class LayoutAllow(Strict):
-    """Candidate values per layout field during search."""
+def _allowed(limit: int) -> Any:
+    """A ``search.allow`` list of sizes: at most ``MAX_ALLOW_VALUES`` values, each 1..``limit``."""
+    return Annotated[
+        list[Annotated[int, Field(ge=1, le=limit)]], Field(max_length=MAX_ALLOW_VALUES)
+    ]
 
-    tp: list[int] | None = None
-    pp: list[int] | None = None
-    dp: list[int] | None = None
-    cp: list[int] | None = None
-    ep: list[int] | None = None
-    vpp: list[int] | None = Field(
+
+class LayoutAllow(Strict):
+    """Candidate values per layout field during search (each list at most ``MAX_ALLOW_VALUES``)."""
+
+    tp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
+    pp: _allowed(MAX_LAYERS) | None = None  # type: ignore[valid-type]
+    dp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
+    cp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
+    ep: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
+    vpp: _allowed(MAX_LAYERS) | None = Field(  # type: ignore[valid-type]
         default=None,
         description=(
             "Interleaving depths to search (at most 8). For models whose dense and MoE layers alternate (an MoE "
@@ -500,10 +527,10 @@ class LayoutAllow(Strict):
             "other model they are searched by default."
         ),
     )
-    micro_batch_size: list[int] | None = None
-    zero_stage: list[Literal[0, 1, 2, 3]] | None = None
-    recompute: list[Recompute] | None = None
-    sequence_parallel: list[bool] | None = None
+    micro_batch_size: _allowed(1 << 16) | None = None  # type: ignore[valid-type]
+    zero_stage: list[ZeroStage] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
+    recompute: list[Recompute] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
+    sequence_parallel: list[bool] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
 
     @model_validator(mode="after")
     def _non_empty(self) -> LayoutAllow:
@@ -538,7 +565,11 @@ class SearchSpec(Strict):
         default=True,
         description="Also plan a few nearby GPU counts when cheap, and list the clearly better ones in suggestions.",
     )
-    time_limit_s: float = Field(default=10.0, gt=0, le=60.0)
+    time_limit_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Search time budget (s); values above the server's max_time_limit_s are clamped to it.",
+    )
     fix: LayoutFix = Field(default_factory=LayoutFix)
     allow: LayoutAllow = Field(default_factory=LayoutAllow)
     memory_headroom_gib: float | None = Field(

@@ -961,8 +961,14 @@ def test_time_limit_is_checked_while_the_space_is_bounded() -> None:
     response = search(req)
     assert response.status == "feasible" and response.plans == []
     assert response.solver.status == "UNKNOWN" and not response.solver.proved_optimal
-    assert response.solver.candidates_enumerated == 559_464
-    assert "time_limit_s = 0.001 s ran out while bounding the 559,464 layouts" in response.explanation
+    # enumerating the space checks the deadline too, and at 1 ms it usually stops there
+    enumerated = response.solver.candidates_enumerated
+    assert enumerated <= 559_464
+    assert (
+        f"time_limit_s = 0.001 s ran out while enumerating the layouts of the space ({enumerated:,} so far)"
+        in response.explanation
+        or "time_limit_s = 0.001 s ran out while bounding the 559,464 layouts" in response.explanation
+    )
 
 
 def test_search_gives_the_garbage_collector_back() -> None:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
@@ -35,6 +36,8 @@ from optimizer.search.bounds import space_bounds
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
+    SpaceBudget,
+    SpaceTimedOut,
     count_layouts,
     empty_choice,
     layout_blocks,
@@ -49,6 +52,8 @@ from optimizer.search.splits import (
 from optimizer.specs import JobSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB, to_gib
 
+DEFAULT_SPACE_MEMORY_BYTES = 512 * 2**20
+"""Memory the layout space of one search may take by default (``SpaceBudget``)."""
 POOL_EXTRA = 8
 """Candidates kept beyond top_k for the CP-SAT stage."""
 
@@ -99,13 +104,27 @@ def cyclic_gc_paused() -> Iterator[None]:
                 gc.collect(1)
 
 
+_space_memory_bytes: ContextVar[float] = ContextVar("space_memory_bytes", default=DEFAULT_SPACE_MEMORY_BYTES)
+
+
+@contextmanager
+def space_memory_budget(max_bytes: float) -> Iterator[None]:
+    """Searches run inside (in this thread or task) let their layout space take ``max_bytes``."""
+    token = _space_memory_bytes.set(max_bytes)
+    try:
+        yield
+    finally:
+        _space_memory_bytes.reset(token)
+
+
 def search(request: PlanRequest) -> PlanResponse:
-    """The top-k plans of ``request`` (see the module docstring)."""
+    """The top-k plans of ``request`` (see the module docstring); a layout space that would take
+    more memory than ``space_memory_budget`` allows is a ``SpaceTooLarge`` error."""
     with cyclic_gc_paused():
-        return _search(request)
+        return _search(request, _space_memory_bytes.get())
 
 
-def _search(request: PlanRequest) -> PlanResponse:
+def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     from optimizer.service import to_plan
 
     t0 = time.perf_counter()
@@ -115,11 +134,17 @@ def _search(request: PlanRequest) -> PlanResponse:
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
     usable_bytes = ctx.usable_bytes(headroom)
     deadline = t0 + spec.time_limit_s
-    blocks = list(layout_blocks(job, spec))
+    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
+    try:
+        blocks = list(layout_blocks(job, spec, SpaceBudget(budget_end, space_memory_bytes)))
+    except SpaceTimedOut as exc:
+        return _no_plan(SolverInfo(candidates_enumerated=exc.layouts), t0, "feasible", "UNKNOWN", (
+            f"search.time_limit_s = {spec.time_limit_s} s ran out while enumerating the layouts of the space "
+            f"({exc.layouts:,} so far), before any was costed: raise the time limit or narrow search.fix / search.allow"
+        ))  # fmt: skip
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
     if not blocks:
         return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
-    budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
     bounds = space_bounds(ctx, blocks, budget_end)
     if bounds is None:
         return _no_plan(info, t0, "feasible", "UNKNOWN", (
@@ -224,8 +249,8 @@ def _search(request: PlanRequest) -> PlanResponse:
         if key not in best_by_layout or _rank_key(est) < _rank_key(best_by_layout[key]):
             best_by_layout[key] = est
     results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
-    info.status = cp_status
     info.proved_optimal = proved and split_proved and cp_status == "OPTIMAL" and bool(results)
+    info.status = _solver_status(info.proved_optimal, cp_status, bool(results))
     if open_floor is not None:  # the optimum may be an unsolved split with this floor or more
         next_bound = open_floor if next_bound is None else min(next_bound, open_floor)
     if info.proved_optimal:
@@ -268,6 +293,12 @@ def _search(request: PlanRequest) -> PlanResponse:
         for family, is_deeper in never_fit:
             if smallest is not None and bounds.memory_floor[family] > smallest.peak_memory_bytes:
                 break
+            if smallest is not None and time.perf_counter() > deadline:
+                warnings.append(
+                    "the time limit ran out while looking for the layout needing the least memory: "
+                    "the explanation names the least found"
+                )
+                break
             fam = bounds.family(family)
             for member in fam.expand(job) if is_deeper else [fam.first]:
                 smallest = _least_memory(smallest, _unfit(ctx, member, headroom))
@@ -294,6 +325,16 @@ def _search(request: PlanRequest) -> PlanResponse:
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def _solver_status(proved_optimal: bool, cp_status: str, found: bool) -> str:
+    """OPTIMAL only with a proof; FEASIBLE with plans but no proof (a split model stopped at its
+    limit keeps CP-SAT's own status); UNKNOWN with neither (the infeasible answer overrides it)."""
+    if proved_optimal:
+        return "OPTIMAL"
+    if not found:
+        return "UNKNOWN"
+    return cp_status if cp_status not in ("OPTIMAL", "INFEASIBLE") else "FEASIBLE"
 
 
 def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:

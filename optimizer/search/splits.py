@@ -86,7 +86,7 @@ def solve_splits(
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
     best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
-    work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes))
+    work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes), budget.deadline)
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
         remaining = budget.deadline - time.perf_counter()
@@ -102,6 +102,8 @@ def solve_splits(
             if est.fits_memory:
                 k = layout_key(est.layout)
                 best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
+    if work.timed_out:
+        _note_open(out, work.smallest_key())
     return out
 
 
@@ -120,10 +122,13 @@ class _Work:
     _LAYOUT, _PAIR = 0, 1
 
     def __init__(
-        self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]], cap_bytes: float
-    ) -> None:
+        self, ctx: JobContext, pool: list[Estimate], pipelined: list[tuple[float, ResolvedLayout]], cap_bytes: float,
+        deadline: float = float("inf"),
+    ) -> None:  # fmt: skip
         self.ctx = ctx
         self.cap_bytes = cap_bytes
+        self.deadline = deadline
+        self.timed_out = False
         first = [e for e in pool if e.layout.pp > 1]
         self.in_pool = {(layout_key(e.layout), _geometry_of(ctx, e)) for e in first}
         self.first = deque((split_floor_s(ctx, e.layout), e) for e in first)
@@ -146,7 +151,8 @@ class _Work:
     ) -> tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None, float] | None:
         """The next pair whose floor is at most ``threshold`` (the current k-th best time), as
         (floor, uniform estimate if known, layout, geometry, threshold); None when no pair left
-        can enter the top-k. ``threshold`` never increases between calls."""
+        can enter the top-k. ``threshold`` never increases between calls. None too when the
+        deadline passes while layouts are being expanded (then ``timed_out`` is set)."""
         ctx = self.ctx
         limit = threshold + POOL_MARGIN_S
         while self.first:
@@ -157,6 +163,10 @@ class _Work:
             key, n, kind, _, lay, g = heapq.heappop(self.heap)
             if kind == self._PAIR:
                 return key, None, lay, g, threshold
+            if time.perf_counter() > self.deadline:
+                heapq.heappush(self.heap, (key, n, kind, 0, lay, g))
+                self.timed_out = True
+                return None
             if layers_floor_s(ctx, lay) > limit:
                 continue  # no split in any rank order is fast enough
             floors = order_split_floors(ctx, lay)
