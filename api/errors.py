@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
+from starlette.routing import Match
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
@@ -135,7 +136,21 @@ async def _http_error_handler(request: Request, exc: Exception) -> Response:
             "type": "json_invalid",
         }
         return JSONResponse(status_code=422, content={"detail": [item]})
+    if exc.status_code == 405:  # one path may have several routes (GET and DELETE /sweeps/{id})
+        exc = StarletteHTTPException(405, exc.detail, headers={"Allow": _allowed_methods(request)})
     return await http_exception_handler(request, exc)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of the app serves at the request's path."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
 
 
 async def _planner_error_handler(_: Request, exc: Exception) -> JSONResponse:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
+from optimizer.strict_model import Strict
 from optimizer.topology_spec import ClusterTopology
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]
@@ -40,12 +41,6 @@ MAX_ALLOW_VALUES = 256
 """Most candidate values one ``search.allow`` list may hold (720,720 GPUs have 240 divisors)."""
 
 
-class Strict(BaseModel):
-    """Base of every request model: unknown fields, type coercion (``"8"`` for 8, ``"yes"`` or 1
-    for true, true for 1) and non-finite floats are a 422 naming the field. Request models added
-    later inherit this by deriving from ``Strict``."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _not_bool(value: Any) -> Any:

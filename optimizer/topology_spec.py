@@ -8,7 +8,9 @@ domains are NVLink (scale-up) domains: the hostname on 8-GPU servers, a clique l
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from optimizer.strict_model import Strict
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """A node's own domain: when no node carries this label, its value is the node's name."""
@@ -17,17 +19,15 @@ MAX_TOPOLOGY_NODES = 16_384
 MAX_LEVELS = 8
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
-class TopologyNode(_Strict):
+class TopologyNode(Strict):
     name: str = Field(min_length=1, max_length=253, description="Node name (Slurm NodeName, Kubernetes node).")
     labels: dict[str, str] = Field(default_factory=dict, description="level label key -> domain value")
     free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now")
 
 
-class LevelLink(_Strict):
+class LevelLink(Strict):
     """The network between different domains of one level (e.g. between racks)."""
 
     level: str
@@ -48,14 +48,14 @@ class LevelLink(_Strict):
     )
 
 
-class NodeAssignment(_Strict):
+class NodeAssignment(Strict):
     """The nodes a job runs on, in rank order (a plan's ``assignment`` gives them)."""
 
     nodes: list[str] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs used on each; default: the cluster's")
 
 
-class ClusterTopology(_Strict):
+class ClusterTopology(Strict):
     levels: list[str] = Field(
         min_length=1,
         max_length=MAX_LEVELS,

@@ -92,10 +92,16 @@ def fuzzed_app() -> FastAPI:
 
 
 CONFIG = SchemathesisConfig.from_dict(
-    {"checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "404", "422"]}}}
+    {
+        "checks": {
+            "positive_data_acceptance": {"expected-statuses": ["2xx", "404", "422"]},
+            "negative_data_rejection": {"expected-statuses": ["400", "404", "413", "422"]},
+        }
+    }
 )
 """Schema-valid data may still break a cross-field rule (a 422 naming it) or name an unknown
-catalog id (a 404 on the catalog routes)."""
+catalog id (a 404 on the catalog routes). Schema-violating data is refused with a 422, or a 413
+when the generated body is over the size limit (a list past its maxItems can be)."""
 schema = schemathesis.openapi.from_asgi("/openapi.json", fuzzed_app(), config=CONFIG)
 
 load_all_checks()

@@ -10,11 +10,12 @@ import itertools
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from optimizer.capacity.formulas import HOUR_S
 from optimizer.results import Plan
 from optimizer.specs import MAX_NUM_GPUS, PlanRequest
+from optimizer.strict_model import Strict
 
 VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
 """The grid's axes, in the order points are enumerated (the last varies fastest)."""
@@ -23,11 +24,9 @@ PointStatus = Literal["pending", "done", "infeasible", "failed", "cancelled"]
 SweepState = Literal["running", "done", "cancelled", "failed"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
-class SweepVary(_Strict):
+class SweepVary(Strict):
     """Values per axis; the points are the product of the axes given."""
 
     num_gpus: list[int] | None = Field(default=None, min_length=1, max_length=4096)
@@ -52,7 +51,7 @@ class SweepVary(_Strict):
         return self
 
 
-class SweepRequest(_Strict):
+class SweepRequest(Strict):
     """``job``: a /plan request; ``vary``: the grid."""
 
     job: dict[str, Any] = Field(description="A POST /plan request body.")
@@ -113,14 +112,14 @@ def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequ
     return out
 
 
-class PointResult(_Strict):
+class PointResult(Strict):
     point: dict[str, Any]
     status: PointStatus
     plan: Plan | None = None
     explanation: str | None = Field(default=None, description="Why no plan: infeasible job, or the error.")
 
 
-class ParetoPoint(_Strict):
+class ParetoPoint(Strict):
     """A non-dominated point: no other point is at least as good on every criterion and better on one."""
 
     index: int = Field(description="Position in results.")
@@ -133,7 +132,7 @@ class ParetoPoint(_Strict):
     usd_per_million_tokens: float | None = Field(default=None, description="At the catalog (or given) price.")
 
 
-class SweepStatus(_Strict):
+class SweepStatus(Strict):
     id: str
     status: SweepState
     done: int = Field(description="Points finished (planned, infeasible, failed or cancelled).")
