@@ -25,7 +25,7 @@ from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
 from optimizer import service
-from optimizer.capacity.annotate import resolve_inputs
+from optimizer.capacity.annotate import price_per_gpu_hour_usd
 from optimizer.capacity.sweep import (
     PointError,
     PointResult,
@@ -111,7 +111,7 @@ class SweepManager:
         sweep = _Sweep(
             id=uuid.uuid4().hex[:16],
             results=[PointResult(point=p, status="pending") for p, _ in jobs],
-            prices=[resolve_inputs(r).price_per_gpu_hour_usd for _, r in jobs],
+            prices=[price_per_gpu_hour_usd(r) for _, r in jobs],
         )
         with self._lock:
             running = sum(not s.terminal() for s in self._sweeps.values())

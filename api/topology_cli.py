@@ -1,4 +1,4 @@
-"""``pplan topology from-slurm`` / ``from-kueue``: write ``cluster.topology`` JSON."""
+"""``pplan topology from-slurm`` / ``from-kueue`` / ``from-volcano``: write ``cluster.topology`` JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import hostlist
+
 from api.topology_convert import ConvertError, from_kueue, from_slurm
+from api.topology_volcano import from_volcano
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -29,10 +32,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.source == "from-slurm":
             topo = from_slurm(_read(args.file), args.gpus_per_node, args.busy or "", args.name)
+        elif args.source == "from-volcano":
+            nodes = json.loads(_read(args.nodes)) if args.nodes else None
+            pods = json.loads(_read(args.pods)) if args.pods else None
+            topo = from_volcano(_read(args.file), nodes, pods, args.gpus_per_node, args.busy or "")
         else:
             pods = json.loads(_read(args.pods)) if args.pods else None
             topo = from_kueue(_read(args.topology), json.loads(_read(args.nodes)), pods)
-    except (ConvertError, OSError, json.JSONDecodeError) as exc:
+    except (ConvertError, OSError, json.JSONDecodeError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
     _emit(topo, args.output)
@@ -51,6 +58,12 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     kueue.add_argument("topology", metavar="TOPOLOGY_YAML")
     kueue.add_argument("nodes", metavar="NODES_JSON", help="kubectl get nodes -o json")
     kueue.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
-    for p in (slurm, kueue):
+    volcano = kinds.add_parser("from-volcano", help="Volcano HyperNode objects (kubectl get hypernodes -o yaml)")
+    volcano.add_argument("file", metavar="HYPERNODES_YAML")
+    volcano.add_argument("--nodes", metavar="NODES_JSON", help="kubectl get nodes -o json (free GPUs; regexMatch, labelMatch)")
+    volcano.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
+    volcano.add_argument("--gpus-per-node", type=int, default=8, help="free GPUs on each node without --nodes (default 8)")
+    volcano.add_argument("--busy", help="hostlist of nodes in use, without --nodes")
+    for p in (slurm, kueue, volcano):
         p.add_argument("--output", "-o", help="write the JSON here (default: standard output)")
         p.set_defaults(handler=_run)

@@ -167,19 +167,31 @@ def _ready(node: dict) -> bool:
     return not ready or ready[0].get("status") == "True"
 
 
+def requested_gpus(pods_json: dict | None) -> dict[str, int]:
+    """GPUs requested per node by the running pods of ``kubectl get pods -A -o json``."""
+    return _requested_gpus(pods_json or {})
+
+
+def free_gpus(node: dict, used: dict[str, int]) -> int:
+    """Free GPUs of a ``kubectl get nodes -o json`` item: allocatable less ``used``, 0 when cordoned
+    or not Ready."""
+    alloc = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
+    if (node.get("spec") or {}).get("unschedulable") or not _ready(node):
+        return 0
+    return max(0, alloc - used.get((node.get("metadata") or {}).get("name", ""), 0))
+
+
 def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = None) -> dict:
     """``cluster.topology`` from a Kueue ``Topology`` object and ``kubectl get nodes -o json``."""
     levels = _kueue_levels(topology_text)
-    used = _requested_gpus(pods_json or {})
+    used = requested_gpus(pods_json)
     nodes = []
     for item in nodes_json.get("items", []):
         meta = item.get("metadata") or {}
         name, labels = meta.get("name"), meta.get("labels") or {}
         if not name or any(lv not in labels and lv != HOSTNAME_LABEL for lv in levels):
             continue  # not part of this topology
-        alloc = int(((item.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
-        free = 0 if (item.get("spec") or {}).get("unschedulable") or not _ready(item) else alloc - used.get(name, 0)
-        nodes.append({"name": name, "labels": {lv: labels[lv] for lv in levels if lv in labels}, "free_gpus": max(0, free)})
+        nodes.append({"name": name, "labels": {lv: labels[lv] for lv in levels if lv in labels}, "free_gpus": free_gpus(item, used)})
     if not nodes:
         raise ConvertError(f"nodes: no node carries every level label {levels}")
     if HOSTNAME_LABEL not in levels:

@@ -176,6 +176,10 @@ function render(response) {
   if (response.explanation) lines.push(response.explanation);
   lines.push(...response.warnings);
   $("#summary").textContent = lines.join(" ");
+  const suggestions = response.suggestions ?? [];
+  $("#suggestions").replaceChildren(...suggestions.map((s) => el("li", { "data-num-gpus": s.num_gpus, "data-tokens-per-s": s.tokens_per_s },
+    `Try ${fmt.int(s.num_gpus)} GPUs: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
+  $("#suggestions").hidden = !suggestions.length;
   const body = $("#plans tbody");
   body.replaceChildren(...response.plans.flatMap(planRows));
   timeChart(response.plans);
@@ -218,7 +222,16 @@ function planDetail(plan) {
     });
     return el("div", { class: "launch" }, el("h4", {}, name, " ", copy), el("pre", {}, text));
   });
-  return el("div", {}, breakdown, notes, ...launch);
+  return el("div", {}, capacityLine(plan), breakdown, notes, ...launch);
+}
+
+function capacityLine(plan) {
+  const ttt = plan.time_to_train;
+  const parts = [["goodput_fraction", plan.goodput?.fraction, (x) => `goodput ${fmt.pct(x)}`],
+    ["time_to_train_days", ttt?.days, (x) => `${x.toFixed(1)} days to train`],
+    ["cost_usd", ttt?.cost_usd, (x) => `$${fmt.int(x)}`]].filter(([, value]) => value != null);
+  return el("p", { class: "capacity", "data-testid": "capacity" },
+    ...parts.map(([field, value, text]) => el("span", { "data-field": field, "data-value": value }, text(value), " ")));
 }
 
 async function copyText(text) {
@@ -260,6 +273,11 @@ function memoryChart(plan, index) {
 
 // ---- sweeps ----------------------------------------------------------------------------------
 let sweepId = null;
+let lastSweep = null;
+const SWEEP_METRICS = {
+  throughput: { title: "Throughput against GPU count", axis: "tokens/s", of: (plan) => plan?.tokens_per_s },
+  days: { title: "Time to train against GPU count", axis: "days", of: (plan) => plan?.time_to_train?.days ?? plan?.time_to_train_days },
+};
 
 function sweepMessage(text, isError = false) {
   $("#sweep-status").textContent = isError ? "" : text;
@@ -302,22 +320,28 @@ async function pollSweep(id) {
   document.body.dataset.sweep = body.status;
 }
 
-function sweepPoint(item) {
-  const plan = item.plan ?? item;
+function sweepPoint(item, metric) {
   const gpus = item.point?.num_gpus ?? item.num_gpus ?? item.point?.cluster?.num_gpus;
-  return { gpus, tokensPerS: plan?.tokens_per_s };
+  return { gpus, y: metric.of(item.plan ?? item) };
 }
 
-function sweepChart(sweep) {
-  const points = sweep.results.filter((r) => r.plan).map(sweepPoint).sort((a, b) => a.gpus - b.gpus);
-  const front = (sweep.pareto ?? []).map(sweepPoint).filter((p) => p.tokensPerS).sort((a, b) => a.gpus - b.gpus);
+function sweepChart(sweep = lastSweep) {
+  lastSweep = sweep;
+  const hasDays = sweep.results.some((r) => r.plan?.time_to_train);
+  const select = $("#sweep-metric");
+  select.options[1].disabled = !hasDays;
+  if (!hasDays) select.value = "throughput";
+  const metric = SWEEP_METRICS[select.value];
+  const byGpus = (items) => items.map((i) => sweepPoint(i, metric)).filter((p) => p.y != null).sort((a, b) => a.gpus - b.gpus);
+  const points = byGpus(sweep.results.filter((r) => r.plan));
+  const front = byGpus(sweep.pareto ?? []);
   $("#sweep-chart").hidden = false;
   Plotly.react("sweep-chart", [
-    { type: "scatter", mode: "markers", name: "best plan", marker: { size: 11 }, x: points.map((p) => p.gpus), y: points.map((p) => p.tokensPerS) },
-    { type: "scatter", mode: "lines+markers", name: "Pareto front", x: front.map((p) => p.gpus), y: front.map((p) => p.tokensPerS) },
+    { type: "scatter", mode: "markers", name: "best plan", marker: { size: 11 }, x: points.map((p) => p.gpus), y: points.map((p) => p.y) },
+    { type: "scatter", mode: "lines+markers", name: "Pareto front", x: front.map((p) => p.gpus), y: front.map((p) => p.y) },
   ], {
-    title: { text: "Throughput against GPU count" }, xaxis: { title: { text: "GPUs" } },
-    yaxis: { title: { text: "tokens/s" } }, margin: { t: 40 },
+    title: { text: metric.title }, xaxis: { title: { text: "GPUs" } },
+    yaxis: { title: { text: metric.axis } }, margin: { t: 40 },
   }, PLOT_CONFIG);
 }
 
@@ -378,6 +402,7 @@ async function main() {
   $("#hf-file").addEventListener("change", importHfFile);
   $("#sweep-start").addEventListener("click", startSweep);
   $("#sweep-cancel").addEventListener("click", cancelSweep);
+  $("#sweep-metric").addEventListener("change", () => lastSweep && sweepChart());
   const job = jobFromUrl();
   if (job) {
     jobToForm(job);

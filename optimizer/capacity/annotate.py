@@ -40,6 +40,15 @@ class CapacityInputs:
     global_batch_tokens: int
 
 
+def price_per_gpu_hour_usd(job: JobSpec) -> float | None:
+    """The job's price per GPU-hour: ``costs.price_per_gpu_hour_usd``, else the catalog's for its
+    GPU (None: neither)."""
+    if job.costs.price_per_gpu_hour_usd is not None:
+        return job.costs.price_per_gpu_hour_usd
+    catalog_price = load_capacity_catalog().gpus[job.cluster.gpu].price_per_gpu_hour_usd  # type: ignore[index]
+    return None if catalog_price is None else catalog_price.value
+
+
 def resolve_inputs(job: JobSpec) -> CapacityInputs:
     cap = load_capacity_catalog()
     d = cap.defaults
@@ -47,9 +56,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     gpu = load_catalog().gpus[gpu_id]  # type: ignore[index]
     gcap = cap.gpus[gpu_id]  # type: ignore[index]
     rel, costs = job.reliability, job.costs
-    price = costs.price_per_gpu_hour_usd
-    if price is None and gcap.price_per_gpu_hour_usd is not None:
-        price = gcap.price_per_gpu_hour_usd.value
+    price = price_per_gpu_hour_usd(job)
     eff = gpu.gemm_efficiency_bf16.value
     if job.training.precision in ("fp8", "fp4") and gpu.gemm_efficiency_fp8 is not None:
         eff = gpu.gemm_efficiency_fp8.value

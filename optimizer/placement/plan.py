@@ -2,8 +2,11 @@
 
 For each GPU count (the one asked, or with ``num_gpus`` omitted, powers of two up to all free
 nodes), the candidate node sets (``select.candidate_sets``) are each planned by the unchanged search
-on the tiers they give (``node_tiers``); the fastest best plan wins, ties going to the most compact
-set (fewest NVLink domains, then fewest domains of each coarser level).
+on the tiers they give (``node_tiers``). The best plan by ``search.objective`` wins (``throughput``:
+tokens/s per GPU; the others: the capacity model's ``objective_value`` per delivered token, so that
+``time_to_train`` takes the fastest count, ``cost`` and ``energy`` the cheapest per token), ties
+going to fewer nodes, then the most compact set (fewest NVLink domains, then fewest domains of each
+coarser level).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class Option:
 @dataclass
 class Outcome:
     option: Option
+    request: PlanRequest
+    """The request planned: the job on this option's nodes."""
     response: PlanResponse
 
 
@@ -75,9 +80,21 @@ def _options(c: ClusterSpec) -> list[Option]:
     return [Option(g, ch) for g, n in job_counts(c) for ch in candidate_sets(topo, g, n)]
 
 
-def _key(out: Outcome) -> tuple:
+def objective_score(out: Outcome) -> float:
+    """What the request's ``search.objective`` minimises for the outcome's best plan (compared
+    across GPU counts, so ``throughput`` is per GPU; nine significant digits, so that ties reach
+    the compactness keys)."""
+    from optimizer.capacity.annotate import objective_value, resolve_inputs
+
     best = out.response.plans[0]
-    return (-round(best.tokens_per_s_per_gpu, 6), len(out.option.choice.nodes), out.option.choice.compactness)
+    objective = out.request.search.objective
+    if objective == "throughput":
+        return -round(best.tokens_per_s_per_gpu, 6)
+    return float(f"{objective_value(objective, resolve_inputs(out.request), best):.9g}")
+
+
+def _key(out: Outcome) -> tuple:
+    return (objective_score(out), len(out.option.choice.nodes), out.option.choice.compactness)
 
 
 def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> PlanResponse:
@@ -88,7 +105,7 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
     outcomes = []
     for opt in options:
         sub = request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)})
-        outcomes.append(Outcome(opt, search(sub)))
+        outcomes.append(Outcome(opt, sub, search(sub)))
     found = [o for o in outcomes if o.response.plans]
     if not found:
         smallest = smallest_fitting(request, search)
