@@ -10,6 +10,8 @@ from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
+from optimizer.frameworks import profile as framework_profile
+from optimizer.frameworks import running_frameworks
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
@@ -20,7 +22,11 @@ def evaluate(request: EvaluateRequest) -> Plan:
     """Score one layout with the cost model. Raises ``InvalidLayout`` for an invalid layout."""
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
-    lay = resolve_layout(job, request.config)
+    config = request.config
+    if job.training.framework is not None:  # the framework's recompute names -> the cost model's
+        costed = framework_profile(job.training.framework).costed_recompute(config.recompute)
+        config = config.model_copy(update={"recompute": costed})
+    lay = resolve_layout(job, config)
     placement = None
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
@@ -94,6 +100,12 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     # launch arguments select the attention backend that was costed
     training = job.training.model_copy(update={"attention_kernel": kernel})
+    runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
+    notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
+    fields = tuple(p.launch_field for p in runs)
+    launch_args = build_launch(job.model, training, config, fields) if launch else None
+    if job.training.framework is not None and runs:  # the plan speaks the framework's names
+        config = config.model_copy(update={"recompute": runs[0].own_recompute(lay.recompute)})
     return Plan(
         config=config,
         placement=est.placement,
@@ -107,7 +119,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         memory_gib=memory,
         fits_memory=est.fits_memory,
         bottleneck=est.bottleneck,  # type: ignore[arg-type]
-        launch=build_launch(job.model, training, config) if launch else None,
+        launch=launch_args,
+        frameworks=[p.id for p in runs],
         notes=notes,
     )
 

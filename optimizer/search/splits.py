@@ -15,6 +15,8 @@ forbid-and-resolve for the top-k, at a fraction of the time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import heapq
 import time
 from collections import deque
@@ -60,6 +62,8 @@ class SplitBudget:
     """``time.perf_counter()`` value after which no model is started."""
     headroom_bytes: float | None
     num_layers: int
+    key: Callable[[ResolvedLayout], tuple] | None = None
+    """What the top-k holds once: a layout (default, ``layout_key``) or a family (``search.diverse``)."""
 
 
 @dataclass
@@ -89,7 +93,8 @@ def solve_splits(
     uniform-split estimates; ``pipelined``: every costed pipelined layout with its layout bound;
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
-    best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
+    key_of = budget.key or layout_key
+    best_time = {key_of(e.layout): e.step_time_s for e in pool}  # per layout (or family), as answers come in
     work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes))
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
@@ -104,7 +109,7 @@ def solve_splits(
         if est is not None:
             out.results.append(est)
             if est.fits_memory:
-                k = layout_key(est.layout)
+                k = key_of(est.layout)
                 best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
     return out
 
