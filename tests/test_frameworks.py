@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context, resolve_layout
+from optimizer.cost.pipeline import even_split
 from optimizer.frameworks import FRAMEWORK_IDS, layout_problem, load_profiles, profile, stack_defaults
 from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
@@ -83,7 +84,8 @@ def _check_plans(request: PlanRequest) -> None:
             ds = json.loads(p.launch.deepspeed)
             assert ds["zero_optimization"]["stage"] == lay.zero_stage
             assert lay.pp == 1 or lay.zero_stage <= 1
-            assert lay.cp == 1 and lay.vpp == 1 and lay.uniform_split
+            assert lay.cp == 1 and lay.vpp == 1
+            assert list(lay.stage_layers) == even_split(sum(lay.stage_layers), lay.pp)
 
 
 def test_profiles_load_with_a_source_for_every_fact() -> None:

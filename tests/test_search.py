@@ -589,7 +589,7 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     response = search(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(7.6174, rel=1e-3), describe(best)  # ZeRO-1: no ZeRO-2/3 with pp > 1
+    assert best.step_time_s == pytest.approx(7.4591, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
     assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [describe(p) for p in response.plans]
