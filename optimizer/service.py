@@ -104,8 +104,9 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
     launch_args = build_launch(job.model, training, config, fields) if launch else None
-    if job.training.framework is not None and runs:  # the plan speaks the framework's names
-        config = config.model_copy(update={"recompute": runs[0].own_recompute(lay.recompute)})
+    if job.training.framework is not None:  # the plan speaks the framework's names where it has one
+        own = framework_profile(job.training.framework).own_recompute(lay.recompute)
+        config = config.model_copy(update={"recompute": own or lay.recompute})
     return Plan(
         config=config,
         placement=est.placement,

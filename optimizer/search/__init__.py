@@ -192,6 +192,8 @@ def _search(request: PlanRequest) -> PlanResponse:
             lay = fam.first
         else:
             lay = heapq.heappop(queue)[2]
+        if kth_best.beaten(lay, bound - POOL_MARGIN_S):
+            continue  # its family already has a faster plan (search.diverse): it cannot be a plan
         if lay.pp > 1 and kth_best.full and split_floor_s(ctx, lay) > kth_best.value + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
         costed += 1

@@ -48,6 +48,11 @@ class BestTimes:
             self._best[key] = step_s
             self._stale = True
 
+    def beaten(self, lay: ResolvedLayout, bound_s: float) -> bool:
+        """Per family: its best time so far is below ``bound_s`` (a bound of ``lay`` under every
+        rank order and split), so ``lay`` cannot become its family's plan."""
+        return self.diverse and bound_s > self._best.get(family_key(lay), float("inf"))
+
     @property
     def full(self) -> bool:
         return len(self._heap if not self.diverse else self._best) >= self.size

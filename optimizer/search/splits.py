@@ -102,6 +102,8 @@ def solve_splits(
         if remaining <= 0:
             _note_open(out, min(floor, work.smallest_key()))
             break
+        if budget.key is not None and floor > best_time.get(key_of(lay), float("inf")) + POOL_MARGIN_S:
+            continue  # no split of it beats its family's best so far (which only falls): it cannot change the answer
         if cand is None:
             assert g is not None
             cand = estimate(ctx, lay, g.order, headroom_bytes=budget.headroom_bytes, groups=g)  # uniform split
