@@ -78,18 +78,18 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
         notes += _recompute_elsewhere_note(
-            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (the TOML's mode)"
+            job, est, "op", "torchtitan's selective recompute is its op-level checkpointing (recompute 'op')"
         )
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
     if lay.recompute == "op":
         notes.append(
-            "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
-            "DeepSpeed arguments use their own selective recompute, which re-runs the attention core instead"
+            "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
+            "DeepSpeed have none (their selective recompute re-runs the attention core instead)"
         )
         notes += _recompute_elsewhere_note(
-            job, est, MEGATRON_SELECTIVE, "the Megatron and Bridge arguments run it as Megatron-Core's selective recompute"
+            job, est, MEGATRON_SELECTIVE, "with Megatron-Core's selective recompute (recompute 'core_attn') instead"
         )
     gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
