@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from optimizer.cost import build_context, resolve_layout
 from optimizer.cost.pipeline import even_split
-from optimizer.frameworks import FRAMEWORK_IDS, layout_problem, load_profiles, profile, stack_defaults
+from optimizer.frameworks import FRAMEWORK_IDS, candidate_frameworks, layout_problem, load_profiles, profile, stack_defaults
 from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
 from optimizer.service import evaluate, plan
@@ -61,8 +61,11 @@ def _check_plans(request: PlanRequest) -> None:
     response = plan(request)
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     named = request.training.framework
+    matched = bool(candidate_frameworks(request.training))
+    if not matched:  # no framework's stack runs the job's knobs: the answer says so
+        assert named is None and any("no framework's stack" in w for w in response.warnings), response.warnings
     for p in response.plans:
-        assert p.frameworks, p.notes
+        assert bool(p.frameworks) == matched, p.notes
         if named is not None:
             assert p.frameworks == [named]
         config = p.config
@@ -206,3 +209,25 @@ def test_plans_are_in_their_simplest_form() -> None:
                 same = round(other.step_time_s, 9) == round(p.step_time_s, 9)
                 assert not (same and other.fits_memory and set(other.frameworks) >= set(p.frameworks)), (name, lower)
         assert ctx is not None
+
+
+def _suite_jobs() -> dict[str, dict[str, Any]]:
+    """The job sets of the search and cost tests, by name."""
+    from tests import test_columns, test_layout_floors, test_search_bounds, test_search_speed_invariants
+
+    jobs: dict[str, dict[str, Any]] = {}
+    for module in (test_columns, test_layout_floors, test_search_bounds, test_search_speed_invariants):
+        for name, job in module.JOBS.items():
+            jobs[f"{module.__name__.rsplit('.', 1)[-1]}: {name}"] = job
+    return jobs
+
+
+SUITE_JOBS = _suite_jobs()
+
+
+@pytest.mark.parametrize("framework", [*FRAMEWORK_IDS, None])
+@pytest.mark.parametrize("name", sorted(SUITE_JOBS))
+def test_suite_jobs_run_on_their_frameworks(framework: str | None, name: str) -> None:
+    """Every job of the test suite's job sets, for every framework (and none): no plan uses a
+    combination the framework's profile excludes."""
+    _check_plans(_with_framework(SUITE_JOBS[name], framework))

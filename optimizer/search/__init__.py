@@ -305,6 +305,12 @@ def _search(request: PlanRequest) -> PlanResponse:
             "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "
             "(slower; docs/search.md)"
         )
+    if not targets.stack_matched:
+        warnings.append(
+            "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]); the "
+            "plans follow the layout rules of every framework and list none in plan.frameworks: name "
+            "training.framework, or give knobs a framework runs"
+        )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
