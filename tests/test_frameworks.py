@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import tomllib
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, JobSpec, PlanRequest
+from tests.test_launch import DEEPSPEED_KEYS
 from tests.test_search import job_from_seed
 
 NAMED_JOBS: dict[str, dict[str, Any]] = {
@@ -83,8 +85,24 @@ def _check_plans(request: PlanRequest) -> None:
             args = shlex.split(p.launch.megatron)
             assert {a for a in args if a.startswith("--")} <= MEGATRON_FLAGS
             assert not (lay.pp > 1 and "--use-megatron-fsdp" in args)
+        if p.launch.torchtitan:
+            par = tomllib.loads(p.launch.torchtitan)["parallelism"]
+            cfg = tomllib.loads(p.launch.torchtitan)
+            sizes = (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"],
+                     par["expert_parallel_degree"], par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"])  # fmt: skip
+            assert sizes == (lay.tp, lay.pp, lay.cp, lay.ep, lay.dp)
+            assert cfg["activation_checkpoint"]["mode"] == {"op": "selective"}.get(lay.recompute, lay.recompute)
+            assert lay.recompute in ("none", "op", "full")
+        if p.launch.nemo:
+            tokens = dict(t.strip('"').split("=", 1) for t in shlex.split(p.launch.nemo))
+            assert tokens["model.tensor_model_parallel_size"] == str(lay.tp)
+            assert tokens["model.pipeline_model_parallel_size"] == str(lay.pp)
+            assert tokens["ddp.use_distributed_optimizer"] == ("true" if lay.zero_stage >= 1 else "false")
+            assert not (lay.pp > 1 and "ddp.use_megatron_fsdp" in tokens)
         if p.launch.deepspeed:
             ds = json.loads(p.launch.deepspeed)
+            assert set(ds) <= DEEPSPEED_KEYS
+            assert ds["train_batch_size"] == request.training.global_batch_size
             assert ds["zero_optimization"]["stage"] == lay.zero_stage
             assert lay.pp == 1 or lay.zero_stage <= 1
             assert lay.cp == 1 and lay.vpp == 1
