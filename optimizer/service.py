@@ -78,7 +78,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
         notes += _recompute_elsewhere_note(
-            job, est, "op", "torchtitan's selective recompute is its op-level checkpointing (recompute 'op')"
+            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
