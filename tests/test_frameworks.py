@@ -134,13 +134,13 @@ def test_named_jobs_run_on_their_frameworks(framework: str | None, name: str) ->
     _check_plans(_with_framework(NAMED_JOBS[name], framework))
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), framework=st.sampled_from([*FRAMEWORK_IDS, None]))
 def test_drawn_jobs_never_use_an_excluded_combination(seed: int, framework: str | None) -> None:
     _check_plans(_with_framework(job_from_seed(seed), framework))
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), framework=st.sampled_from(FRAMEWORK_IDS))
 def test_planner_agrees_with_oracle_under_a_framework(seed: int, framework: str) -> None:
     request = _with_framework(job_from_seed(seed), framework)
@@ -249,3 +249,28 @@ def test_suite_jobs_run_on_their_frameworks(framework: str | None, name: str) ->
     """Every job of the test suite's job sets, for every framework (and none): no plan uses a
     combination the framework's profile excludes."""
     _check_plans(_with_framework(SUITE_JOBS[name], framework))
+
+
+def test_framework_names_restrict_the_search() -> None:
+    """``search.allow.recompute`` takes the framework's names: torchtitan's ``selective`` is its
+    op-level policy, and the plans say ``selective``."""
+    job = NAMED_JOBS["llama3-8b, 8 H100"]
+    req = PlanRequest.model_validate({**job, "training": {**job["training"], "framework": "torchtitan"},
+                                      "search": {"top_k": 3, "allow": {"recompute": ["selective"]}}})  # fmt: skip
+    response = plan(req)
+    assert response.plans and {p.config.recompute for p in response.plans} == {"selective"}
+    core = plan(PlanRequest.model_validate({**job, "search": {"top_k": 1, "fix": {"recompute": "op"}}})).plans[0]
+    assert response.plans[0].step_time_s >= core.step_time_s * (1 - 1e-9)  # torchtitan's stack is not faster
+
+
+def test_named_combination_no_framework_runs_is_searched_and_says_so() -> None:
+    """With no framework named, ZeRO-3 with pipelines is searched only when named, and such a plan
+    lists no framework, has no launch arguments and a note saying why."""
+    job = NAMED_JOBS["llama3-70b, 1,024 H100"]
+    req = PlanRequest.model_validate({**job, "search": {"top_k": 1, "fix": {"zero_stage": 3, "pp": 4}}})
+    (p,) = plan(req).plans
+    assert p.config.zero_stage == 3 and p.config.pp == 4 and p.frameworks == []
+    assert p.launch is not None and not any(p.launch.model_dump().values())
+    assert any(n.startswith("runs on no framework as costed") for n in p.notes)
+    default = plan(PlanRequest.model_validate({**job, "search": {"top_k": 5, "fix": {"pp": 4}}}))
+    assert default.plans and all(q.config.zero_stage <= 1 for q in default.plans)
