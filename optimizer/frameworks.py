@@ -177,11 +177,10 @@ def stack_defaults(fid: str) -> dict[str, Any]:
 
 
 def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
-    """The frameworks a plan for ``training`` may target: the named one, or every framework whose
-    stack runs the job's knobs."""
-    if getattr(training, "framework", None) is not None:
-        return (profile(training.framework),)
-    return tuple(p for p in load_profiles().values() if p.stack_problem(training) is None)
+    """The frameworks whose stack runs the job's knobs: of the named one, or of all four."""
+    named = getattr(training, "framework", None)
+    profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
+    return tuple(p for p in profiles if p.stack_problem(training) is None)
 
 
 __all__ = [
@@ -195,7 +194,9 @@ def running_frameworks(training: Any, lay: Any, is_moe: bool) -> tuple[list[Fram
     and, when there are none, why (one reason per target framework)."""
     targets = candidate_frameworks(training)
     if not targets:
-        reasons = [p.stack_problem(training) or "" for p in load_profiles().values()]
+        named = getattr(training, "framework", None)
+        profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
+        reasons = [p.stack_problem(training) or "" for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:

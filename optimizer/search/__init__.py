@@ -307,9 +307,10 @@ def _search(request: PlanRequest) -> PlanResponse:
         )
     if not targets.stack_matched:
         warnings.append(
-            "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]); the "
-            "plans follow the layout rules of every framework and list none in plan.frameworks: name "
-            "training.framework, or give knobs a framework runs"
+            "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
+            "the plans' notes name the knob); the plans follow the layout rules of "
+            + (f"{job.training.framework}" if job.training.framework else "every framework")
+            + " and list none in plan.frameworks"
         )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"

@@ -32,8 +32,8 @@ def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     named = job.training.framework is not None
     profiles = candidate_frameworks(job.training)
     matched = bool(profiles)
-    if not profiles:
-        profiles = tuple(load_profiles().values())
+    if not profiles:  # explicit knobs no (named) framework's stack runs: its (their) layout rules still hold
+        profiles = (profile(job.training.framework),) if named else tuple(load_profiles().values())
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     return Targets(profiles, named, matched, free_zero, free_rc)
