@@ -126,7 +126,7 @@ def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, .
     mla = ("mla_up_proj",) if model.mla is not None else ()
     if recompute == "moe":
         return MEGATRON_MOE_RECOMPUTE_MODULES + mla
-    if recompute == "selective" and mla:
+    if recompute in ("selective", "core_attn") and mla:
         return ("core_attn", *mla)
     return None
 
@@ -176,16 +176,24 @@ def default_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
     return even_split(num_layers, pp * vpp)
 
 
-def build_launch(model: ModelSpec, training: TrainingSpec, layout: Layout) -> LaunchArgs:
-    """Launch settings for ``layout`` (``layout.dp`` and ``layout.num_micro_batches`` set)."""
+ALL_LAUNCH_FIELDS = ("megatron", "torchtitan", "deepspeed", "nemo")
+
+
+def build_launch(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, fields: tuple[str, ...] = ALL_LAUNCH_FIELDS
+) -> LaunchArgs:
+    """Launch settings for ``layout`` (``layout.dp`` and ``layout.num_micro_batches`` set; recompute
+    in the cost model's names), for the ``LaunchArgs`` ``fields`` named (the frameworks that run
+    the plan as costed); the others stay empty."""
     geo = _geometry(model, training, layout)
     split = _megatron_split(geo)
-    return LaunchArgs(
-        megatron=_megatron(model, training, layout, geo, split),
-        torchtitan=_torchtitan(training, layout, geo),
-        deepspeed=_deepspeed(model, training, layout, geo),
-        nemo=_nemo(model, training, layout, geo, split),
-    )
+    builders = {
+        "megatron": lambda: _megatron(model, training, layout, geo, split),
+        "torchtitan": lambda: _torchtitan(training, layout, geo),
+        "deepspeed": lambda: _deepspeed(model, training, layout, geo),
+        "nemo": lambda: _nemo(model, training, layout, geo, split),
+    }
+    return LaunchArgs(**{name: builders[name]() for name in fields})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +349,7 @@ def _megatron(
             "--no-gradient-accumulation-fusion",
             "--ckpt-format", "fsdp_dtensor",
         ]  # fmt: skip
-    if layout.recompute in ("selective", "op", "moe"):  # op: torchtitan's policy; Megatron's nearest
+    if layout.recompute in ("selective", "op", "moe", "core_attn"):  # op: torchtitan's policy; Megatron's nearest
         args += ["--recompute-granularity", "selective"]
         modules = megatron_recompute_modules(model, layout.recompute)
         if modules:
@@ -432,7 +440,7 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
     else:
         # One micro-batch per forward; torchtitan accumulates global / (local * dp) of them.
         local_batch = geo.mbs
-    mode = {"moe": "full", "op": "selective"}.get(layout.recompute, layout.recompute)
+    mode = {"moe": "full", "op": "selective", "core_attn": "selective"}.get(layout.recompute, layout.recompute)
     checkpoint: dict[str, object] = {"mode": mode}
     if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
@@ -634,7 +642,9 @@ def _nemo(
             ("model.gradient_accumulation_fusion", False),
             ("checkpoint.ckpt_format", "fsdp_dtensor"),
         ]
-    granularity = {"none": None, "moe": "selective", "op": "selective"}.get(layout.recompute, layout.recompute)
+    granularity = {"none": None, "moe": "selective", "op": "selective", "core_attn": "selective"}.get(
+        layout.recompute, layout.recompute
+    )
     full = layout.recompute == "full"
     over += [
         ("model.recompute_granularity", granularity),

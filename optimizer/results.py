@@ -63,7 +63,7 @@ class MemoryBreakdown(_Out):
 class LaunchArgs(_Out):
     """Ready-to-use launch settings for common training frameworks."""
 
-    megatron: str = Field(description="Megatron-LM / Megatron-Core command-line arguments.")
+    megatron: str = Field(default="", description="Megatron-LM / Megatron-Core command-line arguments.")
     torchtitan: str = Field(default="", description="torchtitan TOML fragment.")
     deepspeed: str = Field(default="", description="DeepSpeed config JSON.")
     nemo: str = Field(default="", description="NeMo / Megatron-Bridge recipe overrides.")
@@ -120,7 +120,16 @@ class Plan(_Out):
     memory_gib: MemoryBreakdown
     fits_memory: bool
     bottleneck: Bottleneck
-    launch: LaunchArgs | None = None
+    launch: LaunchArgs | None = Field(
+        default=None, description="Arguments for exactly the frameworks in ``frameworks`` (the other fields empty)."
+    )
+    frameworks: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Frameworks that run this plan unchanged, as costed (docs/frameworks.md): its layout, recompute and "
+            "the job's training.* stack. Empty when none does (a note says why)."
+        ),
+    )
     notes: list[str] = Field(default_factory=list, description="Assumptions the estimate made for this layout.")
     assignment: Assignment | None = Field(default=None, description="With cluster.topology: the nodes and rank order.")
     goodput: Goodput | None = Field(default=None, description="Checkpoint interval and expected goodput.")

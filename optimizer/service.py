@@ -11,6 +11,8 @@ from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.error_bands import plan_ranges
+from optimizer.frameworks import profile as framework_profile
+from optimizer.frameworks import running_frameworks
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import (
     LaunchArgs,
@@ -37,7 +39,11 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     """``evaluate`` once the job's GPUs (and, with a topology, its nodes) are fixed."""
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
-    lay = resolve_layout(job, request.config)
+    config = request.config
+    if job.training.framework is not None:  # the framework's recompute names -> the cost model's
+        costed = framework_profile(job.training.framework).costed_recompute(config.recompute)
+        config = config.model_copy(update={"recompute": costed})
+    lay = resolve_layout(job, config)
     placement = None
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
@@ -92,7 +98,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
         notes += _recompute_elsewhere_note(
-            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (the TOML's mode)"
+            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
@@ -101,11 +107,11 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     notes += [ranges.note] if ranges.note else []
     if lay.recompute == "op":
         notes.append(
-            "recompute 'op' is torchtitan's op-level selective checkpointing; the Megatron, Bridge and "
-            "DeepSpeed arguments use their own selective recompute, which re-runs the attention core instead"
+            "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
+            "DeepSpeed have none (their selective recompute re-runs the attention core instead)"
         )
         notes += _recompute_elsewhere_note(
-            job, est, MEGATRON_SELECTIVE, "the Megatron and Bridge arguments run it as Megatron-Core's selective recompute"
+            job, est, MEGATRON_SELECTIVE, "with Megatron-Core's selective recompute (recompute 'core_attn') instead"
         )
     gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
@@ -116,6 +122,13 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     # launch arguments select the attention backend that was costed
     training = job.training.model_copy(update={"attention_kernel": kernel})
+    runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
+    notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
+    fields = tuple(p.launch_field for p in runs)
+    launch_args = build_launch(job.model, training, config, fields) if launch else None
+    if job.training.framework is not None:  # the plan speaks the framework's names where it has one
+        own = framework_profile(job.training.framework).own_recompute(lay.recompute)
+        config = config.model_copy(update={"recompute": own or lay.recompute})
     return Plan(
         config=config,
         placement=est.placement,
@@ -131,7 +144,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         memory_gib=memory,
         fits_memory=est.fits_memory,
         bottleneck=est.bottleneck,  # type: ignore[arg-type]
-        launch=build_launch(job.model, training, config) if launch else None,
+        launch=launch_args,
+        frameworks=[p.id for p in runs],
         notes=notes,
     )
 

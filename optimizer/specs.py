@@ -19,7 +19,7 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
 FP4 tensor cores."""
-Recompute = Literal["none", "selective", "op", "moe", "full"]
+Recompute = Literal["none", "selective", "op", "moe", "full", "core_attn"]
 """Activation recompute. ``selective``: the attention core (Megatron), norms and activation
 functions, and on MLA models the up-projections (the latents are kept). ``op``: torchtitan's
 op-level selective checkpointing: keeps the attention output, the expert all-to-all output and
@@ -27,7 +27,12 @@ every second matmul output; re-runs the other matmuls, the elementwise ops and t
 all-gathers / all-reduces in backward (searched only when ``search.allow`` or ``search.fix`` names
 it). ``moe``: ``selective`` plus the whole MoE block
 (router, dispatch, experts, combine), recomputed from its input (MoE models only). ``full``: every
-layer from its input."""
+layer from its input. ``core_attn``: Megatron-Core's selective recompute (its default module
+``core_attn``, plus ``mla_up_proj`` on MLA models): the attention core only, norm and activation
+outputs kept (what Megatron-LM and Megatron-Bridge run as ``selective``). With
+``training.framework`` named, ``recompute`` takes that framework's own names instead
+(docs/frameworks.md)."""
+Framework = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 Activation = Literal["swiglu", "gelu"]
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Parallel axes that own process groups, in the canonical (innermost-first) rank order."""
@@ -226,6 +231,14 @@ class TrainingSpec(Strict):
     global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="sequences per step")
     global_batch_tokens: int | None = Field(default=None, ge=1, le=1 << 40)
     precision: Precision = "bf16"
+    framework: Framework | None = Field(
+        default=None,
+        description=(
+            "The training framework the plans are for (docs/frameworks.md): the search then covers exactly "
+            "the layouts it runs, costed with its recompute modes and its stack defaults for every training.* "
+            "knob the job leaves out. null: every plan runs unchanged on at least one framework (plan.frameworks)."
+        ),
+    )
     tp_comm_overlap: bool = Field(
         default=False,
         description=(
@@ -337,6 +350,19 @@ class TrainingSpec(Strict):
     total_steps: int | None = Field(
         default=None, ge=1, le=10**10, description="Optimizer steps of the whole run (total_tokens = steps x batch tokens)."
     )
+
+    @model_validator(mode="after")
+    def _framework_stack(self) -> TrainingSpec:
+        """The named framework's stack defaults for the knobs the job leaves out (explicit knobs
+        win). Written past ``__setattr__`` so that ``model_fields_set`` still lists only what the
+        job gave."""
+        if self.framework is not None:
+            from optimizer.frameworks import stack_defaults
+
+            for knob, value in stack_defaults(self.framework).items():
+                if knob not in self.model_fields_set:
+                    self.__dict__[knob] = value
+        return self
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
@@ -570,6 +596,13 @@ class SearchSpec(Strict):
     memory_headroom_gib: float | None = Field(
         default=None, ge=0, le=64, description="Memory kept free per GPU; default: the cost model's documented value."
     )
+    diverse: bool = Field(
+        default=True,
+        description=(
+            "true: the top-k are the best plan of each of k layout families (tp, pp, dp, cp, ep); false: the raw "
+            "top-k layouts, which may differ only in micro-batch, depth, ZeRO stage or recompute."
+        ),
+    )
 
 
 class CostsSpec(Strict):
@@ -622,8 +655,28 @@ class PlanRequest(JobSpec):
     def _moe_recompute_needs_moe(self) -> PlanRequest:
         if self.model.moe is None and self.search.fix.recompute == "moe":
             raise ValueError("search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model")
+        framework = self.training.framework
+        _check_framework_recompute(framework, [self.search.fix.recompute], "search.fix.recompute")
+        _check_framework_recompute(framework, list(self.search.allow.recompute or ()), "search.allow.recompute")
         return self
 
 
 class EvaluateRequest(JobSpec):
     config: Layout
+
+    @model_validator(mode="after")
+    def _framework_recompute(self) -> EvaluateRequest:
+        _check_framework_recompute(self.training.framework, [self.config.recompute], "config.recompute")
+        return self
+
+
+def _check_framework_recompute(framework: str | None, names: list, where: str) -> None:
+    """With a framework named, recompute takes its own names (docs/frameworks.md)."""
+    if framework is None:
+        return
+    from optimizer.frameworks import profile
+
+    own = [m.name for m in profile(framework).recompute]
+    bad = [n for n in names if n is not None and n not in own]
+    if bad:
+        raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")

@@ -617,7 +617,8 @@ class TestRealService:
     def test_evaluate_takes_embedding_only_and_loss_only_chunks(self, client: TestClient) -> None:
         """Zero layers in the first (embedding) and last (output layer and loss) chunk, as
         Megatron's account-for-embedding/loss split; nowhere else."""
-        ends = {**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "stage_layers": [0, 40, 40, 0]}}
+        # Megatron-Core's selective recompute (core_attn): a layout Megatron-LM runs, so it gets its arguments
+        ends = {**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "recompute": "core_attn", "stage_layers": [0, 40, 40, 0]}}
         response = client.post("/evaluate", json=ends)
         assert response.status_code == 200, response.text
         plan = Plan.model_validate(response.json())

@@ -33,6 +33,7 @@ from optimizer.search.brute_force import (
     splits_of,
 )
 from optimizer.search.cpsat import Candidate, SplitModel
+from optimizer.search.ranking import pick
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
@@ -243,7 +244,7 @@ def check_against_oracle(job: dict[str, Any]) -> PlanResponse:
     """Assert the planner's answer matches the brute force's; returns the planner's response."""
     req = _request(job)
     response = search(req)
-    oracle = best_per_layout(brute_force(req))
+    oracle = pick(best_per_layout(brute_force(req)), 10**9, req.search.diverse)  # one per family when diverse
     context = (
         f"\njob: {json.dumps(job)}\nplanner ({response.status}): "
         + "; ".join(describe(p) for p in response.plans)
@@ -592,13 +593,13 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     assert best.step_time_s == pytest.approx(7.4591, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
-    assert all(p.step_time_s < 7.5114 for p in response.plans[:4]), [describe(p) for p in response.plans]
+    assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [describe(p) for p in response.plans]
 
 
 def test_moe_block_recompute_is_searched_only_for_moe_models():
     dense = PlanRequest(**SMALL_DENSE)
     spec = JobSpec(model=dense.model, training=dense.training, cluster=dense.cluster)
-    assert {lay.recompute for lay in enumerate_layouts(spec, dense.search)} == {"none", "selective", "full"}
+    assert {lay.recompute for lay in enumerate_layouts(spec, dense.search)} == {"none", "core_attn", "full"}
     moe_req = PlanRequest(
         model={"preset": "mixtral-8x7b"},
         training={"seq_len": 4096, "global_batch_size": 64},
@@ -606,7 +607,7 @@ def test_moe_block_recompute_is_searched_only_for_moe_models():
     )
     moe_spec = JobSpec(model=moe_req.model, training=moe_req.training, cluster=moe_req.cluster)
     assert {lay.recompute for lay in enumerate_layouts(moe_spec, moe_req.search)} == {
-        "none", "selective", "moe", "full",
+        "none", "core_attn", "moe", "full",
     }
 
 
@@ -852,7 +853,7 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
     default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
-    assert sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks(job, default.search)) == 21_400 < UNEVEN_DEPTHS_DEFAULT_MAX
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
@@ -876,8 +877,11 @@ def test_depths_left_out_by_default_are_the_uneven_ones_of_alternating_kind_mode
     MoE layers after dense ones (DeepSeek-V3), or when the request names depths."""
     from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, layout_families
 
-    default = _request(JOB_ALTERNATING_MOE)
-    named = _request({**JOB_ALTERNATING_MOE, "search": {"allow": {"vpp": list(range(1, 9))}}})
+    # every recompute mode named: with Megatron-LM's four alone (no ZeRO-2/3 with pp > 1) the uneven
+    # depths add 31,520 layouts, under the default maximum, so the default space holds them
+    modes = ["none", "core_attn", "selective", "op", "moe", "full"]
+    default = _request({**JOB_ALTERNATING_MOE, "search": {"allow": {"recompute": modes}}})
+    named = _request({**JOB_ALTERNATING_MOE, "search": {"allow": {"recompute": modes, "vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
     layers = job.model.num_layers
     named_depths = {_key_without_vpp(f.first): (f.first.vpp, *f.more_vpps) for f in layout_families(job, named.search)}
@@ -963,11 +967,11 @@ def test_time_limit_is_checked_while_the_space_is_bounded() -> None:
     assert response.solver.status == "UNKNOWN" and not response.solver.proved_optimal
     # enumerating the space checks the deadline too, and at 1 ms it usually stops there
     enumerated = response.solver.candidates_enumerated
-    assert enumerated <= 559_464
+    assert enumerated <= 379_636  # what Megatron-LM runs (no ZeRO-2/3 with pp > 1)
     assert (
         f"time_limit_s = 0.001 s ran out while enumerating the layouts of the space ({enumerated:,} so far)"
         in response.explanation
-        or "time_limit_s = 0.001 s ran out while bounding the 559,464 layouts" in response.explanation
+        or "time_limit_s = 0.001 s ran out while bounding the 379,636 layouts" in response.explanation
     )
 
 
@@ -1021,10 +1025,9 @@ def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
     pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
     assert free.status == pipeline.status == "optimal"
     best, kept = free.plans[0], pipeline.plans[0]
-    assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (2, 8, 8, 2)
-    assert best.step_time_s == pytest.approx(6.113, abs=5e-4) and best.memory_gib.total == pytest.approx(68.7, abs=0.05)
-    assert (kept.config.tp, kept.config.pp, kept.config.vpp, kept.config.zero_stage) == (2, 8, 8, 1)
-    assert kept.config.recompute == "selective" and kept.memory_gib.total == pytest.approx(74.7, abs=0.05)
-    assert kept.step_time_s == pytest.approx(6.231, abs=5e-4)
-    assert not [n for n in kept.notes if "with pipeline parallelism" in n]
-    assert [n for n in best.notes if "90.9 GiB" in n and "(does not fit)" in n]
+    assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (4, 8, 8, 1)  # no ZeRO-2 with pp
+    assert best.step_time_s == pytest.approx(6.2928, abs=5e-4) and best.memory_gib.total == pytest.approx(69.2, abs=0.05)
+    # every plan now runs on a framework: the pipeline restriction changes nothing
+    assert (kept.config.tp, kept.config.pp, kept.config.vpp, kept.config.zero_stage) == (4, 8, 8, 1)
+    assert kept.step_time_s == best.step_time_s and best.frameworks == ["megatron-lm"]
+    assert not [n for n in best.notes if "with pipeline parallelism" in n]

@@ -159,6 +159,8 @@ def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_
             "model": {"preset": "mixtral-8x22b"},
             "training": {"seq_len": 4096, "global_batch_size": 1024, "attention_kernel": "flash2"},
             "cluster": {"preset": "dgx-h100", "num_gpus": 2048},
+            # named: no framework runs ZeRO-2/3 with pp > 1, so the default space leaves them out
+            "search": {"allow": {"zero_stage": [zero_stage], "recompute": ["none"]}},
         }
     )
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)

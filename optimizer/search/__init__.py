@@ -42,10 +42,14 @@ from optimizer.search.space import (
     empty_choice,
     layout_blocks,
 )
+from optimizer.search.framework_space import space_frameworks
+from optimizer.search.ranking import BestTimes, family_key, pick, simplest
+from optimizer.search.space import _recompute_choices, _zero_choices
 from optimizer.search.splits import (
     POOL_MARGIN_S,
     SOLVE_WORK_LIMIT,
     SplitBudget,
+    SplitOutcome,
     layout_key,
     solve_splits,
 )
@@ -164,8 +168,8 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
-    kth_heap: list[float] = []  # max-heap (negated) of the k best step times seen
-    pool_heap: list[float] = []  # max-heap (negated) of the pool_size best step times seen
+    kth_best = BestTimes(spec.top_k, spec.diverse)  # the k best step times seen (per family when diverse)
+    pool_best = BestTimes(pool_size, spec.diverse)
     pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
     never_fit: list[tuple[int, bool]] = []  # (family, its deeper layouts?) passed over by the memory floor
@@ -177,7 +181,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             not queue or (static_bounds[pos], static_seqs[pos]) < (queue[0][0], queue[0][1])
         )
         bound = static_bounds[pos] if from_static else queue[0][0]
-        if len(kth_heap) >= spec.top_k and bound > -kth_heap[0]:
+        if kth_best.full and bound > kth_best.value:
             next_bound = bound  # nothing from here on can enter the top-k
             break
         if time.perf_counter() > budget_end:
@@ -196,10 +200,10 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
                 continue
             fam = bounds.family(family)
             if is_deeper:
-                if len(kth_heap) >= spec.top_k:
+                if kth_best.full:
                     # the depths whose split floor (every rank order and split) is above the k-th
                     # best time would be dropped when popped: leave them unresolved
-                    limit = -kth_heap[0] + POOL_MARGIN_S
+                    limit = kth_best.value + POOL_MARGIN_S
                     depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
                     fam = fam._replace(more_vpps=depths)
                 for member in fam.expand(job):
@@ -209,7 +213,9 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             lay = fam.first
         else:
             lay = heapq.heappop(queue)[2]
-        if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
+        if kth_best.beaten(lay, bound - POOL_MARGIN_S):
+            continue  # its family already has a faster plan (search.diverse): it cannot be a plan
+        if lay.pp > 1 and kth_best.full and split_floor_s(ctx, lay) > kth_best.value + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
         costed += 1
         if lay.pp > 1:
@@ -217,7 +223,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
         screen = screen_memory(ctx, lay, headroom)
         if screen is not None and not screen.fits_memory:
             unfit = Unfit(lay, screen.peak_memory_bytes)
-        elif screen is not None and _outside_pool(ctx, lay, screen, pool_heap, pool_size):
+        elif screen is not None and _outside_pool(ctx, lay, screen, pool_best):
             n_fitting += 1
             continue
         else:
@@ -225,18 +231,22 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             if est.fits_memory:
                 n_fitting += 1
                 fitting.append(est)
-                _push_bounded(kth_heap, est.step_time_s, spec.top_k)
-                _push_bounded(pool_heap, est.step_time_s, pool_size)
+                kth_best.push(est.layout, est.step_time_s)
+                pool_best.push(est.layout, est.step_time_s)
                 continue
             unfit = Unfit(lay, est.peak_memory_bytes, est)
         smallest = _least_memory(smallest, unfit)
     info.candidates_fitting_memory = n_fitting
     fitting.sort(key=_rank_key)
-    kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else float("inf")
-    pool = fitting[:pool_size]
-    split = solve_splits(
-        ctx, pool, pipelined, kth, SplitBudget(spec.top_k, deadline, headroom, job.model.num_layers or 0)
-    )
+    kth = kth_best.value
+    pool = pick(fitting, pool_size, spec.diverse)
+    targets = space_frameworks(job, spec)
+    if any(p.parallelism.uneven_stage_layers.value for p in targets.profiles):
+        split_key = family_key if spec.diverse else layout_key
+        budget = SplitBudget(spec.top_k, deadline, headroom, job.model.num_layers or 0, split_key)
+        split = solve_splits(ctx, pool, pipelined, kth, budget)
+    else:  # no target framework takes per-stage layer counts: the uniform split is the only one
+        split = SplitOutcome()
     results, cp_status, split_proved, open_floor = split.results, split.status, split.proved, split.open_floor
     info.candidates_to_solver = split.models_solved
     # The pool's uniform-split estimates are exact float scores: merge them with the CP-SAT
@@ -248,7 +258,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
         key = layout_key(est.layout)
         if key not in best_by_layout or _rank_key(est) < _rank_key(best_by_layout[key]):
             best_by_layout[key] = est
-    results = sorted(best_by_layout.values(), key=_rank_key)[: spec.top_k]
+    results = _final(ctx, job, spec, sorted(best_by_layout.values(), key=_rank_key), headroom)
     info.proved_optimal = proved and split_proved and cp_status == "OPTIMAL" and bool(results)
     info.status = _solver_status(info.proved_optimal, cp_status, bool(results))
     if open_floor is not None:  # the optimum may be an unsolved split with this floor or more
@@ -322,6 +332,13 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "
             "(slower; docs/search.md)"
         )
+    if not targets.stack_matched:
+        warnings.append(
+            "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
+            "the plans' notes name the knob); the plans follow the layout rules of "
+            + (f"{job.training.framework}" if job.training.framework else "every framework")
+            + " and list none in plan.frameworks"
+        )
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
@@ -335,6 +352,17 @@ def _solver_status(proved_optimal: bool, cp_status: str, found: bool) -> str:
     if not found:
         return "UNKNOWN"
     return cp_status if cp_status not in ("OPTIMAL", "INFEASIBLE") else "FEASIBLE"
+
+
+def _final(ctx, job: JobSpec, spec: SearchSpec, ranked: list[Estimate], headroom: float | None) -> list[Estimate]:
+    """The top-k of ``ranked`` in their simplest form (``ranking.simplest``), each layout once,
+    one per family when ``search.diverse``."""
+    zeros, rcs = _zero_choices(spec), _recompute_choices(job, spec)
+    chosen = [simplest(ctx, job, e, zeros, rcs, headroom) for e in pick(ranked, spec.top_k + POOL_EXTRA, spec.diverse)]
+    unique: dict[tuple, Estimate] = {}
+    for est in chosen:
+        unique.setdefault(layout_key(est.layout), est)
+    return pick(sorted(unique.values(), key=_rank_key), spec.top_k, spec.diverse)
 
 
 def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:
@@ -358,24 +386,15 @@ def _unfit(ctx, lay: ResolvedLayout, headroom_bytes: float | None) -> Unfit:
     return Unfit(lay, est.peak_memory_bytes, est)
 
 
-def _push_bounded(heap: list[float], value: float, size: int) -> None:
-    """Keep the ``size`` smallest values in ``heap`` (a max-heap of negated values)."""
-    heapq.heappush(heap, -value)
-    if len(heap) > size:
-        heapq.heappop(heap)
-
-
-def _outside_pool(
-    ctx, lay: ResolvedLayout, screen: Screen, pool_heap: list[float], pool_size: int
-) -> bool:
+def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_best: BestTimes) -> bool:
     """True when a fitting layout provably ranks after ``pool_size`` layouts already costed.
 
     The pool's worst time only decreases as layouts are costed, so such a layout is outside the
     final pool (and the top-k) too; its full estimate cannot change the answer.
     """
-    if len(pool_heap) < pool_size:
+    if not pool_best.full:
         return False
-    return step_floor_exceeds(ctx, lay, screen.groups, -pool_heap[0] + POOL_MARGIN_S)
+    return step_floor_exceeds(ctx, lay, screen.groups, pool_best.value + POOL_MARGIN_S)
 
 
 def _no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:

@@ -38,11 +38,12 @@ from optimizer.search.space import LayoutBlock, LayoutFamily
 
 @dataclass(frozen=True)
 class SpaceBounds:
-    """Bounds of every family of ``blocks`` (family ``f`` is variant ``f % n_variants`` of block
-    ``f // n_variants``, the order of ``space.layout_families``)."""
+    """Bounds of every family of ``blocks`` (family ``f`` is variant ``f - offsets[b]`` of the
+    block ``b`` whose families start at ``offsets[b]``: the order of ``space.layout_families``)."""
 
     blocks: Sequence[LayoutBlock]
-    n_variants: int
+    offsets: np.ndarray
+    """Index of each block's first family (blocks may hold different numbers of variants)."""
     terms: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     """``lower_bounds.lower_bound_terms`` of each family's first layout."""
     pp: np.ndarray
@@ -61,7 +62,8 @@ class SpaceBounds:
         return len(self.first)
 
     def family(self, f: int) -> LayoutFamily:
-        return self.blocks[f // self.n_variants].family(f % self.n_variants)
+        b = int(np.searchsorted(self.offsets, f, side="right")) - 1
+        return self.blocks[b].family(f - int(self.offsets[b]))
 
     def member_bound(self, ctx: JobContext, f: int, lay: ResolvedLayout) -> float:
         """``compute_lower_bound_s`` of ``lay``, a layout of family ``f`` (its terms do not depend
@@ -85,7 +87,7 @@ class SpaceBounds:
         least its steady and optimizer terms, whatever the depth: families where those reach
         ``best_s`` are passed over."""
         best = float("inf")
-        for vpps, fams in _families_by(self.blocks, self.n_variants, lambda b: b.skipped_vpps).items():
+        for vpps, fams in _families_by(self.blocks, self.offsets, lambda b: b.skipped_vpps).items():
             fams = fams[self.terms[0][fams] + self.terms[2][fams] < best_s]
             if len(fams):
                 terms = tuple(t[fams] for t in self.terms)
@@ -97,17 +99,15 @@ class SpaceBounds:
 
 
 def _families_by(
-    blocks: Sequence[LayoutBlock], n_variants: int, depths: Callable[[LayoutBlock], tuple[int, ...]]
+    blocks: Sequence[LayoutBlock], offsets: np.ndarray, depths: Callable[[LayoutBlock], tuple[int, ...]]
 ) -> dict[tuple[int, ...], np.ndarray]:
     """Family indices grouped by ``depths(block)``, empty tuples left out."""
     groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, block in enumerate(blocks):
         vpps = depths(block)
         if vpps:
-            groups[vpps].append(i)
-    return {
-        vpps: (np.asarray(idx)[:, None] * n_variants + np.arange(n_variants)).ravel() for vpps, idx in groups.items()
-    }
+            groups[vpps].extend(range(int(offsets[i]), int(offsets[i]) + len(block.variants)))
+    return {vpps: np.asarray(idx, dtype=np.int64) for vpps, idx in groups.items()}
 
 
 DEADLINE_CHECK_BLOCKS = 64
@@ -115,13 +115,39 @@ DEADLINE_CHECK_BLOCKS = 64
 
 
 def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float | None = None) -> SpaceBounds | None:
-    """Bound every family of ``blocks`` (at least one; they share their ``variants``); None when
-    ``time.perf_counter()`` passes ``deadline`` first (checked between the per-block lookups,
-    which take most of the time)."""
-    variants = blocks[0].variants
+    """Bound every family of ``blocks`` (at least one); None when ``time.perf_counter()`` passes
+    ``deadline`` first (checked between the per-block lookups, which take most of the time).
+    Blocks sharing their ``variants`` are bounded together as arrays."""
+    sizes = np.fromiter((len(b.variants) for b in blocks), dtype=np.int64, count=len(blocks))
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, block in enumerate(blocks):
+        groups[block.variants].append(i)
+    total = int(sizes.sum())
+    out = {name: np.empty(total) for name in ("t0", "t1", "t2", "t3", "pp", "m", "first", "deeper", "memory")}
+    has_deeper = np.empty(total, dtype=bool)
+    for variants, idx in groups.items():
+        part = _group_bounds(ctx, [blocks[i] for i in idx], variants, deadline)
+        if part is None:
+            return None
+        where = (offsets[idx][:, None] + np.arange(len(variants))).ravel()
+        for name, values in part.items():
+            if name == "has_deeper":
+                has_deeper[where] = values
+            else:
+                out[name][where] = values
+    terms = (out["t0"], out["t1"], out["t2"], out["t3"])
+    pp = out["pp"].astype(np.int64)
+    m = out["m"].astype(np.int64)
+    return SpaceBounds(blocks, offsets, terms, pp, m, out["first"], has_deeper, out["deeper"], out["memory"])
+
+
+def _group_bounds(
+    ctx: JobContext, blocks: Sequence[LayoutBlock], variants: tuple, deadline: float | None
+) -> dict[str, np.ndarray] | None:
+    """The bound arrays of blocks sharing ``variants`` (block-major, variant-minor)."""
     zeros = list(dict.fromkeys(z for z, _ in variants))
     rcs = list(dict.fromkeys(r for _, r in variants))
-    assert variants == tuple((z, r) for z in zeros for r in rcs)  # product(zeros, rcs)
     nb, nz, nr = len(blocks), len(zeros), len(rcs)
     totals = np.empty((6, nb, nr))
     ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep
@@ -145,9 +171,10 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float
     )  # block x zero stage x recompute
     memory = np.stack([memory_floor_bytes(ctx, z, dp, cp, tp, ep, pp, tuple(totals)) for z in zeros], axis=1)
     shape = (nb, nz, nr)
+    pick = np.asarray([zeros.index(z) * nr + rcs.index(r) for z, r in variants], dtype=np.int64)
 
-    def grid(a: np.ndarray) -> np.ndarray:  # block x zero stage x recompute, flattened in that order
-        return np.broadcast_to(a, shape).reshape(-1)
+    def grid(a: np.ndarray) -> np.ndarray:  # block x variant, flattened in that order
+        return np.broadcast_to(a, shape).reshape(nb, nz * nr)[:, pick].reshape(-1)
 
     pp_f, m_f = grid(pp[:, :, None]), grid(m[:, :, None])
     terms = bound_terms(
@@ -156,9 +183,13 @@ def space_bounds(ctx: JobContext, blocks: Sequence[LayoutBlock], deadline: float
         pp_f, m_f, grid(dense_shard[:, :, None]), grid(expert_shard[:, :, None]), grid(p2p[:, None, None]),
         grid(dp_floor),
     )  # fmt: skip
+    nv = len(variants)
     first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, :, None]), m_f)
-    has_deeper = np.repeat([bool(b.more_vpps) for b in blocks], nz * nr)
+    has_deeper = np.repeat([bool(b.more_vpps) for b in blocks], nv)
     deeper = np.full(len(first), np.inf)
-    for vpps, fams in _families_by(blocks, nz * nr, lambda blk: blk.more_vpps).items():
+    local_offsets = np.arange(nb, dtype=np.int64) * nv
+    for vpps, fams in _families_by(blocks, local_offsets, lambda blk: blk.more_vpps).items():
         deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
-    return SpaceBounds(blocks, nz * nr, terms, pp_f, m_f, first, has_deeper, deeper, grid(memory))
+    t0, t1, t2, t3 = (np.broadcast_to(t, first.shape) for t in terms)
+    return {"t0": t0, "t1": t1, "t2": t2, "t3": t3, "pp": pp_f, "m": m_f, "first": first,
+            "has_deeper": has_deeper, "deeper": deeper, "memory": grid(memory)}  # fmt: skip

@@ -23,6 +23,8 @@ from itertools import combinations
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.rules import ResolvedLayout
+from optimizer.search.framework_space import space_frameworks
+from optimizer.search.ranking import pick
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB
@@ -72,8 +74,9 @@ def brute_force(request: PlanRequest, max_splits: int = MAX_SPLITS) -> list[Esti
     headroom = gib * GIB if gib is not None else None
     layers = request.model.num_layers or 0
     fitting: list[Estimate] = []
+    uneven = any(p.parallelism.uneven_stage_layers.value for p in space_frameworks(job, request.search).profiles)
     for lay in enumerate_layouts(job, request.search):
-        for split in splits_of(lay, layers, max_splits):
+        for split in splits_of(lay, layers, max_splits) if uneven else [lay.stage_layers]:
             candidate = lay if split == lay.stage_layers else replace(lay, stage_layers=split)
             est = best_estimate(ctx, candidate, headroom_bytes=headroom)
             if est.fits_memory:
@@ -103,6 +106,8 @@ def verify(request: PlanRequest, rel_tol: float = 1e-6) -> list[str]:
 
     response = search(request)
     oracle = best_per_layout(brute_force(request))
+    if request.search.diverse:  # the top-k is one layout per family
+        oracle = pick(oracle, len(oracle), True)
     problems: list[str] = []
     if not oracle:
         if response.status != "infeasible":

@@ -70,13 +70,14 @@ def exhaustive_best(
     by_sizes: dict[tuple[int, ...], list[LayoutBlock]] = {}
     for block in layout_blocks(job, search):
         b = block.base
-        by_sizes.setdefault((b.tp, b.pp, b.dp, b.cp, b.ep), []).append(block)
+        by_sizes.setdefault((b.tp, b.pp, b.dp, b.cp, b.ep, block.variants), []).append(block)
     usable = ctx.usable_bytes(headroom_bytes)
     layouts = fitting = costed = 0
     best_step, best_row = math.inf, None
-    for sizes, blocks in by_sizes.items():
+    for key, blocks in by_sizes.items():
+        sizes, variants = key[:5], key[5]
         orders = distinct_orders(ctx, blocks[0].base)
-        # every block of a job has the same variants, product(zero stages, recompute modes)
+        # the blocks of a group share their variants (some of product(zero stages, recompute modes))
         zeros = list(dict.fromkeys(z for z, _ in blocks[0].variants))
         recomputes = list(dict.fromkeys(r for _, r in blocks[0].variants))
         rows = _Rows([], [], [], [], [])
@@ -90,13 +91,15 @@ def exhaustive_best(
         for zero, costs in zip(zeros, by_zero, strict=True):
             step = np.full(len(cols), math.inf)
             order_index = np.zeros(len(cols), dtype=np.int64)
+            admitted = np.asarray([(zero, rc) in variants for rc in rows.recompute], dtype=bool)
             for i, cost in enumerate(costs):
-                candidate = np.where(cost.peak_memory_bytes <= usable, cost.step_time_s, math.inf)
+                ok = (cost.peak_memory_bytes <= usable) & admitted
+                candidate = np.where(ok, cost.step_time_s, math.inf)
                 better = candidate < step  # ties keep the earlier (canonical-first) order
                 step = np.where(better, candidate, step)
                 order_index = np.where(better, i, order_index)
-            layouts += len(cols)
-            costed += len(cols) * len(orders)
+            layouts += int(admitted.sum())
+            costed += int(admitted.sum()) * len(orders)
             fits = np.isfinite(step)
             fitting += int(fits.sum())
             if fits.any():

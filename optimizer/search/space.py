@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve
 from optimizer.errors import InvalidLayout, PlannerError
+from optimizer.search.framework_space import block_variants, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
 
 MAX_TP = 64
@@ -26,9 +27,10 @@ the ring exchange cannot hide behind attention, so such ``cp`` values are not se
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "moe", "full")
-"""``moe`` only for MoE models (on a dense model it is ``selective``). ``op`` (torchtitan's
-op-level policy) only when ``search.allow`` or ``search.fix`` names it: no other stack runs it."""
+RECOMPUTE = ("none", "core_attn", "selective", "op", "moe", "full")
+"""The cost model's recompute modes in search order. The space holds those the target frameworks
+run (``framework_space``; ``moe`` only for MoE models), plus, with no framework named, any mode
+``search.fix`` / ``search.allow`` names."""
 
 
 def astuple_shallow(lay: ResolvedLayout) -> tuple:
@@ -95,7 +97,8 @@ class LayoutFamily(NamedTuple):
 class LayoutBlock(NamedTuple):
     """The families that differ only in ZeRO stage and recompute: ``base`` (a resolved layout at
     the block's smallest admitted ``vpp``) in every ``(zero_stage, recompute)`` of ``variants``
-    (``product(zero stages, recompute modes)``, the same for every block of a job), sharing the
+    (those of ``product(zero stages, recompute modes)`` a target framework runs on the block's
+    sizes: ``framework_space.block_variants``), sharing the
     deeper and the left-out depths. Neither knob changes validity or any derived number, so the
     planner bounds a whole block as arrays (``bounds.space_bounds``) and builds a family's
     layout only when the bound-ordered costing reaches it."""
@@ -230,21 +233,20 @@ def layout_blocks(
 
 
 def _zero_choices(search: SearchSpec) -> list[int]:
-    zeros = _choices("zero_stage", list(ZERO_STAGES), search)
-    if 1 in zeros and 2 in zeros:
-        # ZeRO-2 (gradients sharded too) has ZeRO-1's communication and step time and never more
-        # memory, so ZeRO-1 is dominated; ask for it with search.fix / search.allow.
-        zeros.remove(1)
-    return zeros
+    """The ZeRO stages ``search.fix`` / ``search.allow`` admit. Per block, ZeRO-1 is dropped where
+    ZeRO-2 is in (``framework_space.block_variants``): ZeRO-2 (gradients sharded too) has ZeRO-1's
+    communication and step time and never more memory; plans report the lowest stage that runs
+    at the same step time (``simplify``)."""
+    return _choices("zero_stage", list(ZERO_STAGES), search)
 
 
 def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
-    named = set(search.allow.recompute or ()) | {search.fix.recompute}
-    return _choices(
-        "recompute",
-        [r for r in RECOMPUTE if r != "moe" or job.model.moe is not None] + (["op"] if "op" in named else []),
-        search,
-    )
+    """Cost-model recompute modes to search: those the target frameworks run (with a framework
+    named, ``search.fix`` / ``search.allow`` use its names), plus, with none named, any mode they
+    name."""
+    from optimizer.search.framework_space import costed_recompute_choices
+
+    return costed_recompute_choices(job, search, RECOMPUTE)
 
 
 def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
@@ -285,9 +287,10 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     uneven = not model.alternates_layer_kinds  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
-    variants = tuple(product(zeros, rcs))
-    if not variants:
+    if not zeros or not rcs:
         return
+    targets = space_frameworks(job, search)
+    interleaves = any(p.parallelism.vpp.value for p in targets.profiles)
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -305,18 +308,21 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
             if pp > 1 and m < pp:
                 continue
             vpps, skipped = [1], ()
-            if pp > 1 and m % pp == 0:
+            if pp > 1 and m % pp == 0 and interleaves:
                 deeper = [v for v in range(2, MAX_VPP + 1) if pp * v <= layers]
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
                 if leave_out:
                     skipped = tuple(v for v in deeper if layers % (pp * v))
             vpps = _choices("vpp", vpps, search)
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
+                variants = block_variants(targets, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
+                if not variants:
+                    continue
                 for i, vpp in enumerate(vpps):  # the first vpp the rules accept heads the family
                     try:
                         base = resolve(
                             job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs,
-                            zero_stage=zeros[0], recompute=rcs[0],
+                            zero_stage=variants[0][0], recompute=variants[0][1],
                             sequence_parallel=sp,
                         )  # fmt: skip
                     except InvalidLayout as err:

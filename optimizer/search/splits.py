@@ -15,6 +15,8 @@ forbid-and-resolve for the top-k, at a fraction of the time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import heapq
 import time
 from collections import deque
@@ -56,6 +58,8 @@ class SplitBudget:
     """``time.perf_counter()`` value after which no model is started."""
     headroom_bytes: float | None
     num_layers: int
+    key: Callable[[ResolvedLayout], tuple] | None = None
+    """What the top-k holds once: a layout (default, ``layout_key``) or a family (``search.diverse``)."""
 
 
 @dataclass
@@ -85,7 +89,8 @@ def solve_splits(
     uniform-split estimates; ``pipelined``: every costed pipelined layout with its layout bound;
     ``kth``: the k-th best uniform-split time."""
     out = SplitOutcome()
-    best_time = {layout_key(e.layout): e.step_time_s for e in pool}  # per layout, as answers come in
+    key_of = budget.key or layout_key
+    best_time = {key_of(e.layout): e.step_time_s for e in pool}  # per layout (or family), as answers come in
     work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes), budget.deadline)
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
@@ -93,6 +98,8 @@ def solve_splits(
         if remaining <= 0:
             _note_open(out, min(floor, work.smallest_key()))
             break
+        if budget.key is not None and floor > best_time.get(key_of(lay), float("inf")) + POOL_MARGIN_S:
+            continue  # no split of it beats its family's best so far (which only falls): it cannot change the answer
         if cand is None:
             assert g is not None
             cand = estimate(ctx, lay, g.order, headroom_bytes=budget.headroom_bytes, groups=g)  # uniform split
@@ -100,7 +107,7 @@ def solve_splits(
         if est is not None:
             out.results.append(est)
             if est.fits_memory:
-                k = layout_key(est.layout)
+                k = key_of(est.layout)
                 best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
     if work.timed_out:
         _note_open(out, work.smallest_key())

@@ -1,0 +1,192 @@
+"""Plan quality: how far the planner's best plan is from the layout experts published.
+
+For every calibration row (``/work/shared/calibration/published_runs.json``, mapped by
+``benchmarks/calibration_rows.py``) whose framework is known, plan the same job (model, batch,
+GPUs, the row's stack knobs) with ``training.framework`` set to that framework, and compare the
+expert layout's predicted step time (the row's stated layout, its unstated knobs at their best
+fitting value, as ``benchmarks/validation.py`` scores it) with the planner's best. A ratio near 1
+means the planner agrees with the experts; a large ratio is a gain the planner claims, and the
+report names the cost-model term (time breakdown category) it comes from. A second ratio plans
+with the expert's recompute pinned (``search.fix.recompute``, in the framework's name for it):
+how much of the claim is the layout and how much the recompute technique (many published runs
+predate selective recompute and ran full recompute).
+
+    .venv/bin/python benchmarks/plan_quality.py            # table + summary, writes docs/plan_quality.md
+    .venv/bin/python benchmarks/plan_quality.py --rows 10  # first 10 rows only (quick look)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.calibration_rows import MappedRow, _is_torchtitan, _names_deepspeed, map_all  # noqa: E402
+from optimizer.errors import InvalidLayout  # noqa: E402
+from optimizer.results import Plan  # noqa: E402
+from optimizer.service import evaluate, plan  # noqa: E402
+from optimizer.frameworks import profile  # noqa: E402
+from optimizer.specs import LayoutFix, PlanRequest  # noqa: E402
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "plan_quality.md"
+CLOSE = 1.05
+LARGE = 1.15
+
+
+def framework_of(row: dict[str, Any]) -> str | None:
+    """The row's framework, from its id, source and notes (None: not known)."""
+    if _is_torchtitan(row):
+        return "torchtitan"
+    if _names_deepspeed(row):
+        return "deepspeed"
+    text = f"{row['id']} {json.dumps(row.get('source', {}))}".lower()
+    if "nemo" in text or "bridge" in text:
+        return "megatron-bridge"
+    if "megatron" in text:
+        return "megatron-lm"
+    return None
+
+
+def expert_plan(mr: MappedRow) -> Plan | None:
+    """The stated layout at its best fitting choice of the knobs the source left out."""
+    best = None
+    for layout in mr.layouts():
+        try:
+            p = evaluate(mr.request(layout))
+        except (InvalidLayout, ValueError):
+            continue
+        if p.fits_memory and (best is None or p.step_time_s < best.step_time_s):
+            best = p
+    return best
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    framework: str
+    expert: Plan
+    best: Plan | None
+    status: str
+    seconds: float
+    same_recompute: Plan | None = None
+    """The planner's best with the expert's recompute pinned (None: the framework has no name for it)."""
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.best is None else self.expert.step_time_s / self.best.step_time_s
+
+    @property
+    def layout_ratio(self) -> float | None:
+        p = self.same_recompute
+        return None if p is None else self.expert.step_time_s / p.step_time_s
+
+    def gain_term(self) -> str:
+        """The breakdown category whose seconds drop most from the expert layout to the plan."""
+        if self.best is None:
+            return ""
+        e, b = self.expert.time_breakdown_s.model_dump(), self.best.time_breakdown_s.model_dump()
+        deltas = {k: e[k] - b[k] for k in e}
+        top = sorted(deltas.items(), key=lambda kv: -kv[1])[:2]
+        return ", ".join(f"{k} -{v:.3f} s" for k, v in top if v > 0)
+
+
+def describe(p: Plan) -> str:
+    c = p.config
+    return (f"TP{c.tp} PP{c.pp} DP{c.dp} CP{c.cp} EP{c.ep} VPP{c.vpp} mbs{c.micro_batch_size} "
+            f"Z{c.zero_stage} {c.recompute}")  # fmt: skip
+
+
+def run(limit: int | None) -> list[Result]:
+    mapped, _ = map_all()
+    out = []
+    for mr in mapped[:limit] if limit else mapped:
+        fw = framework_of(mr.row)
+        if fw is None:
+            continue
+        expert = expert_plan(mr)
+        if expert is None:
+            continue
+        job = mr.job
+        training = job.training.model_copy(update={"framework": fw})
+        t0 = time.perf_counter()
+        req = PlanRequest(model=job.model, training=training, cluster=job.cluster,
+                          search={"top_k": 1, "time_limit_s": 20})  # fmt: skip
+        resp = plan(req)
+        best = resp.plans[0] if resp.plans else None
+        seconds = time.perf_counter() - t0
+        prof = profile(fw)
+        own = prof.own_recompute(expert.config.recompute)
+        if own is None and prof.costed_recompute(expert.config.recompute) is not None:
+            own = expert.config.recompute  # the calibration's ``selective``: the framework's selective
+        pinned = None
+        if own is not None:
+            fixed = req.model_copy(update={"search": req.search.model_copy(update={"fix": LayoutFix(recompute=own)})})
+            pinned_resp = plan(fixed)
+            pinned = pinned_resp.plans[0] if pinned_resp.plans else None
+        out.append(Result(mr.id, fw, expert, best, resp.status, seconds, pinned))
+    return out
+
+
+def render(results: list[Result]) -> str:
+    rated = [r for r in results if r.ratio is not None]
+    close = sum(r.ratio <= CLOSE for r in rated)  # type: ignore[operator]
+    large = sum(r.ratio > LARGE for r in rated)  # type: ignore[operator]
+    n = len(rated)
+    pinned = [r for r in rated if r.layout_ratio is not None]
+    p_close = sum(r.layout_ratio <= CLOSE for r in pinned)  # type: ignore[operator]
+    p_large = sum(r.layout_ratio > LARGE for r in pinned)  # type: ignore[operator]
+    terms: dict[str, int] = {}
+    for r in rated:
+        if r.ratio > LARGE:  # type: ignore[operator]
+            term = r.gain_term().split(" ")[0] or "-"
+            terms[term] = terms.get(term, 0) + 1
+    lines = [
+        "# Plan quality against published layouts",
+        "",
+        "Generated by `benchmarks/plan_quality.py`: every calibration row whose framework is known, planned with",
+        "`training.framework` set to it (the row's stack knobs kept); ratio = the expert layout's predicted step",
+        "time over the planner's best (1.00: the planner agrees; above 1: the gain the planner claims).",
+        "",
+        f"Rows: {n}. Expert layout within 5% of the optimum: {close} ({100 * close / max(n, 1):.0f}%, target >= 60%). "
+        f"Planner claims more than 15%: {large} ({100 * large / max(n, 1):.0f}%, target <= 10%).",
+        "",
+        f"With the expert's recompute pinned ({len(pinned)} rows): within 5% {p_close} "
+        f"({100 * p_close / max(len(pinned), 1):.0f}%), claims above 15% {p_large} "
+        f"({100 * p_large / max(len(pinned), 1):.0f}%).",
+        "",
+        "Claims above 15%, by the breakdown term that falls most: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])) + ".",
+        "",
+        "| row | framework | expert layout | planner's best | ratio | same recompute | gain from (breakdown deltas) |",
+        "|---|---|---|---|---:|---:|---|",
+    ]
+    for r in results:
+        best = describe(r.best) if r.best else f"none ({r.status})"
+        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        term = r.gain_term() if r.ratio is not None and r.ratio > CLOSE else ""
+        same = f"{r.layout_ratio:.3f}" if r.layout_ratio is not None else "-"
+        lines.append(f"| {r.id} | {r.framework} | {describe(r.expert)} | {best} | {ratio} | {same} | {term} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=None, help="only the first N mapped rows")
+    ap.add_argument("--markdown", type=Path, default=DOC)
+    args = ap.parse_args(argv)
+    results = run(args.rows)
+    text = render(results)
+    print(text)
+    if args.rows is None:
+        args.markdown.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

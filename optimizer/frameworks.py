@@ -1,0 +1,208 @@
+"""Training-framework profiles: which layouts each framework runs, its recompute modes under its
+own names, and its stack (the ``training.*`` knobs it runs).
+
+The facts live in ``optimizer/data/frameworks.toml``, each with its source; this module loads
+them into frozen dataclasses and answers two questions for the planner: does a framework run
+a layout as the cost model costs it (``layout_problem``), and does it run a job's stack
+(``stack_problem``). It imports nothing from the request types, so ``specs`` may use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
+FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
+STACK_KNOBS: tuple[str, ...] = (
+    "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap",
+    "pp_comm_overlap", "dp_comm_overlap", "ep_comm_overlap", "expert_gemm_host_splits", "dp_collectives",
+)  # fmt: skip
+"""The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class RecomputeMode:
+    name: str
+    """The framework's own name (what plans and ``/evaluate`` use when the framework is named)."""
+    costed_as: str
+    """The cost model's mode."""
+    moe_only: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class StackKnob:
+    default: Any
+    runs: tuple[Any, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    zero_stages_without_pp: Fact
+    zero_stages_with_pp: Fact
+    cp: Fact
+    ep: Fact
+    vpp: Fact
+    uneven_stage_layers: Fact
+    sequence_parallel_optional: Fact
+    ddp_only_without_other_parallelism: Fact
+    sharded_below_zero3_needs_one_micro_batch: Fact
+    ep_multiple_of_tp_cp: Fact
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    id: str
+    name: str
+    version: str
+    launch_field: str
+    """The ``LaunchArgs`` field holding its arguments."""
+    source: str
+    parallelism: Parallelism
+    recompute: tuple[RecomputeMode, ...]
+    stack: dict[str, StackKnob]
+
+    def costed_recompute(self, name: str) -> str | None:
+        """The cost model's mode for the framework's recompute ``name`` (None: it has none)."""
+        return next((m.costed_as for m in self.recompute if m.name == name), None)
+
+    def own_recompute(self, costed_as: str) -> str | None:
+        """The framework's name for the cost model's mode ``costed_as`` (None: it does not run it)."""
+        return next((m.name for m in self.recompute if m.costed_as == costed_as), None)
+
+    def costed_modes(self, is_moe: bool) -> tuple[str, ...]:
+        return tuple(m.costed_as for m in self.recompute if is_moe or not m.moe_only)
+
+    def zero_problem(self, pp: int, dp: int, tp: int, cp: int, ep: int, nmb: int, zero: int) -> str | None:
+        """Why the framework does not run ZeRO stage ``zero`` on this layout as costed (None: it does)."""
+        par = self.parallelism
+        allowed = par.zero_stages_with_pp if pp > 1 else par.zero_stages_without_pp
+        if zero not in allowed.value:
+            return f"{self.name} runs zero_stage {list(allowed.value)} with pp {'> 1' if pp > 1 else '= 1'} ({allowed.source})"
+        if zero == 0 and par.ddp_only_without_other_parallelism.value and dp > 1 and max(tp, pp, cp, ep) > 1:
+            return f"{self.name} runs zero_stage 0 only with data parallelism alone ({par.ddp_only_without_other_parallelism.source})"
+        if pp == 1 and zero in (1, 2) and nmb > 1 and par.sharded_below_zero3_needs_one_micro_batch.value:
+            return (f"{self.name} runs zero_stage {zero} only with one micro-batch a step "
+                    f"({par.sharded_below_zero3_needs_one_micro_batch.source})")  # fmt: skip
+        return None
+
+    def sizes_problem(self, tp: int, pp: int, cp: int, ep: int, vpp: int, uneven: bool, sp: bool) -> str | None:
+        """Why the framework does not run these sizes (None: it does)."""
+        par = self.parallelism
+        if cp > 1 and not par.cp.value:
+            return f"{self.name} has no context parallelism ({par.cp.source})"
+        if ep > 1 and not par.ep.value:
+            return f"{self.name} has no expert parallelism ({par.ep.source})"
+        if ep > 1 and par.ep_multiple_of_tp_cp.value and ep % (tp * cp):
+            return f"{self.name} needs ep a multiple of tp x cp = {tp * cp} ({par.ep_multiple_of_tp_cp.source})"
+        if vpp > 1 and not par.vpp.value:
+            return f"{self.name} has no interleaved pipeline schedule ({par.vpp.source})"
+        if uneven and not par.uneven_stage_layers.value:
+            return f"{self.name} takes no per-stage layer counts ({par.uneven_stage_layers.source})"
+        if tp > 1 and not sp and not par.sequence_parallel_optional.value:
+            return f"{self.name} always runs sequence parallelism with TP ({par.sequence_parallel_optional.source})"
+        return None
+
+    def stack_problem(self, training: Any) -> str | None:
+        """The first ``training`` knob whose value the framework does not run (None: all run)."""
+        for knob, spec in self.stack.items():
+            value = getattr(training, knob)
+            if value not in spec.runs:
+                return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
+        return None
+
+
+def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | None:
+    """Why ``profile`` does not run ``lay`` (a resolved layout, cost-model recompute names) as
+    costed; None when it does."""
+    if lay.recompute not in profile.costed_modes(is_moe):
+        return f"{profile.name} has no recompute costed as {lay.recompute!r}"
+    from optimizer.cost.pipeline import even_split
+
+    uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
+    problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
+    if problem is not None:
+        return problem
+    return profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
+
+
+def _fact(raw: dict, key: str) -> Fact:
+    item = raw[key]
+    return Fact(tuple(item["value"]) if isinstance(item["value"], list) else item["value"], item["source"])
+
+
+def _profile(fid: str, raw: dict) -> FrameworkProfile:
+    par = raw["parallelism"]
+    parallelism = Parallelism(**{name: _fact(par, name) for name in Parallelism.__dataclass_fields__})
+    modes = tuple(
+        RecomputeMode(name, m["costed_as"], bool(m.get("moe_only", False)), m["source"])
+        for name, m in raw["recompute"].items()
+    )
+    stack = {k: StackKnob(raw["stack"][k]["default"], tuple(raw["stack"][k]["runs"]), raw["stack"][k]["source"])
+             for k in STACK_KNOBS}  # fmt: skip
+    for knob in stack.values():
+        if knob.default not in knob.runs:
+            raise ValueError(f"frameworks.toml {fid}: default {knob.default!r} not among runs {knob.runs}")
+    return FrameworkProfile(fid, raw["name"], raw["version"], raw["launch_field"], raw["source"], parallelism, modes, stack)
+
+
+@functools.cache
+def load_profiles() -> dict[str, FrameworkProfile]:
+    """Every profile of ``optimizer/data/frameworks.toml``, by id (checked at load)."""
+    text = resources.files("optimizer").joinpath("data/frameworks.toml").read_text(encoding="utf-8")
+    doc = tomllib.loads(text)
+    if tuple(doc) != FRAMEWORK_IDS:
+        raise ValueError(f"frameworks.toml must list {FRAMEWORK_IDS}, has {tuple(doc)}")
+    return {fid: _profile(fid, raw) for fid, raw in doc.items()}
+
+
+def profile(fid: str) -> FrameworkProfile:
+    return load_profiles()[fid]
+
+
+def stack_defaults(fid: str) -> dict[str, Any]:
+    """The ``training.*`` values the framework runs when the job leaves them out."""
+    return {k: knob.default for k, knob in profile(fid).stack.items()}
+
+
+def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
+    """The frameworks whose stack runs the job's knobs: of the named one, or of all four."""
+    named = getattr(training, "framework", None)
+    profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
+    return tuple(p for p in profiles if p.stack_problem(training) is None)
+
+
+__all__ = [
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "candidate_frameworks", "layout_problem", "load_profiles",
+    "profile", "stack_defaults",
+]  # fmt: skip
+
+
+def running_frameworks(training: Any, lay: Any, is_moe: bool) -> tuple[list[FrameworkProfile], list[str]]:
+    """The frameworks that run ``lay`` (cost-model names) for a job with ``training`` as costed,
+    and, when there are none, why (one reason per target framework)."""
+    targets = candidate_frameworks(training)
+    if not targets:
+        named = getattr(training, "framework", None)
+        profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
+        reasons = [p.stack_problem(training) or "" for p in profiles]
+        return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
+    runs, reasons = [], []
+    for prof in targets:
+        problem = layout_problem(prof, lay, is_moe)
+        if problem is None:
+            runs.append(prof)
+        else:
+            reasons.append(problem)
+    return runs, ([] if runs else reasons)

@@ -1,0 +1,101 @@
+"""The frameworks a search targets and what they admit: the layout space restricted at
+enumeration to the combinations some target framework runs, so that the search's bounds and its
+proof of optimality cover exactly that space.
+
+With ``training.framework`` named the target is that framework. With none, the targets are
+every framework whose stack runs the job's ``training.*`` knobs (``candidate_frameworks``); if
+none does, every framework's layout rules apply and the plans say that no stack matches.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from optimizer.frameworks import FrameworkProfile, candidate_frameworks, load_profiles, profile
+from optimizer.specs import JobSpec, SearchSpec
+
+
+class Targets(NamedTuple):
+    profiles: tuple[FrameworkProfile, ...]
+    named: bool
+    """``training.framework`` was given."""
+    stack_matched: bool
+    """Some framework's stack runs the job's knobs (always true when one is named)."""
+    free_zero: bool
+    """No framework named and ``search.fix`` / ``search.allow`` name ZeRO stages: those are
+    searched whether or not a framework runs them (the plans then say so)."""
+    free_recompute: bool
+
+
+def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
+    named = job.training.framework is not None
+    profiles = candidate_frameworks(job.training)
+    matched = bool(profiles)
+    if not profiles:  # explicit knobs no (named) framework's stack runs: its (their) layout rules still hold
+        profiles = (profile(job.training.framework),) if named else tuple(load_profiles().values())
+    free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
+    free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
+    return Targets(profiles, named, matched, free_zero, free_rc)
+
+
+def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str, ...]) -> list[str]:
+    """The cost model's recompute modes to search, in ``order``: the target frameworks' modes,
+    restricted by ``search.fix`` / ``search.allow`` (in the named framework's own names); with
+    no framework named, the modes those name are searched as given."""
+    is_moe = job.model.moe is not None
+    fix, allow = search.fix.recompute, search.allow.recompute
+    if job.training.framework is not None:
+        prof = profile(job.training.framework)
+        modes = list(prof.costed_modes(is_moe))
+        if allow is not None:
+            modes = [m for m in modes if prof.own_recompute(m) in allow]
+        if fix is not None:
+            modes = [m for m in modes if prof.own_recompute(m) == fix]
+        return [m for m in order if m in modes]
+    runs = {m for p in space_frameworks(job, search).profiles for m in p.costed_modes(is_moe)}
+    if fix is not None:
+        runs = {fix}
+    elif allow is not None:
+        runs = set(allow)
+    if not is_moe:
+        runs.discard("moe")
+    return [m for m in order if m in runs]
+
+
+def block_variants(
+    targets: Targets, zeros: list[int], rcs: list[str], *, tp: int, pp: int, dp: int, cp: int, ep: int, nmb: int, sp: bool
+) -> tuple[tuple[int, str], ...]:
+    """The ``(zero_stage, recompute)`` pairs of ``zeros x rcs`` some target framework runs on a
+    layout of these sizes (at its first interleaving depth), ZeRO-1 left out where ZeRO-2 is in
+    with the same recompute (same step time, never less memory)."""
+    key = (
+        pp > 1, nmb > 1, dp > 1 and max(tp, pp, cp, ep) > 1, cp > 1, ep > 1, ep > 1 and ep % (tp * cp) != 0,
+        tp > 1 and not sp,
+    )  # fmt: skip
+    ids = tuple(p.id for p in targets.profiles)
+    return _variants(ids, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _variants(
+    ids: tuple[str, ...], free_zero: bool, free_rc: bool, zeros: tuple[int, ...], rcs: tuple[str, ...], key: tuple
+) -> tuple:
+    pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp = key
+    # representative sizes reproducing the key for the profiles' checks
+    pp = 2 if pipelined else 1
+    nmb = 2 if several else 1
+    tp = 2 if no_sp or ep_off_grid or (multi_axis and not pipelined and not has_cp and not has_ep) else 1
+    cp = 2 if has_cp else 1
+    ep = (3 if ep_off_grid else 2 * tp * cp) if has_ep else 1
+    dp = 2 if multi_axis else 1
+    runs = set()
+    for prof in (profile(i) for i in ids):
+        if prof.sizes_problem(tp, pp, cp, ep, 1, False, not no_sp) is not None:
+            continue
+        modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)
+        for z in zeros:
+            if free_zero or prof.zero_problem(pp, dp, tp, cp, ep, nmb, z) is None:
+                runs |= {(z, r) for r in modes}
+    variants = [(z, r) for z in zeros for r in rcs if (z, r) in runs]
+    return tuple(v for v in variants if not (v[0] == 1 and (2, v[1]) in runs))
