@@ -111,6 +111,17 @@ class SolverInfo(_Out):
     )
 
 
+    beyond_default_bounds_s: float | None = Field(
+        default=None,
+        description=(
+            "A lower bound (s) on every layout beyond the default space's bounds (vpp above 8, micro_batch_size "
+            "above 16; values search.fix / search.allow name are inside them), set when it is below the best plan: "
+            "those layouts were then searched in bound order like the rest, and the status covers them. Null when "
+            "no such layout could beat the best plan."
+        ),
+    )
+
+
 class PlanResponse(_Out):
     status: Literal["optimal", "feasible", "infeasible"]
     plans: list[Plan]

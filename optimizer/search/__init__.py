@@ -36,9 +36,11 @@ from optimizer.cost.estimate import (
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.bounds import space_bounds
+from optimizer.search.fixed_values import check_named_values
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
+    Reach,
     count_layouts,
     empty_choice,
     layout_blocks,
@@ -104,7 +106,9 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def search(request: PlanRequest) -> PlanResponse:
-    """The top-k plans of ``request`` (see the module docstring)."""
+    """The top-k plans of ``request`` (see the module docstring). Raises ``InvalidLayout`` for a
+    ``search.fix`` / ``search.allow`` value no layout of the job can take."""
+    check_named_values(JobSpec(model=request.model, training=request.training, cluster=request.cluster), request.search)
     with cyclic_gc_paused():
         return _search(request)
 
@@ -119,7 +123,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
     usable_bytes = ctx.usable_bytes(headroom)
     deadline = t0 + spec.time_limit_s
-    blocks = list(layout_blocks(job, spec))
+    blocks = list(layout_blocks(job, spec, Reach.ALL))
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
     if not blocks:
         return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
@@ -295,6 +299,9 @@ def _search(request: PlanRequest) -> PlanResponse:
             "(the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search them too "
             "(slower; docs/search.md)"
         )
+    beyond_bound = bounds.beyond_bound(usable_bytes)
+    if beyond_bound < best.step_time_s:  # searched in bound order with the rest: say so
+        info.beyond_default_bounds_s = beyond_bound
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
