@@ -24,8 +24,8 @@ from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.presets import load_model_presets
-from optimizer.results import Plan, PlanResponse
-from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.results import CompareResponse, Plan, PlanResponse
+from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 from optimizer.units import GB, GIB, TB, TFLOPS, US
 
 GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
@@ -122,7 +122,7 @@ def _placement(plan: Plan) -> str:
 
 def _plan_row(rank: int, plan: Plan) -> list[object]:
     c, mem = plan.config, plan.memory_gib
-    memory = f"{mem.total:.1f}/{mem.capacity:.0f}" + ("" if plan.fits_memory else " OOM")
+    memory = f"{mem.total:.1f}/{mem.capacity - mem.headroom:.1f}" + ("" if plan.fits_memory else " OOM")
     return [
         rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
         c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",
@@ -143,6 +143,23 @@ def plan_table(response: PlanResponse) -> str:
         )
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
+    for rank, p in enumerate(response.plans, start=1):
+        parts.extend(f"plan {rank} note: {n}\n" for n in p.notes)
+    parts.extend(f"warning: {w}\n" for w in response.warnings)
+    return "".join(parts)
+
+
+def compare_table(response: CompareResponse) -> str:
+    """One row per compared layout (index 0 is the reference) with its step-time delta, then
+    each layout's summary of what differs, its notes and the warnings."""
+    headers = (*_PLAN_HEADERS, "delta_s")
+    rows = [
+        [*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)
+    ]
+    parts = [_table(headers, rows)]
+    parts.extend(f"{e.summary}\n" for e in response.entries)
+    for i, e in enumerate(response.entries):
+        parts.extend(f"layout {i} note: {n}\n" for n in e.plan.notes)
     parts.extend(f"warning: {w}\n" for w in response.warnings)
     return "".join(parts)
 
@@ -249,6 +266,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    request = CompareRequest.model_validate(load_document(args.file))
+    result = service.compare(request)
+    if args.format == "table":
+        _write(compare_table(result))
+    else:
+        _write(_dump(result.model_dump(mode="json"), args.format))
+    return EXIT_OK
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     entries = _catalog_entries(args.which)
     if args.format == "table":
@@ -308,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
     )
     evaluate.set_defaults(handler=_cmd_evaluate)
+
+    compare = sub.add_parser(
+        "compare", parents=[output], help="score a job under several layouts (a POST /compare document)"
+    )
+    compare.add_argument(
+        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
+    )
+    compare.set_defaults(handler=_cmd_compare)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)

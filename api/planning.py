@@ -12,8 +12,8 @@ from api.pool import PoolDep
 from api.settings import Settings, SettingsDep
 from optimizer import service
 from optimizer.errors import InvalidLayout
-from optimizer.results import Plan, PlanResponse
-from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.results import CompareResponse, Plan, PlanResponse
+from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 
 router = APIRouter(tags=["planning"])
 
@@ -79,6 +79,27 @@ async def plan(
     if warnings:
         response = response.model_copy(update={"warnings": [*warnings, *response.warnings]})
     return response
+
+
+@router.post(
+    "/compare",
+    response_model=CompareResponse,
+    operation_id="compare",
+    summary="Score a job under several layouts and compare them with the first",
+    responses=ERROR_RESPONSES,
+)
+async def compare(body: CompareRequest, pool: PoolDep) -> CompareResponse:
+    """Each layout's score (as ``/evaluate`` gives it) with per-category time and memory deltas
+    against the first layout, and a line saying what makes it slower or faster.
+
+    At most ``MAX_COMPARE_LAYOUTS`` layouts (a 422 at ``["body", "layouts"]`` beyond); an invalid
+    layout is a 422 at ``["body", "layouts", i, field]``.
+    """
+    try:
+        return await pool.run(service.compare, body)
+    except InvalidLayout as exc:
+        _, index, *rest = exc.field.split(".")
+        raise invalid_field(("body", "layouts", int(index), *rest), exc.reason, "invalid_layout") from exc
 
 
 @router.post(

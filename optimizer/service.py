@@ -11,8 +11,12 @@ from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.launch import build_launch, megatron_recompute_modules
-from optimizer.results import LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
-from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
+from optimizer.compare import compare_plans
+from optimizer.errors import InvalidLayout
+from optimizer.explain import explain
+from optimizer.job_warnings import job_warnings, plan_warnings
+from optimizer.results import CompareResponse, LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
+from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
 
@@ -241,10 +245,36 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
 
 
 def plan(request: PlanRequest) -> PlanResponse:
-    """Search ranked layouts for a job."""
+    """Search ranked layouts for a job; the answer says what limits the top plan (``why``) and
+    warns about a job that looks wrong."""
     from optimizer.search import search
 
-    return search(request)
+    response = search(request)
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    warnings = [*response.warnings, *job_warnings(job)]
+    if response.plans:
+        warnings += plan_warnings(job, response.plans[0])
+    update: dict[str, object] = {"warnings": warnings}
+    why = explain(job, response.plans, response.solver)
+    if why is not None:
+        update |= {"why": why, "explanation": why.summary}
+    return response.model_copy(update=update)
 
 
-__all__ = ["LaunchArgs", "evaluate", "plan", "to_plan"]
+def compare(request: CompareRequest) -> CompareResponse:
+    """Score the job under each layout (``evaluate``) and compare them with the first. Raises
+    ``InvalidLayout`` at ``layouts.<i>.<field>`` for an invalid layout."""
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    plans = []
+    for i, layout in enumerate(request.layouts):
+        try:
+            plans.append(evaluate(EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)))
+        except InvalidLayout as exc:
+            raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
+    warnings = job_warnings(job)
+    for i, p in enumerate(plans):
+        warnings += [f"layout {i}: {w}" for w in plan_warnings(job, p)]
+    return CompareResponse(entries=compare_plans(plans), warnings=warnings)
+
+
+__all__ = ["LaunchArgs", "compare", "evaluate", "plan", "to_plan"]

@@ -512,3 +512,17 @@ class PlanRequest(JobSpec):
 
 class EvaluateRequest(JobSpec):
     config: Layout
+
+
+MAX_COMPARE_LAYOUTS = 8
+"""Most layouts one /compare request may score."""
+
+
+class CompareRequest(JobSpec):
+    """A job and two or more layouts to score side by side (the first is the reference)."""
+
+    layouts: list[Layout] = Field(
+        min_length=2,
+        max_length=MAX_COMPARE_LAYOUTS,
+        description=f"Layouts to score (2 to {MAX_COMPARE_LAYOUTS}); deltas are against the first.",
+    )

@@ -701,16 +701,16 @@ def test_small_jobs_consider_every_layer_split():
     assert response.plans[0].step_time_s == pytest.approx(0.1154, abs=1e-4)
 
 
-def test_unfused_attention_with_context_parallelism_pinned_is_infeasible_and_says_why() -> None:
+def test_unfused_attention_with_context_parallelism_pinned_is_invalid_and_says_why() -> None:
     job = {
         "model": {"preset": "llama3-8b"},
         "training": {"seq_len": 8192, "global_batch_size": 16, "attention_kernel": "unfused"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 8},
         "search": {"fix": {"cp": 2}},
     }
-    response = search(_request(job))
-    assert response.status == "infeasible" and not response.plans
-    assert "attention_kernel 'unfused' allows only cp = 1" in (response.explanation or "")
+    with pytest.raises(InvalidLayout) as err:
+        search(_request(job))
+    assert err.value.field == "search.fix.cp" and "training.attention_kernel is 'unfused'" in err.value.reason
 
 
 def test_op_level_recompute_is_searched_only_when_named() -> None:
