@@ -194,14 +194,16 @@ def runner_up(top: Plan, second: Plan) -> RunnerUp:
         changes["layer_split"] = [str(top.config.stage_layers), str(second.config.stage_layers)]
     for axis in sorted({*top.placement, *second.placement}):
         a, b = top.placement.get(axis), second.placement.get(axis)
-        if a != b:
+        sized = (getattr(top.config, axis, 1) or 1) > 1 or (getattr(second.config, axis, 1) or 1) > 1
+        if a != b and sized:
             changes[f"placement.{axis}"] = [a, b]
     times = time_deltas_s(top, second)
     memory = second.memory_gib.total - top.memory_gib.total
     what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changes.items()) or "the same layout"
-    trades = ", ".join(f"{k} {v:+.3f} s" for k, v in sorted(times.items(), key=lambda kv: -abs(kv[1]))[:4])
+    trades = ", ".join(f"{k} {'+' if v >= 0 else '-'}{seconds(abs(v))}" for k, v in sorted(
+        times.items(), key=lambda kv: -abs(kv[1]))[:4])  # fmt: skip
     summary = (
-        f"The runner-up ({what}) is {delta:.3f} s ({100 * delta / top.step_time_s:.2f}%) slower"
+        f"The runner-up ({what}) is {seconds(delta)} ({100 * delta / top.step_time_s:.2f}%) slower"
         + (f": {trades}" if trades else "")
         + f"; it needs {abs(memory):.1f} GiB {'more' if memory >= 0 else 'less'} memory."
     )
@@ -213,6 +215,11 @@ def runner_up(top: Plan, second: Plan) -> RunnerUp:
         memory_delta_gib=memory,
         summary=summary,
     )
+
+
+def seconds(value_s: float) -> str:
+    """``value_s`` for a sentence: seconds to the millisecond, or milliseconds below 0.01 s."""
+    return f"{value_s:.3f} s" if abs(value_s) >= 0.01 else f"{1e3 * value_s:.2f} ms"
 
 
 def time_deltas_s(base: Plan, other: Plan) -> dict[str, float]:
