@@ -458,7 +458,8 @@ class LayoutAllow(Strict):
     vpp: list[int] | None = Field(
         default=None,
         description=(
-            "Interleaving depths to search (at most 8). For models whose dense and MoE layers alternate (an MoE "
+            "Interleaving depths to search (any the layout rules allow: pp*vpp <= num_layers). For models whose "
+            "dense and MoE layers alternate (an MoE "
             "layer frequency above 1), depths whose "
             "pp*vpp chunks cannot hold equal layer counts are searched by default only when they add at most "
             "40,000 layouts to the space, and otherwise only when listed here (or pinned with fix.vpp); for every "
