@@ -152,7 +152,7 @@ def plan_table(response: PlanResponse) -> str:
 def compare_table(response: CompareResponse) -> str:
     """One row per compared layout (index 0 is the reference) with its step-time delta, then
     each layout's summary of what differs, its notes and the warnings."""
-    headers = (*_PLAN_HEADERS, "delta_s")
+    headers = ("layout", *_PLAN_HEADERS[1:], "delta_s")
     rows = [
         [*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)
     ]

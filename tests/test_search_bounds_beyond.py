@@ -171,3 +171,28 @@ def test_planner_agrees_with_brute_force_when_a_micro_batch_beyond_the_bound_win
     assert response.plans[0].config.micro_batch_size == 64 > MAX_MICRO_BATCH
     assert response.solver.beyond_default_bounds_s is not None
     assert verify(req) == []
+
+
+def test_micro_batch_blocks_left_unbounded_fit_in_no_variant() -> None:
+    """``beyond.may_fit`` drops the blocks of micro-batches above 16 whose sibling with the
+    largest micro-batch inside the bound fits in no variant: bounded anyway, none of their
+    families' memory floors fits (Llama 3.1 405B on 128 H100: 37 of 212 dropped)."""
+    from optimizer.cost import build_context
+    from optimizer.search.beyond import beyond_micro_batch, may_fit
+    from optimizer.search.bounds import space_bounds
+
+    req = PlanRequest.model_validate({
+        "model": {"preset": "llama3.1-405b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 128},
+    })  # fmt: skip
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    usable = ctx.usable_bytes(None)
+    blocks = list(layout_blocks(job, req.search, Reach.ALL))
+    inner = [b for b in blocks if not beyond_micro_batch(b)]
+    outer = [b for b in blocks if beyond_micro_batch(b)]
+    kept = may_fit(space_bounds(ctx, inner), outer, usable)
+    dropped = [b for b in outer if b not in kept]
+    assert (len(outer), len(dropped)) == (212, 37)
+    assert not (space_bounds(ctx, dropped).memory_floor <= usable).any()

@@ -35,11 +35,13 @@ from optimizer.cost.estimate import (
 )
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
-from optimizer.search.bounds import space_bounds
+from optimizer.search.beyond import beyond_micro_batch, concat, may_fit
+from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.fixed_values import check_named_values
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
+    LayoutBlock,
     Reach,
     count_layouts,
     empty_choice,
@@ -128,7 +130,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     if not blocks:
         return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
     budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
-    bounds = space_bounds(ctx, blocks, budget_end)
+    bounds = bound_space(ctx, blocks, usable_bytes, budget_end)
     if bounds is None:
         return _no_plan(info, t0, "feasible", "UNKNOWN", (
             f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
@@ -305,6 +307,21 @@ def _search(request: PlanRequest) -> PlanResponse:
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
+
+
+def bound_space(ctx, blocks: list[LayoutBlock], usable_bytes: float, deadline: float) -> SpaceBounds | None:
+    """``space_bounds`` of ``blocks``, leaving out the blocks of micro-batches beyond the default
+    bound that provably fit in memory under no variant (``beyond.may_fit``)."""
+    inner = [b for b in blocks if not beyond_micro_batch(b)]
+    outer = [b for b in blocks if beyond_micro_batch(b)]
+    if not inner or not outer:
+        return space_bounds(ctx, blocks, deadline)
+    bounds = space_bounds(ctx, inner, deadline)
+    outer = may_fit(bounds, outer, usable_bytes) if bounds is not None else []
+    if bounds is None or not outer:
+        return bounds
+    extra = space_bounds(ctx, outer, deadline)
+    return None if extra is None else concat(bounds, extra)
 
 
 def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:
