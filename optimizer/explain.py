@@ -11,6 +11,7 @@ from __future__ import annotations
 from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.errors import InvalidLayout
 from optimizer.results import Explanation, Plan, PlanLimit, RunnerUp, SolverInfo
+from optimizer.search.space import MAX_MICRO_BATCH, MAX_VPP
 from optimizer.specs import JobSpec
 from optimizer.units import to_gib
 
@@ -22,7 +23,9 @@ DELTA_MIN_S = 1e-4
 """Runner-up time differences below this (s) are not listed."""
 LIGHTER_RECOMPUTE = {"full": "selective", "selective": "none", "op": "none", "moe": "selective"}
 AXIS_NAMES = {"tp": "tensor", "cp": "context", "ep": "expert", "pp": "pipeline", "dp": "data"}
-CONFIG_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
+CONFIG_FIELDS = (
+    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+)  # fmt: skip
 
 
 def explain(job: JobSpec, plans: list[Plan], solver: SolverInfo) -> Explanation | None:
@@ -54,8 +57,6 @@ def describe(plan: Plan) -> str:
 
 
 def _beyond(plan: Plan) -> bool:
-    from optimizer.search.space import MAX_MICRO_BATCH, MAX_VPP
-
     return plan.config.vpp > MAX_VPP or plan.config.micro_batch_size > MAX_MICRO_BATCH
 
 
@@ -129,7 +130,9 @@ def _pipeline_limits(job: JobSpec, plan: Plan) -> list[PlanLimit]:
     if c.vpp == 1 and m % c.pp:
         text += f"; interleaving needs micro-batches divisible by pp ({m} % {c.pp} = {m % c.pp})"
     kind = "batch" if m < 2 * c.pp else "pipeline_bubble"
-    values = {"time_s": bubble, "micro_batches": float(m), "pp": float(c.pp), "vpp": float(c.vpp), "idle_share": fraction}
+    values = {
+        "time_s": bubble, "micro_batches": float(m), "pp": float(c.pp), "vpp": float(c.vpp), "idle_share": fraction,
+    }  # fmt: skip
     return [PlanLimit(kind=kind, summary=text, values=values)]
 
 

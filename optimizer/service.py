@@ -268,7 +268,8 @@ def compare(request: CompareRequest) -> CompareResponse:
     plans = []
     for i, layout in enumerate(request.layouts):
         try:
-            plans.append(evaluate(EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)))
+            one = EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)
+            plans.append(evaluate(one))
         except InvalidLayout as exc:
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
     warnings = job_warnings(job)

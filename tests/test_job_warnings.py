@@ -57,7 +57,8 @@ def test_gpus_that_are_not_whole_nodes(client: TestClient) -> None:
 
 def test_a_batch_too_small_for_the_gpu_count(client: TestClient) -> None:
     job = _job(16, 1024, preset="llama3-70b")
-    warnings = _compare_warnings(client, job, [{"tp": 8, "cp": 8, "zero_stage": 3}, {"tp": 4, "cp": 16, "zero_stage": 3}])
+    layouts = [{"tp": 8, "cp": 8, "zero_stage": 3}, {"tp": 4, "cp": 16, "zero_stage": 3}]
+    warnings = _compare_warnings(client, job, layouts)
     [warning] = [w for w in warnings if "is small for" in w]
     assert "global_batch_size (16) is small for 1,024 GPUs: at most 16 data-parallel replicas" in warning
     assert "at least 64 GPUs" in warning and "128 tokens a GPU a step" in warning
@@ -77,7 +78,7 @@ def test_fewer_micro_batches_than_the_pipeline_wants(client: TestClient) -> None
     assert (top["config"]["pp"], top["config"]["num_micro_batches"]) == (16, 16)
     [warning] = [w for w in body["warnings"] if "micro-batches" in w]
     bubble = top["time_breakdown_s"]["pp_bubble"]
-    assert f"runs 16 micro-batches through 16 pipeline stages" in warning and f"{bubble:.3f} s" in warning
+    assert "runs 16 micro-batches through 16 pipeline stages" in warning and f"{bubble:.3f} s" in warning
 
 
 def test_mfu_above_the_best_published_for_the_gpu_and_precision(client: TestClient) -> None:

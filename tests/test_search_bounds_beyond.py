@@ -57,7 +57,8 @@ def test_mt_nlg_plans_at_least_as_fast_as_calculons_vpp15_layout(client: TestCli
     calculon = _evaluate(
         client, MT_NLG, {"tp": 4, "pp": 7, "vpp": 15, "micro_batch_size": 1, "zero_stage": 2, "recompute": "selective"}
     )
-    inside = client.post("/plan", json={**MT_NLG, "search": {"top_k": 1, "allow": {"vpp": list(range(1, MAX_VPP + 1))}}})
+    depths = list(range(1, MAX_VPP + 1))
+    inside = client.post("/plan", json={**MT_NLG, "search": {"top_k": 1, "allow": {"vpp": depths}}})
     response = client.post("/plan", json={**MT_NLG, "search": {"top_k": 3}})
     assert response.status_code == 200 and inside.status_code == 200
     body, best_inside = response.json(), inside.json()["plans"][0]
