@@ -98,7 +98,10 @@ async def compare(body: CompareRequest, pool: PoolDep) -> CompareResponse:
     try:
         return await pool.run(service.compare, body)
     except InvalidLayout as exc:
-        _, index, *rest = exc.field.split(".")
+        head, *tail = exc.field.split(".")
+        if head != "layouts":
+            raise layout_error(exc, under=None) from exc
+        index, *rest = tail
         raise invalid_field(("body", "layouts", int(index), *rest), exc.reason, "invalid_layout") from exc
 
 

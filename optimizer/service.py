@@ -271,6 +271,8 @@ def compare(request: CompareRequest) -> CompareResponse:
             one = EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)
             plans.append(evaluate(one))
         except InvalidLayout as exc:
+            if exc.field.split(".")[0] in ("model", "training", "cluster"):
+                raise  # the job itself (e.g. training.precision), not the layout
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
     warnings = job_warnings(job)
     for i, p in enumerate(plans):

@@ -84,3 +84,10 @@ def test_pplan_compare_table(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "21.0/79.0" in out  # memory against usable memory (80 GiB less headroom)
     assert pplan(["compare", str(path)]) == 0
     assert len(json.loads(capsys.readouterr().out)["entries"]) == 2
+
+
+def test_a_job_error_is_located_at_the_job_not_a_layout(client: TestClient) -> None:
+    job = {**JOB, "training": {**JOB["training"], "precision": "fp4"}}
+    response = client.post("/compare", json={**job, "layouts": [MINE, YOURS]})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "training", "precision"]
