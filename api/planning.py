@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from api.errors import ERROR_RESPONSES, invalid_field, layout_error
-from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
+from api.openapi_examples import COMPARE_EXAMPLES, EVALUATE_EXAMPLES, PLAN_EXAMPLES
 from api.pool import PoolDep
 from api.settings import Settings, SettingsDep
 from optimizer import service
@@ -88,7 +88,9 @@ async def plan(
     summary="Score a job under several layouts and compare them with the first",
     responses=ERROR_RESPONSES,
 )
-async def compare(body: CompareRequest, pool: PoolDep) -> CompareResponse:
+async def compare(
+    body: Annotated[CompareRequest, Body(openapi_examples=COMPARE_EXAMPLES)], pool: PoolDep
+) -> CompareResponse:
     """Each layout's score (as ``/evaluate`` gives it) with per-category time and memory deltas
     against the first layout, and a line saying what makes it slower or faster.
 

@@ -91,3 +91,14 @@ def test_a_job_error_is_located_at_the_job_not_a_layout(client: TestClient) -> N
     response = client.post("/compare", json={**job, "layouts": [MINE, YOURS]})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "training", "precision"]
+
+
+def test_openapi_example_is_a_valid_request(client: TestClient) -> None:
+    from api.openapi_examples import COMPARE_EXAMPLES
+
+    for example in COMPARE_EXAMPLES.values():
+        response = client.post("/compare", json=example["value"])
+        assert response.status_code == 200, response.text
+        entries = response.json()["entries"]
+        # interleaving 5 chunks a stage cuts the bubble of TP8 PP4
+        assert entries[1]["time_deltas_s"]["pp_bubble"] < 0
