@@ -109,8 +109,6 @@ class SolverInfo(_Out):
             "(which is then optimal over those depths too)."
         ),
     )
-
-
     beyond_default_bounds_s: float | None = Field(
         default=None,
         description=(

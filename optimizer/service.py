@@ -1,20 +1,20 @@
-"""The one facade that the HTTP API, the CLI and every export call: plan() and evaluate()."""
+"""The one facade that the HTTP API, the CLI and every export call: plan(), evaluate() and compare()."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from hardware_catalog import load_catalog
+from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.estimate import shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
-from optimizer.launch import build_launch, megatron_recompute_modules
-from optimizer.compare import compare_plans
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
 from optimizer.job_warnings import job_warnings, plan_warnings
+from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import CompareResponse, LaunchArgs, MemoryBreakdown, Plan, PlanResponse, TimeBreakdown
 from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib

@@ -2,7 +2,9 @@
 
 1. ``space.layout_blocks`` lists every valid regular layout (uniform split), grouped by all
    but the interleaving depth (families) and by all but ZeRO stage and recompute (blocks), and
-   ``bounds.space_bounds`` bounds every family at once as numpy arrays.
+   ``bounds.space_bounds`` bounds every family at once as numpy arrays. The space reaches past
+   the default bounds on ``vpp`` and ``micro_batch_size`` (``Reach.ALL``: blocks of their own,
+   costed in bound order like the rest; ``beyond`` leaves out micro-batch blocks that cannot fit).
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
