@@ -105,7 +105,8 @@ def test_alternating_moe_plans_optimal() -> None:
     """Mixtral-8x22B with MoE on every second layer (a dense first layer), 256 H100. With the
     window tables alone its interleaved split models stayed open at the 1 s guard and the answer
     was `feasible` at 10 s and at 60 s; now each proves in well under 1 s and the
-    best plan is a 7-chunk interleaved split CP-SAT found."""
+    best plan is a 14-chunk interleaved split CP-SAT found (depths above 8 with equal chunks are
+    in the searched space)."""
     response = search(PlanRequest.model_validate({
         "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2,
                   "expert_ffn_hidden_size": 16384, "layer_frequency": 2, "first_dense_layers": 1}},
@@ -115,8 +116,8 @@ def test_alternating_moe_plans_optimal() -> None:
     }))  # fmt: skip
     assert response.status == "optimal"
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(3.0032, abs=1e-4)
-    assert best.config.vpp == 7
+    assert best.step_time_s == pytest.approx(2.9828, abs=1e-4)
+    assert best.config.vpp == 14
 
 
 @settings(max_examples=40, deadline=None)
