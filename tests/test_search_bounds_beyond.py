@@ -197,3 +197,13 @@ def test_micro_batch_blocks_left_unbounded_fit_in_no_variant() -> None:
     dropped = [b for b in outer if b not in kept]
     assert (len(outer), len(dropped)) == (212, 37)
     assert not (space_bounds(ctx, dropped).memory_floor <= usable).any()
+
+
+def test_pinned_values_that_cannot_go_together_name_the_rule(client: TestClient) -> None:
+    """Each pinned value alone is valid (so a 200), together they are not: the explanation names
+    the rule instead of a generic "divides evenly"."""
+    body = client.post("/plan", json={**GPT3, "search": {"fix": {"tp": 4, "pp": 16, "vpp": 12}}}).json()
+    assert body["status"] == "infeasible" and body["why"] is None
+    assert body["explanation"].startswith(
+        "no valid layout: with search.fix tp=4, pp=16, vpp=12 (the rest at 1): vpp: pp*vpp (192) exceeds num_layers (96)"
+    )

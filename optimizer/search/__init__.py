@@ -39,7 +39,7 @@ from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.beyond import beyond_micro_batch, concat, may_fit
 from optimizer.search.bounds import SpaceBounds, space_bounds
-from optimizer.search.fixed_values import check_named_values
+from optimizer.search.fixed_values import check_named_values, fixed_combination_reason
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
@@ -374,6 +374,9 @@ def _no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
             f"no valid layout: search.fix / search.allow leave no {knob} the search can use"
             + (" ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else "")
         )
+    pinned = fixed_combination_reason(job, spec)
+    if pinned is not None:
+        return f"no valid layout: {pinned}"
     t = job.training
     m = job.model
     return (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from optimizer.cost.rules import resolve
 from optimizer.errors import InvalidLayout
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -101,3 +102,23 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
                 raise InvalidLayout(
                     f"search.allow.{name}", f"no layout can take any of {name} = {allowed}: " + "; ".join(reasons)
                 )
+
+
+def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:
+    """Why the values ``search.fix`` pins cannot go together, when the layout rules say so for the
+    pinned values with the others at their smallest (tp, pp, cp, ep, vpp, micro-batch 1); None
+    when that layout is valid or nothing is pinned."""
+    fix = search.fix
+    sizes = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+    if all(getattr(fix, name) is None for name in (*sizes, "dp")):
+        return None
+    values = {name: getattr(fix, name) or 1 for name in sizes}
+    try:
+        resolve(
+            job, **values, zero_stage=fix.zero_stage or 1, recompute=fix.recompute or "selective",
+            sequence_parallel=(values["tp"] > 1), dp=fix.dp,
+        )  # fmt: skip
+    except InvalidLayout as err:
+        shown = ", ".join(f"{k}={getattr(fix, k)}" for k in (*sizes, "dp") if getattr(fix, k) is not None)
+        return f"with search.fix {shown} (the rest at 1): {err.field.removeprefix('config.')}: {err.reason}"
+    return None
