@@ -187,7 +187,12 @@ def _search(request: PlanRequest) -> PlanResponse:
                     # the depths whose split floor (every rank order and split) is above the k-th
                     # best time would be dropped when popped: leave them unresolved
                     limit = -kth_heap[0] + POOL_MARGIN_S
-                    depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
+                    # depths whose bound is above the k-th best time would never be popped either
+                    depths = tuple(
+                        v for v in fam.more_vpps
+                        if bounds.depth_bound(ctx, family, v) <= -kth_heap[0]
+                        and split_floor_at_vpp_s(ctx, fam.first, v) <= limit
+                    )  # fmt: skip
                     fam = fam._replace(more_vpps=depths)
                 for member in fam.expand(job):
                     heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member))

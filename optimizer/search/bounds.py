@@ -69,6 +69,11 @@ class SpaceBounds:
         terms = tuple(float(t[f]) for t in self.terms)
         return bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
 
+    def depth_bound(self, ctx: JobContext, f: int, vpp: int) -> float:
+        """``member_bound`` of family ``f``'s layout at depth ``vpp``, without resolving it."""
+        terms = tuple(float(t[f]) for t in self.terms)
+        return bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f]))
+
     def queue_order(self) -> tuple[list[float], list[int]]:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
         layout, ``2 f + 1`` its deeper layouts (at the smallest of their bounds). Ties go to the
