@@ -179,7 +179,7 @@ def vectorised_bounds_s(request: PlanRequest) -> float:
     t0 = time.perf_counter()
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
-    bounds = bound_space(ctx, list(layout_blocks(job, request.search, Reach.ALL)), ctx.usable_bytes(None), math.inf)
+    bounds, _ = bound_space(ctx, list(layout_blocks(job, request.search, Reach.ALL)), ctx.usable_bytes(None), math.inf)
     assert bounds is not None
     bounds.queue_order()
     return time.perf_counter() - t0

@@ -207,3 +207,60 @@ def test_pinned_values_that_cannot_go_together_name_the_rule(client: TestClient)
     assert body["explanation"].startswith(
         "no valid layout: with search.fix tp=4, pp=16, vpp=12 (the rest at 1): vpp: pp*vpp (192) exceeds num_layers (96)"
     )
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "llama3-70b", "mixtral-8x22b"])
+def test_group_bound_rests_on_per_sequence_layer_times(name: str) -> None:
+    """``beyond.group_bound`` needs: a layer's bound time per sequence does not grow with the
+    micro-batch, its total does not fall, and no recompute mode is faster than none."""
+    from itertools import product
+
+    from optimizer.cost import build_context
+    from optimizer.cost.estimate import lower_bound_layer_totals
+
+    req = PlanRequest.model_validate({
+        "model": {"preset": name},
+        "training": {"seq_len": 4096, "global_batch_size": 4096},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+    })  # fmt: skip
+    ctx = build_context(JobSpec(model=req.model, training=req.training, cluster=req.cluster))
+    moe = req.model.moe is not None
+    modes = ["none", "selective", "full", "op"] + (["moe"] if moe else [])
+    checked = 0
+    for tp, cp, ep in product([1, 2, 8], [1, 4], [1, 8] if moe else [1]):
+        for rc in modes:
+            previous = None
+            for mbs in [1, 2, 3, 8, 16, 17, 24, 32, 64, 256]:
+                time_s = lower_bound_layer_totals(ctx, tp, cp, ep, mbs, tp > 1, rc)[0]
+                none_s = lower_bound_layer_totals(ctx, tp, cp, ep, mbs, tp > 1, "none")[0]
+                assert time_s >= none_s
+                if previous is not None:
+                    assert time_s / mbs <= previous[0] / previous[1] * (1 + 1e-12)
+                    assert time_s >= previous[0]
+                previous = (time_s, mbs)
+                checked += 1
+    assert checked > 100
+
+
+def test_group_bound_is_below_every_bound_of_its_blocks() -> None:
+    from optimizer.cost import build_context
+    from optimizer.search.beyond import beyond_groups, beyond_micro_batch
+    from optimizer.search.bounds import space_bounds
+
+    req = PlanRequest.model_validate({
+        "model": {"preset": "deepseek-v3"},
+        "training": {"seq_len": 4096, "global_batch_size": 15360},
+        "cluster": {"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 256},
+    })  # fmt: skip
+    job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    ctx = build_context(job)
+    outer = [b for b in layout_blocks(job, req.search, Reach.ALL) if beyond_micro_batch(b)]
+    groups = beyond_groups(ctx, outer)
+    assert sum(len(g.blocks) for g in groups) == len(outer) > len(groups) > 10
+    for group in groups[::5]:
+        sb = space_bounds(ctx, group.blocks)
+        for f in range(sb.num_families):
+            assert group.bound <= sb.first[f]
+            fam = sb.family(f)
+            for v in fam.more_vpps:
+                assert group.bound <= sb.depth_bound(ctx, f, v)

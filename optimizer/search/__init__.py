@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ from optimizer.cost.estimate import (
 )
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
-from optimizer.search.beyond import beyond_micro_batch, concat, may_fit
+from optimizer.search.beyond import BeyondGroup, beyond_groups, beyond_micro_batch, may_fit, smallest_bound
 from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.fixed_values import check_named_values, fixed_combination_reason
 from optimizer.search.screen import Screen, Unfit, screen_memory
@@ -132,7 +133,7 @@ def _search(request: PlanRequest) -> PlanResponse:
     if not blocks:
         return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
     budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
-    bounds = bound_space(ctx, blocks, usable_bytes, budget_end)
+    bounds, groups = bound_space(ctx, blocks, usable_bytes, budget_end)
     if bounds is None:
         return _no_plan(info, t0, "feasible", "UNKNOWN", (
             f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
@@ -148,6 +149,9 @@ def _search(request: PlanRequest) -> PlanResponse:
     n_static, pos = len(static_bounds), 0
     queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
     seq = 2 * bounds.num_families
+    for group in groups:  # bounded family by family only when the costing reaches them
+        heapq.heappush(queue, (group.bound, seq, group))  # type: ignore[arg-type]
+        seq += 1
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -201,6 +205,10 @@ def _search(request: PlanRequest) -> PlanResponse:
             lay = fam.first
         else:
             lay = heapq.heappop(queue)[2]
+            if isinstance(lay, BeyondGroup):
+                kth = -kth_heap[0] if len(kth_heap) >= spec.top_k else math.inf
+                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq)
+                continue
         if lay.pp > 1 and len(kth_heap) >= spec.top_k and split_floor_s(ctx, lay) > -kth_heap[0] + POOL_MARGIN_S:
             continue  # no rank order and no layer split of it can enter the top-k
         costed += 1
@@ -309,6 +317,7 @@ def _search(request: PlanRequest) -> PlanResponse:
             "(slower; docs/search.md)"
         )
     beyond_bound = bounds.beyond_bound(usable_bytes)
+    beyond_bound = min(beyond_bound, smallest_bound(ctx, groups, usable_bytes, min(beyond_bound, best.step_time_s)))
     if beyond_bound < best.step_time_s:  # searched in bound order with the rest: say so
         info.beyond_default_bounds_s = beyond_bound
     plans = [to_plan(job, e) for e in results]
@@ -316,19 +325,41 @@ def _search(request: PlanRequest) -> PlanResponse:
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
 
 
-def bound_space(ctx, blocks: list[LayoutBlock], usable_bytes: float, deadline: float) -> SpaceBounds | None:
-    """``space_bounds`` of ``blocks``, leaving out the blocks of micro-batches beyond the default
-    bound that provably fit in memory under no variant (``beyond.may_fit``)."""
+def bound_space(
+    ctx, blocks: list[LayoutBlock], usable_bytes: float, deadline: float
+) -> tuple[SpaceBounds | None, list[BeyondGroup]]:
+    """``space_bounds`` of ``blocks`` but those of micro-batches beyond the default bound, which
+    are left out when they provably fit in memory under no variant (``beyond.may_fit``) and
+    otherwise grouped (``beyond.beyond_groups``) to be bounded when the costing reaches them."""
     inner = [b for b in blocks if not beyond_micro_batch(b)]
     outer = [b for b in blocks if beyond_micro_batch(b)]
     if not inner or not outer:
-        return space_bounds(ctx, blocks, deadline)
+        return space_bounds(ctx, blocks, deadline), []
     bounds = space_bounds(ctx, inner, deadline)
-    outer = may_fit(bounds, outer, usable_bytes) if bounds is not None else []
-    if bounds is None or not outer:
-        return bounds
-    extra = space_bounds(ctx, outer, deadline)
-    return None if extra is None else concat(bounds, extra)
+    if bounds is None:
+        return None, []
+    return bounds, beyond_groups(ctx, may_fit(bounds, outer, usable_bytes))
+
+
+def _expand_group(
+    ctx, job: JobSpec, group: BeyondGroup, usable_bytes: float, kth: float, queue: list, seq: int
+) -> int:
+    """Bound ``group``'s blocks and queue their layouts (every depth) whose bound is at most
+    ``kth`` and whose memory floor fits; returns the next sequence number."""
+    sb = space_bounds(ctx, group.blocks)
+    assert sb is not None
+    for f in range(sb.num_families):
+        if sb.memory_floor[f] > usable_bytes:
+            continue
+        fam = sb.family(f)
+        if sb.first[f] <= kth:
+            heapq.heappush(queue, (float(sb.first[f]), seq, fam.first))
+            seq += 1
+        fam = fam._replace(more_vpps=tuple(v for v in fam.more_vpps if sb.depth_bound(ctx, f, v) <= kth))
+        for member in fam.expand(job):
+            heapq.heappush(queue, (sb.member_bound(ctx, f, member), seq, member))
+            seq += 1
+    return seq
 
 
 def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:

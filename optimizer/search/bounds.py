@@ -97,10 +97,12 @@ class SpaceBounds:
                 best = min(best, float(np.min(family_bound(ctx, terms, self.pp[fams], vpps, self.m[fams]))))
         return best
 
-    def beyond_bound(self, usable_bytes: float) -> float:
+    def beyond_bound(self, usable_bytes: float, every: bool = False) -> float:
         """The smallest bound of the layouts beyond the default space's bounds
-        (``LayoutBlock.beyond``) whose memory floor fits ``usable_bytes``; inf when none."""
-        mask = np.repeat([b.beyond for b in self.blocks], self.n_variants) & (self.memory_floor <= usable_bytes)
+        (``LayoutBlock.beyond``; ``every``: of every layout) whose memory floor fits
+        ``usable_bytes``; inf when none."""
+        beyond = np.repeat([every or b.beyond for b in self.blocks], self.n_variants)
+        mask = beyond & (self.memory_floor <= usable_bytes)
         if not mask.any():
             return float("inf")
         return float(min(np.min(self.first[mask]), np.min(self.deeper[mask])))
