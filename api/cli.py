@@ -28,8 +28,8 @@ from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.presets import load_model_presets
-from optimizer.results import Plan, PlanResponse
-from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.results import CompareResponse, Plan, PlanResponse
+from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 from optimizer.units import GB, GIB, TB, TFLOPS, US
 
 GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
@@ -126,7 +126,7 @@ def _placement(plan: Plan) -> str:
 
 def _plan_row(rank: int, plan: Plan) -> list[object]:
     c, mem = plan.config, plan.memory_gib
-    memory = f"{mem.total:.1f}/{mem.capacity:.0f}" + ("" if plan.fits_memory else " OOM")
+    memory = f"{mem.total:.1f}/{mem.capacity - mem.headroom:.1f}" + ("" if plan.fits_memory else " OOM")
     return [
         rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
         c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",
@@ -150,6 +150,23 @@ def plan_table(response: PlanResponse) -> str:
         parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
     if response.explanation:
         parts.append(f"explanation: {response.explanation}\n")
+    for rank, p in enumerate(response.plans, start=1):
+        parts.extend(f"plan {rank} note: {n}\n" for n in p.notes)
+    parts.extend(f"warning: {w}\n" for w in response.warnings)
+    return "".join(parts)
+
+
+def compare_table(response: CompareResponse) -> str:
+    """One row per compared layout (index 0 is the reference) with its step-time delta, then
+    each layout's summary of what differs, its notes and the warnings."""
+    headers = ("layout", *_PLAN_HEADERS[1:], "delta_s")
+    rows = [
+        [*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)
+    ]
+    parts = [_table(headers, rows)]
+    parts.extend(f"{e.summary}\n" for e in response.entries)
+    for i, e in enumerate(response.entries):
+        parts.extend(f"layout {i} note: {n}\n" for n in e.plan.notes)
     parts.extend(f"warning: {w}\n" for w in response.warnings)
     if response.plans and response.plans[0].goodput is not None:
         parts.append(_capacity_line(response.plans[0]))
@@ -283,6 +300,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    request = CompareRequest.model_validate(load_document(args.file))
+    result = service.compare(request)
+    if args.format == "table":
+        _write(compare_table(result))
+    else:
+        _write(_dump(result.model_dump(mode="json"), args.format))
+    return EXIT_OK
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     entries = _catalog_entries(args.which)
     if args.format == "table":
@@ -348,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, help="processes that plan points (default: CPU count)")
     sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_cmd_sweep)
+    compare = sub.add_parser(
+        "compare", parents=[output], help="score a job under several layouts (a POST /compare document)"
+    )
+    compare.add_argument(
+        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
+    )
+    compare.set_defaults(handler=_cmd_compare)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
     catalog.add_argument("which", choices=CATALOGS)

@@ -104,3 +104,17 @@ EVALUATE_EXAMPLES: dict[str, Example] = {
         },
     },
 }
+
+COMPARE_EXAMPLES: dict[str, Example] = {
+    "tp8-vs-tp4-vpp": {
+        "summary": "Llama 3 70B on 1024 H100: TP8 PP4 against TP8 PP4 VPP5",
+        "description": "Each layout scored as /evaluate scores it; deltas against the first.",
+        "value": {
+            **_LLAMA3_70B_JOB,
+            "layouts": [
+                {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"},
+                {"tp": 8, "pp": 4, "vpp": 5, "zero_stage": 1, "recompute": "selective"},
+            ],
+        },
+    },
+}

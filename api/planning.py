@@ -8,14 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from api.errors import ERROR_RESPONSES, invalid_field, layout_error
-from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
+from api.openapi_examples import COMPARE_EXAMPLES, EVALUATE_EXAMPLES, PLAN_EXAMPLES
 from api.pool import EvaluatePoolDep, PoolDep
 from api.settings import MIB, Settings, SettingsDep
 from optimizer import service
 from optimizer.errors import InvalidLayout
+from optimizer.results import CompareResponse, Plan, PlanResponse
 from optimizer.search import space_memory_budget
-from optimizer.results import Plan, PlanResponse
-from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 
 router = APIRouter(tags=["planning"])
 
@@ -87,6 +87,34 @@ async def plan(
     if warnings:
         response = response.model_copy(update={"warnings": [*warnings, *response.warnings]})
     return response
+
+
+@router.post(
+    "/compare",
+    response_model=CompareResponse,
+    operation_id="compare",
+    summary="Score a job under several layouts and compare them with the first",
+    responses=ERROR_RESPONSES,
+)
+async def compare(
+    body: Annotated[CompareRequest, Body(openapi_examples=COMPARE_EXAMPLES)],
+    settings: SettingsDep,
+    pool: EvaluatePoolDep,
+) -> CompareResponse:
+    """Each layout's score (as ``/evaluate`` gives it) with per-category time and memory deltas
+    against the first layout, and a line saying what makes it slower or faster.
+
+    At most ``MAX_COMPARE_LAYOUTS`` layouts (a 422 at ``["body", "layouts"]`` beyond); an invalid
+    layout is a 422 at ``["body", "layouts", i, field]``.
+    """
+    try:
+        return await pool.run(service.compare, body, max_wait_s=settings.max_time_limit_s)
+    except InvalidLayout as exc:
+        head, *tail = exc.field.split(".")
+        if head != "layouts":
+            raise layout_error(exc, under=None) from exc
+        index, *rest = tail
+        raise invalid_field(("body", "layouts", int(index), *rest), exc.reason, "invalid_layout") from exc
 
 
 @router.post(

@@ -35,10 +35,9 @@ if str(ROOT) not in sys.path:
 
 from optimizer.cost import build_context
 from optimizer.cost.context import _build_context_cached
-from optimizer.search import cyclic_gc_paused, search
-from optimizer.search.bounds import space_bounds
+from optimizer.search import bound_space, cyclic_gc_paused, search
 from optimizer.search.exhaustive import exhaustive_best
-from optimizer.search.space import layout_blocks
+from optimizer.search.space import Reach, layout_blocks
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB
 
@@ -174,13 +173,15 @@ def exhaustive(request: PlanRequest) -> tuple[float, int, int, int, float]:
 
 def vectorised_bounds_s(request: PlanRequest) -> float:
     """Seconds to enumerate the space and bound every layout (every rank order and layer split) as
-    numpy arrays, as the planner's first phase does: ``layout_blocks``, ``space_bounds`` and the
-    sorted queue. Lower bounds, not exact costs."""
+    numpy arrays, as the planner's first phase does: ``layout_blocks`` (the whole space,
+    ``Reach.ALL``), ``bound_space`` and the sorted queue. Lower bounds, not exact costs."""
     _fresh_context()
     t0 = time.perf_counter()
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
-    space_bounds(ctx, list(layout_blocks(job, request.search))).queue_order()
+    bounds, _ = bound_space(ctx, list(layout_blocks(job, request.search, Reach.ALL)), ctx.usable_bytes(None), math.inf)
+    assert bounds is not None
+    bounds.queue_order()
     return time.perf_counter() - t0
 
 
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             "bounds, no pruning. \"planner's step vs exhaustive optimum\" compares the planner's best "
             "plan with the fastest layout that fits in that space (\"equal\": within 1e-12 relative): at "
             "most 0, as the planner also searches non-uniform layer splits. Vectorised bounds: "
-            "enumerating the same space and bounding every layout as numpy arrays (`search.bounds.space_bounds`, the planner's first phase): lower bounds "
+            "enumerating the same space and bounding every layout as numpy arrays (`search.bound_space`, the planner's first phase): lower bounds "
             "over every rank order and layer split, not exact costs. Every timing starts from an empty "
             "per-job context cache.\n\n"
             "\"fitting (of those costed)\" counts only the layouts the planner costed before its lower bound "

@@ -177,6 +177,49 @@ class SolverInfo(_Out):
             "(which is then optimal over those depths too)."
         ),
     )
+    beyond_default_bounds_s: float | None = Field(
+        default=None,
+        description=(
+            "A lower bound (s) on every layout beyond the default space's bounds (vpp above 8, micro_batch_size "
+            "above 16; values search.fix / search.allow name are inside them), set when it is below the best plan: "
+            "those layouts were then searched in bound order like the rest, and the status covers them. Null when "
+            "no such layout could beat the best plan."
+        ),
+    )
+
+
+LimitKind = Literal["memory", "batch", "pipeline_bubble", "communication", "compute", "optimizer"]
+
+
+class PlanLimit(_Out):
+    """One thing that limits the top plan, with its numbers."""
+
+    kind: LimitKind
+    summary: str = Field(description="What limits the plan, with the numbers.")
+    values: dict[str, float] = Field(default_factory=dict, description="The numbers, units in the names.")
+
+
+class RunnerUp(_Out):
+    """What the second plan trades against the first."""
+
+    step_time_delta_s: float = Field(description="Runner-up's step time minus the top plan's (s).")
+    relative: float = Field(description="step_time_delta_s over the top plan's step time.")
+    config_changes: dict[str, list[int | str | bool | None]] = Field(
+        default_factory=dict, description="Layout fields that differ: [top plan, runner-up]."
+    )
+    time_deltas_s: dict[str, float] = Field(
+        default_factory=dict, description="Per time category: runner-up minus top plan (s), those that differ."
+    )
+    memory_delta_gib: float = Field(description="Runner-up's peak memory minus the top plan's (GiB).")
+    summary: str
+
+
+class Explanation(_Out):
+    """Why the top plan is what it is: what limits it, and what the runner-up trades."""
+
+    summary: str
+    limits: list[PlanLimit] = Field(default_factory=list, description="Most binding first.")
+    runner_up: RunnerUp | None = None
 
 
 class Suggestion(_Out):
@@ -194,7 +237,35 @@ class PlanResponse(_Out):
     status: Literal["optimal", "feasible", "infeasible"]
     plans: list[Plan]
     solver: SolverInfo
-    explanation: str | None = None
+    explanation: str | None = Field(
+        default=None,
+        description=(
+            "Why, in one paragraph: for an answer with plans, what limits the top plan and what the runner-up "
+            "trades (the same as why.summary); for one without, why there is none, with the numbers."
+        ),
+    )
+    warnings: list[str] = Field(default_factory=list)
+    why: Explanation | None = Field(default=None, description="The explanation of an answer with plans, typed.")
+
+
+class CompareEntry(_Out):
+    """One layout of a comparison: its score, and how it differs from the first layout's."""
+
+    plan: Plan
+    step_time_delta_s: float = Field(description="This layout's step time minus the first's (s).")
+    relative: float = Field(description="step_time_delta_s over the first layout's step time.")
+    time_deltas_s: dict[str, float] = Field(
+        default_factory=dict, description="Per time category, this layout minus the first (s), those that differ."
+    )
+    memory_deltas_gib: dict[str, float] = Field(
+        default_factory=dict, description="Per memory category, this layout minus the first (GiB), those that differ."
+    )
+    mfu_delta: float
+    summary: str
+
+
+class CompareResponse(_Out):
+    entries: list[CompareEntry] = Field(description="One per layout, in request order; the first has no deltas.")
     warnings: list[str] = Field(default_factory=list)
     free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
         default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"

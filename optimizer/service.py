@@ -1,20 +1,25 @@
-"""The one facade that the HTTP API, the CLI and every export call: plan() and evaluate()."""
+"""The one facade that the HTTP API, the CLI and every export call: plan(), evaluate() and compare()."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from hardware_catalog import load_catalog
+from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.error_bands import plan_ranges
+from optimizer.errors import InvalidLayout
+from optimizer.explain import explain
 from optimizer.frameworks import profile as framework_profile
 from optimizer.frameworks import running_frameworks
+from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.results import (
+    CompareResponse,
     LaunchArgs,
     MemoryBreakdown,
     Plan,
@@ -22,7 +27,7 @@ from optimizer.results import (
     StageMemoryGiB,
     TimeBreakdown,
 )
-from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlanRequest
+from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
 
@@ -291,7 +296,8 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
 
 def plan(request: PlanRequest) -> PlanResponse:
     """Search ranked layouts for a job; plans carry goodput (and time to train), ranked by
-    ``search.objective``, with suggested GPU counts (``optimizer.capacity``)."""
+    ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
+    limits the top plan (``why``) and warns about a job that looks wrong."""
     from optimizer.capacity.plans import finish
     from optimizer.search import search
 
@@ -303,8 +309,46 @@ def plan(request: PlanRequest) -> PlanResponse:
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
             return finish(quiet, search(quiet))
 
-        return plan_on_topology(request, search_placed)
-    return finish(request, search(request))
+        return _explained(request, plan_on_topology(request, search_placed))
+    return _explained(request, finish(request, search(request)))
 
 
-__all__ = ["LaunchArgs", "evaluate", "plan", "to_plan"]
+def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
+    """``response`` with ``why`` (and its summary as ``explanation``) and the job's warnings."""
+    cluster = request.cluster
+    if cluster.num_gpus is None:  # a topology request: the GPUs the top plan takes
+        if not response.plans:
+            return response
+        c = response.plans[0].config
+        cluster = cluster.model_copy(update={"num_gpus": c.tp * c.pp * (c.dp or 1) * c.cp})
+    job = JobSpec(model=request.model, training=request.training, cluster=cluster)
+    warnings = [*response.warnings, *job_warnings(job)]
+    if response.plans:
+        warnings += plan_warnings(job, response.plans[0])
+    update: dict[str, object] = {"warnings": warnings}
+    why = explain(job, response.plans, response.solver)
+    if why is not None:
+        update |= {"why": why, "explanation": why.summary}
+    return response.model_copy(update=update)
+
+
+def compare(request: CompareRequest) -> CompareResponse:
+    """Score the job under each layout (``evaluate``) and compare them with the first. Raises
+    ``InvalidLayout`` at ``layouts.<i>.<field>`` for an invalid layout."""
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    plans = []
+    for i, layout in enumerate(request.layouts):
+        try:
+            one = EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)
+            plans.append(evaluate(one))
+        except InvalidLayout as exc:
+            if exc.field.split(".")[0] in ("model", "training", "cluster"):
+                raise  # the job itself (e.g. training.precision), not the layout
+            raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
+    warnings = job_warnings(job)
+    for i, p in enumerate(plans):
+        warnings += [f"layout {i}: {w}" for w in plan_warnings(job, p)]
+    return CompareResponse(entries=compare_plans(plans), warnings=warnings)
+
+
+__all__ = ["LaunchArgs", "compare", "evaluate", "plan", "to_plan"]

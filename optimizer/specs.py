@@ -541,7 +541,8 @@ class LayoutAllow(Strict):
     vpp: _allowed(MAX_LAYERS) | None = Field(  # type: ignore[valid-type]
         default=None,
         description=(
-            "Interleaving depths to search (at most 8). For models whose dense and MoE layers alternate (an MoE "
+            "Interleaving depths to search (any the layout rules allow: pp*vpp <= num_layers). For models whose "
+            "dense and MoE layers alternate (an MoE "
             "layer frequency above 1), depths whose "
             "pp*vpp chunks cannot hold equal layer counts are searched by default only when they add at most "
             "40,000 layouts to the space, and otherwise only when listed here (or pinned with fix.vpp); for every "
@@ -680,3 +681,22 @@ def _check_framework_recompute(framework: str | None, names: list, where: str) -
     bad = [n for n in names if n is not None and n not in own]
     if bad:
         raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
+
+MAX_COMPARE_LAYOUTS = 8
+"""Most layouts one /compare request may score."""
+
+
+class CompareRequest(JobSpec):
+    """A job and two or more layouts to score side by side (the first is the reference)."""
+
+    layouts: list[Layout] = Field(
+        min_length=2,
+        max_length=MAX_COMPARE_LAYOUTS,
+        description=f"Layouts to score (2 to {MAX_COMPARE_LAYOUTS}); deltas are against the first.",
+    )
+
+    @model_validator(mode="after")
+    def _framework_recompute(self) -> CompareRequest:
+        names = [layout.recompute for layout in self.layouts]
+        _check_framework_recompute(self.training.framework, names, "layouts.recompute")
+        return self

@@ -559,6 +559,7 @@ def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
     assert {op["operationId"]: key for key, op in operations.items()} == {
         "plan": ("POST", "/plan"),
         "evaluate": ("POST", "/evaluate"),
+        "compare": ("POST", "/compare"),
         "list_gpus": ("GET", "/gpus"),
         "get_gpu": ("GET", "/gpus/{gpu_id}"),
         "list_networks": ("GET", "/networks"),

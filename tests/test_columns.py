@@ -19,7 +19,7 @@ from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.rules import resolve
 from optimizer.search import search
 from optimizer.search.exhaustive import exhaustive_best
-from optimizer.search.space import enumerate_layouts
+from optimizer.search.space import Reach, enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 
 JOBS: dict[str, dict[str, Any]] = {
@@ -96,7 +96,7 @@ def _scalar_best(ctx, job: JobSpec, req: PlanRequest) -> tuple[int, int, float]:
     usable = ctx.usable_bytes(None)
     layouts = fitting = 0
     best = math.inf
-    for lay in enumerate_layouts(job, req.search):
+    for lay in enumerate_layouts(job, req.search, Reach.ALL):  # the planner's and the reference's space
         layouts += 1
         steps = [e.step_time_s for e in (estimate(ctx, lay, o, None, g) for o, g in distinct_orders(ctx, lay))
                  if e.peak_memory_bytes <= usable]  # fmt: skip

@@ -19,6 +19,8 @@ EXPECTED_IDS = {
     "llama2-70b",
     "llama3-8b",
     "llama3-70b",
+    "llama3.1-8b",
+    "llama3.1-70b",
     "llama3.1-405b",
     "mixtral-8x7b",
     "mixtral-8x22b",

@@ -2,7 +2,9 @@
 
 1. ``space.layout_blocks`` lists every valid regular layout (uniform split), grouped by all
    but the interleaving depth (families) and by all but ZeRO stage and recompute (blocks), and
-   ``bounds.space_bounds`` bounds every family at once as numpy arrays.
+   ``bounds.space_bounds`` bounds every family at once as numpy arrays. The space reaches past
+   the default bounds on ``vpp`` and ``micro_batch_size`` (``Reach.ALL``: blocks of their own,
+   costed in bound order like the rest; ``beyond`` leaves out micro-batch blocks that cannot fit).
 2. Each gets a split- and placement-independent lower bound (``compute_lower_bound_s``); layouts
    are costed in bound order with the full cost model (best rank order onto the tiers) until the
    bound exceeds the pool's worst time: everything not costed provably cannot enter the top-k.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -32,12 +35,16 @@ from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
-from optimizer.search.bounds import space_bounds
+from optimizer.search.beyond import BeyondGroup, beyond_groups, beyond_micro_batch, may_fit, smallest_bound
+from optimizer.search.bounds import SpaceBounds, space_bounds
+from optimizer.search.fixed_values import check_named_values, fixed_combination_reason
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
     SpaceBudget,
     SpaceTimedOut,
+    LayoutBlock,
+    Reach,
     count_layouts,
     empty_choice,
     layout_blocks,
@@ -124,6 +131,7 @@ def space_memory_budget(max_bytes: float) -> Iterator[None]:
 def search(request: PlanRequest) -> PlanResponse:
     """The top-k plans of ``request`` (see the module docstring); a layout space that would take
     more memory than ``space_memory_budget`` allows is a ``SpaceTooLarge`` error."""
+    check_named_values(JobSpec(model=request.model, training=request.training, cluster=request.cluster), request.search)
     with cyclic_gc_paused():
         return _search(request, _space_memory_bytes.get())
 
@@ -140,7 +148,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     deadline = t0 + spec.time_limit_s
     budget_end = deadline - 0.2 * spec.time_limit_s  # keep a fifth of the time for CP-SAT
     try:
-        blocks = list(layout_blocks(job, spec, SpaceBudget(budget_end, space_memory_bytes)))
+        blocks = list(layout_blocks(job, spec, Reach.ALL, SpaceBudget(budget_end, space_memory_bytes)))
     except SpaceTimedOut as exc:
         return _no_plan(SolverInfo(candidates_enumerated=exc.layouts), t0, "feasible", "UNKNOWN", (
             f"search.time_limit_s = {spec.time_limit_s} s ran out while enumerating the layouts of the space "
@@ -149,7 +157,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     info = SolverInfo(candidates_enumerated=count_layouts(blocks))
     if not blocks:
         return _no_plan(info, t0, "infeasible", "INFEASIBLE", _no_layout_explanation(job, spec))
-    bounds = space_bounds(ctx, blocks, budget_end)
+    bounds, groups = bound_space(ctx, blocks, usable_bytes, budget_end)
     if bounds is None:
         return _no_plan(info, t0, "feasible", "UNKNOWN", (
             f"search.time_limit_s = {spec.time_limit_s} s ran out while bounding the "
@@ -165,6 +173,9 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     n_static, pos = len(static_bounds), 0
     queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
     seq = 2 * bounds.num_families
+    for group in groups:  # bounded family by family only when the costing reaches them
+        heapq.heappush(queue, (group.bound, seq, group))  # type: ignore[arg-type]
+        seq += 1
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
     n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -204,7 +215,12 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
                     # the depths whose split floor (every rank order and split) is above the k-th
                     # best time would be dropped when popped: leave them unresolved
                     limit = kth_best.value + POOL_MARGIN_S
-                    depths = tuple(v for v in fam.more_vpps if split_floor_at_vpp_s(ctx, fam.first, v) <= limit)
+                    # depths whose bound is above the k-th best time would never be popped either
+                    depths = tuple(
+                        v for v in fam.more_vpps
+                        if bounds.depth_bound(ctx, family, v) <= kth_best.value
+                        and split_floor_at_vpp_s(ctx, fam.first, v) <= limit
+                    )  # fmt: skip
                     fam = fam._replace(more_vpps=depths)
                 for member in fam.expand(job):
                     heapq.heappush(queue, (bounds.member_bound(ctx, family, member), seq, member))
@@ -213,6 +229,10 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             lay = fam.first
         else:
             lay = heapq.heappop(queue)[2]
+            if isinstance(lay, BeyondGroup):
+                kth = kth_best.value if kth_best.full else math.inf
+                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq)
+                continue
         if kth_best.beaten(lay, bound - POOL_MARGIN_S):
             continue  # its family already has a faster plan (search.diverse): it cannot be a plan
         if lay.pp > 1 and kth_best.full and split_floor_s(ctx, lay) > kth_best.value + POOL_MARGIN_S:
@@ -339,6 +359,10 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             + (f"{job.training.framework}" if job.training.framework else "every framework")
             + " and list none in plan.frameworks"
         )
+    beyond_bound = bounds.beyond_bound(usable_bytes)
+    beyond_bound = min(beyond_bound, smallest_bound(ctx, groups, usable_bytes, min(beyond_bound, best.step_time_s)))
+    if beyond_bound < best.step_time_s:  # searched in bound order with the rest: say so
+        info.beyond_default_bounds_s = beyond_bound
     plans = [to_plan(job, e) for e in results]
     status = "optimal" if info.proved_optimal else "feasible"
     return PlanResponse(status=status, plans=plans, solver=info, explanation=None, warnings=warnings)
@@ -363,6 +387,43 @@ def _final(ctx, job: JobSpec, spec: SearchSpec, ranked: list[Estimate], headroom
     for est in chosen:
         unique.setdefault(layout_key(est.layout), est)
     return pick(sorted(unique.values(), key=_rank_key), spec.top_k, spec.diverse)
+
+
+def bound_space(
+    ctx, blocks: list[LayoutBlock], usable_bytes: float, deadline: float
+) -> tuple[SpaceBounds | None, list[BeyondGroup]]:
+    """``space_bounds`` of ``blocks`` but those of micro-batches beyond the default bound, which
+    are left out when they provably fit in memory under no variant (``beyond.may_fit``) and
+    otherwise grouped (``beyond.beyond_groups``) to be bounded when the costing reaches them."""
+    inner = [b for b in blocks if not beyond_micro_batch(b)]
+    outer = [b for b in blocks if beyond_micro_batch(b)]
+    if not inner or not outer:
+        return space_bounds(ctx, blocks, deadline), []
+    bounds = space_bounds(ctx, inner, deadline)
+    if bounds is None:
+        return None, []
+    return bounds, beyond_groups(ctx, may_fit(bounds, outer, usable_bytes))
+
+
+def _expand_group(
+    ctx, job: JobSpec, group: BeyondGroup, usable_bytes: float, kth: float, queue: list, seq: int
+) -> int:
+    """Bound ``group``'s blocks and queue their layouts (every depth) whose bound is at most
+    ``kth`` and whose memory floor fits; returns the next sequence number."""
+    sb = space_bounds(ctx, group.blocks)
+    assert sb is not None
+    for f in range(sb.num_families):
+        if sb.memory_floor[f] > usable_bytes:
+            continue
+        fam = sb.family(f)
+        if sb.first[f] <= kth:
+            heapq.heappush(queue, (float(sb.first[f]), seq, fam.first))
+            seq += 1
+        fam = fam._replace(more_vpps=tuple(v for v in fam.more_vpps if sb.depth_bound(ctx, f, v) <= kth))
+        for member in fam.expand(job):
+            heapq.heappush(queue, (sb.member_bound(ctx, f, member), seq, member))
+            seq += 1
+    return seq
 
 
 def _no_plan(info: SolverInfo, t0: float, status: str, solver_status: str, explanation: str) -> PlanResponse:
@@ -404,6 +465,9 @@ def _no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
             f"no valid layout: search.fix / search.allow leave no {knob} the search can use"
             + (" ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else "")
         )
+    pinned = fixed_combination_reason(job, spec)
+    if pinned is not None:
+        return f"no valid layout: {pinned}"
     t = job.training
     m = job.model
     return (

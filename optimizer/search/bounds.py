@@ -71,6 +71,11 @@ class SpaceBounds:
         terms = tuple(float(t[f]) for t in self.terms)
         return bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
 
+    def depth_bound(self, ctx: JobContext, f: int, vpp: int) -> float:
+        """``member_bound`` of family ``f``'s layout at depth ``vpp``, without resolving it."""
+        terms = tuple(float(t[f]) for t in self.terms)
+        return bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f]))
+
     def queue_order(self) -> tuple[list[float], list[int]]:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
         layout, ``2 f + 1`` its deeper layouts (at the smallest of their bounds). Ties go to the
@@ -93,6 +98,16 @@ class SpaceBounds:
                 terms = tuple(t[fams] for t in self.terms)
                 best = min(best, float(np.min(family_bound(ctx, terms, self.pp[fams], vpps, self.m[fams]))))
         return best
+
+    def beyond_bound(self, usable_bytes: float, every: bool = False) -> float:
+        """The smallest bound of the layouts beyond the default space's bounds
+        (``LayoutBlock.beyond``; ``every``: of every layout) whose memory floor fits
+        ``usable_bytes``; inf when none."""
+        beyond = np.repeat([every or b.beyond for b in self.blocks], self.n_variants)
+        mask = beyond & (self.memory_floor <= usable_bytes)
+        if not mask.any():
+            return float("inf")
+        return float(min(np.min(self.first[mask]), np.min(self.deeper[mask])))
 
     def left_out_count(self) -> int:
         return sum(len(b.variants) * len(b.skipped_vpps) for b in self.blocks)

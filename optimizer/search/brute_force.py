@@ -1,6 +1,6 @@
 """Exhaustive reference for the planner: cost everything, prune nothing.
 
-Every layout of ``space.enumerate_layouts`` is costed with ``best_estimate`` (every rank order,
+Every layout of ``space.enumerate_layouts`` (``Reach.ALL``: the planner's whole space) is costed with ``best_estimate`` (every rank order,
 no lower bounds, no pool). Pipelined layouts (``pp > 1``) are also costed with every contiguous
 layer split over their ``pp * vpp`` chunks when there are at most ``max_splits`` such splits
 (compositions of ``num_layers`` into ``pp * vpp`` positive parts); otherwise only with the
@@ -25,7 +25,7 @@ from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.search.framework_space import space_frameworks
 from optimizer.search.ranking import pick
-from optimizer.search.space import enumerate_layouts
+from optimizer.search.space import Reach, enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB
 
@@ -61,7 +61,7 @@ def enumerates_all_splits(request: PlanRequest, max_splits: int = MAX_SPLITS) ->
     layers = request.model.num_layers or 0
     return all(
         split_count(layers, len(lay.stage_layers)) <= max_splits
-        for lay in enumerate_layouts(job, request.search)
+        for lay in enumerate_layouts(job, request.search, Reach.ALL)
         if lay.pp > 1
     )
 
@@ -75,7 +75,7 @@ def brute_force(request: PlanRequest, max_splits: int = MAX_SPLITS) -> list[Esti
     layers = request.model.num_layers or 0
     fitting: list[Estimate] = []
     uneven = any(p.parallelism.uneven_stage_layers.value for p in space_frameworks(job, request.search).profiles)
-    for lay in enumerate_layouts(job, request.search):
+    for lay in enumerate_layouts(job, request.search, Reach.ALL):
         for split in splits_of(lay, layers, max_splits) if uneven else [lay.stage_layers]:
             candidate = lay if split == lay.stage_layers else replace(lay, stage_layers=split)
             est = best_estimate(ctx, candidate, headroom_bytes=headroom)

@@ -21,7 +21,7 @@ from optimizer.cost import distinct_orders
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout, resolve
-from optimizer.search.space import LayoutBlock, layout_blocks
+from optimizer.search.space import LayoutBlock, Reach, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec
 
 
@@ -68,7 +68,7 @@ def exhaustive_best(
 ) -> ExhaustiveBest:
     """Cost the whole regular space of ``job`` (as ``search`` restricts it) exactly, as arrays."""
     by_sizes: dict[tuple[int, ...], list[LayoutBlock]] = {}
-    for block in layout_blocks(job, search):
+    for block in layout_blocks(job, search, Reach.ALL):
         b = block.base
         by_sizes.setdefault((b.tp, b.pp, b.dp, b.cp, b.ep, block.variants), []).append(block)
     usable = ctx.usable_bytes(headroom_bytes)

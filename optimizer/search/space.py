@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import fields as dataclass_fields
+from enum import Enum
 from itertools import product
 from typing import NamedTuple
 
@@ -26,6 +27,10 @@ the ring exchange cannot hide behind attention, so such ``cp`` values are not se
 (``/evaluate`` still scores them)."""
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
+"""The default space's bounds on ``vpp`` and ``micro_batch_size``: search priorities, not rules.
+Layouts beyond them form their own blocks (``LayoutBlock.beyond``), searched in bound order like
+the rest (``Reach.ALL``); a value ``search.fix`` / ``search.allow`` names is in the default space
+whatever its size."""
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "core_attn", "selective", "op", "moe", "full")
 """The cost model's recompute modes in search order. The space holds those the target frameworks
@@ -53,10 +58,27 @@ def _variant(base: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
     return lay
 
 
-def _choices(name: str, default: list, search: SearchSpec) -> list:
+class Reach(Enum):
+    """Which layouts ``layout_blocks`` yields: ``DEFAULT``, those within the default space's
+    bounds (``MAX_VPP``, ``MAX_MICRO_BATCH``, and named values beyond them); ``ALL``, those and
+    the layouts beyond the bounds, in blocks of their own (``LayoutBlock.beyond``)."""
+
+    DEFAULT = "default"
+    ALL = "all"
+
+
+def _named(name: str, search: SearchSpec) -> bool:
+    """Whether ``search.fix`` or ``search.allow`` names values of ``name``."""
+    return getattr(search.fix, name) is not None or getattr(search.allow, name) is not None
+
+
+def _choices(name: str, default: list, search: SearchSpec, rule: list | None = None) -> list:
+    """The values of ``name`` to search: ``default`` (the default space's), or, when ``search.fix``
+    / ``search.allow`` name values, those of ``rule`` (every value the layout rules allow;
+    ``default`` when not given) they name."""
     fixed = getattr(search.fix, name)
     allowed = getattr(search.allow, name)
-    values = default
+    values = rule if rule is not None and (fixed is not None or allowed is not None) else default
     if allowed is not None:
         admitted = set(allowed)
         values = [v for v in values if v in admitted]
@@ -107,6 +129,9 @@ class LayoutBlock(NamedTuple):
     variants: tuple[tuple[int, str], ...]
     more_vpps: tuple[int, ...]
     skipped_vpps: tuple[int, ...] = ()
+    beyond: bool = False
+    """Its layouts lie beyond the default space's bounds (``vpp > MAX_VPP`` or
+    ``micro_batch_size > MAX_MICRO_BATCH``, values ``search`` did not name); ``Reach.ALL`` only."""
 
     def family(self, index: int) -> LayoutFamily:
         """The ``index``-th family of the block (in ``variants`` order)."""
@@ -118,9 +143,10 @@ class LayoutBlock(NamedTuple):
             yield self.family(i)
 
 
-def enumerate_layouts(job: JobSpec, search: SearchSpec) -> Iterator[ResolvedLayout]:
-    """Every valid layout (uniform layer split) that ``search.fix`` / ``search.allow`` admit."""
-    for family in layout_families(job, search):
+def enumerate_layouts(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[ResolvedLayout]:
+    """Every valid layout (uniform layer split) that ``search.fix`` / ``search.allow`` admit
+    (``reach``: within the default space's bounds, or all of them, as the planner searches)."""
+    for family in layout_families(job, search, reach):
         yield family.first
         yield from family.expand(job)
 
@@ -146,10 +172,10 @@ can bring the uneven depths in and find a plan the wider default request does no
 answer then carries the warning and the bound."""
 
 
-def layout_families(job: JobSpec, search: SearchSpec) -> Iterator[LayoutFamily]:
+def layout_families(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[LayoutFamily]:
     """``enumerate_layouts`` grouped by everything but ``vpp``, deeper interleaving unresolved:
     the families of ``layout_blocks``, in order."""
-    for block in layout_blocks(job, search):
+    for block in layout_blocks(job, search, reach):
         yield from block.families()
 
 
@@ -201,7 +227,7 @@ def _within(blocks: Iterable[LayoutBlock], budget: SpaceBudget) -> Iterator[Layo
 
 
 def layout_blocks(
-    job: JobSpec, search: SearchSpec, budget: SpaceBudget | None = None
+    job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT, budget: SpaceBudget | None = None
 ) -> Iterator[LayoutBlock]:
     """``layout_families`` grouped by everything but ZeRO stage and recompute.
 
@@ -212,9 +238,10 @@ def layout_blocks(
     at most ``UNEVEN_DEPTHS_DEFAULT_MAX`` layouts, and otherwise only when ``search.allow.vpp`` or
     ``search.fix.vpp`` names them (their chunk-level layer-split models are the slowest the
     planner builds). Each block then lists the depths it leaves out (``skipped_vpps``) so that the
-    search can say when one of them might be faster. With a ``budget``, enumeration stops with
-    ``SpaceTimedOut`` or ``SpaceTooLarge`` when it runs out."""
-    blocks = _layout_blocks(job, search)
+    search can say when one of them might be faster. ``Reach.ALL`` adds the layouts beyond the
+    default space's bounds, in blocks of their own (``LayoutBlock.beyond``). With a ``budget``,
+    enumeration stops with ``SpaceTimedOut`` or ``SpaceTooLarge`` when it runs out."""
+    blocks = _layout_blocks(job, search, reach)
     if budget is not None:
         blocks = _within(blocks, budget)
     if not _leaves_uneven_depths_out(job, search):
@@ -265,7 +292,7 @@ def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
     return job.model.alternates_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
-def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
+def _layout_blocks(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[LayoutBlock]:
     """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
     (and listed) unless depths are named."""
     model = job.model
@@ -275,16 +302,18 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     layers = model.num_layers or 0
     heads = model.num_attention_heads or 0
     div_n = divisors(n)
-    tps = _choices("tp", [d for d in div_n if d <= MAX_TP and heads % d == 0], search)
+    tp_rule = [d for d in div_n if heads % d == 0]
+    tps = _choices("tp", [d for d in tp_rule if d <= MAX_TP], search, tp_rule)
     pps = _choices("pp", [d for d in div_n if d <= layers], search)
+    cp_rule = [d for d in div_n if d == 1 or seq % (2 * d) == 0]
     cps = _choices(
-        "cp",
-        [d for d in div_n if d <= MAX_CP and (d == 1 or (seq % (2 * d) == 0 and seq // (2 * d) >= MIN_CP_CHUNK))],
-        search,
+        "cp", [d for d in cp_rule if d <= MAX_CP and (d == 1 or seq // (2 * d) >= MIN_CP_CHUNK)], search, cp_rule
     )
     experts = model.moe.num_experts if model.moe else 1
     zeros, rcs = _zero_choices(search), _recompute_choices(job, search)
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
+    vpp_named, mbs_named = _named("vpp", search), _named("micro_batch_size", search)
+    vpp_unbounded = vpp_named or reach is Reach.ALL
     uneven = not model.alternates_layer_kinds  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
     if not zeros or not rcs:
@@ -302,33 +331,60 @@ def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
         eps = _choices("ep", [d for d in divisors(tp * dp * cp) if experts % d == 0] if model.moe else [1], search)
         if gbs % dp:
             continue
-        mbs_all = [d for d in divisors(gbs // dp) if d <= MAX_MICRO_BATCH]
-        for mbs in _choices("micro_batch_size", mbs_all, search):
+        mbs_rule = divisors(gbs // dp)
+        mbs_choices = _choices("micro_batch_size", mbs_rule if reach is Reach.ALL else [
+            d for d in mbs_rule if d <= MAX_MICRO_BATCH
+        ], search, mbs_rule)  # fmt: skip
+        for mbs in mbs_choices:
             m = gbs // (dp * mbs)
             if pp > 1 and m < pp:
                 continue
             vpps, skipped = [1], ()
             if pp > 1 and m % pp == 0 and interleaves:
-                deeper = [v for v in range(2, MAX_VPP + 1) if pp * v <= layers]
+                deeper = [v for v in range(2, layers // pp + 1) if v <= MAX_VPP or vpp_unbounded]
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
                 if leave_out:
-                    skipped = tuple(v for v in deeper if layers % (pp * v))
+                    skipped = tuple(v for v in deeper if layers % (pp * v) and v <= MAX_VPP)
             vpps = _choices("vpp", vpps, search)
+            mbs_beyond = mbs > MAX_MICRO_BATCH and not mbs_named
+            parts = [(vpps, (), True)] if mbs_beyond else [(vpps, skipped, False)]
+            if not mbs_beyond and not vpp_named:  # the depths beyond MAX_VPP: a block of their own
+                parts = [
+                    ([v for v in vpps if v <= MAX_VPP], skipped, False),
+                    ([v for v in vpps if v > MAX_VPP], (), True),
+                ]
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
                 variants = block_variants(targets, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
                 if not variants:
                     continue
-                for i, vpp in enumerate(vpps):  # the first vpp the rules accept heads the family
-                    try:
-                        base = resolve(
-                            job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs,
-                            zero_stage=variants[0][0], recompute=variants[0][1],
-                            sequence_parallel=sp,
-                        )  # fmt: skip
-                    except InvalidLayout as err:
-                        if err.field == "config.vpp":
-                            continue
-                        break  # invalid whatever the depth
-                    # ZeRO stage and recompute never change validity: vary them on the resolved layout
-                    yield LayoutBlock(base, variants, tuple(vpps[i + 1 :]), skipped)
-                    break
+                for part_vpps, part_skipped, beyond in parts:
+                    block = _block(job, variants, (tp, pp, cp, ep, mbs, sp), part_vpps, part_skipped, beyond)
+                    if block is not None:
+                        yield block
+
+
+def _block(
+    job: JobSpec,
+    variants: tuple[tuple[int, str], ...],
+    sizes: tuple[int, int, int, int, int, bool],
+    vpps: list[int],
+    skipped: tuple[int, ...],
+    beyond: bool,
+) -> LayoutBlock | None:
+    """The block of ``sizes`` (tp, pp, cp, ep, micro-batch, sequence parallel) at the depths
+    ``vpps``, headed by the first the rules accept; None when they accept none."""
+    tp, pp, cp, ep, mbs, sp = sizes
+    zero, rc = variants[0]
+    for i, vpp in enumerate(vpps):
+        try:
+            base = resolve(
+                job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs, zero_stage=zero, recompute=rc,
+                sequence_parallel=sp,
+            )  # fmt: skip
+        except InvalidLayout as err:
+            if err.field == "config.vpp":
+                continue
+            return None  # invalid whatever the depth
+        # ZeRO stage and recompute never change validity: vary them on the resolved layout
+        return LayoutBlock(base, variants, tuple(vpps[i + 1 :]), skipped, beyond)
+    return None

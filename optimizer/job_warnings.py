@@ -1,0 +1,129 @@
+"""Warnings for jobs that look wrong: a global batch that looks like tokens, GPUs that are not
+whole nodes, a batch too small for the GPU count, fewer micro-batches than the top plan's
+pipeline wants, a predicted MFU above the best published for that GPU and precision.
+
+The reference numbers (largest published batch, best published MFU) are data with sources:
+``optimizer/data/job_checks.toml``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from optimizer.results import Plan
+from optimizer.specs import JobSpec
+
+DATA_PATH = Path(__file__).resolve().parent / "data" / "job_checks.toml"
+MICRO_BATCHES_PER_STAGE = 2
+"""A pipelined top plan with fewer micro-batches than this many per stage gets a warning."""
+
+
+@dataclass(frozen=True)
+class BestMfu:
+    gpus: tuple[str, ...]
+    precision: str
+    mfu: float
+    kind: str
+    run: str
+    cite: str
+    source: str
+
+
+@dataclass(frozen=True)
+class JobChecks:
+    largest_batch_tokens: int
+    batch_factor: float
+    batch_source: str
+    best_mfu: tuple[BestMfu, ...]
+
+    def best_for(self, gpu: str, precision: str) -> BestMfu | None:
+        key = "16-bit" if precision in ("bf16", "fp16") else precision
+        return next((b for b in self.best_mfu if gpu in b.gpus and b.precision == key), None)
+
+
+@lru_cache(maxsize=1)
+def load_job_checks(path: Path = DATA_PATH) -> JobChecks:
+    with path.open("rb") as fh:
+        data = tomllib.load(fh)
+    batch = data["largest_batch"]
+    best = tuple(
+        BestMfu(tuple(b["gpus"]), b["precision"], float(b["mfu"]), b["kind"], b["run"], b["cite"], b["source"])
+        for b in data["best"]
+    )
+    return JobChecks(int(batch["tokens"]), float(batch["factor"]), batch["source"], best)
+
+
+def job_warnings(job: JobSpec) -> list[str]:
+    """Warnings about the job itself (before any plan)."""
+    return [w for w in (_tokens_like_batch(job), _partial_nodes(job), _small_batch(job)) if w]
+
+
+def plan_warnings(job: JobSpec, plan: Plan) -> list[str]:
+    """Warnings about a (top) plan of the job."""
+    return [w for w in (_few_micro_batches(plan), _mfu_above_published(job, plan)) if w]
+
+
+def _tokens_like_batch(job: JobSpec) -> str | None:
+    checks = load_job_checks()
+    t = job.training
+    gbs, seq = t.global_batch_size or 0, t.seq_len
+    tokens = gbs * seq
+    if tokens <= checks.batch_factor * checks.largest_batch_tokens:
+        return None
+    hint = f"; as global_batch_tokens it would be {gbs // seq:,} sequences of {seq:,}" if gbs % seq == 0 else ""
+    return (
+        f"global_batch_size is {gbs:,} sequences of {seq:,} tokens, {tokens:,} tokens a step: more than "
+        f"{checks.batch_factor:g} times the largest published pre-training batch ({checks.largest_batch_tokens:,} "
+        f"tokens, DeepSeek-V3); global_batch_size counts sequences: was a token count meant{hint}?"
+    )
+
+
+def _partial_nodes(job: JobSpec) -> str | None:
+    n, per_node = job.cluster.num_gpus, job.cluster.gpus_per_node or 1
+    if n % per_node == 0 or (n < per_node and per_node % n == 0):
+        return None
+    return (
+        f"num_gpus ({n:,}) is not a whole number of {per_node}-GPU nodes ({n // per_node:,} nodes and {n % per_node} "
+        "GPUs): the partial node's GPUs share their node (NVLink domain, NICs) with another job, which the plans "
+        "do not cost"
+    )
+
+
+def _small_batch(job: JobSpec) -> str | None:
+    """Fewer sequences than node count: every data-parallel replica spans more than a node."""
+    n, per_node = job.cluster.num_gpus, job.cluster.gpus_per_node or 1
+    gbs = job.training.global_batch_size or 0
+    if gbs * per_node >= n:
+        return None
+    span = -(-n // gbs)
+    return (
+        f"global_batch_size ({gbs:,}) is small for {n:,} GPUs: at most {gbs:,} data-parallel replicas, so each spans "
+        f"at least {span:,} GPUs (tp*pp*cp >= {span:,}, more than one {per_node}-GPU node) with "
+        f"{gbs * job.training.seq_len / n:,.0f} tokens a GPU a step"
+    )
+
+
+def _few_micro_batches(plan: Plan) -> str | None:
+    c = plan.config
+    m = c.num_micro_batches or 1
+    if c.pp == 1 or m >= MICRO_BATCHES_PER_STAGE * c.pp:
+        return None
+    bubble = plan.time_breakdown_s.pp_bubble
+    return (
+        f"the top plan runs {m} micro-batches through {c.pp} pipeline stages (fewer than "
+        f"{MICRO_BATCHES_PER_STAGE} a stage): its bubble takes {bubble:.3f} s ({100 * bubble / plan.step_time_s:.1f}% "
+        "of the step); a larger global batch gives each replica more micro-batches"
+    )
+
+
+def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
+    best = load_job_checks().best_for(job.cluster.gpu or "", job.training.precision)
+    if best is None or plan.mfu <= best.mfu:
+        return None
+    return (
+        f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for {job.cluster.gpu} at "
+        f"{job.training.precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
+    )

@@ -1,0 +1,124 @@
+"""``search.fix`` / ``search.allow`` values that no layout of the job can take, whatever the other
+fields: an invalid request (a 422 naming ``search.fix.<field>``), not an infeasible job.
+
+Each check is one of the layout rules (``optimizer.cost.rules.resolve``) that involves only that
+field and the job; combinations of fields are the search's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from optimizer.cost.rules import resolve
+from optimizer.errors import InvalidLayout
+from optimizer.specs import JobSpec, SearchSpec
+
+
+def _tp(job: JobSpec, tp: int) -> str | None:
+    m, n = job.model, job.cluster.num_gpus
+    if n % tp:
+        return f"tp ({tp}) does not divide num_gpus ({n})"
+    if (m.num_attention_heads or 0) % tp:
+        return f"num_attention_heads ({m.num_attention_heads}) is not divisible by tp ({tp})"
+    kv = m.num_kv_heads or 0
+    if m.mla is None and kv % tp and tp % kv:
+        return f"num_kv_heads ({kv}) and tp ({tp}) must divide one another"
+    if (m.ffn_hidden_size or 0) % tp:
+        return f"ffn_hidden_size ({m.ffn_hidden_size}) is not divisible by tp ({tp})"
+    return None
+
+
+def _pp(job: JobSpec, pp: int) -> str | None:
+    n, layers = job.cluster.num_gpus, job.model.num_layers or 0
+    if n % pp:
+        return f"pp ({pp}) does not divide num_gpus ({n})"
+    if pp > layers:
+        return f"pp ({pp}) exceeds num_layers ({layers})"
+    return None
+
+
+def _cp(job: JobSpec, cp: int) -> str | None:
+    n, seq = job.cluster.num_gpus, job.training.seq_len
+    if n % cp:
+        return f"cp ({cp}) does not divide num_gpus ({n})"
+    if cp > 1 and seq % (2 * cp):
+        return f"seq_len ({seq}) must be divisible by 2*cp ({2 * cp}) for load-balanced context parallelism"
+    if cp > 1 and job.training.attention_kernel == "unfused":
+        return "context parallelism needs a fused attention kernel (training.attention_kernel is 'unfused')"
+    return None
+
+
+def _dp(job: JobSpec, dp: int) -> str | None:
+    n, gbs = job.cluster.num_gpus, job.training.global_batch_size or 0
+    if n % dp:
+        return f"dp ({dp}) does not divide num_gpus ({n})"
+    if gbs % dp:
+        return f"dp ({dp}) does not divide global_batch_size ({gbs})"
+    return None
+
+
+def _ep(job: JobSpec, ep: int) -> str | None:
+    moe, n = job.model.moe, job.cluster.num_gpus
+    if moe is None:
+        return None if ep == 1 else "ep > 1 needs an MoE model"
+    if moe.num_experts % ep:
+        return f"num_experts ({moe.num_experts}) is not divisible by ep ({ep})"
+    if n % ep:
+        return f"ep ({ep}) does not divide num_gpus ({n})"
+    return None
+
+
+def _vpp(job: JobSpec, vpp: int) -> str | None:
+    layers = job.model.num_layers or 0
+    if vpp > 1 and 2 * vpp > layers:
+        return f"vpp ({vpp}) needs pp >= 2 and pp*vpp <= num_layers ({layers}): at most {layers // 2}"
+    return None
+
+
+def _micro_batch_size(job: JobSpec, mbs: int) -> str | None:
+    gbs = job.training.global_batch_size or 0
+    if gbs % mbs:
+        return f"micro_batch_size ({mbs}) does not divide global_batch_size ({gbs})"
+    return None
+
+
+CHECKS: dict[str, Callable[[JobSpec, int], str | None]] = {
+    "tp": _tp, "pp": _pp, "cp": _cp, "dp": _dp, "ep": _ep, "vpp": _vpp, "micro_batch_size": _micro_batch_size,
+}  # fmt: skip
+"""Per layout field: why a value cannot be taken by any layout of the job (None when it can)."""
+
+
+def check_named_values(job: JobSpec, search: SearchSpec) -> None:
+    """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take, and
+    at ``search.allow.<field>`` when no allowed value can be taken, with the reason."""
+    for name, check in CHECKS.items():
+        fixed = getattr(search.fix, name)
+        if fixed is not None and (reason := check(job, fixed)) is not None:
+            raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {fixed}: {reason}")
+        allowed = getattr(search.allow, name)
+        if allowed:
+            reasons = [check(job, v) for v in allowed]
+            if all(r is not None for r in reasons):
+                raise InvalidLayout(
+                    f"search.allow.{name}", f"no layout can take any of {name} = {allowed}: " + "; ".join(reasons)
+                )
+
+
+def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:
+    """Why the values ``search.fix`` pins cannot go together, when the layout rules say so for the
+    pinned values with the others at their smallest (tp, pp, cp, ep, vpp, micro-batch 1); None
+    when that layout is valid or nothing is pinned."""
+    fix = search.fix
+    sizes = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+    if all(getattr(fix, name) is None for name in (*sizes, "dp")):
+        return None
+    values = {name: getattr(fix, name) or 1 for name in sizes}
+    try:
+        resolve(
+            job, **values, zero_stage=fix.zero_stage or 1, recompute=fix.recompute or "selective",
+            sequence_parallel=(values["tp"] > 1), dp=fix.dp,
+        )  # fmt: skip
+    except InvalidLayout as err:
+        shown = ", ".join(f"{k}={getattr(fix, k)}" for k in (*sizes, "dp") if getattr(fix, k) is not None)
+        return f"with search.fix {shown} (the rest at 1): {err.field.removeprefix('config.')}: {err.reason}"
+    return None
