@@ -153,6 +153,12 @@ def plan_table(response: PlanResponse) -> str:
     for rank, p in enumerate(response.plans, start=1):
         parts.extend(f"plan {rank} note: {n}\n" for n in p.notes)
     parts.extend(f"warning: {w}\n" for w in response.warnings)
+    if response.plans and response.plans[0].goodput is not None:
+        parts.append(_capacity_line(response.plans[0]))
+    parts.extend(
+        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n"
+        for s in response.suggestions
+    )
     return "".join(parts)
 
 
@@ -168,12 +174,6 @@ def compare_table(response: CompareResponse) -> str:
     for i, e in enumerate(response.entries):
         parts.extend(f"layout {i} note: {n}\n" for n in e.plan.notes)
     parts.extend(f"warning: {w}\n" for w in response.warnings)
-    if response.plans and response.plans[0].goodput is not None:
-        parts.append(_capacity_line(response.plans[0]))
-    parts.extend(
-        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n"
-        for s in response.suggestions
-    )
     return "".join(parts)
 
 

@@ -246,6 +246,16 @@ class PlanResponse(_Out):
     )
     warnings: list[str] = Field(default_factory=list)
     why: Explanation | None = Field(default=None, description="The explanation of an answer with plans, typed.")
+    free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
+        default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"
+    )
+    smallest_fitting_gpus: int | None = Field(
+        default=None,
+        description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
+    )
+    suggestions: list[Suggestion] = Field(
+        default_factory=list, description="Nearby GPU counts that are clearly better (search.suggest)."
+    )
 
 
 class CompareEntry(_Out):
@@ -267,13 +277,3 @@ class CompareEntry(_Out):
 class CompareResponse(_Out):
     entries: list[CompareEntry] = Field(description="One per layout, in request order; the first has no deltas.")
     warnings: list[str] = Field(default_factory=list)
-    free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
-        default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"
-    )
-    smallest_fitting_gpus: int | None = Field(
-        default=None,
-        description="With cluster.topology and no plan: GPUs (whole nodes, doubling) the smallest fitting layout needs",
-    )
-    suggestions: list[Suggestion] = Field(
-        default_factory=list, description="Nearby GPU counts that are clearly better (search.suggest)."
-    )

@@ -307,21 +307,15 @@ def plan(request: PlanRequest) -> PlanResponse:
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
-            return finish(quiet, search(quiet))
+            return _explained(quiet, finish(quiet, search(quiet)))
 
-        return _explained(request, plan_on_topology(request, search_placed))
+        return plan_on_topology(request, search_placed)
     return _explained(request, finish(request, search(request)))
 
 
 def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
     """``response`` with ``why`` (and its summary as ``explanation``) and the job's warnings."""
-    cluster = request.cluster
-    if cluster.num_gpus is None:  # a topology request: the GPUs the top plan takes
-        if not response.plans:
-            return response
-        c = response.plans[0].config
-        cluster = cluster.model_copy(update={"num_gpus": c.tp * c.pp * (c.dp or 1) * c.cp})
-    job = JobSpec(model=request.model, training=request.training, cluster=cluster)
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     warnings = [*response.warnings, *job_warnings(job)]
     if response.plans:
         warnings += plan_warnings(job, response.plans[0])

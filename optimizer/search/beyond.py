@@ -24,6 +24,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from optimizer.cost.context import JobContext
 from optimizer.search.lower_bounds import lower_bound_layer_totals
 from optimizer.search.bounds import SpaceBounds, space_bounds
@@ -44,16 +46,15 @@ def may_fit(bounds: SpaceBounds, outer: Sequence[LayoutBlock], usable_bytes: flo
     """The blocks of ``outer`` (micro-batches beyond the bound) whose sibling in ``bounds`` (the
     block of the same sizes with the largest micro-batch there) fits in some variant, or that
     have no sibling there."""
-    n = bounds.n_variants
-    fits = (bounds.memory_floor <= usable_bytes).reshape(-1, n).any(axis=1)
-    sibling: dict[tuple, tuple[int, bool]] = {}  # sizes -> (largest micro-batch, does it fit)
+    fits = np.logical_or.reduceat(bounds.memory_floor <= usable_bytes, bounds.offsets)
+    sibling: dict[tuple, tuple[int, bool]] = {}  # sizes, variants -> (largest micro-batch, does it fit)
     for i, block in enumerate(bounds.blocks):
-        key, mbs = _sizes(block), block.base.micro_batch_size
+        key, mbs = (_sizes(block), block.variants), block.base.micro_batch_size
         if key not in sibling or mbs > sibling[key][0]:
             sibling[key] = (mbs, bool(fits[i]))
         elif mbs == sibling[key][0]:
             sibling[key] = (mbs, sibling[key][1] or bool(fits[i]))
-    return [b for b in outer if sibling.get(_sizes(b), (0, True))[1]]
+    return [b for b in outer if sibling.get((_sizes(b), b.variants), (0, True))[1]]
 
 
 class BeyondGroup(NamedTuple):

@@ -103,7 +103,7 @@ class SpaceBounds:
         """The smallest bound of the layouts beyond the default space's bounds
         (``LayoutBlock.beyond``; ``every``: of every layout) whose memory floor fits
         ``usable_bytes``; inf when none."""
-        beyond = np.repeat([every or b.beyond for b in self.blocks], self.n_variants)
+        beyond = np.repeat([every or b.beyond for b in self.blocks], [len(b.variants) for b in self.blocks])
         mask = beyond & (self.memory_floor <= usable_bytes)
         if not mask.any():
             return float("inf")
