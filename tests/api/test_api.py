@@ -812,7 +812,7 @@ def test_pipeline_plans_with_zero2_say_what_zero1_takes() -> None:
 def _example(name: str, **training: Any) -> Any:
     from api import cli
 
-    data = cli.load_document(str(Path(__file__).resolve().parents[1] / "examples" / name))
+    data = cli.load_document(str(Path(__file__).resolve().parents[2] / "examples" / name))
     data["training"] = {**data["training"], **training}
     return data
 

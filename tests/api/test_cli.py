@@ -29,7 +29,7 @@ from optimizer.results import (
 )
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PPLAN = Path(sys.executable).with_name("pplan")
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 JOB: dict[str, Any] = {
     "model": {"preset": "llama3-70b"},
