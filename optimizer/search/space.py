@@ -159,7 +159,7 @@ def layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     ``search.fix.vpp`` names them (their chunk-level layer-split models are the slowest the
     planner builds). Each block then lists the depths it leaves out (``skipped_vpps``) so that the
     search can say when one of them might be faster."""
-    blocks = _layout_blocks(job, search)
+    blocks = blocks_with_uneven_depths_apart(job, search)
     if not _leaves_uneven_depths_out(job, search):
         yield from blocks
         return
@@ -204,12 +204,12 @@ def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
 
 
 def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
-    """Whether ``_layout_blocks`` lists the uneven depths apart: a model whose layer kinds
-    alternate, with no depth named."""
+    """Whether ``blocks_with_uneven_depths_apart`` lists the uneven depths apart: a model whose
+    layer kinds alternate, with no depth named."""
     return job.model.alternates_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
-def _layout_blocks(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
+def blocks_with_uneven_depths_apart(job: JobSpec, search: SearchSpec) -> Iterator[LayoutBlock]:
     """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
     (and listed) unless depths are named."""
     model = job.model

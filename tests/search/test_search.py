@@ -846,13 +846,13 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 32,100
     layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
     families, same plan, nothing left out to report."""
-    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, _layout_blocks, layout_families
+    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, blocks_with_uneven_depths_apart, layout_families
 
     base = {"model": {"preset": "llama4-maverick"}, "training": {"seq_len": 4096, "global_batch_size": 512},
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
     default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
-    assert sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert sum(len(b.variants) * len(b.skipped_vpps) for b in blocks_with_uneven_depths_apart(job, default.search)) == 32_100 < UNEVEN_DEPTHS_DEFAULT_MAX
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
