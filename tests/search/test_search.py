@@ -37,6 +37,7 @@ from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
+from jobs import GPT3_175B_ON_1024_H100, job_copy
 
 REL = 1e-6
 """Relative tolerance between planner and oracle step times."""
@@ -1009,8 +1010,7 @@ def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
     [0, 1]), GPT-3 175B on 1,024 H100 keeps TP2 PP8 with 8 chunks a stage and buys the gradient
     memory ZeRO-2 saved with selective recompute: 6.231 s against ZeRO-2's 6.113 s, whose
     layout needs 90.9 GiB as ZeRO-1 (docs/launch.md)."""
-    job = {"model": {"preset": "gpt3-175b"}, "training": {"seq_len": 2048, "global_batch_size": 1536},
-           "cluster": {"preset": "dgx-h100", "num_gpus": 1024}}  # fmt: skip
+    job = job_copy(GPT3_175B_ON_1024_H100)
     free = search(PlanRequest.model_validate({**job, "search": {"top_k": 1}}))
     pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
     assert free.status == pipeline.status == "optimal"
