@@ -18,8 +18,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/uvicorn api.main:app --host 127.0.0.1 --port 8000
 
+# -n auto: one pytest-xdist worker per core; --maxschedchunk 2 hands tests out two at a time, so
+# the long tests that run first spread over the workers.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxschedchunk 2
 
 # The browser tests (tests/web) drive Debian's chromium with its chromium-driver; as root on a
 # Debian-like machine this installs both when missing.

@@ -37,3 +37,10 @@ def module_client() -> Iterator[TestClient]:
     """The app with default settings, shared by the tests of one module."""
     with TestClient(create_app(Settings())) as test_client:
         yield test_client
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the ``slow`` tests first (each group keeps its order): under pytest-xdist the workers
+    then start on the long tests and share the short ones at the end, instead of one worker
+    finishing a long test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

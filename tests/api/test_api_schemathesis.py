@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
 from api.main import create_app
 from api.settings import Settings
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 EXAMPLES_PER_OPERATION = 60
 """12 operations x 60 = 720 generated requests in the fuzzing phase alone (>= 500 required)."""

@@ -23,6 +23,8 @@ from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
 from jobs import GPT3_175B_ON_1024_H100, job_copy
 
+pytestmark = pytest.mark.slow
+
 JOBS: dict[str, dict[str, Any]] = {
     # dense GQA: ZeRO 0, 1 (which ZeRO-2 would dominate out of the space; with fp32 gradients its
     # parameter all-gather moves 16-bit weights) and 3, op-level recompute, unfused loss

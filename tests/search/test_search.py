@@ -271,6 +271,7 @@ def check_against_oracle(job: dict[str, Any]) -> PlanResponse:
     return response
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30,
     deadline=None,
@@ -786,6 +787,7 @@ def test_uneven_interleaving_of_alternating_layer_kinds_is_searched_when_named_o
     check_against_oracle(JOB_UNEVEN_INTERLEAVING_DENSE_FIRST)
 
 
+@pytest.mark.slow
 def test_deepseek_v3_default_space_interleaves_unevenly() -> None:
     """61 layers, 3 of them dense: no pp x vpp divides them. The MoE layers follow the dense ones
     without alternating, so the default space has every depth, as when all are named."""
