@@ -39,6 +39,11 @@ def module_client() -> Iterator[TestClient]:
         yield test_client
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers this marker itself; a run without it (-p no:xdist) must know it too
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``slow`` tests first (each group keeps its order): under pytest-xdist the workers
     then start on the long tests and share the short ones at the end, instead of one worker

@@ -30,7 +30,13 @@ from schemathesis.specs.openapi.checks import (
 from api.main import create_app
 from api.settings import Settings
 
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
+# one worker runs the whole module: test_enough_requests_were_generated counts the requests of
+# test_no_server_errors in this process
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.slow,
+    pytest.mark.xdist_group("schemathesis"),
+]
 
 EXAMPLES_PER_OPERATION = 60
 """12 operations x 60 = 720 generated requests in the fuzzing phase alone (>= 500 required)."""
