@@ -39,13 +39,8 @@ def module_client() -> Iterator[TestClient]:
         yield test_client
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist registers this marker itself; a run without it (-p no:xdist) must know it too
-    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the ``slow`` tests first (each group keeps its order): under pytest-xdist the workers
-    then start on the long tests and share the short ones at the end, instead of one worker
-    finishing a long test alone."""
+    """Run the ``slow`` tests first (each group keeps its order): under ``make test`` (pytest-xdist,
+    ``--dist worksteal``) the long tests start at once and the short ones fill the gaps, instead
+    of one worker finishing a long test alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
