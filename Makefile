@@ -18,8 +18,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m api.server
 
+# -n auto: one pytest-xdist worker per core. --dist worksteal splits the tests (the long ones first,
+# see tests/conftest.py) and lets an idle worker take the unstarted tail of another's share.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 # The browser tests (tests/web) drive Debian's chromium with its chromium-driver; as root on a
 # Debian-like machine this installs both when missing.

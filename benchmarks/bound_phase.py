@@ -9,7 +9,7 @@ context cache (so both include computing the per-layer bound terms):
 - arrays: ``layout_blocks`` and ``space_bounds`` (what the planner does;
   ``search_latency.vectorised_bounds_s``).
 
-Both give the same bounds (``tests/test_search_bounds.py``).
+Both give the same bounds (``tests/search/test_search_bounds.py``).
 
     python benchmarks/bound_phase.py
 """

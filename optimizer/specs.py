@@ -88,7 +88,7 @@ class MoEConfig(Strict):
         return self
 
 
-_MODEL_FIELDS = (
+MODEL_FIELDS = (
     "name",
     "num_layers",
     "hidden_size",
@@ -186,7 +186,7 @@ class ModelSpec(Strict):
 
     def architecture(self) -> dict[str, Any]:
         """The architecture fields (no preset id) as a plain dict."""
-        return {f: getattr(self, f) for f in _MODEL_FIELDS}
+        return {f: getattr(self, f) for f in MODEL_FIELDS}
 
     # Convenience accessors used by the cost model (the validator guarantees these are set).
     @property

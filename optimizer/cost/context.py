@@ -151,6 +151,11 @@ def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
     return _build_context_cached(job.model_dump_json(), cal)
 
 
+def clear_context_cache() -> None:
+    """Forget every cached context, so the next ``build_context`` computes from scratch."""
+    _build_context_cached.cache_clear()
+
+
 @lru_cache(maxsize=256)
 def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     job = JobSpec.model_validate_json(job_json)

@@ -128,6 +128,11 @@ def group_geometry(topo: Topology, stride: int, size: int) -> GroupGeometry:
     return _group_geometry(topo, stride, size)
 
 
+def clear_geometry_cache() -> None:
+    """Forget every cached group geometry, so the next ``group_geometry`` computes from scratch."""
+    _group_geometry.cache_clear()
+
+
 @lru_cache(maxsize=65536)
 def _group_geometry(topo: Topology, stride: int, size: int) -> GroupGeometry:
     if size <= 1:

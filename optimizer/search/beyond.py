@@ -13,7 +13,7 @@ bound terms to compute. Two things keep that cheap:
   (``group_bound``); the search bounds the group's blocks only when its queue reaches that bound
   (DeepSeek-V3 on 2,048 H800: 115 of 889 groups). The group bound rests on two properties of
   the per-layer bound totals (``estimate.lower_bound_layer_totals``), which
-  ``tests/test_search_bounds_beyond.py`` checks: a layer's time per sequence does not grow with
+  ``tests/search/test_search_bounds_beyond.py`` checks: a layer's time per sequence does not grow with
   the micro-batch (GEMMs reach a larger share of peak, latencies and host work are shared by
   more tokens), and no recompute mode is faster than none.
 """

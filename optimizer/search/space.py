@@ -241,7 +241,7 @@ def layout_blocks(
     search can say when one of them might be faster. ``Reach.ALL`` adds the layouts beyond the
     default space's bounds, in blocks of their own (``LayoutBlock.beyond``). With a ``budget``,
     enumeration stops with ``SpaceTimedOut`` or ``SpaceTooLarge`` when it runs out."""
-    blocks = _layout_blocks(job, search, reach)
+    blocks = blocks_with_uneven_depths_apart(job, search, reach)
     if budget is not None:
         blocks = _within(blocks, budget)
     if not _leaves_uneven_depths_out(job, search):
@@ -287,12 +287,12 @@ def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
 
 
 def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
-    """Whether ``_layout_blocks`` lists the uneven depths apart: a model whose layer kinds
-    alternate, with no depth named."""
+    """Whether ``blocks_with_uneven_depths_apart`` lists the uneven depths apart: a model whose
+    layer kinds alternate, with no depth named."""
     return job.model.alternates_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
-def _layout_blocks(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[LayoutBlock]:
+def blocks_with_uneven_depths_apart(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[LayoutBlock]:
     """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
     (and listed) unless depths are named."""
     model = job.model

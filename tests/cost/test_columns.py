@@ -21,6 +21,9 @@ from optimizer.search import search
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
+from jobs import GPT3_175B_ON_1024_H100, job_copy
+
+pytestmark = pytest.mark.slow
 
 JOBS: dict[str, dict[str, Any]] = {
     # dense GQA: ZeRO 0, 1 (which ZeRO-2 would dominate out of the space; with fp32 gradients its
@@ -135,12 +138,7 @@ def test_exhaustive_reference_agrees_with_scalar_costing(name: str) -> None:
 def test_planner_is_never_slower_than_the_exhaustive_reference() -> None:
     """The planner's space adds non-uniform layer splits to the regular one, so its optimum is at
     most the reference's; on GPT-3 175B / 1,024 H100 its best plan has a uniform split, so equal."""
-    raw = {
-        "model": {"preset": "gpt3-175b"},
-        "training": {"seq_len": 2048, "global_batch_size": 1536},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-        "search": {"top_k": 1},
-    }
+    raw = job_copy(GPT3_175B_ON_1024_H100, search={"top_k": 1})
     job, req = _job(raw)
     reference = exhaustive_best(build_context(job), job, req.search)
     plan = search(req).plans[0]

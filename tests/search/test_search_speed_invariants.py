@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import pytest
@@ -28,6 +29,8 @@ from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
+
+pytestmark = pytest.mark.slow
 
 JOBS: dict[str, dict[str, Any]] = {
     "llama3-8b, 64 H100": {
@@ -50,7 +53,9 @@ STRIDE = 53
 """Check every STRIDE-th layout (the spaces have thousands; the sample still spans every knob)."""
 
 
+@cache
 def _sample(name: str):
+    """The job's context and every STRIDE-th layout, built once for all the tests that read them."""
     req = PlanRequest.model_validate(JOBS[name])
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
     ctx = build_context(job)

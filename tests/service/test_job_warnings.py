@@ -14,7 +14,7 @@ from api.main import create_app
 from api.settings import Settings
 from optimizer.job_warnings import load_job_checks
 
-RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "published_runs.json"
+RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "published_runs.json"
 LAYOUTS = [{"tp": 8, "pp": 1, "zero_stage": 1}, {"tp": 4, "pp": 1, "zero_stage": 1}]
 
 

@@ -38,6 +38,7 @@ from optimizer.search.space import enumerate_layouts
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
+from jobs import GPT3_175B_ON_1024_H100, job_copy
 
 REL = 1e-6
 """Relative tolerance between planner and oracle step times."""
@@ -271,6 +272,7 @@ def check_against_oracle(job: dict[str, Any]) -> PlanResponse:
     return response
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30,
     deadline=None,
@@ -786,6 +788,7 @@ def test_uneven_interleaving_of_alternating_layer_kinds_is_searched_when_named_o
     check_against_oracle(JOB_UNEVEN_INTERLEAVING_DENSE_FIRST)
 
 
+@pytest.mark.slow
 def test_deepseek_v3_default_space_interleaves_unevenly() -> None:
     """61 layers, 3 of them dense: no pp x vpp divides them. The MoE layers follow the dense ones
     without alternating, so the default space has every depth, as when all are named."""
@@ -851,13 +854,13 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 32,100
     layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
     families, same plan, nothing left out to report."""
-    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, _layout_blocks, layout_families
+    from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, blocks_with_uneven_depths_apart, layout_families
 
     base = {"model": {"preset": "llama4-maverick"}, "training": {"seq_len": 4096, "global_batch_size": 512},
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
     default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
-    assert sum(len(b.variants) * len(b.skipped_vpps) for b in _layout_blocks(job, default.search)) == 21_400 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert sum(len(b.variants) * len(b.skipped_vpps) for b in blocks_with_uneven_depths_apart(job, default.search)) == 21_400 < UNEVEN_DEPTHS_DEFAULT_MAX
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
@@ -1023,8 +1026,7 @@ def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
     [0, 1]), GPT-3 175B on 1,024 H100 keeps TP2 PP8 with 12 chunks a stage and buys the gradient
     memory ZeRO-2 saved with selective recompute: 6.186 s against ZeRO-2's 6.070 s, whose
     layout needs 89.4 GiB as ZeRO-1 (docs/launch.md)."""
-    job = {"model": {"preset": "gpt3-175b"}, "training": {"seq_len": 2048, "global_batch_size": 1536},
-           "cluster": {"preset": "dgx-h100", "num_gpus": 1024}}  # fmt: skip
+    job = job_copy(GPT3_175B_ON_1024_H100)
     free = search(PlanRequest.model_validate({**job, "search": {"top_k": 1}}))
     pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
     assert free.status == pipeline.status == "optimal"

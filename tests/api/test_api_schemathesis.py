@@ -30,7 +30,10 @@ from schemathesis.config import SchemathesisConfig
 from api.main import create_app
 from api.settings import Settings
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# slow: the module runs first, at the head of the first xdist worker's queue (make test uses
+# --dist worksteal, which steals from the tail), so test_enough_requests_were_generated sees the
+# requests of every test_no_server_errors case in its process
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 EXAMPLES_PER_OPERATION = 60
 """12 operations x 60 = 720 generated requests in the fuzzing phase alone (>= 500 required)."""

@@ -24,8 +24,8 @@ from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, JobSpec, PlanRequest
-from tests.test_launch import DEEPSPEED_KEYS
-from tests.test_search import job_from_seed
+from tests.launch.test_launch import DEEPSPEED_KEYS
+from tests.search.test_search import job_from_seed
 
 NAMED_JOBS: dict[str, dict[str, Any]] = {
     "llama3-70b, 1,024 H100": {

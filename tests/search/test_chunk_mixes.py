@@ -101,6 +101,7 @@ def test_alternating_stage_mixes_stay_near_half() -> None:
         assert counts == list(range((n - 4 + 1) // 2, (n + 4) // 2 + 1)), n
 
 
+@pytest.mark.slow
 def test_alternating_moe_plans_optimal() -> None:
     """Mixtral-8x22B with MoE on every second layer (a dense first layer), 256 H100. With the
     window tables alone its interleaved split models stayed open at the 1 s guard and the answer

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from optimizer.presets import ModelPreset, PresetLoadError, load_model_presets, parse_model_presets
-from optimizer.specs import _MODEL_FIELDS, ModelSpec
+from optimizer.specs import MODEL_FIELDS, ModelSpec
 
 EXPECTED_IDS = {
     "gpt3-175b",
@@ -66,7 +66,7 @@ def test_preset_is_sourced_and_consistent(preset_id):
 @pytest.mark.parametrize("preset_id", sorted(EXPECTED_IDS))
 def test_architecture_has_exactly_the_model_fields(preset_id):
     arch = load_model_presets()[preset_id].architecture()
-    assert tuple(arch) == _MODEL_FIELDS
+    assert tuple(arch) == MODEL_FIELDS
     assert arch["mla"] is None or type(arch["mla"]) is dict
     assert arch["moe"] is None or type(arch["moe"]) is dict
     # a copy: mutating it does not touch the cached preset
@@ -79,7 +79,7 @@ def test_architecture_has_exactly_the_model_fields(preset_id):
 @pytest.mark.parametrize("preset_id", sorted(EXPECTED_IDS))
 def test_preset_resolves_to_complete_spec(preset_id):
     spec = ModelSpec(preset=preset_id)
-    for field in _MODEL_FIELDS:
+    for field in MODEL_FIELDS:
         if field not in ("mla", "moe"):
             assert getattr(spec, field) is not None, field
     assert spec.num_attention_heads % spec.num_kv_heads == 0

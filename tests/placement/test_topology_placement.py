@@ -4,15 +4,12 @@ node subsets, and the Slurm / Kueue / launcher outputs."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import hostlist
 import pytest
 from fastapi.testclient import TestClient
 
-from api.main import create_app
-from api.settings import Settings
 from optimizer import service
 from optimizer.cost.node_tiers import level_spans
 from optimizer.placement.select import all_subsets, rank_order
@@ -43,9 +40,8 @@ def job(topology: dict, num_gpus: int | None, **cluster: Any) -> dict:
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings())) as c:
-        yield c
+def client(module_client: TestClient) -> TestClient:
+    return module_client
 
 
 def free_of(topology: dict) -> dict[str, int]:

@@ -33,6 +33,8 @@ from optimizer.search.bounds import space_bounds
 from optimizer.search.space import count_layouts, enumerate_layouts, layout_blocks, layout_families
 from optimizer.specs import JobSpec, PlanRequest
 
+pytestmark = pytest.mark.slow
+
 JOBS: dict[str, dict[str, Any]] = {
     # dense: ZeRO-1 (which ZeRO-2 would dominate out of the space), every recompute mode,
     # interleaving at every depth

@@ -9,13 +9,10 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from api.settings import Settings
+from jobs import LLAMA3_8B_ON_8_H100, job_copy
 
 TIMEOUT_S = 120.0
-JOB_8B = {
-    "model": {"preset": "llama3-8b"},
-    "training": {"seq_len": 4096, "global_batch_size": 256},
-    "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-}
+JOB_8B = job_copy(LLAMA3_8B_ON_8_H100)
 COUNTS = [8, 16, 24, 32, 48, 64, 96, 128]
 
 

@@ -16,14 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-JOB: dict[str, Any] = {
-    "model": {"preset": "llama3-70b"},
-    "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
-    "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-}
+JOB: dict[str, Any] = job_copy(LLAMA3_70B_ON_1024_H100)
 SMALL_JOB: dict[str, Any] = {
     "model": {"preset": "llama3-8b"},
     "training": {"seq_len": 4096, "global_batch_size": 256, "precision": "bf16"},

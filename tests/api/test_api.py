@@ -35,6 +35,7 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
+from jobs import GPT3_175B_ON_1024_H100, LLAMA3_70B_ON_1024_H100, job_copy
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -60,11 +61,7 @@ MODEL_IDS = (
 )
 CATALOGS = {"gpus": GPU_IDS, "networks": NETWORK_IDS, "clusters": CLUSTER_IDS, "models": MODEL_IDS}
 
-JOB: dict[str, Any] = {
-    "model": {"preset": "llama3-70b"},
-    "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
-    "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-}
+JOB: dict[str, Any] = job_copy(LLAMA3_70B_ON_1024_H100)
 EVALUATE_BODY: dict[str, Any] = {
     **JOB,
     "config": {"tp": 8, "pp": 4, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"},
@@ -113,12 +110,6 @@ def canned_response() -> PlanResponse:
     return PlanResponse(
         status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)
     )
-
-
-@pytest.fixture
-def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings())) as test_client:
-        yield test_client
 
 
 def _detail_locs(response: httpx.Response) -> list[list[Any]]:
@@ -786,9 +777,7 @@ def test_no_overlap_note_when_little_is_hidden() -> None:
 
 def _evaluate_gpt3_pipeline(zero_stage: int, pp: int = 8) -> Any:
     return service.evaluate(EvaluateRequest.model_validate({
-        "model": {"preset": "gpt3-175b"},
-        "training": {"seq_len": 2048, "global_batch_size": 1536},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+        **job_copy(GPT3_175B_ON_1024_H100),
         "config": {"tp": 2, "pp": pp, "vpp": 8 if pp > 1 else 1, "micro_batch_size": 1,
                    "zero_stage": zero_stage, "recompute": "none"},
     }))  # fmt: skip
@@ -814,7 +803,7 @@ def test_pipeline_plans_with_zero2_say_what_zero1_takes() -> None:
 def _example(name: str, **training: Any) -> Any:
     from api import cli
 
-    data = cli.load_document(str(Path(__file__).resolve().parents[1] / "examples" / name))
+    data = cli.load_document(str(Path(__file__).resolve().parents[2] / "examples" / name))
     data["training"] = {**data["training"], **training}
     return data
 

@@ -13,8 +13,9 @@ import hypothesis
 import numpy as np
 import pytest
 from hypothesis import strategies as st
+from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -43,12 +44,9 @@ from optimizer.error_bands import (
 )
 from optimizer.specs import EvaluateRequest, JobSpec, PlanRequest
 
-DENSE_H100_BF16 = {
-    "model": {"preset": "llama3-70b"},
-    "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
-    "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-    "config": {"tp": 8, "pp": 4, "vpp": 5, "zero_stage": 1, "recompute": "selective"},
-}
+DENSE_H100_BF16 = job_copy(
+    LLAMA3_70B_ON_1024_H100, config={"tp": 8, "pp": 4, "vpp": 5, "zero_stage": 1, "recompute": "selective"}
+)
 MOE_B200_FP8 = {
     "model": {"preset": "qwen3-235b-a22b"},
     "training": {"seq_len": 4096, "global_batch_size": 2048, "precision": "fp8"},

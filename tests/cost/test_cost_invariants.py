@@ -25,8 +25,8 @@ from optimizer.cost import (
     estimate,
     resolve_layout,
 )
-from optimizer.cost.context import _build_context_cached
-from optimizer.cost.topology import _group_geometry
+from optimizer.cost.context import clear_context_cache
+from optimizer.cost.topology import clear_geometry_cache
 from optimizer.errors import InvalidLayout
 from optimizer.results import Plan
 from optimizer.service import evaluate
@@ -246,8 +246,8 @@ def test_mfu_and_hfu_are_ordered_fractions(req):
 @given(requests())
 def test_evaluate_is_deterministic(req):
     first = _evaluate(req).model_dump_json()
-    _build_context_cached.cache_clear()  # recompute everything from scratch the second time
-    _group_geometry.cache_clear()
+    clear_context_cache()  # recompute everything from scratch the second time
+    clear_geometry_cache()
     assert _evaluate(req).model_dump_json() == first
 
 

@@ -28,16 +28,13 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
+from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PPLAN = Path(sys.executable).with_name("pplan")
 
-JOB: dict[str, Any] = {
-    "model": {"preset": "llama3-70b"},
-    "training": {"seq_len": 8192, "global_batch_size": 1024, "precision": "bf16"},
-    "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-}
+JOB: dict[str, Any] = job_copy(LLAMA3_70B_ON_1024_H100)
 EVALUATE_DOC: dict[str, Any] = {
     **JOB,
     "config": {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"},

@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 
 from api import cli
+from jobs import LLAMA3_8B_ON_8_H100, job_copy
 
 DOC = {
-    "job": {
-        "model": {"preset": "llama3-8b"},
-        "training": {"seq_len": 4096, "global_batch_size": 256, "total_tokens": 10**11},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    },
+    "job": job_copy(LLAMA3_8B_ON_8_H100, training={**LLAMA3_8B_ON_8_H100["training"], "total_tokens": 10**11}),
     "vary": {"num_gpus": [8, 16, 24]},
 }
 

@@ -1,0 +1,46 @@
+"""Fixtures every test folder shares.
+
+Test folders mirror the packages (``cost/``, ``search/``, ``api/``, ``catalog/``, ``capacity/``,
+``placement/``, ``launch/``, ``error_bands/``, ``web/``); shared jobs live in ``jobs.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from api.main import create_app
+from api.settings import Settings
+
+# Under pytest-xdist each worker keeps its own example database, so parallel workers never write
+# the same files; a plain run keeps Hypothesis's default one.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    settings.register_profile("xdist", database=DirectoryBasedExampleDatabase(f".hypothesis/examples-{_WORKER}"))
+    settings.load_profile("xdist")
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    """The app with default settings, in process, started and stopped around one test."""
+    with TestClient(create_app(Settings())) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def module_client() -> Iterator[TestClient]:
+    """The app with default settings, shared by the tests of one module."""
+    with TestClient(create_app(Settings())) as test_client:
+        yield test_client
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the ``slow`` tests first (each group keeps its order): under ``make test`` (pytest-xdist,
+    ``--dist worksteal``) the long tests start at once and the short ones fill the gaps, instead
+    of one worker finishing a long test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
