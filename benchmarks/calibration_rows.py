@@ -107,6 +107,7 @@ from optimizer.specs import (
     JobSpec,
     Layout,
     ModelSpec,
+    MLAConfig,
     MoEConfig,
     TrainingSpec,
 )
@@ -128,6 +129,7 @@ NON_GATED_FAMILIES = ("megatron-gpt", "mt-nlg", "bloom", "nemotron", "gpt")
 TIED_BY_DEFAULT = ("megatron-gpt", "mt-nlg", "bloom")
 FAMILY_VOCAB = {"megatron-gpt": 51200, "nemotron3": 256000}
 FAMILY_HEAD_DIM = {"qwen3": 128}
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 LAYOUT_KNOBS = (
     "tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
 )
@@ -211,6 +213,10 @@ def _family(row: dict[str, Any]) -> str:
 
 
 def activation_for(row: dict[str, Any]) -> str:
+    """The row's ``gated_mlp`` flag when stated, else the family rule."""
+    gated = row["model"].get("gated_mlp")
+    if gated is not None:
+        return "swiglu" if gated else "gelu"
     fam = _family(row)
     if any(f in fam for f in GATED_FAMILIES):
         return "swiglu"
@@ -220,8 +226,16 @@ def activation_for(row: dict[str, Any]) -> str:
     raise Unmappable(f"activation of family {fam!r} unknown (no gated / non-gated rule)")
 
 
+DENSE_THEN_MOE = re.compile(r"^\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\s*\)?$")
+"""Megatron's ``--moe-layer-freq`` pattern ``([0]*k+[1]*n)``: ``k`` dense layers, then MoE layers."""
+
+
 def _moe(block: dict[str, Any]) -> MoEConfig:
     freq = block.get("moe_layer_freq", block.get("layer_frequency", 1))
+    first_dense = int(block.get("first_dense_layers") or block.get("first_k_dense") or 0)
+    pattern = DENSE_THEN_MOE.match(freq.replace(" ", "")) if isinstance(freq, str) else None
+    if pattern:
+        first_dense, freq = int(pattern.group(1)), 1
     if freq is None or (isinstance(freq, str) and "all" in freq.lower()):
         freq = 1
     try:
@@ -235,7 +249,7 @@ def _moe(block: dict[str, Any]) -> MoEConfig:
         num_shared_experts=int(block.get("shared_experts") or block.get("num_shared_experts") or 0),
         shared_expert_ffn_hidden_size=block.get("shared_expert_ffn_hidden_size"),
         layer_frequency=freq,
-        first_dense_layers=int(block.get("first_dense_layers") or 0),
+        first_dense_layers=first_dense,
     )
 
 
@@ -256,7 +270,7 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     if ffn is None and activation == "gelu":
         ffn = 4 * hidden
         notes.append("ffn = 4h (not stated)")
-    head_dim = next((d for f, d in FAMILY_HEAD_DIM.items() if fam.startswith(f)), None)
+    head_dim = m.get("head_dim") or next((d for f, d in FAMILY_HEAD_DIM.items() if fam.startswith(f)), None)
     if head_dim is None and hidden % heads:
         head_dim = 128
         notes.append("hidden/heads not integral: head_dim 128 assumed")
@@ -267,6 +281,9 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
             raise Unmappable(f"vocab_size not stated and no default for family {fam!r}")
         notes.append(f"vocab {vocab} assumed (family default)")
     moe = _moe(m["moe"]) if m.get("moe") else None
+    mla = MLAConfig(**{k: m["mla"][k] for k in MLA_FIELDS if k in m["mla"]}) if m.get("mla") else None
+    if mla is not None:
+        head_dim = None  # MLA sets its own per-head dimensions
     base = {
         "name": m.get("name") or row["id"],
         "num_layers": layers,
@@ -278,6 +295,7 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
         "vocab_size": vocab,
         "activation": activation,
         "moe": moe,
+        "mla": mla,
     }
     try:
         tied = ModelSpec(**base, tied_embeddings=True)
@@ -318,6 +336,10 @@ def map_gpu(row: dict[str, Any]) -> tuple[str, str, list[str]]:
         return "h100-sxm-80gb", "H100", notes
     if "h200" in text:
         return "h200-sxm-141gb", "H200", notes
+    if "gb200" in text:
+        return "gb200", "GB200", notes
+    if "b200" in text:
+        return "b200", "B200", notes
     raise Unmappable(f"GPU {hw.get('gpu')!r} not in the mapping")
 
 
@@ -325,7 +347,7 @@ def map_network(row: dict[str, Any], gpu_class: str) -> tuple[str, int, list[str
     """(network id, NICs per node, notes)."""
     hw = row["hardware"]
     text = (hw.get("inter_node") or "").lower()
-    nics = hw.get("nics_per_node") or 8
+    nics = hw.get("nics_per_node") or int(hw.get("gpus_per_node") or 8)  # one NIC per GPU
     notes: list[str] = []
     if "omni-path" in text or "omnipath" in text or "opa" in text.split():
         links = hw.get("nics_per_node") or 4
@@ -342,6 +364,8 @@ def map_network(row: dict[str, Any], gpu_class: str) -> tuple[str, int, list[str
         return "ib-ndr-400", nics, notes
     if text:
         notes.append(f"fabric {hw.get('inter_node')!r} not recognised: default for {gpu_class}")
+    if not text:
+        notes.append(f"fabric not stated: {'HDR' if gpu_class == 'A100' else 'NDR'} InfiniBand, one NIC per GPU")
     return ("ib-hdr-200" if gpu_class == "A100" else "ib-ndr-400"), nics, notes
 
 

@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.calibration_rows import (
     MappedRow,
     Skipped,
+    Unmappable,
     flop_definition,
     load_rows,
     map_all,
@@ -272,7 +273,11 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 
 
 def pairwise_agreement(measured: list[float], predicted: list[float]) -> float | None:
-    """Fraction of non-tied measured pairs ordered the same way; a predicted tie counts 1/2."""
+    """Fraction of non-tied measured pairs ordered the same way; a predicted tie counts 1/2.
+    None when every prediction is the same: the rows have the same inputs (the same layout
+    measured on different software releases), which a layout model cannot order."""
+    if len(predicted) > 1 and max(predicted) - min(predicted) <= 1e-9 * max(abs(x) for x in predicted):
+        return None
     agree = 0.0
     total = 0
     for i, j in combinations(range(len(measured)), 2):
@@ -329,9 +334,12 @@ def flop_definition_checks(raw_rows: list[dict[str, Any]]) -> tuple[tuple[str, s
         except Exception:  # noqa: BLE001, S112 - a check, not a gate: unmappable rows are listed elsewhere
             continue
         causal, factor, label = flop_definition(row)
-        per_token = source_flops_per_token(
-            mapped.job.model, mapped.job.training.seq_len, causal=causal, recompute_factor=factor
-        )
+        try:
+            per_token = source_flops_per_token(
+                mapped.job.model, mapped.job.training.seq_len, causal=causal, recompute_factor=factor
+            )
+        except Unmappable:  # e.g. MLA models: no source FLOP definition to check
+            continue
         implied = mapped.measured_tokens_per_s_per_gpu * per_token / 1e12
         out.append((row["id"], label, implied / float(me["tflops_per_gpu"]) - 1.0))
     return tuple(out)
@@ -548,7 +556,8 @@ def render_markdown(rep: ValidationReport) -> str:
         "",
         "Same model (and usually GPU count), different layout or technique. Pairwise agreement is the",
         f"fraction of pairs whose measured throughputs differ by more than {TIE_REL:.1%} that the model",
-        "orders the same way.",
+        "orders the same way. Groups whose rows have the same inputs (one layout measured on two",
+        "software releases) have no predicted order (`-`).",
         "",
         _md_table(*_group_table(rep)),
         "",
