@@ -83,15 +83,17 @@ class Calibration:
     (``training.pp_comm_overlap``; all of it otherwise)."""
     ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
-    ep_comm_overlap: float = 0.4
+    ep_comm_overlap: float = 0.435
     """Fraction of expert all-to-all hidden behind compute without batch-level overlap (async
     DeepEP dispatch overlapping the router, permutation and shared experts of the same
     micro-batch). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and no A2A
-    overlap (measured 19.7 s/step; 0.4 predicts it 1% fast, 0.75 30% fast, 0 20% slow)."""
-    ep_comm_overlap_batched: float = 0.55
+    overlap (measured 19.7 s/step): 0.435 with ``overlap_contention`` 0.08 leaves the same share
+    exposed (0.6) as 0.4 without contention, which predicts it 1% fast (0.75 30% fast, 0 20% slow)."""
+    ep_comm_overlap_batched: float = 0.6
     """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
     another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
-    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.10x)."""
+    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.6 with
+    ``overlap_contention`` 0.08 leaves 0.45 exposed, as 0.55 did without, and predicts 1.10x)."""
     expert_gemm_host_s: float = 70.0 * US
     """Host (CPU) time to issue one routed-expert GEMM. Dropless MoE layers size each local
     expert's GEMM from the router's token counts, which the host reads back from the device (a
@@ -105,6 +107,18 @@ class Calibration:
     1.51x too fast without it): the whole-set objective is flat for 60-75 us and the MoE rows'
     mean error smallest at 70-72 us. Layouts with 2,048 tokens or more per expert GEMM are GPU
     bound and barely move (docs/cost-model.md)."""
+    overlap_contention: float = 0.08
+    """Fraction of communication time that still delays compute while it is overlapped with it
+    (data-parallel buckets and ZeRO-3 gathers, expert all-to-all, TP collectives; not CP's or
+    PP's point-to-point sends, which run on one or two channels per peer): the
+    collective kernels occupy SMs and HBM bandwidth the GEMMs would use. NCCL runs one thread
+    block per channel, 16-32 channels on an 8-GPU H100 node with 8 NICs (12-24% of 132 SMs);
+    DeepEP's dispatch and combine take 20-24 of them (DeepSeek-V3 report section 3.2.2; DeepEP
+    README). Hidden time ``x`` thus costs ``overlap_contention * x``. Set below the SM share
+    because a GEMM slows by less than the SMs it loses while the collective waits on the network;
+    0.08 is the largest value that keeps the Qwen3-235B 256-GPU layouts ordered as measured (the
+    ZeRO-3 layout's gathers are the first to move); the set's median and p90 are flat from 0 to
+    0.15 (benchmarks/fit_calibration.py)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from optimizer.cost.context import HALF_GRAD_BYTES, JobContext
 from optimizer.cost.flops import recompute_flops_per_token
 from optimizer.cost.layer import (
     ACT_BYTES,
+    contended,
     ATTENTION_CORE_RECOMPUTED,
     Dims,
     LayerCost,
@@ -373,12 +374,12 @@ def _dp_exposed_from_parts_s(
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
-        return maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
+        return contended(ctx, maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute), m * per_mb)
     t_b = dense + expert
-    exposed = maximum(unhidden, t_b - ctx.dp_overlap * bwd)
+    exposed = contended(ctx, maximum(unhidden, t_b - ctx.dp_overlap * bwd), t_b)
     if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
         t_g = t_b if gather is None else gather
-        exposed = exposed + maximum(unhidden, t_g - ctx.dp_overlap * fwd)
+        exposed = exposed + contended(ctx, maximum(unhidden, t_g - ctx.dp_overlap * fwd), t_g)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 

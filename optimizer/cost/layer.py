@@ -120,6 +120,28 @@ def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[floa
     return gpu, 2.0 * moe.num_experts / d.ep * ctx.cal.expert_gemm_host_s
 
 
+RESIDUAL_STREAM_BYTES = 22.0
+"""Of ``cal.elementwise_bytes_per_token_hidden``, the forward HBM bytes per token per hidden unit of
+the kernels on the residual stream, which every tensor-parallel rank repeats on the full hidden
+state unless sequence parallelism splits it: two norms (read and write 2 B each: 8) and two fused
+bias-dropout-add kernels (read the input and the residual, write the sum: 6, and a 1-byte dropout
+mask: 14). The rest (rotary, bias and scaling on q, k, v and the MLP's inputs) works on tensors
+already split over TP. Korthikanti et al. 2022, Table 4: sequence parallelism alone saves 0.5 ms
+of 7.7 ms in the forward of one 22B layer at TP8 (micro-batch 4, 2,048 tokens), which is 7/8 of
+21 bytes per token and hidden unit at the A100's achievable HBM bandwidth."""
+
+
+def elementwise_bytes_fwd(ctx: JobContext, tokens: float, tp: int, sp_div: int, ffn_active: float) -> float:
+    """Forward HBM bytes of one layer's memory-bound kernels on one GPU (bf16, fused; before FP8
+    casts): the residual-stream share split by sequence parallelism only (``sp_div``), the rest
+    and the FFN activation by TP."""
+    cal = ctx.cal
+    h = float(ctx.job.model.hidden_size or 0)
+    residual = min(RESIDUAL_STREAM_BYTES, cal.elementwise_bytes_per_token_hidden)
+    split = cal.elementwise_bytes_per_token_hidden - residual
+    return tokens * (residual * h / sp_div + (split * h + cal.elementwise_bytes_per_token_ffn * ffn_active) / tp)
+
+
 def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
     """Routed token copies an MoE layer's experts on one GPU process per micro-batch (experts are
     not tensor-split: each TP rank routes its own sequence shard)."""
@@ -154,9 +176,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     else:
         t_mlp = gemm_time_s(ctx, kind.mlp_flops * tokens / tp, tokens, h, p.mlp_dense / (2 * h * tp))
         ffn_active = p.mlp_dense / (3 * h) if model.activation == "swiglu" else p.mlp_dense / (2 * h)
-    elementwise_bytes = (tokens / sp_div) * (
-        cal.elementwise_bytes_per_token_hidden * h + cal.elementwise_bytes_per_token_ffn * ffn_active / tp
-    )
+    elementwise_bytes = elementwise_bytes_fwd(ctx, tokens, tp, sp_div, ffn_active)
     if ctx.job.training.precision in ("fp8", "fp4"):
         # FP8 (and FP4) GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
         # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
@@ -317,7 +337,20 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    return count * per_ar * (1.0 - hidden)
+    return count * per_ar * exposed_fraction(ctx, hidden)
+
+
+def exposed_fraction(ctx: JobContext, hidden: float) -> float:
+    """Share of a collective's time on the critical path when ``hidden`` of it overlaps compute:
+    the overlapped part still delays compute by ``cal.overlap_contention`` (SM and HBM share)."""
+    return 1.0 - hidden * (1.0 - ctx.cal.overlap_contention)
+
+
+def contended(ctx: JobContext, exposed: float, total: float) -> float:
+    """Critical-path time of ``total`` seconds of communication of which ``exposed`` is not
+    hidden: the hidden rest still costs ``cal.overlap_contention`` of its time (numbers or arrays)."""
+    c = ctx.cal.overlap_contention
+    return (1.0 - c) * exposed + c * total
 
 
 def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_core_bwd: float) -> float:
@@ -332,6 +365,8 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     slowest = min(lv.beta_bytes_per_s for lv in geo.levels)
     alpha = max(lv.alpha_s for lv in geo.levels)
     ring = (d.cp - 1) * (alpha + chunk / slowest)
+    # no ``overlap_contention``: a ring step is a point-to-point send/receive, which NCCL runs on
+    # one or two channels per peer (a thread block each), not the 16-32 of a collective
     cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
     cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
     return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
@@ -351,7 +386,7 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     one = all_to_all_time_s(bytes_out, geo.levels)
     count = 4 + (2 if d.recompute in ("full", "moe") else 0)  # op saves the all-to-all outputs
     hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
-    return count * one * (1.0 - hidden)
+    return count * one * exposed_fraction(ctx, hidden)
 
 
 def _score_elements(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
