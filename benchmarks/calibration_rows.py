@@ -26,6 +26,9 @@ Model
     misses the row's ``total_params_b`` by more than 2% and the other choice halves the miss
     (the 2024 Megatron-LM weak-scaling models are untied). It only moves weight memory and the
     LM-head gradient; the LM-head FLOPs run either way.
+  - ``attention.sliding_window`` -> ``sliding_window`` (every second layer when the row says the
+    windowed layers alternate); attention sinks cost no GEMM work and are not modelled.
+  - ``gated_mlp`` when stated decides the activation; ``head_dim`` and ``mla`` are taken as given.
   - ``moe``: ``num_experts``, ``top_k``, ``expert_ffn_hidden_size``, ``shared_experts`` ->
     ``num_shared_experts``, ``moe_layer_freq`` ("all layers" or an integer) -> ``layer_frequency``.
 
@@ -37,6 +40,7 @@ Training
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
+    ``moe_dispatcher`` from the row, else per the source's recipe (``map_moe_dispatcher``);
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
     ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
     hierarchical; ``dp_comm_overlap`` false for the same rows (``map_dp_comm_overlap``), else true;
@@ -253,6 +257,16 @@ def _moe(block: dict[str, Any]) -> MoEConfig:
     )
 
 
+def _sliding_window(attn: dict[str, Any]) -> dict[str, int]:
+    """``model.attention``'s window (``sliding_window``) and which layers use it ("every second
+    layer" -> ``sliding_window_every`` 2, else every layer)."""
+    if not attn.get("sliding_window"):
+        return {}
+    layers = str(attn.get("sliding_window_layers") or "").lower()
+    every = 2 if "every second" in layers or "alternat" in layers else 1
+    return {"sliding_window": int(attn["sliding_window"]), "sliding_window_every": every}
+
+
 def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     m = row["model"]
     notes: list[str] = []
@@ -296,6 +310,7 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
         "activation": activation,
         "moe": moe,
         "mla": mla,
+        **_sliding_window(m.get("attention") or {}),
     }
     try:
         tied = ModelSpec(**base, tied_embeddings=True)
@@ -382,6 +397,28 @@ def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
     """The row's config or notes name a batch-level (1F1B) all-to-all overlap."""
     t = f"{row['config'].get('other') or ''} {row.get('notes') or ''}".lower()
     return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
+
+
+FLEX_DISPATCHER_RECIPES = ("qwen3-30b", "deepseek-v3")
+"""Megatron-Bridge performance recipes that run the flex dispatcher on H100 (DeepEP backend):
+``scripts/performance/configs/qwen/qwen3_llm_pretrain.py`` sets ``moe_token_dispatcher_type``
+"flex" for Qwen3-30B-A3B and "alltoall" for Qwen3-235B-A22B (H100 and B200); the DeepSeek-V3
+recipes set the flex backend from their workload configs."""
+
+
+def map_moe_dispatcher(row: dict[str, Any]) -> str:
+    """The row's ``config.moe_dispatcher`` (DeepEP -> deepep, HybridEP -> hybridep, else the name);
+    unstated: deepep for the Megatron-Bridge recipes of ``FLEX_DISPATCHER_RECIPES``, else
+    alltoall (Megatron-Core's all-to-all dispatcher, the NeMo and Megatron-Bridge default with
+    expert parallelism)."""
+    stated = str(row["config"].get("moe_dispatcher") or "").lower()
+    for name in ("deepep", "hybridep", "allgather", "alltoall"):
+        if name in stated.replace("-", "").replace("_", ""):
+            return name
+    text = f"{row['id']} {row['model'].get('name') or ''}".lower().replace(" ", "-")
+    if row["id"].startswith("mbridge") and any(r in text for r in FLEX_DISPATCHER_RECIPES):
+        return "deepep"
+    return "alltoall"
 
 
 def _names_deepspeed(row: dict[str, Any]) -> bool:
@@ -753,7 +790,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
             fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
             pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
-            dp_comm_overlap=map_dp_comm_overlap(row),
+            dp_comm_overlap=map_dp_comm_overlap(row), moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",

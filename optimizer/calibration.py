@@ -83,17 +83,13 @@ class Calibration:
     (``training.pp_comm_overlap``; all of it otherwise)."""
     ep_load_imbalance: float = 1.0
     """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
-    ep_comm_overlap: float = 0.435
-    """Fraction of expert all-to-all hidden behind compute without batch-level overlap (async
-    DeepEP dispatch overlapping the router, permutation and shared experts of the same
-    micro-batch). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and no A2A
-    overlap (measured 19.7 s/step): 0.435 with ``overlap_contention`` 0.08 leaves the same share
-    exposed (0.6) as 0.4 without contention, which predicts it 1% fast (0.75 30% fast, 0 20% slow)."""
-    ep_comm_overlap_batched: float = 0.6
-    """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
-    another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
-    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.6 with
-    ``overlap_contention`` 0.08 leaves 0.45 exposed, as 0.55 did without, and predicts 1.10x)."""
+    ep_comm_overlap_batched: float = 0.4
+    """Fraction of the expert dispatch and combine time hidden when the job sets
+    ``training.ep_comm_overlap`` (one micro-batch's dispatch runs under another's compute:
+    Megatron's combined 1F1B schedule, DualPipe). Without it nothing hides: Megatron-Core's
+    dispatchers make the compute stream wait for them (DeepEP's ``async_finish`` is off in
+    ``fused_a2a.py``). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and DeepEP
+    measured without and with the overlap (19.7 s and 17.6 s a step, 1.12x): 0.4 predicts 1.13x."""
     expert_gemm_host_s: float = 70.0 * US
     """Host (CPU) time to issue one routed-expert GEMM. Dropless MoE layers size each local
     expert's GEMM from the router's token counts, which the host reads back from the device (a

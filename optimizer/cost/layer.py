@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.cost.comm import all_to_all_time_s, hierarchical_allreduce_time_s
+from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.dispatch import dispatch_time_s
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
@@ -373,20 +374,27 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
 
 
 def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
-    """Exposed expert-parallel all-to-all time of one MoE layer and micro-batch: dispatch and
-    combine, forward and backward, and forward again when the block is recomputed."""
+    """Exposed expert-parallel dispatch and combine time of one MoE layer and micro-batch
+    (``dispatch.dispatch_time_s`` for the job's ``training.moe_dispatcher``): forward dispatch and
+    combine, their bf16 mirrors in backward, and forward again when the block is recomputed
+    (``op`` saves the all-to-all outputs). Nothing of it overlaps the same micro-batch's compute
+    (Megatron-Core's dispatchers make the compute stream wait for them); batch-level overlap
+    (``training.ep_comm_overlap``) hides ``cal.ep_comm_overlap_batched`` of it."""
     if not kind.is_moe or d.ep <= 1:
         return 0.0
     cal = ctx.cal
     moe = ctx.job.model.moe
     assert moe is not None
+    training = ctx.job.training
     h = float(ctx.job.model.hidden_size or 0)
-    tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
-    bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
-    one = all_to_all_time_s(bytes_out, geo.levels)
-    count = 4 + (2 if d.recompute in ("full", "moe") else 0)  # op saves the all-to-all outputs
-    hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
-    return count * one * exposed_fraction(ctx, hidden)
+    tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
+    fp8 = training.precision in ("fp8", "fp4")
+    dispatcher = training.moe_dispatcher
+    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, cal.ep_load_imbalance)
+    _, comb_bf16 = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, False, cal.ep_load_imbalance)
+    total = disp + comb + 2 * comb_bf16 + (disp + comb if d.recompute in ("full", "moe") else 0.0)
+    hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
+    return total * exposed_fraction(ctx, hidden)
 
 
 def _score_elements(ctx: JobContext, kind: LayerKind, d: Dims) -> float:
