@@ -790,7 +790,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
             fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
             pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
-            dp_comm_overlap=map_dp_comm_overlap(row), moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
+            dp_comm_overlap=map_dp_comm_overlap(row),
+            moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",
