@@ -48,6 +48,10 @@ DOC_PATH = ROOT / "docs" / "validation.md"
 COMMAND = ".venv/bin/python benchmarks/validation.py"
 MEDIAN_TARGET_PCT = 8.0
 P90_TARGET_PCT = 20.0
+SUBSET_TARGETS_PCT: dict[str, tuple[float, float]] = {"all": (6.0, 15.0), "moe": (10.0, 20.0)}
+"""Accuracy targets (median, p90 |error| %) per subset, reported in the headline; ``--check``
+gates on ``MEDIAN_TARGET_PCT`` / ``P90_TARGET_PCT`` only."""
+BLACKWELL = ("B200", "GB200")
 TIE_REL = 0.005
 """Measured values closer than this (relative) count as a tie in the ranking comparison."""
 
@@ -498,8 +502,26 @@ def _headline(rep: ValidationReport) -> list[str]:
         f"predicted OOM for layouts that ran: {s.oom_count}"
         + (f" ({', '.join(s.oom_ids)})" if s.oom_ids else ""),
         f"ranking: mean pairwise agreement over {len(s.groups)} comparison groups: {_fmt(pa)}",
+        *_subset_lines(rep),
         f"--check verdict: {verdict}",
     ]
+
+
+def _subset_lines(rep: ValidationReport) -> list[str]:
+    """The per-subset targets (all rows, MoE rows) and the Blackwell rows on their own."""
+    subsets = {"all": list(rep.rows), "moe": [r for r in rep.rows if r.kind == "moe"]}
+    out = []
+    for name, rows in subsets.items():
+        st = _stats(rows)
+        med_t, p90_t = SUBSET_TARGETS_PCT[name]
+        ok = "met" if st.median_abs_pct <= med_t and st.p90_abs_pct <= p90_t else "not met"
+        out.append(f"target for {name} rows ({st.n}): median <= {med_t:g}%, p90 <= {p90_t:g}%: "
+                   f"{st.median_abs_pct:.1f}% / {st.p90_abs_pct:.1f}% ({ok})")  # fmt: skip
+    bw = [r for r in rep.rows if r.gpu_class in BLACKWELL]
+    if bw:
+        errs = ", ".join(f"{r.id} {r.error_pct:+.1f}%" for r in bw)
+        out.append(f"Blackwell rows ({len(bw)}, reported apart, no target): {errs}")
+    return out
 
 
 def render_text(rep: ValidationReport) -> str:

@@ -33,12 +33,13 @@ class Calibration:
     catalog ``flash2_attention_fraction`` over the H100's (the kernel's published best rate: 0.656
     of peak on A100 against 0.339 on H100, so 0.58 on A100); GPUs with none published keep it
     (``context.attention_efficiency``)."""
-    attention_efficiency_flash3: float = 0.55
+    attention_efficiency_flash3: float = 0.6
     """Same for kernels written for Hopper and later (FlashAttention-3, cuDNN fused attention):
-    asynchronous warp-group MMA and TMA overlap softmax with the matrix products. Set from the
-    Qwen3-235B runs at 16k-128k tokens (Megatron-Core 2025; the attention core is 36-82% of their
-    work): the fit prefers 0.6, 0.55 stays nearer FlashAttention-3's published kernel rates
-    (about 0.5 of peak, forward and backward together, in model FLOPs)."""
+    asynchronous warp-group MMA and TMA overlap softmax with the matrix products. FlashAttention-3
+    (Shah et al. 2024) reaches 740 TFLOP/s forward (0.75 of the H100's peak) and a backward 1.5-1.75x
+    FlashAttention-2's (0.5-0.6 of peak); weighted by their kernel FLOPs (1 : 2.5) that is 0.57-0.64.
+    0.6 is also what the Qwen3-235B runs at 16k-128k tokens prefer (Megatron-Core 2025; the
+    attention core is 36-82% of their work): 0.55 left them 6-18% slow, 0.6 3-12%."""
     attention_seq_half: float = 1024.0
     """Attention kernels on ``q`` local query tokens per sequence run at ``q / (q + attention_seq_half)``
     of ``attention_efficiency`` (tile quantisation and per-sequence work at short lengths)."""
