@@ -72,6 +72,8 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
         "--moe-token-dispatcher-type",  # default 'allgather' ('alltoall' recommended with EP)
         "--moe-flex-dispatcher-backend",  # with dispatcher 'flex': deepep or hybridep
+        "--moe-expert-capacity-factor",  # default None: dropless
+        "--moe-pad-expert-input-to-capacity",  # effective once the capacity factor is set
         "--moe-grouped-gemm",
         "--no-overlap-p2p-communication",  # _add_distributed_args (overlap is the interleaved default)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
@@ -308,6 +310,9 @@ def _megatron(
         # the plan's dispatcher (training.moe_dispatcher) and one grouped GEMM per layer; Megatron
         # defaults to an all-gather dispatcher and a loop of per-expert GEMMs
         args += [*_megatron_dispatcher_args(training.moe_dispatcher), "--moe-grouped-gemm"]
+        if training.moe_capacity_factor is not None:  # experts padded to capacity, as costed
+            args += ["--moe-expert-capacity-factor", f"{training.moe_capacity_factor:g}",
+                     "--moe-pad-expert-input-to-capacity"]  # fmt: skip
         if training.ep_comm_overlap and geo.ep > 1:
             # combined 1F1B schedule: one micro-batch's all-to-all under another's compute
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
@@ -621,6 +626,9 @@ def _nemo(
         over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
         if flex:
             over.append(("model.moe_flex_dispatcher_backend", training.moe_dispatcher))
+        if training.moe_capacity_factor is not None:
+            over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
+            over.append(("model.moe_pad_expert_input_to_capacity", True))
         over.append(("model.moe_grouped_gemm", True))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section

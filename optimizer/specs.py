@@ -274,6 +274,14 @@ class TrainingSpec(Strict):
             "dispatcher's NVL72 backend, costed as DeepEP). MoE models with expert parallelism only."
         ),
     )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=16,
+        description=(
+            "Expert capacity factor with padding (Megatron --moe-expert-capacity-factor with "
+            "--moe-pad-expert-input-to-capacity): each expert processes this many times its mean "
+            "share of routed tokens, dropping the rest. Null (default): dropless. MoE models only."
+        ),
+    )
     expert_gemm_host_splits: bool = Field(
         default=True,
         description=(

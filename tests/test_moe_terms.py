@@ -218,3 +218,46 @@ def test_a_window_never_adds_attention_work(window, seq, every) -> None:
     assert 0 < c <= seq / 2.0
     wider = model.model_copy(update={"sliding_window": window + 1})
     assert mean_context(wider, seq) >= c - 1e-9
+
+
+# ------------------------------------------------------------------------- router and capacity
+
+
+def test_router_bytes_hand_computed() -> None:
+    """64 experts, 21 bytes per token and expert: 1,000 tokens move 1.344 MB forward."""
+    from optimizer.cost.routing import ROUTER_BYTES_PER_EXPERT, router_bytes_fwd
+
+    ctx = build_context(_moe_job(64))
+    assert ROUTER_BYTES_PER_EXPERT == 4 + 4 + 4 + 1 + 4 + 4  # score r/w, top-k, map, probs, aux loss
+    assert router_bytes_fwd(ctx, 1000) == pytest.approx(1000 * 64 * 21.0)
+
+
+def test_capacity_factor_pads_every_expert_to_its_capacity() -> None:
+    """Capacity factor 1.5 with padding: 1.5x the routed copies in the expert GEMMs, permutations
+    and dispatch; dropless (null) is the balanced mean."""
+    from optimizer.cost.layer import routed_tokens_per_gpu
+    from optimizer.cost.routing import routing_load
+
+    d = Dims(1, 1, 8, 1, False, "none")
+    geo = GroupGeometry(8, (NVLINK,), "nvlink")
+    base = build_context(_moe_job(64))
+    padded = build_context(_moe_job(64, moe_capacity_factor=1.5))
+    assert routing_load(base) == 1.0 and routing_load(padded) == 1.5
+    assert routed_tokens_per_gpu(padded, d) == pytest.approx(1.5 * routed_tokens_per_gpu(base, d))
+    assert routed_tokens_per_gpu(base, d) == 4096 * 4
+    kind = next(k for k in base.kinds if k.is_moe)
+    assert ep_comm_s(padded, kind, d, geo) > ep_comm_s(base, kind, d, geo)
+
+
+@settings(max_examples=20, deadline=None)
+@given(factor=st.floats(0.5, 4.0), more=st.floats(0.0, 2.0))
+def test_a_larger_capacity_factor_is_never_faster(factor, more) -> None:
+    from optimizer.cost import best_estimate, resolve_layout
+    from optimizer.specs import Layout
+
+    times = []
+    for f in (factor, factor + more):
+        job = _moe_job(64, moe_capacity_factor=f)
+        lay = resolve_layout(job, Layout(tp=1, pp=1, dp=64, ep=8, micro_batch_size=1, recompute="none"))
+        times.append(best_estimate(build_context(job), lay).step_time_s)
+    assert times[1] >= times[0] * (1 - 1e-12)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.dispatch import dispatch_time_s
+from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
@@ -149,7 +150,7 @@ def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
     moe = ctx.job.model.moe
     assert moe is not None
     tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
-    return tok_gpu * moe.top_k * ctx.cal.ep_load_imbalance
+    return tok_gpu * moe.top_k * routing_load(ctx)
 
 
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
@@ -178,6 +179,8 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         t_mlp = gemm_time_s(ctx, kind.mlp_flops * tokens / tp, tokens, h, p.mlp_dense / (2 * h * tp))
         ffn_active = p.mlp_dense / (3 * h) if model.activation == "swiglu" else p.mlp_dense / (2 * h)
     elementwise_bytes = elementwise_bytes_fwd(ctx, tokens, tp, sp_div, ffn_active)
+    if kind.is_moe:
+        elementwise_bytes += router_bytes_fwd(ctx, tokens / tp)
     if ctx.job.training.precision in ("fp8", "fp4"):
         # FP8 (and FP4) GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
         # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
@@ -245,7 +248,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         f_e = p.routed_expert_each / (3 * h if gated else 2 * h)
         per_routed = h + (2 * f_e if gated else f_e)  # expert input + fc1 output
         act_out_routed = f_e
-        routed_share = moe.top_k * cal.ep_load_imbalance / tp  # routed copies per token on this GPU
+        routed_share = moe.top_k * routing_load(ctx) / tp  # routed copies per token on this GPU
         mlp_keep = routed_share * per_routed
         mlp_act_out = routed_share * act_out_routed
         if p.shared_experts:
@@ -390,8 +393,9 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
     fp8 = training.precision in ("fp8", "fp4")
     dispatcher = training.moe_dispatcher
-    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, cal.ep_load_imbalance)
-    _, comb_bf16 = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, False, cal.ep_load_imbalance)
+    load = routing_load(ctx)
+    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, load)
+    _, comb_bf16 = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, False, load)
     total = disp + comb + 2 * comb_bf16 + (disp + comb if d.recompute in ("full", "moe") else 0.0)
     hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
     return total * exposed_fraction(ctx, hidden)
