@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.dispatch import dispatch_time_s
-from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
 ACT_BYTES = 2.0
@@ -393,10 +393,9 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
     fp8 = training.precision in ("fp8", "fp4")
     dispatcher = training.moe_dispatcher
-    load = routing_load(ctx)
-    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, load)
-    _, comb_bf16 = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, False, load)
-    total = disp + comb + 2 * comb_bf16 + (disp + comb if d.recompute in ("full", "moe") else 0.0)
+    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+    # backward sends bf16 gradients both ways: two combine-sized transfers
+    total = disp + 3 * comb + (disp + comb if d.recompute in ("full", "moe") else 0.0)
     hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
     return total * exposed_fraction(ctx, hidden)
 
