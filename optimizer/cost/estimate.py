@@ -1013,8 +1013,11 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
         return _dp_exposed_s(ctx, lay, g, *stage)
     # What no overlap hides, or the overlap-limited part of the average stage (each stage's
     # exposed time is at least its own, which is affine in the stage's parameters and compute).
+    # (affine in the stage's bytes and compute, with the SM share overlapped time still costs)
     t_b, _, t_f, _ = _dp_bucketed_times_s(ctx, lay, g, *average[:2])
-    excess = (t_b - ctx.dp_overlap * average[6]) + (t_f - ctx.dp_overlap * average[5])
+    excess = contended(ctx, t_b - ctx.dp_overlap * average[6], t_b) + contended(
+        ctx, t_f - ctx.dp_overlap * average[5], t_f
+    )
     return max(_dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
 
 
