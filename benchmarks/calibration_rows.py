@@ -26,6 +26,9 @@ Model
     misses the row's ``total_params_b`` by more than 2% and the other choice halves the miss
     (the 2024 Megatron-LM weak-scaling models are untied). It only moves weight memory and the
     LM-head gradient; the LM-head FLOPs run either way.
+  - ``attention.sliding_window`` -> ``sliding_window`` (every second layer when the row says the
+    windowed layers alternate); attention sinks cost no GEMM work and are not modelled.
+  - ``gated_mlp`` when stated decides the activation; ``head_dim`` and ``mla`` are taken as given.
   - ``moe``: ``num_experts``, ``top_k``, ``expert_ffn_hidden_size``, ``shared_experts`` ->
     ``num_shared_experts``, ``moe_layer_freq`` ("all layers" or an integer) -> ``layer_frequency``.
 
@@ -37,6 +40,7 @@ Training
     FP8), ``fp16`` -> fp16, ``bf16`` -> bf16, not stated -> bf16.
   - ``tp_comm_overlap`` when ``config.other`` names ``--tp-comm-overlap`` or async TP;
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
+    ``moe_dispatcher`` from the row, else per the source's recipe (``map_moe_dispatcher``);
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
     ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
     hierarchical; ``dp_comm_overlap`` false for the same rows (``map_dp_comm_overlap``), else true;
@@ -107,6 +111,7 @@ from optimizer.specs import (
     JobSpec,
     Layout,
     ModelSpec,
+    MLAConfig,
     MoEConfig,
     TrainingSpec,
 )
@@ -128,6 +133,7 @@ NON_GATED_FAMILIES = ("megatron-gpt", "mt-nlg", "bloom", "nemotron", "gpt")
 TIED_BY_DEFAULT = ("megatron-gpt", "mt-nlg", "bloom")
 FAMILY_VOCAB = {"megatron-gpt": 51200, "nemotron3": 256000}
 FAMILY_HEAD_DIM = {"qwen3": 128}
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 LAYOUT_KNOBS = (
     "tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
 )
@@ -211,6 +217,10 @@ def _family(row: dict[str, Any]) -> str:
 
 
 def activation_for(row: dict[str, Any]) -> str:
+    """The row's ``gated_mlp`` flag when stated, else the family rule."""
+    gated = row["model"].get("gated_mlp")
+    if gated is not None:
+        return "swiglu" if gated else "gelu"
     fam = _family(row)
     if any(f in fam for f in GATED_FAMILIES):
         return "swiglu"
@@ -220,8 +230,16 @@ def activation_for(row: dict[str, Any]) -> str:
     raise Unmappable(f"activation of family {fam!r} unknown (no gated / non-gated rule)")
 
 
+DENSE_THEN_MOE = re.compile(r"^\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\s*\)?$")
+"""Megatron's ``--moe-layer-freq`` pattern ``([0]*k+[1]*n)``: ``k`` dense layers, then MoE layers."""
+
+
 def _moe(block: dict[str, Any]) -> MoEConfig:
     freq = block.get("moe_layer_freq", block.get("layer_frequency", 1))
+    first_dense = int(block.get("first_dense_layers") or block.get("first_k_dense") or 0)
+    pattern = DENSE_THEN_MOE.match(freq.replace(" ", "")) if isinstance(freq, str) else None
+    if pattern:
+        first_dense, freq = int(pattern.group(1)), 1
     if freq is None or (isinstance(freq, str) and "all" in freq.lower()):
         freq = 1
     try:
@@ -235,8 +253,18 @@ def _moe(block: dict[str, Any]) -> MoEConfig:
         num_shared_experts=int(block.get("shared_experts") or block.get("num_shared_experts") or 0),
         shared_expert_ffn_hidden_size=block.get("shared_expert_ffn_hidden_size"),
         layer_frequency=freq,
-        first_dense_layers=int(block.get("first_dense_layers") or 0),
+        first_dense_layers=first_dense,
     )
+
+
+def _sliding_window(attn: dict[str, Any]) -> dict[str, int]:
+    """``model.attention``'s window (``sliding_window``) and which layers use it ("every second
+    layer" -> ``sliding_window_every`` 2, else every layer)."""
+    if not attn.get("sliding_window"):
+        return {}
+    layers = str(attn.get("sliding_window_layers") or "").lower()
+    every = 2 if "every second" in layers or "alternat" in layers else 1
+    return {"sliding_window": int(attn["sliding_window"]), "sliding_window_every": every}
 
 
 def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
@@ -256,7 +284,7 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     if ffn is None and activation == "gelu":
         ffn = 4 * hidden
         notes.append("ffn = 4h (not stated)")
-    head_dim = next((d for f, d in FAMILY_HEAD_DIM.items() if fam.startswith(f)), None)
+    head_dim = m.get("head_dim") or next((d for f, d in FAMILY_HEAD_DIM.items() if fam.startswith(f)), None)
     if head_dim is None and hidden % heads:
         head_dim = 128
         notes.append("hidden/heads not integral: head_dim 128 assumed")
@@ -267,6 +295,9 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
             raise Unmappable(f"vocab_size not stated and no default for family {fam!r}")
         notes.append(f"vocab {vocab} assumed (family default)")
     moe = _moe(m["moe"]) if m.get("moe") else None
+    mla = MLAConfig(**{k: m["mla"][k] for k in MLA_FIELDS if k in m["mla"]}) if m.get("mla") else None
+    if mla is not None:
+        head_dim = None  # MLA sets its own per-head dimensions
     base = {
         "name": m.get("name") or row["id"],
         "num_layers": layers,
@@ -278,6 +309,8 @@ def map_model(row: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
         "vocab_size": vocab,
         "activation": activation,
         "moe": moe,
+        "mla": mla,
+        **_sliding_window(m.get("attention") or {}),
     }
     try:
         tied = ModelSpec(**base, tied_embeddings=True)
@@ -318,6 +351,10 @@ def map_gpu(row: dict[str, Any]) -> tuple[str, str, list[str]]:
         return "h100-sxm-80gb", "H100", notes
     if "h200" in text:
         return "h200-sxm-141gb", "H200", notes
+    if "gb200" in text:
+        return "gb200", "GB200", notes
+    if "b200" in text:
+        return "b200", "B200", notes
     raise Unmappable(f"GPU {hw.get('gpu')!r} not in the mapping")
 
 
@@ -325,7 +362,7 @@ def map_network(row: dict[str, Any], gpu_class: str) -> tuple[str, int, list[str
     """(network id, NICs per node, notes)."""
     hw = row["hardware"]
     text = (hw.get("inter_node") or "").lower()
-    nics = hw.get("nics_per_node") or 8
+    nics = hw.get("nics_per_node") or int(hw.get("gpus_per_node") or 8)  # one NIC per GPU
     notes: list[str] = []
     if "omni-path" in text or "omnipath" in text or "opa" in text.split():
         links = hw.get("nics_per_node") or 4
@@ -342,6 +379,8 @@ def map_network(row: dict[str, Any], gpu_class: str) -> tuple[str, int, list[str
         return "ib-ndr-400", nics, notes
     if text:
         notes.append(f"fabric {hw.get('inter_node')!r} not recognised: default for {gpu_class}")
+    if not text:
+        notes.append(f"fabric not stated: {'HDR' if gpu_class == 'A100' else 'NDR'} InfiniBand, one NIC per GPU")
     return ("ib-hdr-200" if gpu_class == "A100" else "ib-ndr-400"), nics, notes
 
 
@@ -358,6 +397,28 @@ def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
     """The row's config or notes name a batch-level (1F1B) all-to-all overlap."""
     t = f"{row['config'].get('other') or ''} {row.get('notes') or ''}".lower()
     return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
+
+
+FLEX_DISPATCHER_RECIPES = ("qwen3-30b", "deepseek-v3")
+"""Megatron-Bridge performance recipes that run the flex dispatcher on H100 (DeepEP backend):
+``scripts/performance/configs/qwen/qwen3_llm_pretrain.py`` sets ``moe_token_dispatcher_type``
+"flex" for Qwen3-30B-A3B and "alltoall" for Qwen3-235B-A22B (H100 and B200); the DeepSeek-V3
+recipes set the flex backend from their workload configs."""
+
+
+def map_moe_dispatcher(row: dict[str, Any]) -> str:
+    """The row's ``config.moe_dispatcher`` (DeepEP -> deepep, HybridEP -> hybridep, else the name);
+    unstated: deepep for the Megatron-Bridge recipes of ``FLEX_DISPATCHER_RECIPES``, else
+    alltoall (Megatron-Core's all-to-all dispatcher, the NeMo and Megatron-Bridge default with
+    expert parallelism)."""
+    stated = str(row["config"].get("moe_dispatcher") or "").lower()
+    for name in ("deepep", "hybridep", "allgather", "alltoall"):
+        if name in stated.replace("-", "").replace("_", ""):
+            return name
+    text = f"{row['id']} {row['model'].get('name') or ''}".lower().replace(" ", "-")
+    if row["id"].startswith("mbridge") and any(r in text for r in FLEX_DISPATCHER_RECIPES):
+        return "deepep"
+    return "alltoall"
 
 
 def _names_deepspeed(row: dict[str, Any]) -> bool:
@@ -730,6 +791,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
             pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
+            moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",

@@ -33,12 +33,13 @@ class Calibration:
     catalog ``flash2_attention_fraction`` over the H100's (the kernel's published best rate: 0.656
     of peak on A100 against 0.339 on H100, so 0.58 on A100); GPUs with none published keep it
     (``context.attention_efficiency``)."""
-    attention_efficiency_flash3: float = 0.55
+    attention_efficiency_flash3: float = 0.6
     """Same for kernels written for Hopper and later (FlashAttention-3, cuDNN fused attention):
-    asynchronous warp-group MMA and TMA overlap softmax with the matrix products. Set from the
-    Qwen3-235B runs at 16k-128k tokens (Megatron-Core 2025; the attention core is 36-82% of their
-    work): the fit prefers 0.6, 0.55 stays nearer FlashAttention-3's published kernel rates
-    (about 0.5 of peak, forward and backward together, in model FLOPs)."""
+    asynchronous warp-group MMA and TMA overlap softmax with the matrix products. FlashAttention-3
+    (Shah et al. 2024) reaches 740 TFLOP/s forward (0.75 of the H100's peak) and a backward 1.5-1.75x
+    FlashAttention-2's (0.5-0.6 of peak); weighted by their kernel FLOPs (1 : 2.5) that is 0.57-0.64.
+    0.6 is also what the Qwen3-235B runs at 16k-128k tokens prefer (Megatron-Core 2025; the
+    attention core is 36-82% of their work): 0.55 left them 6-18% slow, 0.6 3-12%."""
     attention_seq_half: float = 1024.0
     """Attention kernels on ``q`` local query tokens per sequence run at ``q / (q + attention_seq_half)``
     of ``attention_efficiency`` (tile quantisation and per-sequence work at short lengths)."""
@@ -82,16 +83,17 @@ class Calibration:
     """Fraction of pipeline send/recv time left on the critical path when the stack overlaps it
     (``training.pp_comm_overlap``; all of it otherwise)."""
     ep_load_imbalance: float = 1.0
-    """Busiest expert-parallel rank's all-to-all volume / the mean (routing skew)."""
-    ep_comm_overlap: float = 0.4
-    """Fraction of expert all-to-all hidden behind compute without batch-level overlap (async
-    DeepEP dispatch overlapping the router, permutation and shared experts of the same
-    micro-batch). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and no A2A
-    overlap (measured 19.7 s/step; 0.4 predicts it 1% fast, 0.75 30% fast, 0 20% slow)."""
-    ep_comm_overlap_batched: float = 0.55
-    """Same, when the job sets ``training.ep_comm_overlap`` (one micro-batch's all-to-all runs under
-    another's compute: Megatron's combined 1F1B schedule, DualPipe). Set from the same layout
-    with the overlap on (measured 17.6 s/step, 1.12x faster than without; 0.55 predicts 1.10x)."""
+    """Busiest expert-parallel rank's routed copies / the mean (routing skew). Forced-balance
+    routing (random expert choice, as the published runs use) leaves the busiest of ``ep`` ranks
+    ``1 + z sqrt(1 / (tokens x top_k))`` of the mean, ``z`` the expected maximum of ``ep`` normal
+    deviates: under 2% at thousands of tokens per rank and micro-batch, so 1."""
+    ep_comm_overlap_batched: float = 0.4
+    """Fraction of the expert dispatch and combine time hidden when the job sets
+    ``training.ep_comm_overlap`` (one micro-batch's dispatch runs under another's compute:
+    Megatron's combined 1F1B schedule, DualPipe). Without it nothing hides: Megatron-Core's
+    dispatchers make the compute stream wait for them (DeepEP's ``async_finish`` is off in
+    ``fused_a2a.py``). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and DeepEP
+    measured without and with the overlap (19.7 s and 17.6 s a step, 1.12x): 0.4 predicts 1.13x."""
     expert_gemm_host_s: float = 70.0 * US
     """Host (CPU) time to issue one routed-expert GEMM. Dropless MoE layers size each local
     expert's GEMM from the router's token counts, which the host reads back from the device (a
@@ -101,10 +103,22 @@ class Calibration:
     the "host-boundedness" of small expert GEMMs that Megatron-Core's MoE report names as one of
     MoE training's three walls, and that device-initiated grouped GEMMs and CUDA graphs remove.
     Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
-    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 2.07x and
-    1.51x too fast without it): the whole-set objective is flat for 60-75 us and the MoE rows'
-    mean error smallest at 70-72 us. Layouts with 2,048 tokens or more per expert GEMM are GPU
+    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.95x and
+    1.45x too fast without it, 2% slow and 1.19x fast with it): the set's median is smallest at
+    70 us (6.8% at 60 us and 7.0% at 80 us against 6.4%). Layouts with 2,048 tokens or more per expert GEMM are GPU
     bound and barely move (docs/cost-model.md)."""
+    overlap_contention: float = 0.08
+    """Fraction of communication time that still delays compute while it is overlapped with it
+    (data-parallel buckets and ZeRO-3 gathers, expert all-to-all, TP collectives; not CP's or
+    PP's point-to-point sends, which run on one or two channels per peer): the
+    collective kernels occupy SMs and HBM bandwidth the GEMMs would use. NCCL runs one thread
+    block per channel, 16-32 channels on an 8-GPU H100 node with 8 NICs (12-24% of 132 SMs);
+    DeepEP's dispatch and combine take 20-24 of them (DeepSeek-V3 report section 3.2.2; DeepEP
+    README). Hidden time ``x`` thus costs ``overlap_contention * x``. Set below the SM share
+    because a GEMM slows by less than the SMs it loses while the collective waits on the network;
+    0.08 is the largest value that keeps the Qwen3-235B 256-GPU layouts ordered as measured (the
+    ZeRO-3 layout's gathers are the first to move); the set's median and p90 are flat from 0 to
+    0.15 (benchmarks/fit_calibration.py)."""
     cp_overlap: float = 1.0
     """Ring-attention K/V exchange hides behind attention compute up to this fraction of it."""
     # --- memory --------------------------------------------------------------------------

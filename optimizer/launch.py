@@ -71,6 +71,9 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--expert-model-parallel-size",
         "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
         "--moe-token-dispatcher-type",  # default 'allgather' ('alltoall' recommended with EP)
+        "--moe-flex-dispatcher-backend",  # with dispatcher 'flex': deepep or hybridep
+        "--moe-expert-capacity-factor",  # default None: dropless
+        "--moe-pad-expert-input-to-capacity",  # effective once the capacity factor is set
         "--moe-grouped-gemm",
         "--no-overlap-p2p-communication",  # _add_distributed_args (overlap is the interleaved default)
         "--overlap-moe-expert-parallel-comm",  # MCore >= 0.14 (moe/README.md: batch-level overlap)
@@ -117,6 +120,14 @@ _MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 """``recompute="moe"``: Megatron-Core selective recompute modules (TransformerConfig.recompute_modules;
 'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
+
+
+def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
+    """Megatron-LM flags for ``training.moe_dispatcher``: the all-to-all or all-gather dispatcher,
+    or the flex dispatcher with its DeepEP / HybridEP backend."""
+    if dispatcher in ("deepep", "hybridep"):
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
+    return ["--moe-token-dispatcher-type", dispatcher]
 
 
 def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, ...] | None:
@@ -304,9 +315,12 @@ def _megatron(
         # The cost model keeps experts whole (expert tensor parallelism 1: expert parallelism spans
         # tp x dp x cp); Megatron's default would split them over the tensor-parallel group.
         args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", "1"]
-        # the cost model's expert all-to-all and one grouped GEMM per layer; Megatron defaults to an
-        # all-gather dispatcher and a loop of per-expert GEMMs
-        args += ["--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"]
+        # the plan's dispatcher (training.moe_dispatcher) and one grouped GEMM per layer; Megatron
+        # defaults to an all-gather dispatcher and a loop of per-expert GEMMs
+        args += [*_megatron_dispatcher_args(training.moe_dispatcher), "--moe-grouped-gemm"]
+        if training.moe_capacity_factor is not None:  # experts padded to capacity, as costed
+            args += ["--moe-expert-capacity-factor", f"{training.moe_capacity_factor:g}",
+                     "--moe-pad-expert-input-to-capacity"]  # fmt: skip
         if training.ep_comm_overlap and geo.ep > 1:
             # combined 1F1B schedule: one micro-batch's all-to-all under another's compute
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
@@ -468,6 +482,11 @@ def _torchtitan(training: TrainingSpec, layout: Layout, geo: _Geometry) -> str:
         comments["parallelism"] = [
             "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
         ]
+    if geo.ep > 1 and training.moe_dispatcher != "alltoall":
+        comments.setdefault("parallelism", []).append(
+            f"the plan costs the {training.moe_dispatcher} dispatcher; these settings keep torchtitan's "
+            "all-to-all (plan with training.moe_dispatcher 'alltoall' to cost it)"
+        )
     if not training.dp_comm_overlap and geo.has_dp_group:
         comments.setdefault("parallelism", []).append(
             "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
@@ -611,7 +630,13 @@ def _nemo(
     if model.is_moe:
         over.append(("model.expert_model_parallel_size", geo.ep))
         over.append(("model.expert_tensor_parallel_size", 1))
-        over.append(("model.moe_token_dispatcher_type", "alltoall"))
+        flex = training.moe_dispatcher in ("deepep", "hybridep")
+        over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
+        if flex:
+            over.append(("model.moe_flex_dispatcher_backend", training.moe_dispatcher))
+        if training.moe_capacity_factor is not None:
+            over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
+            over.append(("model.moe_pad_expert_input_to_capacity", True))
         over.append(("model.moe_grouped_gemm", True))
     if training.tp_comm_overlap and geo.sp:
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section

@@ -44,6 +44,8 @@ class ModelPreset(BaseModel):
     tied_embeddings: bool
     mla: dict[str, int | None] | None = None
     moe: dict[str, int | None] | None = None
+    sliding_window: int | None = None
+    sliding_window_every: int = 1
     # Provenance.
     source: str = Field(min_length=3, description="Model card / config.json / paper the numbers come from.")
     published_total_params: int = Field(gt=0, description="Total parameters as the source states them.")
@@ -79,6 +81,8 @@ class ModelPreset(BaseModel):
             "tied_embeddings": self.tied_embeddings,
             "mla": dict(self.mla) if self.mla is not None else None,
             "moe": dict(self.moe) if self.moe is not None else None,
+            "sliding_window": self.sliding_window,
+            "sliding_window_every": self.sliding_window_every,
         }
 
 

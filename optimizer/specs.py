@@ -101,6 +101,8 @@ MODEL_FIELDS = (
     "tied_embeddings",
     "mla",
     "moe",
+    "sliding_window",
+    "sliding_window_every",
 )
 
 
@@ -123,6 +125,14 @@ class ModelSpec(Strict):
     tied_embeddings: bool | None = None
     mla: MLAConfig | None = None
     moe: MoEConfig | None = None
+    sliding_window: int | None = Field(
+        default=None, ge=1, le=4_194_304,
+        description="Sliding-window attention: keys each query attends to on windowed layers (null: full causal).",
+    )
+    sliding_window_every: int = Field(
+        default=1, ge=1, le=MAX_LAYERS,
+        description="Every n-th layer from the first is windowed, the others full (gpt-oss: 2). Needs sliding_window.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -280,6 +290,25 @@ class TrainingSpec(Strict):
             "The stack overlaps one micro-batch's expert all-to-all with another micro-batch's "
             "compute (Megatron --overlap-moe-expert-parallel-comm, DualPipe-style batch-level "
             "overlap); MoE models with expert parallelism only, no effect otherwise."
+        ),
+    )
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = Field(
+        default="alltoall",
+        description=(
+            "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): 'alltoall' (every "
+            "routed copy through one NCCL all-to-all on the compute stream), 'allgather' (gather "
+            "the expert-parallel group's tokens, reduce-scatter back), 'deepep' (flex dispatcher "
+            "with DeepEP: one copy per destination rank and per remote node, FP8 dispatch in FP8 "
+            "runs, partly overlapped with the same micro-batch's compute), 'hybridep' (the flex "
+            "dispatcher's NVL72 backend, costed as DeepEP). MoE models with expert parallelism only."
+        ),
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=16,
+        description=(
+            "Expert capacity factor with padding (Megatron --moe-expert-capacity-factor with "
+            "--moe-pad-expert-input-to-capacity): each expert processes this many times its mean "
+            "share of routed tokens, dropping the rest. Null (default): dropless. MoE models only."
         ),
     )
     expert_gemm_host_splits: bool = Field(

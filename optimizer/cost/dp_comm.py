@@ -14,6 +14,7 @@ from optimizer.cost.comm import (
     hierarchical_reduce_scatter_time_s,
 )
 from optimizer.cost.context import JobContext
+from optimizer.cost.layer import contended
 from optimizer.cost.memory import WEIGHT_BYTES
 from optimizer.cost.num import Num, maximum, minimum
 from optimizer.cost.rules import ResolvedLayout
@@ -87,12 +88,12 @@ def dp_exposed_from_parts_s(
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
-        return maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute)
+        return contended(ctx, maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute), m * per_mb)
     t_b = dense + expert
-    exposed = maximum(unhidden, t_b - ctx.dp_overlap * bwd)
+    exposed = contended(ctx, maximum(unhidden, t_b - ctx.dp_overlap * bwd), t_b)
     if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
         t_g = t_b if gather is None else gather
-        exposed = exposed + maximum(unhidden, t_g - ctx.dp_overlap * fwd)
+        exposed = exposed + contended(ctx, maximum(unhidden, t_g - ctx.dp_overlap * fwd), t_g)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 

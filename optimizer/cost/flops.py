@@ -41,11 +41,27 @@ def attention_dims(model: ModelSpec) -> tuple[int, int]:
     return model.head_dim, model.head_dim
 
 
+def mean_context(model: ModelSpec, seq_len: int) -> float:
+    """Keys a query attends to, averaged over the sequence and the layers: ``s/2`` for causal
+    attention; a layer with a window of ``w`` keys attends to ``min(i + 1, w)`` at position ``i``,
+    ``w (1 - w / 2s)`` on average (``s/2`` at ``w = s``). With ``sliding_window_every`` n, every
+    n-th layer from the first is windowed. Every layer is costed at this mean: alternating
+    patterns put the same share of windowed layers on every pipeline stage, to one layer."""
+    full = seq_len / 2.0
+    w = model.sliding_window
+    if w is None or w >= seq_len:
+        return full
+    layers = model.num_layers or 1
+    windowed = -(-layers // model.sliding_window_every)  # layers 0, n, 2n, ...
+    local = w * (1.0 - w / (2.0 * seq_len))
+    return (windowed * local + (layers - windowed) * full) / layers
+
+
 def attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Causal attention scores and values, forward, per token."""
+    """Causal attention scores and values, forward, per token (``mean_context`` keys)."""
     d_qk, d_v = attention_dims(model)
     heads = model.num_attention_heads or 0
-    return 2.0 * (seq_len / 2.0) * heads * (d_qk + d_v)
+    return 2.0 * mean_context(model, seq_len) * heads * (d_qk + d_v)
 
 
 def layer_flops(model: ModelSpec, layer_index: int, seq_len: int) -> LayerFlops:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.cost.comm import all_to_all_time_s, hierarchical_allreduce_time_s
+from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.dispatch import dispatch_time_s
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
 ACT_BYTES = 2.0
@@ -120,13 +122,35 @@ def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[floa
     return gpu, 2.0 * moe.num_experts / d.ep * ctx.cal.expert_gemm_host_s
 
 
+RESIDUAL_STREAM_BYTES = 22.0
+"""Of ``cal.elementwise_bytes_per_token_hidden``, the forward HBM bytes per token per hidden unit of
+the kernels on the residual stream, which every tensor-parallel rank repeats on the full hidden
+state unless sequence parallelism splits it: two norms (read and write 2 B each: 8) and two fused
+bias-dropout-add kernels (read the input and the residual, write the sum: 6, and a 1-byte dropout
+mask: 14). The rest (rotary, bias and scaling on q, k, v and the MLP's inputs) works on tensors
+already split over TP. Korthikanti et al. 2022, Table 4: sequence parallelism alone saves 0.5 ms
+of 7.7 ms in the forward of one 22B layer at TP8 (micro-batch 4, 2,048 tokens), which is 7/8 of
+21 bytes per token and hidden unit at the A100's achievable HBM bandwidth."""
+
+
+def elementwise_bytes_fwd(ctx: JobContext, tokens: float, tp: int, sp_div: int, ffn_active: float) -> float:
+    """Forward HBM bytes of one layer's memory-bound kernels on one GPU (bf16, fused; before FP8
+    casts): the residual-stream share split by sequence parallelism only (``sp_div``), the rest
+    and the FFN activation by TP."""
+    cal = ctx.cal
+    h = float(ctx.job.model.hidden_size or 0)
+    residual = min(RESIDUAL_STREAM_BYTES, cal.elementwise_bytes_per_token_hidden)
+    split = cal.elementwise_bytes_per_token_hidden - residual
+    return tokens * (residual * h / sp_div + (split * h + cal.elementwise_bytes_per_token_ffn * ffn_active) / tp)
+
+
 def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
     """Routed token copies an MoE layer's experts on one GPU process per micro-batch (experts are
     not tensor-split: each TP rank routes its own sequence shard)."""
     moe = ctx.job.model.moe
     assert moe is not None
     tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
-    return tok_gpu * moe.top_k * ctx.cal.ep_load_imbalance
+    return tok_gpu * moe.top_k * routing_load(ctx)
 
 
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
@@ -154,9 +178,9 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     else:
         t_mlp = gemm_time_s(ctx, kind.mlp_flops * tokens / tp, tokens, h, p.mlp_dense / (2 * h * tp))
         ffn_active = p.mlp_dense / (3 * h) if model.activation == "swiglu" else p.mlp_dense / (2 * h)
-    elementwise_bytes = (tokens / sp_div) * (
-        cal.elementwise_bytes_per_token_hidden * h + cal.elementwise_bytes_per_token_ffn * ffn_active / tp
-    )
+    elementwise_bytes = elementwise_bytes_fwd(ctx, tokens, tp, sp_div, ffn_active)
+    if kind.is_moe:
+        elementwise_bytes += router_bytes_fwd(ctx, tokens / tp)
     if ctx.job.training.precision in ("fp8", "fp4"):
         # FP8 (and FP4) GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
         # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
@@ -224,7 +248,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         f_e = p.routed_expert_each / (3 * h if gated else 2 * h)
         per_routed = h + (2 * f_e if gated else f_e)  # expert input + fc1 output
         act_out_routed = f_e
-        routed_share = moe.top_k * cal.ep_load_imbalance / tp  # routed copies per token on this GPU
+        routed_share = moe.top_k * routing_load(ctx) / tp  # routed copies per token on this GPU
         mlp_keep = routed_share * per_routed
         mlp_act_out = routed_share * act_out_routed
         if p.shared_experts:
@@ -317,7 +341,20 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    return count * per_ar * (1.0 - hidden)
+    return count * per_ar * exposed_fraction(ctx, hidden)
+
+
+def exposed_fraction(ctx: JobContext, hidden: float) -> float:
+    """Share of a collective's time on the critical path when ``hidden`` of it overlaps compute:
+    the overlapped part still delays compute by ``cal.overlap_contention`` (SM and HBM share)."""
+    return 1.0 - hidden * (1.0 - ctx.cal.overlap_contention)
+
+
+def contended(ctx: JobContext, exposed: float, total: float) -> float:
+    """Critical-path time of ``total`` seconds of communication of which ``exposed`` is not
+    hidden: the hidden rest still costs ``cal.overlap_contention`` of its time (numbers or arrays)."""
+    c = ctx.cal.overlap_contention
+    return (1.0 - c) * exposed + c * total
 
 
 def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_core_bwd: float) -> float:
@@ -332,26 +369,35 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     slowest = min(lv.beta_bytes_per_s for lv in geo.levels)
     alpha = max(lv.alpha_s for lv in geo.levels)
     ring = (d.cp - 1) * (alpha + chunk / slowest)
+    # no ``overlap_contention``: a ring step is a point-to-point send/receive, which NCCL runs on
+    # one or two channels per peer (a thread block each), not the 16-32 of a collective
     cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
     cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
     return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
 
 
 def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
-    """Exposed expert-parallel all-to-all time of one MoE layer and micro-batch: dispatch and
-    combine, forward and backward, and forward again when the block is recomputed."""
+    """Exposed expert-parallel dispatch and combine time of one MoE layer and micro-batch
+    (``dispatch.dispatch_time_s`` for the job's ``training.moe_dispatcher``): forward dispatch and
+    combine, their bf16 mirrors in backward, and forward again when the block is recomputed
+    (``op`` saves the all-to-all outputs). Nothing of it overlaps the same micro-batch's compute
+    (Megatron-Core's dispatchers make the compute stream wait for them); batch-level overlap
+    (``training.ep_comm_overlap``) hides ``cal.ep_comm_overlap_batched`` of it."""
     if not kind.is_moe or d.ep <= 1:
         return 0.0
     cal = ctx.cal
     moe = ctx.job.model.moe
     assert moe is not None
+    training = ctx.job.training
     h = float(ctx.job.model.hidden_size or 0)
-    tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
-    bytes_out = tok_gpu * moe.top_k * h * ACT_BYTES * cal.ep_load_imbalance * (d.ep - 1) / d.ep
-    one = all_to_all_time_s(bytes_out, geo.levels)
-    count = 4 + (2 if d.recompute in ("full", "moe") else 0)  # op saves the all-to-all outputs
-    hidden = cal.ep_comm_overlap_batched if ctx.job.training.ep_comm_overlap else cal.ep_comm_overlap
-    return count * one * (1.0 - hidden)
+    tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
+    fp8 = training.precision in ("fp8", "fp4")
+    dispatcher = training.moe_dispatcher
+    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+    # backward sends bf16 gradients both ways: two combine-sized transfers
+    total = disp + 3 * comb + (disp + comb if d.recompute in ("full", "moe") else 0.0)
+    hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
+    return total * exposed_fraction(ctx, hidden)
 
 
 def _score_elements(ctx: JobContext, kind: LayerKind, d: Dims) -> float:

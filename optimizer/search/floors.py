@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 from optimizer.cost.context import JobContext
+from optimizer.cost.layer import contended
 from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
 from optimizer.cost.estimate import Estimate, distinct_stages, pp_comm_s
 from optimizer.cost.rules import ResolvedLayout
@@ -328,6 +329,9 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
         return dp_exposed_s(ctx, lay, g, *stage)
     # What no overlap hides, or the overlap-limited part of the average stage (each stage's
     # exposed time is at least its own, which is affine in the stage's parameters and compute).
+    # (affine in the stage's bytes and compute, with the SM share overlapped time still costs)
     t_b, _, t_f, _ = dp_bucketed_times_s(ctx, lay, g, *average[:2])
-    excess = (t_b - ctx.dp_overlap * average[6]) + (t_f - ctx.dp_overlap * average[5])
+    excess = contended(ctx, t_b - ctx.dp_overlap * average[6], t_b) + contended(
+        ctx, t_f - ctx.dp_overlap * average[5], t_f
+    )
     return max(dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)

@@ -756,7 +756,7 @@ def test_plan_says_how_much_it_rests_on_hiding_data_parallel_collectives() -> No
                          r"without it the step takes ([0-9.]+) s \(([0-9]+)% slower\)", note)  # fmt: skip
     assert found, note
     hidden_s, step_s, pct = float(found[1]), float(found[2]), int(found[3])
-    assert hidden_s == pytest.approx(12.77, abs=0.01)
+    assert hidden_s == pytest.approx(11.75, abs=0.01)  # 12.77 s of gathers, 8% of them still costed (overlap_contention)
     assert step_s == pytest.approx(overlapped.step_time_s + hidden_s, abs=0.01)
     assert pct == round(100 * (step_s / overlapped.step_time_s - 1))
     assert blocking.step_time_s <= step_s + 1e-3

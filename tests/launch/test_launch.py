@@ -99,6 +99,12 @@ def ep_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training.model_copy(update={"ep_comm_overlap": True}), layout
 
 
+def deepep_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """DeepEP through the flex dispatcher, experts padded to 1.25x their share."""
+    model, training, layout = mixtral_case()
+    return model, training.model_copy(update={"moe_dispatcher": "deepep", "moe_capacity_factor": 1.25}), layout
+
+
 def fp4_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     model, training, layout = llama_case()
     return model, training.model_copy(update={"precision": "fp4"}), layout
@@ -110,6 +116,7 @@ ALL_CASES = {
     "mixtral-ep-overlap": ep_overlap_case(),
     "llama3-70b-tp-overlap": tp_overlap_case(),
     "mixtral-ep8": mixtral_case(),
+    "mixtral-deepep": deepep_case(),  # the flex dispatcher's backend and capacity flags
     "mixtral-moe-recompute": mixtral_moe_recompute_case(),
     "zero3": zero3_case(),
     "uneven-first-last": uneven_case([9, 10, 10, 11]),
