@@ -80,7 +80,7 @@ def test_architecture_has_exactly_the_model_fields(preset_id):
 def test_preset_resolves_to_complete_spec(preset_id):
     spec = ModelSpec(preset=preset_id)
     for field in MODEL_FIELDS:
-        if field not in ("mla", "moe", "sliding_window")  # optional blocks:
+        if field not in ("mla", "moe", "sliding_window"):  # optional blocks
             assert getattr(spec, field) is not None, field
     assert spec.num_attention_heads % spec.num_kv_heads == 0
 

@@ -243,7 +243,8 @@ def test_plans_are_in_their_simplest_form() -> None:
 
 def _suite_jobs() -> dict[str, dict[str, Any]]:
     """The job sets of the search and cost tests, by name."""
-    from tests import test_columns, test_layout_floors, test_search_bounds, test_search_speed_invariants
+    from tests.cost import test_columns, test_layout_floors
+    from tests.search import test_search_bounds, test_search_speed_invariants
 
     jobs: dict[str, dict[str, Any]] = {}
     for module in (test_columns, test_layout_floors, test_search_bounds, test_search_speed_invariants):
