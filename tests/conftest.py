@@ -6,6 +6,7 @@ Test folders mirror the packages (``cost/``, ``search/``, ``api/``, ``catalog/``
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 
@@ -23,6 +24,30 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER:
     settings.register_profile("xdist", database=DirectoryBasedExampleDatabase(f".hypothesis/examples-{_WORKER}"))
     settings.load_profile("xdist")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "serial: runs while no other test does under pytest-xdist (wall-time bounds)"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_run_alone(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``serial`` (wall-time bounds) runs while no other test
+    does: every test holds a shared lock on one file of the run, a ``serial`` one an exclusive
+    lock. A plain run needs no lock."""
+    if not _WORKER:
+        yield
+        return
+    exclusive = request.node.get_closest_marker("serial") is not None
+    path = tmp_path_factory.getbasetemp().parent / "serial.lock"  # the workers' common parent
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -231,7 +231,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             lay = heapq.heappop(queue)[2]
             if isinstance(lay, BeyondGroup):
                 kth = kth_best.value if kth_best.full else math.inf
-                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq)
+                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq, budget_end)
                 continue
         if kth_best.beaten(lay, bound - POOL_MARGIN_S):
             continue  # its family already has a faster plan (search.diverse): it cannot be a plan
@@ -360,7 +360,8 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
             + " and list none in plan.frameworks"
         )
     beyond_bound = bounds.beyond_bound(usable_bytes)
-    beyond_bound = min(beyond_bound, smallest_bound(ctx, groups, usable_bytes, min(beyond_bound, best.step_time_s)))
+    above = min(beyond_bound, best.step_time_s)
+    beyond_bound = min(beyond_bound, smallest_bound(ctx, groups, usable_bytes, above, deadline))
     if beyond_bound < best.step_time_s:  # searched in bound order with the rest: say so
         info.beyond_default_bounds_s = beyond_bound
     plans = [to_plan(job, e) for e in results]
@@ -406,12 +407,16 @@ def bound_space(
 
 
 def _expand_group(
-    ctx, job: JobSpec, group: BeyondGroup, usable_bytes: float, kth: float, queue: list, seq: int
+    ctx, job: JobSpec, group: BeyondGroup, usable_bytes: float, kth: float, queue: list, seq: int, deadline: float
 ) -> int:
     """Bound ``group``'s blocks and queue their layouts (every depth) whose bound is at most
-    ``kth`` and whose memory floor fits; returns the next sequence number."""
-    sb = space_bounds(ctx, group.blocks)
-    assert sb is not None
+    ``kth`` and whose memory floor fits; returns the next sequence number. When ``deadline``
+    passes while bounding, the group goes back to the queue at its bound, unexpanded (the search
+    stops there, its bound the best remaining one)."""
+    sb = space_bounds(ctx, group.blocks, deadline)
+    if sb is None:
+        heapq.heappush(queue, (group.bound, seq, group))
+        return seq + 1
     for f in range(sb.num_families):
         if sb.memory_floor[f] > usable_bytes:
             continue

@@ -90,14 +90,18 @@ def beyond_groups(ctx: JobContext, outer: Sequence[LayoutBlock]) -> list[BeyondG
     return [BeyondGroup(group_bound(ctx, blocks), tuple(blocks)) for blocks in by_sizes.values()]
 
 
-def smallest_bound(ctx: JobContext, groups: Sequence[BeyondGroup], usable_bytes: float, above: float) -> float:
+def smallest_bound(
+    ctx: JobContext, groups: Sequence[BeyondGroup], usable_bytes: float, above: float, deadline: float | None = None
+) -> float:
     """The smallest bound of the layouts of ``groups`` that may fit in memory, or some value at
     least ``above`` when none is below it: groups whose bound reaches ``above`` are not bounded
-    block by block."""
+    block by block, nor is any once ``time.perf_counter()`` passes ``deadline`` (their group
+    bound, a lower one, stands in)."""
     best = float("inf")
     for group in groups:
         if group.bound >= min(above, best):
             best = min(best, group.bound)
             continue
-        best = min(best, space_bounds(ctx, group.blocks).beyond_bound(usable_bytes, every=True))
+        bounds = space_bounds(ctx, group.blocks, deadline)
+        best = min(best, group.bound if bounds is None else bounds.beyond_bound(usable_bytes, every=True))
     return best

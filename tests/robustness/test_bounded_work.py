@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.robustness.conftest import GRACE_S, MAX_TIME_LIMIT_S, SEARCH_MEMORY_MIB, Server
 
@@ -17,13 +18,16 @@ SMALL: dict[str, Any] = {
     "cluster": {"preset": "dgx-h100", "num_gpus": 16},
     "search": {"top_k": 2, "time_limit_s": 1},
 }
+DEEP_SPACE = {"allow": {"vpp": list(range(1, 9))}}
+"""Interleaving depths up to 8: the 1,008 layers' deeper ones would take the space past the
+server's memory budget (1,361,349 layouts); micro-batches beyond 16 are still searched."""
 DEEP: dict[str, Any] = {
     "model": {"num_layers": 1008, "hidden_size": 8192, "num_attention_heads": 64, "vocab_size": 128000},
     "training": {"seq_len": 4096, "global_batch_size": 720720 * 16},
     "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 720720},
-    "search": {"time_limit_s": 60},
+    "search": {"time_limit_s": 60, **DEEP_SPACE},
 }
-"""A deep custom model on 720,720 GPUs: 262,521 layouts, none costed to a proof in 60 s."""
+"""A deep custom model on 720,720 GPUs: 271,443 layouts, none costed to a proof in 60 s."""
 HUGE: dict[str, Any] = {
     "model": {"num_layers": 1008, "hidden_size": 14400, "num_attention_heads": 720, "vocab_size": 128000},
     "training": {"seq_len": 46080, "global_batch_size": 720720 * 16},
@@ -42,6 +46,7 @@ def _timed_post(http: httpx.Client, path: str, body: Any) -> tuple[httpx.Respons
     return response, time.monotonic() - started
 
 
+@pytest.mark.serial  # a wall-time bound: no other test shares the cores meanwhile
 def test_a_time_limit_above_the_maximum_is_clamped_and_met(http: httpx.Client) -> None:
     response, wall_s = _timed_post(http, "/plan", DEEP)
     assert response.status_code == 200, response.text
@@ -87,11 +92,12 @@ def test_too_deep_json_is_a_422_that_says_so(http: httpx.Client) -> None:
     assert "nested deeper than" in response.json()["detail"][0]["msg"]
 
 
+@pytest.mark.serial  # wall-time bounds: no other test shares the cores meanwhile
 def test_a_queued_request_past_its_time_limit_is_503_and_cheap_ones_still_answer(
     server: Server,
 ) -> None:
     """One search thread (``PPLAN_SOLVER_WORKERS=1``), busy with two slow searches."""
-    slow = {**DEEP, "search": {"time_limit_s": MAX_TIME_LIMIT_S}}
+    slow = {**DEEP, "search": {"time_limit_s": MAX_TIME_LIMIT_S, **DEEP_SPACE}}
     quick = {**SMALL, "search": {"top_k": 1, "time_limit_s": 0.5}}
     evaluate = {**{k: SMALL[k] for k in ("model", "training", "cluster")}, "config": {"tp": 2, "pp": 1}}
     with httpx.Client(base_url=server.url, timeout=30) as http, ThreadPoolExecutor(4) as pool:
