@@ -148,11 +148,18 @@ class ModelSpec(Strict):
         if preset_id not in presets:
             raise ValueError(str(UnknownCatalogId("model preset", preset_id[:100], list(presets))))
         base = presets[preset_id].architecture()
-        merged = {**base, **{k: v for k, v in data.items() if v is not None}}
+        # null leaves a nullable field to the preset; on any other field it is refused as it is without one
+        given = {k: v for k, v in data.items() if v is not None or not cls._nullable(k)}
+        merged = {**base, **given}
         for key in ("mla", "moe"):  # nested blocks merge field by field
             if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):
                 merged[key] = {**base[key], **data[key]}
         return merged
+
+    @classmethod
+    def _nullable(cls, name: str) -> bool:
+        field = cls.model_fields.get(name)
+        return field is not None and field.default is None
 
     @model_validator(mode="after")
     def _complete_and_check(self) -> ModelSpec:
