@@ -7,7 +7,7 @@ message that names the field and the reason (HTTP 422) before any planning work 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -158,7 +158,9 @@ class ModelSpec(Strict):
         if preset_id not in presets:
             raise ValueError(str(UnknownCatalogId("model preset", preset_id[:100], list(presets))))
         base = presets[preset_id].architecture()
-        merged = {**base, **{k: v for k, v in data.items() if v is not None}}
+        # null means "the preset's value", except on a field that takes no null (a 422 there)
+        nullable = {k for k, f in cls.model_fields.items() if type(None) in get_args(f.annotation)}
+        merged = {**base, **{k: v for k, v in data.items() if v is not None or k not in nullable}}
         for key in ("mla", "moe"):  # nested blocks merge field by field
             if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):
                 merged[key] = {**base[key], **data[key]}
