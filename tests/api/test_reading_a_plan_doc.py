@@ -1,0 +1,42 @@
+"""docs/reading-a-plan.md names every field of a /plan answer and of a Plan, nested ones included,
+so a response field added without a line there fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+import optimizer.results as results
+from optimizer.results import Plan, PlanResponse
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reading-a-plan.md"
+
+
+def field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:
+    """Field names of ``model`` and of the response models it nests."""
+    seen = seen if seen is not None else set()
+    if model in seen:
+        return set()
+    seen.add(model)
+    names = set(model.model_fields)
+    for field in model.model_fields.values():
+        for arg in re.findall(r"optimizer\.[\w.]+\.(\w+)", repr(field.annotation)):
+            nested = _response_models().get(arg)
+            if nested is not None:
+                names |= field_names(nested, seen)
+    return names
+
+
+def _response_models() -> dict[str, type[BaseModel]]:
+    """The models ``optimizer.results`` defines or imports (``Layout``, ``Assignment``)."""
+    return {n: m for n, m in vars(results).items() if isinstance(m, type) and issubclass(m, BaseModel)}
+
+
+def test_every_answer_field_is_explained() -> None:
+    text = DOC.read_text()
+    names = field_names(PlanResponse) | field_names(Plan)
+    assert {"per_stage", "checkpoint_interval_s", "runner_up", "compute", "pp_bubble"} <= names
+    missing = sorted(n for n in names if f"`{n}" not in text and f"{n}`" not in text and f".{n}" not in text)
+    assert missing == []
