@@ -7,7 +7,7 @@ message that names the field and the reason (HTTP 422) before any planning work 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -61,25 +61,29 @@ ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_not_bool)]
 class MLAConfig(Strict):
     """Multi-head latent attention (DeepSeek-V2/V3)."""
 
-    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="null: no query compression")
-    kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN)
-    qk_nope_head_dim: int = Field(ge=1, le=4096)
-    qk_rope_head_dim: int = Field(ge=0, le=4096)
-    v_head_dim: int = Field(ge=1, le=4096)
+    q_lora_rank: int | None = Field(
+        default=None, ge=1, le=MAX_HIDDEN, description="Compressed query latent rank; null: no query compression."
+    )
+    kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN, description="Rank of the compressed key/value latent (elements).")
+    qk_nope_head_dim: int = Field(ge=1, le=4096, description="Per-head query/key dimension without rotary embedding.")
+    qk_rope_head_dim: int = Field(ge=0, le=4096, description="Per-head query/key dimension with rotary embedding.")
+    v_head_dim: int = Field(ge=1, le=4096, description="Per-head value dimension.")
 
 
 class MoEConfig(Strict):
     """Mixture of experts; every ``layer_frequency``-th layer after ``first_dense_layers`` is MoE."""
 
-    num_experts: int = Field(ge=1, le=16_384)
-    top_k: int = Field(ge=1, le=1_024)
-    expert_ffn_hidden_size: int = Field(ge=1, le=MAX_HIDDEN * 4)
-    num_shared_experts: int = Field(default=0, ge=0, le=64)
+    num_experts: int = Field(ge=1, le=16_384, description="Routed experts per MoE layer.")
+    top_k: int = Field(ge=1, le=1_024, description="Routed experts each token goes to.")
+    expert_ffn_hidden_size: int = Field(ge=1, le=MAX_HIDDEN * 4, description="FFN hidden size of one expert.")
+    num_shared_experts: int = Field(default=0, ge=0, le=64, description="Experts every token goes to.")
     shared_expert_ffn_hidden_size: int | None = Field(
-        default=None, ge=1, le=MAX_HIDDEN * 4, description="default: expert_ffn_hidden_size"
+        default=None, ge=1, le=MAX_HIDDEN * 4, description="FFN hidden size of a shared expert; default: expert_ffn_hidden_size."
     )
-    layer_frequency: int = Field(default=1, ge=1, le=MAX_LAYERS)
-    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    layer_frequency: int = Field(
+        default=1, ge=1, le=MAX_LAYERS, description="Every n-th layer after first_dense_layers is MoE (1: all of them)."
+    )
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="Leading dense (non-MoE) layers.")
 
     @model_validator(mode="after")
     def _check(self) -> MoEConfig:
@@ -113,18 +117,24 @@ class ModelSpec(Strict):
     """
 
     preset: str | None = Field(default=None, max_length=200, description="Model preset id (GET /models).")
-    name: str | None = Field(default=None, max_length=200)
-    num_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
-    ffn_hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN * 8)
-    num_attention_heads: int | None = Field(default=None, ge=1, le=4096)
-    num_kv_heads: int | None = Field(default=None, ge=1, le=4096, description="default: num_attention_heads")
-    head_dim: int | None = Field(default=None, ge=1, le=4096, description="default: hidden_size / heads")
-    vocab_size: int | None = Field(default=None, ge=1, le=4_000_000)
-    activation: Activation | None = None
-    tied_embeddings: bool | None = None
-    mla: MLAConfig | None = None
-    moe: MoEConfig | None = None
+    name: str | None = Field(
+        default=None, max_length=200, description="Display name; default: the preset id or 'custom'."
+    )
+    num_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Transformer layers.")
+    hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="Model (embedding) dimension.")
+    ffn_hidden_size: int | None = Field(
+        default=None, ge=1, le=MAX_HIDDEN * 8, description="Dense FFN hidden size; default: 4h (gelu), 8h/3 up to a multiple of 256 (swiglu)."
+    )
+    num_attention_heads: int | None = Field(default=None, ge=1, le=4096, description="Query heads.")
+    num_kv_heads: int | None = Field(default=None, ge=1, le=4096, description="Key/value heads; default: num_attention_heads.")
+    head_dim: int | None = Field(default=None, ge=1, le=4096, description="Head dimension; default: hidden_size / heads.")
+    vocab_size: int | None = Field(default=None, ge=1, le=4_000_000, description="Vocabulary size (tokens).")
+    activation: Activation | None = Field(default=None, description="FFN activation; default: swiglu.")
+    tied_embeddings: bool | None = Field(
+        default=None, description="Input embedding and output layer share weights; default: false."
+    )
+    mla: MLAConfig | None = Field(default=None, description="Multi-head latent attention; null: standard attention.")
+    moe: MoEConfig | None = Field(default=None, description="Mixture of experts; null: a dense model.")
     sliding_window: int | None = Field(
         default=None, ge=1, le=4_194_304,
         description="Sliding-window attention: keys each query attends to on windowed layers (null: full causal).",
@@ -244,10 +254,14 @@ def _swiglu_default_ffn(hidden: int) -> int:
 class TrainingSpec(Strict):
     """What one optimizer step processes."""
 
-    seq_len: int = Field(ge=1, le=4_194_304)
-    global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="sequences per step")
-    global_batch_tokens: int | None = Field(default=None, ge=1, le=1 << 40)
-    precision: Precision = "bf16"
+    seq_len: int = Field(ge=1, le=4_194_304, description="Sequence length (tokens).")
+    global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="Sequences per step (or global_batch_tokens).")
+    global_batch_tokens: int | None = Field(
+        default=None, ge=1, le=1 << 40, description="Tokens per step, a multiple of seq_len (or global_batch_size)."
+    )
+    precision: Precision = Field(
+        default="bf16", description="GEMM precision; everything else runs in bf16 (fp16 with fp16)."
+    )
     framework: Framework | None = Field(
         default=None,
         description=(
@@ -434,12 +448,16 @@ class ClusterSpec(Strict):
         default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs the job takes; with topology, omit to let /plan choose"
     )
     gpu: str | None = Field(default=None, max_length=200, description="GPU id (GET /gpus).")
-    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
-    nvlink_domain_size: int | None = Field(default=None, ge=1, le=1024)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs per server; default: the preset's, else 8.")
+    nvlink_domain_size: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs joined by NVLink (scale-up domain); default: the preset's or the GPU's."
+    )
     network: str | None = Field(default=None, max_length=200, description="Scale-out fabric id (GET /networks).")
-    nics_per_node: int | None = Field(default=None, ge=1, le=1024)
-    leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group")
-    spine_oversubscription: float | None = Field(default=None, ge=1.0, le=64.0)
+    nics_per_node: int | None = Field(default=None, ge=1, le=1024, description="Scale-out NICs per server; default: one per GPU.")
+    leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group; default: the preset's, else 32 nodes.")
+    spine_oversubscription: float | None = Field(
+        default=None, ge=1.0, le=64.0, description="Spine tier oversubscription (ratio, 1 = non-blocking); default: the preset's, else 1."
+    )
     gpu_power_limit_w: float | None = Field(
         default=None, ge=50, le=5000, description="Power cap per GPU (W); below the TDP it lowers sustained clocks"
     )
@@ -507,27 +525,31 @@ class ClusterSpec(Strict):
 class PlacementSpec(Strict):
     """For each parallel axis, the outermost network tier its process groups span."""
 
-    tp: str | None = None
-    cp: str | None = None
-    ep: str | None = None
-    dp: str | None = None
-    pp: str | None = None
+    tp: str | None = Field(default=None, description="Outermost network tier the tensor-parallel groups span.")
+    cp: str | None = Field(default=None, description="Outermost network tier the context-parallel groups span.")
+    ep: str | None = Field(default=None, description="Outermost network tier the expert-parallel groups span.")
+    dp: str | None = Field(default=None, description="Outermost network tier the data-parallel groups span.")
+    pp: str | None = Field(default=None, description="Outermost network tier the pipeline groups span.")
 
 
 class Layout(Strict):
     """A parallel layout (``config`` in requests and plans)."""
 
-    tp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS)
-    pp: int = Field(default=1, ge=1, le=MAX_LAYERS)
-    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="derived: num_gpus / (tp*pp*cp)")
-    cp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS)
-    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="expert parallel (expert TP = 1): must divide tp*dp*cp and num_experts")
-    vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="virtual pipeline chunks per stage")
-    micro_batch_size: int = Field(default=1, ge=1, le=1 << 16)
-    zero_stage: ZeroStage = 1
-    recompute: Recompute = "selective"
-    sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
-    num_micro_batches: int | None = Field(default=None, ge=1, description="derived: gbs / (dp * micro_batch_size)")
+    tp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Tensor-parallel size (GPUs).")
+    pp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Pipeline stages.")
+    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Data-parallel size; derived: num_gpus / (tp*pp*cp).")
+    cp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Context-parallel size (sequence split, GPUs).")
+    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Expert-parallel size (expert TP = 1): must divide tp*dp*cp and num_experts.")
+    vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none).")
+    micro_batch_size: int = Field(default=1, ge=1, le=1 << 16, description="Sequences per micro-batch.")
+    zero_stage: ZeroStage = Field(
+        default=1, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp."
+    )
+    recompute: Recompute = Field(
+        default="selective", description="Activation recompute mode (docs/cost-model.md; framework names with training.framework)."
+    )
+    sequence_parallel: bool | None = Field(default=None, description="Sequence parallelism for the TP group; default: tp > 1.")
+    num_micro_batches: int | None = Field(default=None, ge=1, description="Micro-batches per step; derived: gbs / (dp * micro_batch_size).")
     stage_layers: list[int] | None = Field(
         default=None,
         description=(
@@ -535,7 +557,9 @@ class Layout(Strict):
             "and last may be 0: an embedding-only or loss-only chunk); null = as even as possible."
         ),
     )
-    placement: PlacementSpec | None = None
+    placement: PlacementSpec | None = Field(
+        default=None, description="/evaluate: the tier each axis spans; null: derived from the rank order."
+    )
 
     @model_validator(mode="after")
     def _defaults(self) -> Layout:
@@ -547,16 +571,16 @@ class Layout(Strict):
 class LayoutFix(Strict):
     """Layout fields to pin during search."""
 
-    tp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
-    pp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
-    cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
-    ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS)
-    vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    micro_batch_size: int | None = Field(default=None, ge=1, le=1 << 16)
-    zero_stage: ZeroStage | None = None
-    recompute: Recompute | None = None
-    sequence_parallel: bool | None = None
+    tp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the tensor-parallel size.")
+    pp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the pipeline stages.")
+    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the data-parallel size.")
+    cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the context-parallel size.")
+    ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert-parallel size.")
+    vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the virtual pipeline chunks per stage.")
+    micro_batch_size: int | None = Field(default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences).")
+    zero_stage: ZeroStage | None = Field(default=None, description="Pin the ZeRO stage.")
+    recompute: Recompute | None = Field(default=None, description="Pin the recompute mode.")
+    sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallelism on or off.")
 
 
 def _allowed(limit: int) -> Any:
@@ -569,11 +593,11 @@ def _allowed(limit: int) -> Any:
 class LayoutAllow(Strict):
     """Candidate values per layout field during search (each list at most ``MAX_ALLOW_VALUES``)."""
 
-    tp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
-    pp: _allowed(MAX_LAYERS) | None = None  # type: ignore[valid-type]
-    dp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
-    cp: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
-    ep: _allowed(MAX_NUM_GPUS) | None = None  # type: ignore[valid-type]
+    tp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Tensor-parallel sizes to search.")  # type: ignore[valid-type]
+    pp: _allowed(MAX_LAYERS) | None = Field(default=None, description="Pipeline stage counts to search.")  # type: ignore[valid-type]
+    dp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Data-parallel sizes to search.")  # type: ignore[valid-type]
+    cp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Context-parallel sizes to search.")  # type: ignore[valid-type]
+    ep: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Expert-parallel sizes to search.")  # type: ignore[valid-type]
     vpp: _allowed(MAX_LAYERS) | None = Field(  # type: ignore[valid-type]
         default=None,
         description=(
@@ -585,10 +609,18 @@ class LayoutAllow(Strict):
             "other model they are searched by default."
         ),
     )
-    micro_batch_size: _allowed(1 << 16) | None = None  # type: ignore[valid-type]
-    zero_stage: list[ZeroStage] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
-    recompute: list[Recompute] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
-    sequence_parallel: list[bool] | None = Field(default=None, max_length=MAX_ALLOW_VALUES)
+    micro_batch_size: _allowed(1 << 16) | None = Field(  # type: ignore[valid-type]
+        default=None, description="Micro-batch sizes (sequences) to search."
+    )
+    zero_stage: list[ZeroStage] | None = Field(
+        default=None, max_length=MAX_ALLOW_VALUES, description="ZeRO stages to search."
+    )
+    recompute: list[Recompute] | None = Field(
+        default=None, max_length=MAX_ALLOW_VALUES, description="Recompute modes to search."
+    )
+    sequence_parallel: list[bool] | None = Field(
+        default=None, max_length=MAX_ALLOW_VALUES, description="Sequence-parallel settings to search."
+    )
 
     @model_validator(mode="after")
     def _non_empty(self) -> LayoutAllow:
@@ -609,7 +641,7 @@ checkpoints, failures and restarts (``goodput_throughput``)."""
 
 
 class SearchSpec(Strict):
-    top_k: int = Field(default=5, ge=1, le=50)
+    top_k: int = Field(default=5, ge=1, le=50, description="Plans to return (best first).")
     objective: Objective = Field(
         default="throughput",
         description=(
@@ -628,10 +660,10 @@ class SearchSpec(Strict):
         gt=0,
         description="Search time budget (s); values above the server's max_time_limit_s are clamped to it.",
     )
-    fix: LayoutFix = Field(default_factory=LayoutFix)
-    allow: LayoutAllow = Field(default_factory=LayoutAllow)
+    fix: LayoutFix = Field(default_factory=LayoutFix, description="Layout fields pinned to one value.")
+    allow: LayoutAllow = Field(default_factory=LayoutAllow, description="Candidate values per layout field.")
     memory_headroom_gib: float | None = Field(
-        default=None, ge=0, le=64, description="Memory kept free per GPU; default: the cost model's documented value."
+        default=None, ge=0, le=64, description="Memory kept free per GPU (GiB); default: the cost model's documented value."
     )
     diverse: bool = Field(
         default=True,
@@ -678,15 +710,17 @@ class ReliabilitySpec(Strict):
 class JobSpec(Strict):
     """Model + training + cluster: shared by /plan and /evaluate."""
 
-    model: ModelSpec
-    training: TrainingSpec
-    cluster: ClusterSpec
-    costs: CostsSpec = Field(default_factory=CostsSpec)
-    reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)
+    model: ModelSpec = Field(description="The model: a preset id, or a full architecture.")
+    training: TrainingSpec = Field(description="What one optimizer step processes, and the training stack.")
+    cluster: ClusterSpec = Field(description="The GPUs and network: a preset id plus num_gpus, or explicit fields.")
+    costs: CostsSpec = Field(default_factory=CostsSpec, description="Prices for time_to_train.")
+    reliability: ReliabilitySpec = Field(
+        default_factory=ReliabilitySpec, description="Failure and checkpoint figures for goodput."
+    )
 
 
 class PlanRequest(JobSpec):
-    search: SearchSpec = Field(default_factory=SearchSpec)
+    search: SearchSpec = Field(default_factory=SearchSpec, description="How to search: plans wanted, time limit, pinned fields.")
 
     @model_validator(mode="after")
     def _moe_recompute_needs_moe(self) -> PlanRequest:
@@ -699,7 +733,7 @@ class PlanRequest(JobSpec):
 
 
 class EvaluateRequest(JobSpec):
-    config: Layout
+    config: Layout = Field(description="The layout to score.")
 
     @model_validator(mode="after")
     def _framework_recompute(self) -> EvaluateRequest:

@@ -23,14 +23,14 @@ MAX_LEVELS = 8
 
 class TopologyNode(Strict):
     name: str = Field(min_length=1, max_length=253, description="Node name (Slurm NodeName, Kubernetes node).")
-    labels: dict[str, str] = Field(default_factory=dict, description="level label key -> domain value")
-    free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now")
+    labels: dict[str, str] = Field(default_factory=dict, description="Level label key -> domain value (e.g. rack -> r12).")
+    free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now.")
 
 
 class LevelLink(Strict):
     """The network between different domains of one level (e.g. between racks)."""
 
-    level: str
+    level: str = Field(description="The level (one of topology.levels) whose domains this link joins.")
     bandwidth_per_gpu_gbps: float | None = Field(
         default=None,
         gt=0,
@@ -41,17 +41,17 @@ class LevelLink(Strict):
         default=None,
         ge=1.0,
         le=64.0,
-        description="default: 1 between NVLink domains, the cluster's spine_oversubscription between coarser domains",
+        description="Oversubscription (ratio); default: 1 between NVLink domains, the cluster's spine_oversubscription above",
     )
     latency_us: float | None = Field(
-        default=None, gt=0, le=1e4, description="default: the network's latency (twice it above the NVLink level's switches)"
+        default=None, gt=0, le=1e4, description="One-way latency (us); default: the network's (twice it above the NVLink level's switches)"
     )
 
 
 class NodeAssignment(Strict):
     """The nodes a job runs on, in rank order (a plan's ``assignment`` gives them)."""
 
-    nodes: list[str] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
+    nodes: list[str] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES, description="Node names in rank order.")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs used on each; default: the cluster's")
 
 
@@ -61,9 +61,13 @@ class ClusterTopology(Strict):
         max_length=MAX_LEVELS,
         description="node-label keys, coarsest first (kubernetes.io/hostname is added last when nvlink_level is it)",
     )
-    nvlink_level: str = Field(default=HOSTNAME_LABEL, description="the level whose domains are NVLink domains")
-    nodes: list[TopologyNode] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES)
-    links: list[LevelLink] = Field(default_factory=list, max_length=MAX_LEVELS)
+    nvlink_level: str = Field(default=HOSTNAME_LABEL, description="The level whose domains are NVLink domains.")
+    nodes: list[TopologyNode] = Field(
+        min_length=1, max_length=MAX_TOPOLOGY_NODES, description="The free nodes, with their labels and free GPUs."
+    )
+    links: list[LevelLink] = Field(
+        default_factory=list, max_length=MAX_LEVELS, description="Network between domains per level; default: from the cluster."
+    )
     assignment: NodeAssignment | None = Field(
         default=None, description="/evaluate: score the layout on these nodes (rank order); /plan: plan on them only"
     )

@@ -29,10 +29,12 @@ SweepState = Literal["running", "done", "cancelled", "failed"]
 class SweepVary(Strict):
     """Values per axis; the points are the product of the axes given."""
 
-    num_gpus: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+    num_gpus: list[int] | None = Field(default=None, min_length=1, max_length=4096, description="GPU counts.")
     cluster: list[str] | None = Field(default=None, min_length=1, max_length=64, description="Cluster preset ids.")
-    global_batch_size: list[int] | None = Field(default=None, min_length=1, max_length=4096)
-    seq_len: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+    global_batch_size: list[int] | None = Field(
+        default=None, min_length=1, max_length=4096, description="Global batch sizes (sequences per step)."
+    )
+    seq_len: list[int] | None = Field(default=None, min_length=1, max_length=4096, description="Sequence lengths (tokens).")
 
     @model_validator(mode="after")
     def _check(self) -> SweepVary:
@@ -55,7 +57,7 @@ class SweepRequest(Strict):
     """``job``: a /plan request; ``vary``: the grid."""
 
     job: dict[str, Any] = Field(description="A POST /plan request body.")
-    vary: SweepVary
+    vary: SweepVary = Field(description="The grid: values per axis; points are their product.")
 
     def num_points(self) -> int:
         return math.prod(len(getattr(self.vary, k)) for k in VARY_KEYS if getattr(self.vary, k) is not None)
