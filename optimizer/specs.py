@@ -7,7 +7,7 @@ message that names the field and the reason (HTTP 422) before any planning work 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
