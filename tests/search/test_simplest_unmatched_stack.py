@@ -11,9 +11,9 @@ from optimizer.specs import JobSpec, PlanRequest
 
 
 def test_torchtitan_with_flat_collectives_gets_no_zero_1_plan() -> None:
-    """torchtitan's stack runs hierarchical data-parallel collectives only, and it has no ZeRO-1:
-    ZeRO-2 and ZeRO-1 step alike without pipelines, and the simplest form used to fall back to
-    ZeRO-1 because no framework ran the plan's knobs."""
+    """torchtitan's stack runs hierarchical data-parallel collectives only, and without pipelines
+    it runs ZeRO 0, 2 or 3: ZeRO-1 steps as ZeRO-2 does there, and the simplest form must not
+    fall back to it because no framework's stack runs the plan's knobs."""
     request = PlanRequest.model_validate({
         "model": {"preset": "llama3-8b"},
         "training": {"seq_len": 8192, "global_batch_size": 64, "dp_collectives": "flat", "framework": "torchtitan"},
