@@ -11,7 +11,7 @@ bound terms to compute. Two things keep that cheap:
   in none either: it is no plan and is not bounded (``may_fit``).
 - The blocks that differ only in micro-batch form a group with one lower bound from one lookup
   (``group_bound``); the search bounds the group's blocks only when its queue reaches that bound
-  (DeepSeek-V3 on 2,048 H800: 115 of 889 groups). The group bound rests on two properties of
+  (DeepSeek-V3 on 2,048 H800: 60 of 623 groups). The group bound rests on two properties of
   the per-layer bound totals (``estimate.lower_bound_layer_totals``), which
   ``tests/search/test_search_bounds_beyond.py`` checks: a layer's time per sequence does not grow with
   the micro-batch (GEMMs reach a larger share of peak, latencies and host work are shared by

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from optimizer.cost import Estimate, estimate
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.frameworks import running_frameworks
+from optimizer.frameworks import candidate_frameworks, layout_problem, load_profiles, profile
 
 LEAST_RECOMPUTE = ("none", "core_attn", "op", "selective", "moe", "full")
 """Recompute modes from least to most re-run work (the order ``simplest`` tries them in)."""
@@ -88,17 +88,27 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
     """``est`` at the lowest ZeRO stage of ``zeros``, then the least recompute of ``recomputes``,
     that steps in the same time (to 1e-9 s), fits and runs on every framework ``est`` runs on."""
     is_moe = job.model.moe is not None
-    frameworks = {p.id for p in running_frameworks(job.training, est.layout, is_moe)[0]}
+    frameworks = _following(job, est.layout, is_moe)
     for field, values in (("zero_stage", sorted(zeros)), ("recompute", [r for r in LEAST_RECOMPUTE if r in recomputes])):
         for value in values:
             if value == getattr(est.layout, field):
                 break
             lay = replace(est.layout, **{field: value})
-            runs = {p.id for p in running_frameworks(job.training, lay, is_moe)[0]}
-            if frameworks and not runs >= frameworks:
+            if frameworks and not _following(job, lay, is_moe) >= frameworks:
                 continue
             other = estimate(ctx, lay, est.order, headroom_bytes=headroom)
             if other.fits_memory and round(other.step_time_s, 9) == round(est.step_time_s, 9):
                 est = other
                 break
     return est
+
+
+def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
+    """The target frameworks whose layout rules ``lay`` follows: those whose stack runs the job's
+    knobs or, when none does, the named one (or every one), whose layout rules the plans still
+    follow (``framework_space``)."""
+    targets = candidate_frameworks(job.training)
+    if not targets:
+        named = job.training.framework
+        targets = (profile(named),) if named is not None else tuple(load_profiles().values())
+    return {p.id for p in targets if layout_problem(p, lay, is_moe) is None}

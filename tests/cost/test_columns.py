@@ -137,13 +137,16 @@ def test_exhaustive_reference_agrees_with_scalar_costing(name: str) -> None:
 
 def test_planner_is_never_slower_than_the_exhaustive_reference() -> None:
     """The planner's space adds non-uniform layer splits to the regular one, so its optimum is at
-    most the reference's; on GPT-3 175B / 1,024 H100 its best plan has a uniform split, so equal."""
+    most the reference's; on GPT-3 175B / 1,024 H100 its best plan has a uniform split, so equal
+    (TP4 PP8 VPP12, micro-batch 2, ZeRO-1: both reach beyond the old vpp bound of 8)."""
     raw = job_copy(GPT3_175B_ON_1024_H100, search={"top_k": 1})
     job, req = _job(raw)
     reference = exhaustive_best(build_context(job), job, req.search)
     plan = search(req).plans[0]
     assert plan.step_time_s <= reference.step_time_s * (1 + 1e-12)
-    assert reference.step_time_s == pytest.approx(6.2928, abs=1e-4)  # TP4 PP8 VPP8 ZeRO-1 (no ZeRO-2 with pp > 1)
+    assert reference.step_time_s == pytest.approx(6.3373, abs=1e-4)  # TP4 PP8 VPP12 ZeRO-1 (no ZeRO-2 with pp > 1)
+    assert (reference.layout.tp, reference.layout.pp, reference.layout.vpp) == (4, 8, 12)
+    assert plan.step_time_s == pytest.approx(reference.step_time_s, rel=1e-12)
 
 
 def test_nothing_fits_gives_no_layout() -> None:

@@ -41,8 +41,14 @@ def _plan(client: TestClient, job: dict[str, Any]) -> dict[str, Any]:
     return response.json()
 
 
-def test_memory_binds_the_quick_start_plan(client: TestClient) -> None:
-    body = _plan(client, QUICK_START)
+SELECTIVE = {**QUICK_START, "search": {"top_k": 3, "allow": {"recompute": ["none", "selective"]}}}
+"""The quick start with op-level selective recompute allowed (no Megatron-LM mode, so not in the
+default space): TP1 CP2 ZeRO-3 with it, 6.996 s, beats the default space's TP2 PP4 CP4 VPP11
+(7.298 s, no recompute, limited by compute), and memory binds it."""
+
+
+def test_memory_binds_the_quick_start_plan_with_selective_recompute(client: TestClient) -> None:
+    body = _plan(client, SELECTIVE)
     top = body["plans"][0]
     why = body["why"]
     assert body["explanation"] == why["summary"]
@@ -53,6 +59,8 @@ def test_memory_binds_the_quick_start_plan(client: TestClient) -> None:
     usable = top["memory_gib"]["capacity"] - top["memory_gib"]["headroom"]
     assert memory["values"]["usable_gib"] == pytest.approx(usable)
     # without recompute the same layout needs 100.5 GiB of 78.6 usable: /evaluate says the same
+    assert (top["config"]["tp"], top["config"]["cp"], top["config"]["zero_stage"]) == (1, 2, 3)
+    assert top["step_time_s"] == pytest.approx(6.996, abs=1e-3)
     lighter = client.post("/evaluate", json={
         **{k: QUICK_START[k] for k in ("model", "training", "cluster")},
         "config": {**top["config"], "recompute": "none"},
@@ -95,7 +103,10 @@ def test_pipeline_bubble_and_batch_arithmetic_of_the_seed_scenario(client: TestC
     # limits after memory come by time, largest first
     times = [lim["values"]["time_s"] for lim in body["why"]["limits"] if lim["kind"] != "memory"]
     assert times == sorted(times, reverse=True)
-    assert body["why"]["runner_up"]["config_changes"] == {"recompute": ["none", "selective"]}
+    # search.diverse: the runner-up is the best plan of another family (tp, pp, dp, cp, ep)
+    assert body["why"]["runner_up"]["config_changes"] == {
+        "tp": [4, 8], "cp": [2, 1], "placement.cp": ["nvlink", "none"], "placement.pp": ["spine", "leaf"],
+    }
 
 
 def test_single_plan_has_no_runner_up_and_infeasible_keeps_its_explanation(client: TestClient) -> None:
