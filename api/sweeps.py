@@ -29,9 +29,9 @@ from optimizer.capacity.annotate import price_per_gpu_hour_usd
 from optimizer.capacity.sweep import (
     PointError,
     PointResult,
+    PointStatus,
     SweepRequest,
     SweepStatus,
-    PointStatus,
     pareto_front,
     point_requests,
 )

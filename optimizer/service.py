@@ -8,9 +8,9 @@ from hardware_catalog import load_catalog
 from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
-from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
+from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain

@@ -20,7 +20,9 @@ import numpy as np
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.estimate import pp_comm_s, step_breakdown
+from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.memory import memory_signature, stage_memory
+from optimizer.cost.pipeline import even_split
 from optimizer.cost.stage import (
     StageTerms,
     head_time_at_s,
@@ -28,8 +30,6 @@ from optimizer.cost.stage import (
     split_kind_counts,
     stage_fixed_terms,
 )
-from optimizer.cost.layer import Dims, LayerCost
-from optimizer.cost.pipeline import even_split
 from optimizer.cost.topology import AxisGroups
 
 _LAYER_FIELDS = tuple(f.name for f in fields(LayerCost))

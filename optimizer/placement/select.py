@@ -205,7 +205,7 @@ def chains(count: int, depths: int, largest: list[int]) -> list[tuple[int, ...]]
 
 def refines(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Every ``b`` divides the matching ``a`` (and they differ): ``a`` asks more locality."""
-    return a != b and all(x % y == 0 for x, y in zip(a, b))
+    return a != b and all(x % y == 0 for x, y in zip(a, b, strict=False))
 
 
 def largest_domains(root: Domain, depths: int) -> list[int]:

@@ -32,26 +32,27 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.beyond import BeyondGroup, beyond_groups, beyond_micro_batch, may_fit, smallest_bound
 from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.fixed_values import check_named_values, fixed_combination_reason
+from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
+from optimizer.search.framework_space import space_frameworks
+from optimizer.search.ranking import BestTimes, family_key, pick, simplest
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
-    SpaceBudget,
-    SpaceTimedOut,
     LayoutBlock,
     Reach,
+    SpaceBudget,
+    SpaceTimedOut,
+    _recompute_choices,
+    _zero_choices,
     count_layouts,
     empty_choice,
     layout_blocks,
 )
-from optimizer.search.framework_space import space_frameworks
-from optimizer.search.ranking import BestTimes, family_key, pick, simplest
-from optimizer.search.space import _recompute_choices, _zero_choices
 from optimizer.search.splits import (
     POOL_MARGIN_S,
     SOLVE_WORK_LIMIT,

@@ -22,6 +22,7 @@ import numpy as np
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.memory import optimizer_shards
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import head_time_s
 from optimizer.search.lower_bounds import (
     bound_at_vpp,
@@ -32,7 +33,6 @@ from optimizer.search.lower_bounds import (
     memory_floor_bytes,
     p2p_floor_s,
 )
-from optimizer.cost.rules import ResolvedLayout
 from optimizer.search.space import LayoutBlock, LayoutFamily
 
 

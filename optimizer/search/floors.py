@@ -9,9 +9,9 @@ import math
 from collections.abc import Sequence
 
 from optimizer.cost.context import JobContext
-from optimizer.cost.layer import contended
 from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
 from optimizer.cost.estimate import Estimate, distinct_stages, pp_comm_s
+from optimizer.cost.layer import contended
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import head_time_s, layout_kind_costs, stage_fixed_cached
 from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups
