@@ -135,7 +135,7 @@ def dp_exposed_s(
                                     compute, fwd, bwd, gather)  # fmt: skip
 
 
-def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
+def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: Num) -> Num:
     """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
     bucket = minimum(ctx.cal.dp_bucket_bytes, g_dense)
     if zero_stage == 0:

@@ -13,6 +13,7 @@ from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.dispatch import dispatch_time_s
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.num import Num
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
@@ -350,7 +351,7 @@ def exposed_fraction(ctx: JobContext, hidden: float) -> float:
     return 1.0 - hidden * (1.0 - ctx.cal.overlap_contention)
 
 
-def contended(ctx: JobContext, exposed: float, total: float) -> float:
+def contended(ctx: JobContext, exposed: Num, total: Num) -> Num:
     """Critical-path time of ``total`` seconds of communication of which ``exposed`` is not
     hidden: the hidden rest still costs ``cal.overlap_contention`` of its time (numbers or arrays)."""
     c = ctx.cal.overlap_contention

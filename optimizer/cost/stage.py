@@ -54,21 +54,21 @@ class StageTerms:
     """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over.
     Numbers for one layout; arrays (layouts x stages) in ``cost.columns``."""
 
-    fwd_s: float
+    fwd_s: Num
     """Forward compute of one micro-batch (all its layers)."""
-    bwd_s: float
-    compute_s: float
+    bwd_s: Num
+    compute_s: Num
     """Forward + backward compute of one micro-batch, LM head included on the last stage."""
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    dp_exposed_s: float
+    tp_s: Num
+    cp_s: Num
+    ep_s: Num
+    dp_exposed_s: Num
     """Data-parallel communication this stage leaves exposed at the end of the step."""
-    optimizer_s: float
+    optimizer_s: Num
     memory: StageMemory
 
     @property
-    def time_s(self) -> float:
+    def time_s(self) -> Num:
         """One micro-batch through the stage, forward and backward, with exposed TP/CP/EP."""
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
