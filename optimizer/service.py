@@ -77,7 +77,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         placement=None,
     )
     peak = est.memory[est.peak_stage]
-    n = job.cluster.num_gpus
+    n = job.cluster.resolved_num_gpus
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = MemoryBreakdown(
         weights=to_gib(peak.weights_bytes),
@@ -192,7 +192,7 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
 def _costed_again(job: JobSpec, est: Estimate, **layout_changes: object) -> Estimate:
     """The plan's layout (with ``layout_changes``), rank order and split costed for ``job``: what
     the notes compare the plan with."""
-    layout = replace(est.layout, **layout_changes) if layout_changes else est.layout
+    layout = replace(est.layout, **layout_changes) if layout_changes else est.layout  # type: ignore[arg-type]  # callers name ResolvedLayout fields
     return estimate(build_context(job), layout, est.order, headroom_bytes=est.headroom_bytes)
 
 

@@ -332,7 +332,7 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
     per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
     blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
-    count = 2 * blocks + (blocks if d.recompute == "full" else 0)
+    count: float = 2 * blocks + (blocks if d.recompute == "full" else 0)
     if d.recompute == "op":
         # the op-level policy re-runs the forward collectives it does not save: the all-gathers
         # (half of each RS + AG pair) with sequence parallelism, the all-reduces without

@@ -117,13 +117,13 @@ class Knapsack:
         if dom.depth == len(chain) - 1:  # NVLink domains of one size share a table
             leaf = self.memo.get(("leaf", cap, chain[-1]))
             if leaf is None:
-                cost = np.full(cap + 1, INF, dtype=self.dtype)
+                cost: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
                 cost[0] = 0
                 cost[chain[-1] :: chain[-1]] = self.w[dom.depth]
                 leaf = (cost, [])
                 self.memo[("leaf", cap, chain[-1])] = leaf
             return leaf
-        acc = np.full(cap + 1, INF, dtype=self.dtype)
+        acc: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
         acc[0] = 0
         picks = []
         for child in dom.children:

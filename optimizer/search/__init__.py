@@ -172,10 +172,10 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     # sequence order (enumeration order, then expanded members in the order they were expanded).
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
-    queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
+    queue: list[tuple[float, int, ResolvedLayout | BeyondGroup]] = []  # expanded members, beyond-bound groups
     seq = 2 * bounds.num_families
     for group in groups:  # bounded family by family only when the costing reaches them
-        heapq.heappush(queue, (group.bound, seq, group))  # type: ignore[arg-type]
+        heapq.heappush(queue, (group.bound, seq, group))
         seq += 1
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
@@ -184,7 +184,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     pool_best = BestTimes(pool_size, spec.diverse)
     pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
-    never_fit: list[tuple[int, bool]] = []  # (family, its deeper layouts?) passed over by the memory floor
+    never_fit: list[tuple[int, int]] = []  # (family, 1 for its deeper layouts) passed over by the memory floor
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -229,11 +229,12 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
                 continue
             lay = fam.first
         else:
-            lay = heapq.heappop(queue)[2]
-            if isinstance(lay, BeyondGroup):
+            entry = heapq.heappop(queue)[2]
+            if isinstance(entry, BeyondGroup):
                 kth = kth_best.value if kth_best.full else math.inf
-                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq)
+                seq = _expand_group(ctx, job, entry, usable_bytes, kth, queue, seq)
                 continue
+            lay = entry
         if kth_best.beaten(lay, bound - POOL_MARGIN_S):
             continue  # its family already has a faster plan (search.diverse): it cannot be a plan
         if lay.pp > 1 and kth_best.full and split_floor_s(ctx, lay) > kth_best.value + POOL_MARGIN_S:

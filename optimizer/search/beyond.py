@@ -99,5 +99,7 @@ def smallest_bound(ctx: JobContext, groups: Sequence[BeyondGroup], usable_bytes:
         if group.bound >= min(above, best):
             best = min(best, group.bound)
             continue
-        best = min(best, space_bounds(ctx, group.blocks).beyond_bound(usable_bytes, every=True))
+        bounds = space_bounds(ctx, group.blocks)
+        assert bounds is not None  # None only past a deadline, and none is given
+        best = min(best, bounds.beyond_bound(usable_bytes, every=True))
     return best

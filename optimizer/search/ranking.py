@@ -93,7 +93,7 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
         for value in values:
             if value == getattr(est.layout, field):
                 break
-            lay = replace(est.layout, **{field: value})
+            lay = replace(est.layout, **{field: value})  # type: ignore[arg-type]  # field is zero_stage or recompute, value of its type
             runs = {p.id for p in running_frameworks(job.training, lay, is_moe)[0]}
             if frameworks and not runs >= frameworks:
                 continue
