@@ -22,10 +22,13 @@ $(LINT_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	touch $(LINT_STAMP)
 
+# Runs all three checks and fails if any did.
 lint: $(LINT_STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/mypy || status=1; \
+	exit $$status
 
 run: $(STAMP)
 	$(BIN)/python -m api.server
