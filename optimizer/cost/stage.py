@@ -168,7 +168,7 @@ def stage_fixed_cached(
 
 def _stage_fixed(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
     head = head_time_s(ctx, lay) if last else 0.0
     return stage_fixed_terms(
@@ -226,7 +226,7 @@ def stage_fixed_terms(
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
-    buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    buffers: Num = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
         total = dense + expert
