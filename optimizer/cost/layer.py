@@ -8,6 +8,7 @@ feeds its GEMMs (sequence parallelism gathers the ``T / tp`` shard before each G
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
@@ -342,7 +343,7 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    return count * per_ar * exposed_fraction(ctx, hidden)
+    return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
 
 
 def exposed_fraction(ctx: JobContext, hidden: float) -> float:

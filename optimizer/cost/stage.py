@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -114,7 +115,8 @@ def stage_memory_bytes(
     """``stage_terms(...).memory.total_bytes`` without the stage's exposed data-parallel time
     (memory does not depend on it): the layer-split fit limits probe many layer counts."""
     t, stored, grads_bytes, _ = stage_fixed_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
-    return stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes
+    # a number for one layout
+    return cast(float, stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes)
 
 
 def stage_core_cached(

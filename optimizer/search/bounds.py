@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -69,12 +70,12 @@ class SpaceBounds:
         """``compute_lower_bound_s`` of ``lay``, a layout of family ``f`` (its terms do not depend
         on the interleaving depth): the same float, from the family's terms."""
         terms = tuple(float(t[f]) for t in self.terms)
-        return bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
+        return cast(float, bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches))  # a number for one layout
 
     def depth_bound(self, ctx: JobContext, f: int, vpp: int) -> float:
         """``member_bound`` of family ``f``'s layout at depth ``vpp``, without resolving it."""
         terms = tuple(float(t[f]) for t in self.terms)
-        return bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f]))
+        return cast(float, bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f])))  # a number for one layout
 
     def queue_order(self) -> tuple[list[float], list[int]]:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
