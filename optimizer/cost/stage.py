@@ -121,7 +121,7 @@ def stage_memory_bytes(
 
 def stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float]:
+) -> tuple[StageTerms, Num, Num]:
     """``_stage_core``, memoised per job."""
     # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
@@ -137,7 +137,7 @@ def stage_core_cached(
 
 def _stage_core(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float]:
+) -> tuple[StageTerms, Num, Num]:
     """Everything of a stage but its in-flight activations: (terms with the stage's activations
     set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
     per micro-batch, gradient bytes).
@@ -153,7 +153,7 @@ def _stage_core(
 
 def stage_fixed_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_fixed``, memoised per job."""
     # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
     # are added in stage_memory, the exposed data-parallel time in _stage_core)
@@ -205,7 +205,8 @@ def stage_fixed_terms(
     dense = sum(n * lc.dense_params for n, lc in zip(kind_counts, kind_cost, strict=True))
     expert = sum(n * lc.expert_params for n, lc in zip(kind_counts, kind_cost, strict=True))
     n_layers = maximum(1, sum(kind_counts))
-    max_layer_params = functools.reduce(maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
+    layer_params: list[Num] = [lc.dense_params + lc.expert_params for lc in kind_cost]
+    max_layer_params = functools.reduce(maximum, layer_params)
     compute = fwd + bwd
     # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
     dense += first * (ctx.embedding_params / lay.tp)
