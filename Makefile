@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench validate bands clean browser screenshot
+.PHONY: run test install bench validate bands clean browser screenshot lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,21 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# ruff (lint rules and formatting) and mypy (optimizer/, api/), configured in pyproject.toml; the
+# 'lint' extra is installed on first use.
+LINT_STAMP := $(VENV)/.lint-installed
+$(LINT_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $(LINT_STAMP)
+
+# Runs all three checks and fails if any did.
+lint: $(LINT_STAMP)
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/mypy || status=1; \
+	exit $$status
 
 run: $(STAMP)
 	$(BIN)/python -m api.server

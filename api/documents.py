@@ -66,12 +66,12 @@ class _BoundedLoader(yaml.SafeLoader):
     def fetch_flow_collection_start(self, token_class: Any) -> None:
         if self.flow_level >= MAX_DEPTH:
             raise DocumentError(f"YAML nested deeper than {MAX_DEPTH} levels")
-        super().fetch_flow_collection_start(token_class)  # type: ignore[misc]
+        super().fetch_flow_collection_start(token_class)
 
     def add_indent(self, column: int) -> bool:
         if len(self.indents) >= MAX_DEPTH:
             raise DocumentError(f"YAML nested deeper than {MAX_DEPTH} levels")
-        added: bool = super().add_indent(column)  # type: ignore[misc]
+        added: bool = super().add_indent(column)
         return added
 
     def compose_node(self, parent: Any, index: Any) -> Any:

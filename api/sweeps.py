@@ -8,6 +8,7 @@ sweep (422), sweeps running at once (429), finished sweeps kept (the oldest are 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import threading
 import time
@@ -29,9 +30,9 @@ from optimizer.capacity.annotate import price_per_gpu_hour_usd
 from optimizer.capacity.sweep import (
     PointError,
     PointResult,
+    PointStatus,
     SweepRequest,
     SweepStatus,
-    PointStatus,
     pareto_front,
     point_requests,
 )
@@ -40,7 +41,7 @@ from optimizer.specs import PlanRequest
 
 router = APIRouter(tags=["planning"])
 
-NOT_FOUND = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
 
 
 MAX_KEPT = 16
@@ -129,7 +130,7 @@ class SweepManager:
                     pool = self._pool()
                 fut = pool.submit(run_point, request)
             sweep.futures.append(fut)
-            fut.add_done_callback(lambda f, i=i: self._record(sweep, i, f))
+            fut.add_done_callback(functools.partial(self._record, sweep, i))
         return sweep.id
 
     def _forget_old(self) -> None:

@@ -43,8 +43,9 @@ def _hypernodes(text: str) -> dict[str, dict]:
             continue
         name = (item.get("metadata") or {}).get("name")
         spec = item.get("spec") or {}
+        raw_tier: Any = spec.get("tier")  # int() turns None or text that is no integer down
         try:
-            tier = int(spec.get("tier"))
+            tier = int(raw_tier)
         except (TypeError, ValueError):
             raise ConvertError(f"HyperNode {name}: spec.tier must be an integer, got {spec.get('tier')!r}") from None
         if not name:

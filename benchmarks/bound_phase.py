@@ -45,7 +45,7 @@ def per_family(body: dict) -> tuple[float, int]:
     ctx = build_context(job)
     families = list(layout_families(job, req.search))
     queue = []
-    for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]))):
+    for i, (fam, terms) in enumerate(zip(families, lower_bound_terms(ctx, [f.first for f in families]), strict=True)):
         lay = fam.first
         queue.append((bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches), 2 * i))
         if fam.more_vpps:

@@ -110,8 +110,8 @@ from optimizer.specs import (
     EvaluateRequest,
     JobSpec,
     Layout,
-    ModelSpec,
     MLAConfig,
+    ModelSpec,
     MoEConfig,
     TrainingSpec,
 )
@@ -171,7 +171,7 @@ class MappedRow:
         keys = list(self.grid)
         out = []
         for values in itertools.product(*(self.grid[k] for k in keys)):
-            out.append(Layout(**{**self.fixed, **dict(zip(keys, values))}))
+            out.append(Layout(**{**self.fixed, **dict(zip(keys, values, strict=True))}))
         return out
 
     def request(self, layout: Layout) -> EvaluateRequest:

@@ -80,6 +80,10 @@ runs); step times are the best plan's.
 """
 
 
+def fmt(v: float | None) -> str:
+    return f"{v:.4f}" if v is not None else "-"
+
+
 def main() -> None:
     print(HEADER)
     print("| job | old rule (s) | every depth (s) | status | old rule step (s) | every depth step (s) | gain |")
@@ -99,7 +103,6 @@ def main() -> None:
             if gain > 1e-9:
                 faster += 1
                 best_gain = max(best_gain, gain)
-        fmt = lambda v: f"{v:.4f}" if v is not None else "-"
         print(f"| {name} | {old_s:.2f} | {new_s:.2f} | {status} | {fmt(old_step)} | {fmt(step)} | {gain:.1%} |",
               flush=True)  # fmt: skip
     print()

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.calibration_rows import MappedRow, _is_torchtitan, _names_deepspeed, map_all  # noqa: E402
 from optimizer.errors import InvalidLayout  # noqa: E402
+from optimizer.frameworks import profile  # noqa: E402
 from optimizer.results import Plan  # noqa: E402
 from optimizer.service import evaluate, plan  # noqa: E402
-from optimizer.frameworks import profile  # noqa: E402
 from optimizer.specs import LayoutFix, PlanRequest  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "plan_quality.md"

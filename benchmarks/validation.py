@@ -478,13 +478,15 @@ def _worst_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
 
 def _text_table(head: list[str], body: list[list[str]]) -> str:
     widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     return "\n".join(lines)
 
 
 def _md_table(head: list[str], body: list[list[str]]) -> str:
-    esc = lambda c: c.replace("|", "\\|")
+    def esc(c: str) -> str:
+        return c.replace("|", "\\|")
+
     lines = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
     return "\n".join(lines)

@@ -82,7 +82,7 @@ def _tokens_like_batch(job: JobSpec) -> str | None:
 
 
 def _partial_nodes(job: JobSpec) -> str | None:
-    n, per_node = job.cluster.num_gpus, job.cluster.gpus_per_node or 1
+    n, per_node = job.cluster.resolved_num_gpus, job.cluster.gpus_per_node or 1
     if n % per_node == 0 or (n < per_node and per_node % n == 0):
         return None
     return (
@@ -94,7 +94,7 @@ def _partial_nodes(job: JobSpec) -> str | None:
 
 def _small_batch(job: JobSpec) -> str | None:
     """Fewer sequences than node count: every data-parallel replica spans more than a node."""
-    n, per_node = job.cluster.num_gpus, job.cluster.gpus_per_node or 1
+    n, per_node = job.cluster.resolved_num_gpus, job.cluster.gpus_per_node or 1
     gbs = job.training.global_batch_size or 0
     if gbs * per_node >= n:
         return None

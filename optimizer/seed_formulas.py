@@ -10,8 +10,6 @@ Units are SI (bytes, seconds, bytes/s), as everywhere in the package.
 
 from __future__ import annotations
 
-import math
-
 from optimizer.capacity.formulas import (  # noqa: F401  (section 6: owned by the capacity formulas)
     checkpoint_overhead_fraction,
     sharded_write_time_s,

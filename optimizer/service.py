@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from hardware_catalog import load_catalog
 from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
-from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
+from optimizer.cost.memory import StageMemory, shard_group_sizes
+from optimizer.cost.num import Num
 from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
@@ -77,19 +79,19 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         placement=None,
     )
     peak = est.memory[est.peak_stage]
-    n = job.cluster.num_gpus
+    n = job.cluster.resolved_num_gpus
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = MemoryBreakdown(
-        weights=to_gib(peak.weights_bytes),
-        gradients=to_gib(peak.gradients_bytes),
-        optimizer=to_gib(peak.optimizer_bytes),
-        activations=to_gib(peak.activations_bytes),
-        buffers=to_gib(peak.buffers_bytes),
-        total=to_gib(peak.total_bytes),
+        weights=_gib(peak.weights_bytes),
+        gradients=_gib(peak.gradients_bytes),
+        optimizer=_gib(peak.optimizer_bytes),
+        activations=_gib(peak.activations_bytes),
+        buffers=_gib(peak.buffers_bytes),
+        total=_gib(peak.total_bytes),
         capacity=est.capacity_bytes / GIB,
         headroom=to_gib(est.headroom_bytes),
         stage=est.peak_stage,
-        per_stage_total=[to_gib(m.total_bytes) for m in est.memory],
+        per_stage_total=[_gib(m.total_bytes) for m in est.memory],
         per_stage=[_stage_memory(m) for m in est.memory],
     )
     notes = list(est.notes)
@@ -148,21 +150,27 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         time_breakdown_s=TimeBreakdown(**est.breakdown_s),
         memory_gib=memory,
         fits_memory=est.fits_memory,
-        bottleneck=est.bottleneck,  # type: ignore[arg-type]
+        bottleneck=est.bottleneck,
         launch=launch_args,
         frameworks=[p.id for p in runs],
         notes=notes,
     )
 
 
+def _gib(num_bytes: Num) -> float:
+    """``to_gib`` of an estimate's memory term: a number on the one-layout path (arrays only in
+    ``cost.columns``)."""
+    return to_gib(cast(float, num_bytes))
+
+
 def _stage_memory(mem: StageMemory) -> StageMemoryGiB:
     return StageMemoryGiB(
-        weights=to_gib(mem.weights_bytes),
-        gradients=to_gib(mem.gradients_bytes),
-        optimizer=to_gib(mem.optimizer_bytes),
-        activations=to_gib(mem.activations_bytes),
-        buffers=to_gib(mem.buffers_bytes),
-        total=to_gib(mem.total_bytes),
+        weights=_gib(mem.weights_bytes),
+        gradients=_gib(mem.gradients_bytes),
+        optimizer=_gib(mem.optimizer_bytes),
+        activations=_gib(mem.activations_bytes),
+        buffers=_gib(mem.buffers_bytes),
+        total=_gib(mem.total_bytes),
     )
 
 
@@ -192,7 +200,7 @@ def _selective_recompute_note(job: JobSpec, est: Estimate) -> list[str]:
 def _costed_again(job: JobSpec, est: Estimate, **layout_changes: object) -> Estimate:
     """The plan's layout (with ``layout_changes``), rank order and split costed for ``job``: what
     the notes compare the plan with."""
-    layout = replace(est.layout, **layout_changes) if layout_changes else est.layout
+    layout = replace(est.layout, **layout_changes) if layout_changes else est.layout  # type: ignore[arg-type]  # callers name ResolvedLayout fields
     return estimate(build_context(job), layout, est.order, headroom_bytes=est.headroom_bytes)
 
 

@@ -468,6 +468,12 @@ class ClusterSpec(Strict):
         default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
     )
 
+    @property
+    def resolved_num_gpus(self) -> int:
+        """``num_gpus`` of a job being costed: given, or chosen from ``topology`` before costing."""
+        assert self.num_gpus is not None, "cluster.num_gpus is set before a job is costed"
+        return self.num_gpus
+
     @model_validator(mode="after")
     def _resolve(self) -> ClusterSpec:
         from hardware_catalog import load_catalog

@@ -62,7 +62,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
         eff = gpu.gemm_efficiency_fp8.value
     vocab = job.model.vocab_size or 0
     token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab
-    n = job.cluster.num_gpus
+    n = job.cluster.resolved_num_gpus
     tdp = min(job.cluster.gpu_power_limit_w or gpu.tdp_w.value, gpu.tdp_w.value)  # a cap only lowers it
     return CapacityInputs(
         num_gpus=n,

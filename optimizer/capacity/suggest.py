@@ -62,12 +62,12 @@ def _bubble_share(plan: Plan) -> float:
 
 
 def _symptoms(request: PlanRequest, best: Plan) -> bool:
-    n, gbs = request.cluster.num_gpus, request.training.global_batch_size or 1
+    n, gbs = request.cluster.resolved_num_gpus, request.training.global_batch_size or 1
     return odd_batch_factor(n, gbs) > 1 or _bubble_share(best) > BUBBLE_SYMPTOM
 
 
 def _why(request: PlanRequest, best: Plan, count: int, other: Plan) -> str:
-    n, gbs = request.cluster.num_gpus, request.training.global_batch_size or 1
+    n, gbs = request.cluster.resolved_num_gpus, request.training.global_batch_size or 1
     parts: list[str] = []
     if count < n:
         parts.append(f"{other.tokens_per_s / best.tokens_per_s - 1:+.0%} tokens/s from {n - count:,} fewer GPUs")
@@ -106,7 +106,7 @@ def suggestions(request: PlanRequest, response: PlanResponse) -> list[Suggestion
     best = response.plans[0]
     if not _symptoms(request, best):
         return []
-    n = request.cluster.num_gpus
+    n = request.cluster.resolved_num_gpus
     spec = request.search.model_copy(
         update={"top_k": 1, "suggest": False, "time_limit_s": min(CANDIDATE_TIME_LIMIT_S, request.search.time_limit_s)}
     )

@@ -11,6 +11,7 @@ import math
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from optimizer.capacity.formulas import HOUR_S
 from optimizer.results import Plan
@@ -66,7 +67,7 @@ class SweepRequest(Strict):
 class PointError(ValueError):
     """A point of the grid is not a valid /plan request; ``loc`` and ``errors`` say where."""
 
-    def __init__(self, point: dict[str, Any], errors: list[dict[str, Any]]) -> None:
+    def __init__(self, point: dict[str, Any], errors: list[ErrorDetails]) -> None:
         self.point = point
         self.errors = errors
         super().__init__(f"point {point}: {errors[0]['msg'] if errors else 'invalid'}")

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import cast
 
 import numpy as np
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.estimate import pp_comm_s, step_breakdown
+from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.memory import memory_signature, stage_memory
+from optimizer.cost.pipeline import even_split
 from optimizer.cost.stage import (
     StageTerms,
     head_time_at_s,
@@ -28,8 +31,6 @@ from optimizer.cost.stage import (
     split_kind_counts,
     stage_fixed_terms,
 )
-from optimizer.cost.layer import Dims, LayerCost
-from optimizer.cost.pipeline import even_split
 from optimizer.cost.topology import AxisGroups
 
 _LAYER_FIELDS = tuple(f.name for f in fields(LayerCost))
@@ -164,7 +165,7 @@ def cost_columns(
                     ctx, at_zero, sum(signature), layers[geometry], counts, first, last, head
                 )
                 memory = stage_memory(ctx, at_zero, stage, t.memory, stored, grads)
-                shape = t.compute_s.shape
+                shape = cast(np.ndarray, t.compute_s).shape  # arrays here (layouts x stages)
                 # the slowest stage and the largest optimizer step do not depend on the order's
                 # data-parallel and pipeline groups: once per key, as compose_step takes them
                 slow = np.argmax(t.time_s, axis=1)
@@ -174,7 +175,7 @@ def cost_columns(
                 )  # fmt: skip
                 slowest = StageTerms(fwd, bwd, compute, tp, cp, ep, 0.0, 0.0, t.memory)
                 optimizer = np.broadcast_to(t.optimizer_s, shape).max(axis=1, keepdims=True)
-                fixed[key] = (slowest, optimizer, dp_inputs, shape, memory.total_bytes.max(axis=1))
+                fixed[key] = (slowest, optimizer, dp_inputs, shape, cast(np.ndarray, memory.total_bytes).max(axis=1))
             slowest, optimizer, dp_inputs, shape, peak = fixed[key]
             dp_exposed = np.broadcast_to(dp_exposed_s(ctx, at_zero, groups, *dp_inputs), shape)
             breakdown = step_breakdown(at_zero, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer,

@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from optimizer.cost.num import Num
+
 
 @dataclass(frozen=True)
 class Level:
@@ -26,19 +28,19 @@ class Level:
     """Scale-up level: each rank has its own links, separate from the NIC that outer levels share."""
 
 
-def p2p_time_s(num_bytes: float, beta_bytes_per_s: float, alpha_s: float) -> float:
+def p2p_time_s(num_bytes: Num, beta_bytes_per_s: float, alpha_s: float) -> Num:
     """Point-to-point transfer: ``alpha + n / beta``."""
     return alpha_s + num_bytes / beta_bytes_per_s
 
 
-def ring_allreduce_time_s(num_bytes: float, ranks: int, beta_bytes_per_s: float, alpha_s: float) -> float:
+def ring_allreduce_time_s(num_bytes: Num, ranks: int, beta_bytes_per_s: float, alpha_s: float) -> Num:
     """Ring all-reduce: ``2(N-1)/N * M/beta + 2(N-1) * alpha``."""
     if ranks <= 1:
         return 0.0
     return 2 * (ranks - 1) / ranks * num_bytes / beta_bytes_per_s + 2 * (ranks - 1) * alpha_s
 
 
-def ring_reduce_scatter_time_s(num_bytes: float, ranks: int, beta_bytes_per_s: float, alpha_s: float) -> float:
+def ring_reduce_scatter_time_s(num_bytes: Num, ranks: int, beta_bytes_per_s: float, alpha_s: float) -> Num:
     """Ring reduce-scatter of an ``M``-byte buffer: ``(N-1)/N * M/beta + (N-1) * alpha``.
 
     All-gather producing an ``M``-byte buffer costs the same.
@@ -51,7 +53,7 @@ def ring_reduce_scatter_time_s(num_bytes: float, ranks: int, beta_bytes_per_s: f
 ring_allgather_time_s = ring_reduce_scatter_time_s
 
 
-def hierarchical_allreduce_time_s(num_bytes: float, levels: Sequence[Level]) -> float:
+def hierarchical_allreduce_time_s(num_bytes: Num, levels: Sequence[Level]) -> Num:
     """All-reduce over nested levels, innermost first.
 
     Reduce-scatter inside each level on the way out (each level works on the shard the level
@@ -62,7 +64,7 @@ def hierarchical_allreduce_time_s(num_bytes: float, levels: Sequence[Level]) -> 
     active = [lv for lv in levels if lv.ranks > 1]
     if not active:
         return 0.0
-    total = 0.0
+    total: Num = 0.0
     shard = num_bytes * 1.0  # a number, or a numpy array of them
     for lv in active[:-1]:
         total += 2 * ring_reduce_scatter_time_s(shard, lv.ranks, lv.beta_bytes_per_s, lv.alpha_s)
@@ -71,9 +73,9 @@ def hierarchical_allreduce_time_s(num_bytes: float, levels: Sequence[Level]) -> 
     return total + ring_allreduce_time_s(shard, last.ranks, last.beta_bytes_per_s, last.alpha_s)
 
 
-def hierarchical_reduce_scatter_time_s(num_bytes: float, levels: Sequence[Level]) -> float:
+def hierarchical_reduce_scatter_time_s(num_bytes: Num, levels: Sequence[Level]) -> Num:
     """Reduce-scatter over nested levels (innermost first); all-gather costs the same."""
-    total = 0.0
+    total: Num = 0.0
     shard = num_bytes * 1.0  # a number, or a numpy array of them
     for lv in levels:
         if lv.ranks > 1:

@@ -84,7 +84,7 @@ class JobContext:
 
     @property
     def num_gpus(self) -> int:
-        return self.job.cluster.num_gpus
+        return self.job.cluster.resolved_num_gpus
 
     @property
     def dp_overlap(self) -> float:
@@ -166,7 +166,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     gpu = cat.gpus[c.gpu]
     network = cat.networks[c.network]
     topo = node_topology(c, gpu, network, cal) if c.topology is not None else build_topology(
-        num_gpus=c.num_gpus,
+        num_gpus=c.resolved_num_gpus,
         gpu=gpu,
         network=network,
         gpus_per_node=c.gpus_per_node,

@@ -135,7 +135,7 @@ def dp_exposed_s(
                                     compute, fwd, bwd, gather)  # fmt: skip
 
 
-def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: float) -> float:
+def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_dense: Num) -> Num:
     """The last dense gradient bucket's collective (ZeRO-0/1/2): what no overlap hides."""
     bucket = minimum(ctx.cal.dp_bucket_bytes, g_dense)
     if zero_stage == 0:
@@ -144,8 +144,8 @@ def last_bucket_s(ctx: JobContext, zero_stage: int, dp_cp: tuple[Level, ...], g_
 
 
 def dp_bucketed_times_s(
-    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: float, expert: float
-) -> tuple[float, float, float, float]:
+    ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, dense: Num, expert: Num
+) -> tuple[Num, Num, Num, Num]:
     """ZeRO-0/1/2 data-parallel collectives of a stage: (gradient time, its last bucket,
     parameter all-gather time, its last bucket), each affine in the stage's parameters."""
     g_dense, g_exp = dense * ctx.grad_bytes, expert * ctx.grad_bytes

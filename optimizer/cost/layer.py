@@ -8,11 +8,13 @@ feeds its GEMMs (sequence parallelism gathers the ``T / tp`` shard before each G
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.dispatch import dispatch_time_s
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.num import Num
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
@@ -331,7 +333,7 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
     per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
     blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
-    count = 2 * blocks + (blocks if d.recompute == "full" else 0)
+    count: float = 2 * blocks + (blocks if d.recompute == "full" else 0)
     if d.recompute == "op":
         # the op-level policy re-runs the forward collectives it does not save: the all-gathers
         # (half of each RS + AG pair) with sequence parallelism, the all-reduces without
@@ -341,7 +343,7 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    return count * per_ar * exposed_fraction(ctx, hidden)
+    return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
 
 
 def exposed_fraction(ctx: JobContext, hidden: float) -> float:
@@ -350,7 +352,7 @@ def exposed_fraction(ctx: JobContext, hidden: float) -> float:
     return 1.0 - hidden * (1.0 - ctx.cal.overlap_contention)
 
 
-def contended(ctx: JobContext, exposed: float, total: float) -> float:
+def contended(ctx: JobContext, exposed: Num, total: Num) -> Num:
     """Critical-path time of ``total`` seconds of communication of which ``exposed`` is not
     hidden: the hidden rest still costs ``cal.overlap_contention`` of its time (numbers or arrays)."""
     c = ctx.cal.overlap_contention

@@ -22,14 +22,14 @@ ADAM_STEP_BYTES = 32.0  # HBM traffic per parameter of one Adam step (read p, m,
 
 @dataclass(frozen=True)
 class StageMemory:
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    buffers_bytes: float
+    weights_bytes: Num
+    gradients_bytes: Num
+    optimizer_bytes: Num
+    activations_bytes: Num
+    buffers_bytes: Num
 
     @property
-    def total_bytes(self) -> float:
+    def total_bytes(self) -> Num:
         return (
             self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.buffers_bytes
         )

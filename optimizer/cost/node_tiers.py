@@ -17,7 +17,6 @@ Levels whose span equals the next finer one's are never crossed inside and drop 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 

@@ -78,7 +78,7 @@ def resolve(
 ) -> ResolvedLayout:
     """The layout rules on plain numbers (the search calls this directly)."""
     model = job.model
-    n = job.cluster.num_gpus
+    n = job.cluster.resolved_num_gpus
     heads = model.num_attention_heads or 0
     kv = model.num_kv_heads or 0
     layers = model.num_layers or 0

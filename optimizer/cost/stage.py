@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -54,21 +55,21 @@ class StageTerms:
     """One pipeline stage's share of the step: everything ``estimate`` takes a max or sum over.
     Numbers for one layout; arrays (layouts x stages) in ``cost.columns``."""
 
-    fwd_s: float
+    fwd_s: Num
     """Forward compute of one micro-batch (all its layers)."""
-    bwd_s: float
-    compute_s: float
+    bwd_s: Num
+    compute_s: Num
     """Forward + backward compute of one micro-batch, LM head included on the last stage."""
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    dp_exposed_s: float
+    tp_s: Num
+    cp_s: Num
+    ep_s: Num
+    dp_exposed_s: Num
     """Data-parallel communication this stage leaves exposed at the end of the step."""
-    optimizer_s: float
+    optimizer_s: Num
     memory: StageMemory
 
     @property
-    def time_s(self) -> float:
+    def time_s(self) -> Num:
         """One micro-batch through the stage, forward and backward, with exposed TP/CP/EP."""
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
@@ -114,12 +115,13 @@ def stage_memory_bytes(
     """``stage_terms(...).memory.total_bytes`` without the stage's exposed data-parallel time
     (memory does not depend on it): the layer-split fit limits probe many layer counts."""
     t, stored, grads_bytes, _ = stage_fixed_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
-    return stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes
+    # a number for one layout
+    return cast(float, stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes)
 
 
 def stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float]:
+) -> tuple[StageTerms, Num, Num]:
     """``_stage_core``, memoised per job."""
     # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
     key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
@@ -135,7 +137,7 @@ def stage_core_cached(
 
 def _stage_core(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float]:
+) -> tuple[StageTerms, Num, Num]:
     """Everything of a stage but its in-flight activations: (terms with the stage's activations
     set to its one-micro-batch extras and buffers before fragmentation, stored activation bytes
     per micro-batch, gradient bytes).
@@ -151,7 +153,7 @@ def _stage_core(
 
 def stage_fixed_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_fixed``, memoised per job."""
     # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
     # are added in stage_memory, the exposed data-parallel time in _stage_core)
@@ -168,7 +170,7 @@ def stage_fixed_cached(
 
 def _stage_fixed(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
-) -> tuple[StageTerms, float, float, tuple[float, float, int, float, float, float, float]]:
+) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_core`` without the data-parallel term (left at 0), plus that term's inputs."""
     head = head_time_s(ctx, lay) if last else 0.0
     return stage_fixed_terms(
@@ -203,7 +205,8 @@ def stage_fixed_terms(
     dense = sum(n * lc.dense_params for n, lc in zip(kind_counts, kind_cost, strict=True))
     expert = sum(n * lc.expert_params for n, lc in zip(kind_counts, kind_cost, strict=True))
     n_layers = maximum(1, sum(kind_counts))
-    max_layer_params = functools.reduce(maximum, [lc.dense_params + lc.expert_params for lc in kind_cost])
+    layer_params: list[Num] = [lc.dense_params + lc.expert_params for lc in kind_cost]
+    max_layer_params = functools.reduce(maximum, layer_params)
     compute = fwd + bwd
     # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
     dense += first * (ctx.embedding_params / lay.tp)
@@ -226,7 +229,7 @@ def stage_fixed_terms(
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
-    buffers = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    buffers: Num = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
     if lay.zero_stage == 3:
         # two layers gathered at a time (current + prefetch); their non-local part
         total = dense + expert

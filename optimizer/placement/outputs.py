@@ -53,7 +53,7 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
     levels = topo.switch_levels()
     counts = domain_counts(topo, nodes)
     annotations: dict[str, str] = {}
-    inside = [lv for lv, c in zip(levels, counts) if len(c) == 1]
+    inside = [lv for lv, c in zip(levels, counts, strict=True) if len(c) == 1]
     if inside:  # the finest level one of whose domains holds the whole job
         annotations[KUEUE_REQUIRED] = inside[-1]
     else:
@@ -86,7 +86,7 @@ def build_assignment(
     topo: ClusterTopology, nodes: list[TopologyNode], g: int, placement: dict[str, str], compared: int
 ) -> Assignment:
     counts = domain_counts(topo, nodes)
-    used = {lv: len(c) for lv, c in zip(topo.switch_levels(), counts)}
+    used = {lv: len(c) for lv, c in zip(topo.switch_levels(), counts, strict=True)}
     return Assignment(
         nodes=[n.name for n in nodes],
         gpus_per_node=g,

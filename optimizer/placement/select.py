@@ -117,13 +117,13 @@ class Knapsack:
         if dom.depth == len(chain) - 1:  # NVLink domains of one size share a table
             leaf = self.memo.get(("leaf", cap, chain[-1]))
             if leaf is None:
-                cost = np.full(cap + 1, INF, dtype=self.dtype)
+                cost: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
                 cost[0] = 0
                 cost[chain[-1] :: chain[-1]] = self.w[dom.depth]
                 leaf = (cost, [])
                 self.memo[("leaf", cap, chain[-1])] = leaf
             return leaf
-        acc = np.full(cap + 1, INF, dtype=self.dtype)
+        acc: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
         acc[0] = 0
         picks = []
         for child in dom.children:
@@ -205,7 +205,7 @@ def chains(count: int, depths: int, largest: list[int]) -> list[tuple[int, ...]]
 
 def refines(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Every ``b`` divides the matching ``a`` (and they differ): ``a`` asks more locality."""
-    return a != b and all(x % y == 0 for x, y in zip(a, b))
+    return a != b and all(x % y == 0 for x, y in zip(a, b, strict=False))
 
 
 def largest_domains(root: Domain, depths: int) -> list[int]:

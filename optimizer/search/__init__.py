@@ -32,26 +32,27 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from optimizer.cost import Estimate, best_estimate, build_context
-from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.results import PlanResponse, SolverInfo
 from optimizer.search.beyond import BeyondGroup, beyond_groups, beyond_micro_batch, may_fit, smallest_bound
 from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.fixed_values import check_named_values, fixed_combination_reason
+from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s, step_floor_exceeds
+from optimizer.search.framework_space import space_frameworks
+from optimizer.search.ranking import BestTimes, family_key, pick, simplest
 from optimizer.search.screen import Screen, Unfit, screen_memory
 from optimizer.search.space import (
     UNEVEN_DEPTHS_DEFAULT_MAX,
-    SpaceBudget,
-    SpaceTimedOut,
     LayoutBlock,
     Reach,
+    SpaceBudget,
+    SpaceTimedOut,
+    _recompute_choices,
+    _zero_choices,
     count_layouts,
     empty_choice,
     layout_blocks,
 )
-from optimizer.search.framework_space import space_frameworks
-from optimizer.search.ranking import BestTimes, family_key, pick, simplest
-from optimizer.search.space import _recompute_choices, _zero_choices
 from optimizer.search.splits import (
     POOL_MARGIN_S,
     SOLVE_WORK_LIMIT,
@@ -171,10 +172,10 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     # sequence order (enumeration order, then expanded members in the order they were expanded).
     static_bounds, static_seqs = bounds.queue_order()
     n_static, pos = len(static_bounds), 0
-    queue: list[tuple[float, int, ResolvedLayout]] = []  # expanded members
+    queue: list[tuple[float, int, ResolvedLayout | BeyondGroup]] = []  # expanded members, beyond-bound groups
     seq = 2 * bounds.num_families
     for group in groups:  # bounded family by family only when the costing reaches them
-        heapq.heappush(queue, (group.bound, seq, group))  # type: ignore[arg-type]
+        heapq.heappush(queue, (group.bound, seq, group))
         seq += 1
     pool_size = spec.top_k + POOL_EXTRA
     fitting: list[Estimate] = []
@@ -183,7 +184,7 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
     pool_best = BestTimes(pool_size, spec.diverse)
     pipelined: list[tuple[float, ResolvedLayout]] = []  # costed layouts with a layer split to choose
     smallest: Unfit | None = None  # the costed layout needing the least memory
-    never_fit: list[tuple[int, bool]] = []  # (family, its deeper layouts?) passed over by the memory floor
+    never_fit: list[tuple[int, int]] = []  # (family, 1 for its deeper layouts) passed over by the memory floor
     proved = True
     next_bound: float | None = None
     costed = 0
@@ -228,11 +229,12 @@ def _search(request: PlanRequest, space_memory_bytes: float) -> PlanResponse:
                 continue
             lay = fam.first
         else:
-            lay = heapq.heappop(queue)[2]
-            if isinstance(lay, BeyondGroup):
+            entry = heapq.heappop(queue)[2]
+            if isinstance(entry, BeyondGroup):
                 kth = kth_best.value if kth_best.full else math.inf
-                seq = _expand_group(ctx, job, lay, usable_bytes, kth, queue, seq, budget_end)
+                seq = _expand_group(ctx, job, entry, usable_bytes, kth, queue, seq, budget_end)
                 continue
+            lay = entry
         if kth_best.beaten(lay, bound - POOL_MARGIN_S):
             continue  # its family already has a faster plan (search.diverse): it cannot be a plan
         if lay.pp > 1 and kth_best.full and split_floor_s(ctx, lay) > kth_best.value + POOL_MARGIN_S:

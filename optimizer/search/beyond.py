@@ -27,8 +27,8 @@ from typing import NamedTuple
 import numpy as np
 
 from optimizer.cost.context import JobContext
-from optimizer.search.lower_bounds import lower_bound_layer_totals
 from optimizer.search.bounds import SpaceBounds, space_bounds
+from optimizer.search.lower_bounds import lower_bound_layer_totals
 from optimizer.search.space import MAX_MICRO_BATCH, LayoutBlock
 
 

@@ -17,11 +17,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.memory import optimizer_shards
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import head_time_s
 from optimizer.search.lower_bounds import (
     bound_at_vpp,
@@ -32,7 +34,6 @@ from optimizer.search.lower_bounds import (
     memory_floor_bytes,
     p2p_floor_s,
 )
-from optimizer.cost.rules import ResolvedLayout
 from optimizer.search.space import LayoutBlock, LayoutFamily
 
 
@@ -68,13 +69,13 @@ class SpaceBounds:
     def member_bound(self, ctx: JobContext, f: int, lay: ResolvedLayout) -> float:
         """``compute_lower_bound_s`` of ``lay``, a layout of family ``f`` (its terms do not depend
         on the interleaving depth): the same float, from the family's terms."""
-        terms = tuple(float(t[f]) for t in self.terms)
-        return bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
+        terms = cast(tuple[float, float, float, float], tuple(float(t[f]) for t in self.terms))
+        return cast(float, bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches))  # a number for one layout
 
     def depth_bound(self, ctx: JobContext, f: int, vpp: int) -> float:
         """``member_bound`` of family ``f``'s layout at depth ``vpp``, without resolving it."""
-        terms = tuple(float(t[f]) for t in self.terms)
-        return bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f]))
+        terms = cast(tuple[float, float, float, float], tuple(float(t[f]) for t in self.terms))
+        return cast(float, bound_at_vpp(ctx, terms, int(self.pp[f]), vpp, int(self.m[f])))  # a number for one layout
 
     def queue_order(self) -> tuple[list[float], list[int]]:
         """(bound, sequence number) of every queue entry, ascending: ``2 f`` is family ``f``'s first
@@ -192,19 +193,21 @@ def _group_bounds(
         return np.broadcast_to(a, shape).reshape(nb, nz * nr)[:, pick].reshape(-1)
 
     pp_f, m_f = grid(pp[:, :, None]), grid(m[:, :, None])
-    terms = bound_terms(
+    terms = bound_terms(  # arrays here, one entry per family
         ctx,
         tuple(grid(t[:, None, :]) for t in totals),
         pp_f, m_f, grid(dense_shard[:, :, None]), grid(expert_shard[:, :, None]), grid(p2p[:, None, None]),
         grid(dp_floor),
     )  # fmt: skip
+    terms_arrays = cast(tuple[np.ndarray, ...], terms)
     nv = len(variants)
-    first = bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, :, None]), m_f)
+    # arrays here: one entry per family
+    first = cast(np.ndarray, bound_at_vpp(ctx, terms, pp_f, grid(vpp[:, :, None]), m_f))
     has_deeper = np.repeat([bool(b.more_vpps) for b in blocks], nv)
     deeper = np.full(len(first), np.inf)
     local_offsets = np.arange(nb, dtype=np.int64) * nv
     for vpps, fams in _families_by(blocks, local_offsets, lambda blk: blk.more_vpps).items():
-        deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms), pp_f[fams], vpps, m_f[fams])
+        deeper[fams] = family_bound(ctx, tuple(t[fams] for t in terms_arrays), pp_f[fams], vpps, m_f[fams])
     t0, t1, t2, t3 = (np.broadcast_to(t, first.shape) for t in terms)
     return {"t0": t0, "t1": t1, "t2": t2, "t3": t3, "pp": pp_f, "m": m_f, "first": first,
             "has_deeper": has_deeper, "deeper": deeper, "memory": grid(memory)}  # fmt: skip

@@ -85,14 +85,14 @@ def brute_force(request: PlanRequest, max_splits: int = MAX_SPLITS) -> list[Esti
     return fitting
 
 
-def layout_key(lay: ResolvedLayout) -> tuple:
+def layout_key(lay: ResolvedLayout) -> ResolvedLayout:
     """A layout without its layer split (what the planner returns at most once)."""
     return replace(lay, stage_layers=())
 
 
 def best_per_layout(estimates: list[Estimate]) -> list[Estimate]:
     """Each distinct layout once, with its fastest split; sorted by step time."""
-    best: dict[tuple, Estimate] = {}
+    best: dict[ResolvedLayout, Estimate] = {}
     for est in estimates:
         key = layout_key(est.layout)
         if key not in best or est.step_time_s < best[key].step_time_s:

@@ -234,7 +234,7 @@ class SplitModel:
         tb = cand.tables
         assert tb.by_start is not None
         counts: list[cp_model.IntVar] = []
-        start: cp_model.LinearExprT = 0
+        start: cp_model.LinearExpr | int = 0
         for s, row in enumerate(tb.by_start):
             fitting = [e for e in row if e[5] <= cap_bytes]  # per-stage memory limit, exact float test
             t, d, o = (m.new_int_var(0, horizon, f"{name}_{i}_{s}") for name in ("t", "d", "o"))
@@ -287,7 +287,7 @@ class SplitModel:
         period = kind_period(tb.kind_prefix)
         chunks: list[cp_model.IntVar] = []
         mix: list[list[cp_model.LinearExprT]] = []
-        start: cp_model.LinearExprT = 0
+        start: cp_model.LinearExpr | int = 0
         phase: cp_model.IntVar | None = None  # where the pattern stands at the chunk's first layer
         n_chunks = pp * vpp
         last_table = -1  # the last chunk whose kind mix depends on where it starts

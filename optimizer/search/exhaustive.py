@@ -67,7 +67,7 @@ def exhaustive_best(
     ctx: JobContext, job: JobSpec, search: SearchSpec, headroom_bytes: float | None = None
 ) -> ExhaustiveBest:
     """Cost the whole regular space of ``job`` (as ``search`` restricts it) exactly, as arrays."""
-    by_sizes: dict[tuple[int, ...], list[LayoutBlock]] = {}
+    by_sizes: dict[tuple[int, int, int, int, int, tuple[tuple[int, str], ...]], list[LayoutBlock]] = {}
     for block in layout_blocks(job, search, Reach.ALL):
         b = block.base
         by_sizes.setdefault((b.tp, b.pp, b.dp, b.cp, b.ep, block.variants), []).append(block)
@@ -91,7 +91,7 @@ def exhaustive_best(
         for zero, costs in zip(zeros, by_zero, strict=True):
             step = np.full(len(cols), math.inf)
             order_index = np.zeros(len(cols), dtype=np.int64)
-            admitted = np.asarray([(zero, rc) in variants for rc in rows.recompute], dtype=bool)
+            admitted = np.asarray([(zero, rc) in variants for rc in rows.recompute], dtype=np.bool_)
             for i, cost in enumerate(costs):
                 ok = (cost.peak_memory_bytes <= usable) & admitted
                 candidate = np.where(ok, cost.step_time_s, math.inf)

@@ -3,7 +3,7 @@ any layer split of a layout can fit at all (``some_split_may_fit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import Estimate
@@ -99,7 +99,7 @@ def signature_fit_limits(
             start = 0 if s == 0 else min(offsets[s], layers - n)  # as _table_stage_terms places it
             return stage_memory_bytes(ctx, lay, groups, s, counts_at(ctx, start, n)) <= cap
         if by_start:  # n layers fit if they do at some position the stage can start at
-            mixes = consecutive_mixes(ctx, stage_starts(lay, layers, s, n, lay.vpp, most), n)
+            mixes: Iterable[tuple[int, ...]] = consecutive_mixes(ctx, stage_starts(lay, layers, s, n, lay.vpp, most), n)
         else:
             # interleaved stages: the chunks' cuts decide the stage's mix, so n layers fit if some
             # mix of n layers does (a stage's memory never shrinks when it gains a layer, so the

@@ -15,7 +15,7 @@ from optimizer.specs import JobSpec, SearchSpec
 
 
 def _tp(job: JobSpec, tp: int) -> str | None:
-    m, n = job.model, job.cluster.num_gpus
+    m, n = job.model, job.cluster.resolved_num_gpus
     if n % tp:
         return f"tp ({tp}) does not divide num_gpus ({n})"
     if (m.num_attention_heads or 0) % tp:
@@ -29,7 +29,7 @@ def _tp(job: JobSpec, tp: int) -> str | None:
 
 
 def _pp(job: JobSpec, pp: int) -> str | None:
-    n, layers = job.cluster.num_gpus, job.model.num_layers or 0
+    n, layers = job.cluster.resolved_num_gpus, job.model.num_layers or 0
     if n % pp:
         return f"pp ({pp}) does not divide num_gpus ({n})"
     if pp > layers:
@@ -38,7 +38,7 @@ def _pp(job: JobSpec, pp: int) -> str | None:
 
 
 def _cp(job: JobSpec, cp: int) -> str | None:
-    n, seq = job.cluster.num_gpus, job.training.seq_len
+    n, seq = job.cluster.resolved_num_gpus, job.training.seq_len
     if n % cp:
         return f"cp ({cp}) does not divide num_gpus ({n})"
     if cp > 1 and seq % (2 * cp):
@@ -49,7 +49,7 @@ def _cp(job: JobSpec, cp: int) -> str | None:
 
 
 def _dp(job: JobSpec, dp: int) -> str | None:
-    n, gbs = job.cluster.num_gpus, job.training.global_batch_size or 0
+    n, gbs = job.cluster.resolved_num_gpus, job.training.global_batch_size or 0
     if n % dp:
         return f"dp ({dp}) does not divide num_gpus ({n})"
     if gbs % dp:
@@ -58,7 +58,7 @@ def _dp(job: JobSpec, dp: int) -> str | None:
 
 
 def _ep(job: JobSpec, ep: int) -> str | None:
-    moe, n = job.model.moe, job.cluster.num_gpus
+    moe, n = job.model.moe, job.cluster.resolved_num_gpus
     if moe is None:
         return None if ep == 1 else "ep > 1 needs an MoE model"
     if moe.num_experts % ep:
@@ -100,7 +100,7 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
             reasons = [check(job, v) for v in allowed]
             if all(r is not None for r in reasons):
                 raise InvalidLayout(
-                    f"search.allow.{name}", f"no layout can take any of {name} = {allowed}: " + "; ".join(reasons)
+                    f"search.allow.{name}", f"no layout can take any of {name} = {allowed}: " + "; ".join(r for r in reasons if r is not None)
                 )
 
 
@@ -112,10 +112,12 @@ def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:
     sizes = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
     if all(getattr(fix, name) is None for name in (*sizes, "dp")):
         return None
-    values = {name: getattr(fix, name) or 1 for name in sizes}
+    values: dict[str, int] = {name: getattr(fix, name) or 1 for name in sizes}
     try:
         resolve(
-            job, **values, zero_stage=fix.zero_stage or 1, recompute=fix.recompute or "selective",
+            job, tp=values["tp"], pp=values["pp"], cp=values["cp"], ep=values["ep"], vpp=values["vpp"],
+            micro_batch_size=values["micro_batch_size"],
+            zero_stage=fix.zero_stage or 1, recompute=fix.recompute or "selective",
             sequence_parallel=(values["tp"] > 1), dp=fix.dp,
         )  # fmt: skip
     except InvalidLayout as err:

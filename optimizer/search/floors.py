@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from optimizer.cost.context import JobContext
-from optimizer.cost.layer import contended
 from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
 from optimizer.cost.estimate import Estimate, distinct_stages, pp_comm_s
+from optimizer.cost.layer import contended
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import head_time_s, layout_kind_costs, stage_fixed_cached
 from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups
@@ -83,7 +84,8 @@ def _slowest_stage_s(
 
 def _uniform_comm_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups, dp_inputs: list) -> float:
     """Slowest stage's exposed data-parallel time + pipeline send/recv under ``g``."""
-    return max(dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g)
+    # a number for one layout
+    return cast(float, max(dp_exposed_s(ctx, lay, g, *inputs) for inputs in dp_inputs) + pp_comm_s(ctx, lay, g))
 
 
 def step_floor_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> float:
@@ -326,7 +328,7 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
     order of ``g`` (the same for every interleaving depth)."""
     _, average, stage = _split_floor_stage_inputs(ctx, lay)
     if stage is average:
-        return dp_exposed_s(ctx, lay, g, *stage)
+        return cast(float, dp_exposed_s(ctx, lay, g, *stage))  # a number for one layout
     # What no overlap hides, or the overlap-limited part of the average stage (each stage's
     # exposed time is at least its own, which is affine in the stage's parameters and compute).
     # (affine in the stage's bytes and compute, with the SM share overlapped time still costs)
@@ -334,4 +336,4 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
     excess = contended(ctx, t_b - ctx.dp_overlap * average[6], t_b) + contended(
         ctx, t_f - ctx.dp_overlap * average[5], t_f
     )
-    return max(dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0)
+    return cast(float, max(dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0))  # a number for one layout

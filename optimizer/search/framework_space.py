@@ -33,7 +33,8 @@ def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     profiles = candidate_frameworks(job.training)
     matched = bool(profiles)
     if not profiles:  # explicit knobs no (named) framework's stack runs: its (their) layout rules still hold
-        profiles = (profile(job.training.framework),) if named else tuple(load_profiles().values())
+        framework = job.training.framework
+        profiles = (profile(framework),) if framework is not None else tuple(load_profiles().values())
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     return Targets(profiles, named, matched, free_zero, free_rc)

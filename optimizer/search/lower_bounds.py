@@ -79,7 +79,7 @@ def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> 
     """``compute_lower_bound_s`` of each layout, in one loop (the search bounds every layout)."""
     return [
         bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
-        for terms, lay in zip(lower_bound_terms(ctx, layouts), layouts)
+        for terms, lay in zip(lower_bound_terms(ctx, layouts), layouts, strict=True)
     ]
 
 

@@ -93,7 +93,7 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
         for value in values:
             if value == getattr(est.layout, field):
                 break
-            lay = replace(est.layout, **{field: value})
+            lay = replace(est.layout, **{field: value})  # type: ignore[arg-type]  # field is zero_stage or recompute, value of its type
             if frameworks and not _following(job, lay, is_moe) >= frameworks:
                 continue
             other = estimate(ctx, lay, est.order, headroom_bytes=headroom)

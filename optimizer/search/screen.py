@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from optimizer.cost import Estimate, JobContext, best_estimate
 from optimizer.cost.estimate import peak_memory_bytes
-from optimizer.search.orders import any_order_groups
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import AxisGroups
+from optimizer.search.orders import any_order_groups
 
 
 @dataclass

@@ -247,11 +247,11 @@ def layout_blocks(
     if not _leaves_uneven_depths_out(job, search):
         yield from blocks
         return
-    blocks = list(blocks)
-    if sum(len(b.variants) * len(b.skipped_vpps) for b in blocks) > UNEVEN_DEPTHS_DEFAULT_MAX:
-        yield from blocks
+    listed = list(blocks)
+    if sum(len(b.variants) * len(b.skipped_vpps) for b in listed) > UNEVEN_DEPTHS_DEFAULT_MAX:
+        yield from listed
         return
-    for block in blocks:
+    for block in listed:
         if block.skipped_vpps:
             deeper = tuple(sorted({*block.more_vpps, *block.skipped_vpps} - {block.base.vpp}))
             yield LayoutBlock(block.base, block.variants, deeper)
@@ -296,7 +296,7 @@ def blocks_with_uneven_depths_apart(job: JobSpec, search: SearchSpec, reach: Rea
     """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
     (and listed) unless depths are named."""
     model = job.model
-    n = job.cluster.num_gpus
+    n = job.cluster.resolved_num_gpus
     gbs = job.training.global_batch_size or 0
     seq = job.training.seq_len
     layers = model.num_layers or 0
@@ -339,7 +339,7 @@ def blocks_with_uneven_depths_apart(job: JobSpec, search: SearchSpec, reach: Rea
             m = gbs // (dp * mbs)
             if pp > 1 and m < pp:
                 continue
-            vpps, skipped = [1], ()
+            vpps, skipped = [1], tuple[int, ...]()
             if pp > 1 and m % pp == 0 and interleaves:
                 deeper = [v for v in range(2, layers // pp + 1) if v <= MAX_VPP or vpp_unbounded]
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]

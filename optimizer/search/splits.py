@@ -15,16 +15,18 @@ forbid-and-resolve for the top-k, at a fraction of the time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import heapq
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from optimizer.cost import Estimate, best_estimate
 from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import estimate
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.topology import AxisGroups, axis_groups
+from optimizer.search.cpsat import Candidate, SplitModel
 from optimizer.search.fit_limits import limits_admit_split, some_split_may_fit, stage_fit_limits
 from optimizer.search.floors import (
     layers_floor_s,
@@ -34,9 +36,6 @@ from optimizer.search.floors import (
 )
 from optimizer.search.orders import geometry_key
 from optimizer.search.split_tables import SplitTables, certified_split_range, split_tables
-from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, axis_groups
-from optimizer.search.cpsat import Candidate, SplitModel
 
 POOL_MARGIN_S = 2e-9
 """Ranking compares step times rounded to 1e-9 s; a floor this far above a time ranks after it
