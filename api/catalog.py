@@ -21,9 +21,7 @@ def _with_id(entry_cls: type[BaseModel], name: str) -> type[BaseModel]:
     """The response model of a catalog entry: its fields, preceded by ``id`` when it has none."""
     if "id" in entry_cls.model_fields:
         return entry_cls
-    fields: dict[str, Any] = {
-        "id": (str, Field(description="Catalog id (the key used in requests)."))
-    }
+    fields: dict[str, Any] = {"id": (str, Field(description="Catalog id (the key used in requests)."))}
     fields |= {field: (info.annotation, info) for field, info in entry_cls.model_fields.items()}
     return create_model(name, __doc__=entry_cls.__doc__, **fields)
 
@@ -41,16 +39,12 @@ ModelList = list[ModelItem]  # type: ignore[valid-type]
 
 def catalog_items(entries: Mapping[str, BaseModel]) -> list[dict[str, Any]]:
     """Catalog entries as JSON-ready dicts, each led by its ``id`` (the list endpoints' answer)."""
-    return [
-        {"id": entry_id, **entry.model_dump(mode="json")} for entry_id, entry in entries.items()
-    ]
+    return [{"id": entry_id, **entry.model_dump(mode="json")} for entry_id, entry in entries.items()]
 
 
 def _one(kind: str, entries: Mapping[str, BaseModel], entry_id: str) -> dict[str, Any]:
     if entry_id not in entries:
-        raise HTTPException(
-            status_code=404, detail=str(UnknownCatalogId(kind, entry_id, list(entries)))
-        )
+        raise HTTPException(status_code=404, detail=str(UnknownCatalogId(kind, entry_id, list(entries))))
     return {"id": entry_id, **entries[entry_id].model_dump(mode="json")}
 
 
@@ -69,9 +63,7 @@ async def list_gpus() -> list[dict[str, Any]]:
     return catalog_items(load_catalog().gpus)
 
 
-@router.get(
-    "/gpus/{gpu_id}", response_model=GpuItem, operation_id="get_gpu", responses=_not_found("gpu")
-)
+@router.get("/gpus/{gpu_id}", response_model=GpuItem, operation_id="get_gpu", responses=_not_found("gpu"))
 async def get_gpu(gpu_id: str) -> dict[str, Any]:
     """One accelerator by id."""
     return _one("gpu", load_catalog().gpus, gpu_id)

@@ -76,9 +76,7 @@ def load_document(path: str) -> dict[str, Any]:
     except DocumentError as exc:
         raise InputError(f"cannot parse {path}: {exc}") from exc
     if not isinstance(data, dict):
-        raise InputError(
-            f"{path}: expected a request document (a mapping), got {type(data).__name__}"
-        )
+        raise InputError(f"{path}: expected a request document (a mapping), got {type(data).__name__}")
     return data
 
 
@@ -102,10 +100,7 @@ def _dump(data: Any, fmt: str) -> str:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines) + "\n"
 
@@ -118,9 +113,7 @@ _PLAN_HEADERS = (
 
 def _placement(plan: Plan) -> str:
     degrees = plan.config.model_dump()
-    shown = [
-        f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1
-    ]
+    shown = [f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1]
     return " ".join(shown) or "-"
 
 
@@ -142,9 +135,7 @@ def plan_table(response: PlanResponse) -> str:
         head += ", proved optimal"
     parts = [head + "\n"]
     if response.plans:
-        parts.append(
-            _table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)])
-        )
+        parts.append(_table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)]))
     if response.plans and response.plans[0].assignment is not None:
         a = response.plans[0].assignment
         parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
@@ -156,8 +147,7 @@ def plan_table(response: PlanResponse) -> str:
     if response.plans and response.plans[0].goodput is not None:
         parts.append(_capacity_line(response.plans[0]))
     parts.extend(
-        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n"
-        for s in response.suggestions
+        f"suggestion: {s.num_gpus:,} GPUs, {s.tokens_per_s:,.0f} tokens/s: {s.reason}\n" for s in response.suggestions
     )
     return "".join(parts)
 
@@ -166,9 +156,7 @@ def compare_table(response: CompareResponse) -> str:
     """One row per compared layout (index 0 is the reference) with its step-time delta, then
     each layout's summary of what differs, its notes and the warnings."""
     headers = ("layout", *_PLAN_HEADERS[1:], "delta_s")
-    rows = [
-        [*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)
-    ]
+    rows = [[*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)]
     parts = [_table(headers, rows)]
     parts.extend(f"{e.summary}\n" for e in response.entries)
     for i, e in enumerate(response.entries):
@@ -204,10 +192,7 @@ def evaluate_table(plan: Plan) -> str:
         f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  total={mem.total:.1f}  "
         f"capacity={mem.capacity:.1f}\n"
     )
-    parts.append(
-        f"tokens/s: {plan.tokens_per_s:,.0f}  "
-        f"model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n"
-    )
+    parts.append(f"tokens/s: {plan.tokens_per_s:,.0f}  model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n")
     if plan.tokens_per_s_per_gpu_range and plan.step_time_s_range:
         (t_lo, t_hi), (s_lo, s_hi) = plan.tokens_per_s_per_gpu_range, plan.step_time_s_range
         parts.append(f"80% range: tokens/s per GPU {t_lo:,.0f} - {t_hi:,.0f}  step_s {s_lo:.3f} - {s_hi:.3f}\n")
@@ -342,9 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     output = argparse.ArgumentParser(add_help=False)
-    output.add_argument(
-        "--format", "-f", choices=FORMATS, default="json", help="output format (default: json)"
-    )
+    output.add_argument("--format", "-f", choices=FORMATS, default="json", help="output format (default: json)")
 
     serve = sub.add_parser("serve", help="run the HTTP API (settings from PPLAN_* variables)")
     serve.add_argument("--host", help="bind address (default: PPLAN_HOST or 127.0.0.1)")
@@ -352,20 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (default: PPLAN_WORKERS or 1)")
     serve.set_defaults(handler=_cmd_serve)
 
-    plan = sub.add_parser(
-        "plan", parents=[output], help="search ranked layouts (a POST /plan document)"
-    )
-    plan.add_argument(
-        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
-    )
+    plan = sub.add_parser("plan", parents=[output], help="search ranked layouts (a POST /plan document)")
+    plan.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
     plan.set_defaults(handler=_cmd_plan)
 
-    evaluate = sub.add_parser(
-        "evaluate", parents=[output], help="score one layout (a POST /evaluate document)"
-    )
-    evaluate.add_argument(
-        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
-    )
+    evaluate = sub.add_parser("evaluate", parents=[output], help="score one layout (a POST /evaluate document)")
+    evaluate.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
     evaluate.set_defaults(handler=_cmd_evaluate)
 
     sweep = sub.add_parser(
@@ -378,9 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser(
         "compare", parents=[output], help="score a job under several layouts (a POST /compare document)"
     )
-    compare.add_argument(
-        "file", metavar="FILE", help="request as JSON or YAML; - reads standard input"
-    )
+    compare.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
     compare.set_defaults(handler=_cmd_compare)
 
     catalog = sub.add_parser("catalog", parents=[output], help="list a catalog")
@@ -393,9 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pplan``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    source = getattr(args, "file", None) or (
-        "PPLAN_* settings" if args.command == "serve" else args.command
-    )
+    source = getattr(args, "file", None) or ("PPLAN_* settings" if args.command == "serve" else args.command)
     try:
         code: int = args.handler(args)
     except InputError as exc:
@@ -405,11 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(_validation_message(exc, source))
         return EXIT_INVALID
     except InvalidLayout as exc:
-        field = (
-            exc.field
-            if args.command != "evaluate" or exc.field.startswith("config")
-            else f"config.{exc.field}"
-        )
+        field = exc.field if args.command != "evaluate" or exc.field.startswith("config") else f"config.{exc.field}"
         _error(f"{source}: invalid layout: {field}: {exc.reason}")
         return EXIT_INVALID
     except PlannerError as exc:

@@ -93,9 +93,7 @@ class _BoundedLoader(yaml.SafeLoader):
     def _count(self, nodes: int) -> None:
         self._nodes += nodes
         if self._nodes > MAX_YAML_NODES:
-            raise DocumentError(
-                f"YAML expands to more than {MAX_YAML_NODES:,} nodes (aliases included)"
-            )
+            raise DocumentError(f"YAML expands to more than {MAX_YAML_NODES:,} nodes (aliases included)")
 
 
 def parse_yaml(text: str) -> Any:

@@ -22,13 +22,9 @@ from optimizer.errors import InvalidLayout, PlannerError
 
 
 class ErrorItem(BaseModel):
-    loc: list[str | int] = Field(
-        description='Where the problem is, e.g. ["body", "cluster", "gpu"].'
-    )
+    loc: list[str | int] = Field(description='Where the problem is, e.g. ["body", "cluster", "gpu"].')
     msg: str = Field(description="What is wrong, with the offending values.")
-    type: str = Field(
-        description="Machine-readable kind, e.g. missing, value_error, invalid_layout."
-    )
+    type: str = Field(description="Machine-readable kind, e.g. missing, value_error, invalid_layout.")
 
 
 class ValidationErrorBody(BaseModel):
@@ -70,9 +66,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
             "Planner pool saturated, or the request waited longer than its time limit for a "
             "thread; retry after the `Retry-After` seconds."
         ),
-        "headers": {
-            "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}
-        },
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}},
     },
 }
 
@@ -98,9 +92,7 @@ def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def invalid_field(
-    loc: Sequence[str | int], msg: str, type_: str = "value_error"
-) -> RequestValidationError:
+def invalid_field(loc: Sequence[str | int], msg: str, type_: str = "value_error") -> RequestValidationError:
     """A 422 for one field, raised from a route after the request model has validated."""
     return RequestValidationError([{"loc": tuple(loc), "msg": msg, "type": type_}])
 

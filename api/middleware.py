@@ -163,9 +163,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         incoming = Headers(scope=scope).get(REQUEST_ID_HEADER)
-        request_id = (
-            incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
-        )
+        request_id = incoming if incoming and _VALID_INCOMING_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         method = scope.get("method")
         if method == "HEAD":
@@ -217,9 +215,7 @@ class RequestContextMiddleware:
                 },
             )
             if status == 0:
-                await _send_json(
-                    send_with_id, 500, {"detail": "internal error", "request_id": request_id}
-                )
+                await _send_json(send_with_id, 500, {"detail": "internal error", "request_id": request_id})
             else:  # headers already sent: nothing sensible left to tell the client
                 raise
         finally:

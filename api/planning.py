@@ -38,11 +38,7 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
             "less_than_equal",
         )
     warnings: list[str] = []
-    limit = (
-        search.time_limit_s
-        if "time_limit_s" in search.model_fields_set
-        else settings.default_time_limit_s
-    )
+    limit = search.time_limit_s if "time_limit_s" in search.model_fields_set else settings.default_time_limit_s
     if limit > settings.max_time_limit_s:
         warnings.append(
             f"search.time_limit_s ({limit:g} s) clamped to the server limit max_time_limit_s "
@@ -50,9 +46,7 @@ def apply_search_limits(request: PlanRequest, settings: Settings) -> tuple[PlanR
         )
         limit = settings.max_time_limit_s
     if limit != search.time_limit_s:
-        request = request.model_copy(
-            update={"search": search.model_copy(update={"time_limit_s": limit})}
-        )
+        request = request.model_copy(update={"search": search.model_copy(update={"time_limit_s": limit})})
     return request, warnings
 
 

@@ -58,17 +58,13 @@ class SolverPool:
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self.workers, thread_name_prefix="pplan-solver"
-                )
+                self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pplan-solver")
             return self._executor
 
     def _acquire(self) -> None:
         with self._lock:
             if self._in_flight >= self.capacity:
-                raise PoolSaturated(
-                    f"{self._in_flight} planner calls in flight (capacity {self.capacity})"
-                )
+                raise PoolSaturated(f"{self._in_flight} planner calls in flight (capacity {self.capacity})")
             self._in_flight += 1
 
     def _release(self, _future: Future[Any]) -> None:

@@ -154,8 +154,7 @@ def serve(settings: Settings | None = None, **overrides: Any) -> None:
     if limit < wanted:
         backlog, cap = fd_budget(settings, limit)
         log.warning(
-            '{"event":"fd_limit","detail":"open-file limit %d is below %d: '
-            'at most %d connections, backlog %d"}',
+            '{"event":"fd_limit","detail":"open-file limit %d is below %d: at most %d connections, backlog %d"}',
             limit,
             wanted,
             cap,

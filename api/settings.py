@@ -18,9 +18,7 @@ class Settings(BaseSettings):
 
     host: str = Field(default="127.0.0.1", description="Address `pplan serve` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `pplan serve` listens on.")
-    workers: int = Field(
-        default=1, ge=1, le=256, description="Uvicorn worker processes (`pplan serve`)."
-    )
+    workers: int = Field(default=1, ge=1, le=256, description="Uvicorn worker processes (`pplan serve`).")
     solver_workers: int = Field(
         default=2,
         ge=1,
@@ -70,16 +68,13 @@ class Settings(BaseSettings):
         gt=0,
         description="A request body not fully received this long after its headers: 408, closed.",
     )
-    keep_alive_timeout_s: int = Field(
-        default=5, ge=1, description="Idle keep-alive connections are closed after this."
-    )
+    keep_alive_timeout_s: int = Field(default=5, ge=1, description="Idle keep-alive connections are closed after this.")
     max_connections: int = Field(
         default=4096,
         ge=16,
         le=1_000_000,
         description=(
-            "Open connections per worker process; a new one beyond it evicts the oldest idle or "
-            "partial connection."
+            "Open connections per worker process; a new one beyond it evicts the oldest idle or partial connection."
         ),
     )
     backlog: int = Field(default=2048, ge=1, description="Listen backlog of the server socket.")
@@ -88,15 +83,9 @@ class Settings(BaseSettings):
         gt=0,
         description="Error log records per second and message (bursts of 5 s worth), the rest counted.",
     )
-    max_body_bytes: int = Field(
-        default=MIB, ge=1024, description="Largest request body accepted (else 413)."
-    )
-    max_top_k: int = Field(
-        default=50, ge=1, description="Largest search.top_k accepted (else 422)."
-    )
-    max_time_limit_s: float = Field(
-        default=30.0, gt=0, description="search.time_limit_s is clamped to this."
-    )
+    max_body_bytes: int = Field(default=MIB, ge=1024, description="Largest request body accepted (else 413).")
+    max_top_k: int = Field(default=50, ge=1, description="Largest search.top_k accepted (else 422).")
+    max_time_limit_s: float = Field(default=30.0, gt=0, description="search.time_limit_s is clamped to this.")
     default_time_limit_s: float = Field(
         default=10.0, gt=0, description="search.time_limit_s when a request does not give one."
     )
@@ -119,8 +108,7 @@ class Settings(BaseSettings):
     def _default_within_max(self) -> Settings:
         if self.default_time_limit_s > self.max_time_limit_s:
             raise ValueError(
-                f"default_time_limit_s ({self.default_time_limit_s}) exceeds "
-                f"max_time_limit_s ({self.max_time_limit_s})"
+                f"default_time_limit_s ({self.default_time_limit_s}) exceeds max_time_limit_s ({self.max_time_limit_s})"
             )
         return self
 

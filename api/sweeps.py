@@ -41,7 +41,9 @@ from optimizer.specs import PlanRequest
 
 router = APIRouter(tags=["planning"])
 
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": MessageBody, "description": "No sweep with this id (unknown, or forgotten)."}
+}
 
 
 MAX_KEPT = 16

@@ -60,9 +60,13 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     kueue.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
     volcano = kinds.add_parser("from-volcano", help="Volcano HyperNode objects (kubectl get hypernodes -o yaml)")
     volcano.add_argument("file", metavar="HYPERNODES_YAML")
-    volcano.add_argument("--nodes", metavar="NODES_JSON", help="kubectl get nodes -o json (free GPUs; regexMatch, labelMatch)")
+    volcano.add_argument(
+        "--nodes", metavar="NODES_JSON", help="kubectl get nodes -o json (free GPUs; regexMatch, labelMatch)"
+    )
     volcano.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
-    volcano.add_argument("--gpus-per-node", type=int, default=8, help="free GPUs on each node without --nodes (default 8)")
+    volcano.add_argument(
+        "--gpus-per-node", type=int, default=8, help="free GPUs on each node without --nodes (default 8)"
+    )
     volcano.add_argument("--busy", help="hostlist of nodes in use, without --nodes")
     for p in (slurm, kueue, volcano):
         p.add_argument("--output", "-o", help="write the JSON here (default: standard output)")

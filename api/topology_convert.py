@@ -191,7 +191,13 @@ def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = No
         name, labels = meta.get("name"), meta.get("labels") or {}
         if not name or any(lv not in labels and lv != HOSTNAME_LABEL for lv in levels):
             continue  # not part of this topology
-        nodes.append({"name": name, "labels": {lv: labels[lv] for lv in levels if lv in labels}, "free_gpus": free_gpus(item, used)})
+        nodes.append(
+            {
+                "name": name,
+                "labels": {lv: labels[lv] for lv in levels if lv in labels},
+                "free_gpus": free_gpus(item, used),
+            }
+        )
     if not nodes:
         raise ConvertError(f"nodes: no node carries every level label {levels}")
     if HOSTNAME_LABEL not in levels:

@@ -128,7 +128,11 @@ def from_volcano(
     ``nodes_json``)."""
     hns = _hypernodes(text)
     items = {(i.get("metadata") or {}).get("name"): i for i in (nodes_json or {}).get("items", [])}
-    labels = None if nodes_json is None else {n: (i.get("metadata") or {}).get("labels") or {} for n, i in items.items() if n}
+    labels = (
+        None
+        if nodes_json is None
+        else {n: (i.get("metadata") or {}).get("labels") or {} for n, i in items.items() if n}
+    )
     leaf_of, parent = _tree(hns, labels)
     if not leaf_of:
         raise ConvertError("HyperNode: no leaf HyperNode has a node member")

@@ -135,7 +135,16 @@ FAMILY_VOCAB = {"megatron-gpt": 51200, "nemotron3": 256000}
 FAMILY_HEAD_DIM = {"qwen3": 128}
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 LAYOUT_KNOBS = (
-    "tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "dp",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "recompute",
+    "sequence_parallel",
 )
 
 
@@ -540,9 +549,7 @@ def _divisors_up_to(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
-def layout_space(
-    row: dict[str, Any], job: JobSpec
-) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]], list[str]]:
+def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]], list[str]]:
     """(pinned fields, grid of unstated knobs, notes)."""
     cfg = row["config"]
     notes: list[str] = []
@@ -680,9 +687,7 @@ def _predates_sequence_parallel(row: dict[str, Any]) -> bool:
 # ---------------------------------------------------------------------------------------- FLOPs
 
 
-def source_flops_per_token(
-    model: ModelSpec, seq: int, *, causal: bool, recompute_factor: float = 1.0
-) -> float:
+def source_flops_per_token(model: ModelSpec, seq: int, *, causal: bool, recompute_factor: float = 1.0) -> float:
     """FLOPs per token (forward + backward) the way Megatron-family sources count them.
 
     The generalised Megatron-LM ``num_floating_point_operations`` (Narayanan et al. 2021, appendix;
@@ -786,10 +791,15 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     titan = _is_torchtitan(row)
     try:
         training = TrainingSpec(
-            seq_len=int(seq), global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
-            tp_comm_overlap=tp_overlap, ep_comm_overlap=map_ep_comm_overlap(row),
-            fused_kernels=map_fused_kernels(row), attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
-            pp_comm_overlap=map_pp_comm_overlap(row), dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
+            seq_len=int(seq),
+            global_batch_size=gbs,
+            precision=precision,  # type: ignore[arg-type]
+            tp_comm_overlap=tp_overlap,
+            ep_comm_overlap=map_ep_comm_overlap(row),
+            fused_kernels=map_fused_kernels(row),
+            attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]
+            pp_comm_overlap=map_pp_comm_overlap(row),
+            dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
             moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
@@ -805,7 +815,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             nics_per_node=int(nics),
             gpu_power_limit_w=500.0 if "500w" in (hw.get("gpu") or "").lower().replace(" ", "") else None,
             # parts with more memory than the catalog entry (torchtitan's 96 GB H100)
-            gpu_memory_gib=float(hw["gpu_memory_gb"]) if (hw.get("gpu_memory_gb") or 0) > 80 and gpu == "h100-sxm-80gb" else None,
+            gpu_memory_gib=float(hw["gpu_memory_gb"])
+            if (hw.get("gpu_memory_gb") or 0) > 80 and gpu == "h100-sxm-80gb"
+            else None,
         )
         job = JobSpec(model=model, training=training, cluster=cluster)
     except ValueError as exc:

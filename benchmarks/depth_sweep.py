@@ -106,8 +106,10 @@ def main() -> None:
         print(f"| {name} | {old_s:.2f} | {new_s:.2f} | {status} | {fmt(old_step)} | {fmt(step)} | {gain:.1%} |",
               flush=True)  # fmt: skip
     print()
-    print(f"{len(rows)} jobs: every depth took at most {worst_default:.2f} s (old rule: {worst_old:.2f} s) and gave "
-          f"a faster plan on {faster} of the {gains} with a plan, by up to {best_gain:.1%}.")
+    print(
+        f"{len(rows)} jobs: every depth took at most {worst_default:.2f} s (old rule: {worst_old:.2f} s) and gave "
+        f"a faster plan on {faster} of the {gains} with a plan, by up to {best_gain:.1%}."
+    )
 
 
 if __name__ == "__main__":

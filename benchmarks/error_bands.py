@@ -81,12 +81,13 @@ def residuals_from(rep: ValidationReport, raw_rows: list[dict[str, Any]]) -> lis
     """One residual per scored row, classed by its mapped job."""
     jobs = {m.id: m.job for m in map_all(raw_rows)[0]}
     return [
-        Residual(r.id, source_key(r.id), band_class(jobs[r.id]), math.log(r.measured / r.predicted))
-        for r in rep.rows
+        Residual(r.id, source_key(r.id), band_class(jobs[r.id]), math.log(r.measured / r.predicted)) for r in rep.rows
     ]
 
 
-def quantile_pair(values: Iterable[float], q_low: float = QUANTILE_LOW, q_high: float = QUANTILE_HIGH) -> tuple[float, float]:
+def quantile_pair(
+    values: Iterable[float], q_low: float = QUANTILE_LOW, q_high: float = QUANTILE_HIGH
+) -> tuple[float, float]:
     """Empirical quantiles (numpy's linear interpolation between order statistics)."""
     arr = np.asarray(list(values), dtype=float)
     return float(np.quantile(arr, q_low)), float(np.quantile(arr, q_high))

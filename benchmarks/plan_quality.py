@@ -161,7 +161,8 @@ def render(results: list[Result]) -> str:
         f"({100 * p_large / max(len(pinned), 1):.0f}%).",
         "",
         "Claims above 15%, by the breakdown term that falls most: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])) + ".",
+        + ", ".join(f"{k} {v}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1]))
+        + ".",
         "",
         "| row | framework | expert layout | planner's best | ratio | same recompute | gain from (breakdown deltas) |",
         "|---|---|---|---|---:|---:|---|",

@@ -55,61 +55,94 @@ DENSE_1T = {
 H800 = {"preset": "dgx-h100", "gpu": "h800-sxm-80gb"}
 
 JOBS: list[tuple[str, dict[str, Any]]] = [
-    ("llama3-8b, 8 H100", {
-        "model": {"preset": "llama3-8b"},
-        "training": {"seq_len": 8192, "global_batch_size": 64},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    }),
-    ("llama3-8b, 64 H100", {
-        "model": {"preset": "llama3-8b"},
-        "training": {"seq_len": 8192, "global_batch_size": 256},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
-    }),
-    ("gpt3-175b, 1,024 H100", {
-        "model": {"preset": "gpt3-175b"},
-        "training": {"seq_len": 2048, "global_batch_size": 1536},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
-    }),
-    ("gpt3-175b, 8,192 H100", {
-        "model": {"preset": "gpt3-175b"},
-        "training": {"seq_len": 2048, "global_batch_size": 1024},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 8192},
-    }),
-    ("llama3.1-405b, 16,384 H100", {
-        "model": {"preset": "llama3.1-405b"},
-        "training": {"seq_len": 8192, "global_batch_size": 2048},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 16384},
-    }),
-    ("mixtral-8x22b, 2,048 H100", {
-        "model": {"preset": "mixtral-8x22b"},
-        "training": {"seq_len": 4096, "global_batch_size": 1024},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 2048},
-    }),
-    ("deepseek-v3, 2,048 H800", {
-        "model": {"preset": "deepseek-v3"},
-        "training": {"seq_len": 4096, "global_batch_size": 15360},
-        "cluster": {**H800, "num_gpus": 2048},
-    }),
-    ("deepseek-v3, 9,216 GB200 NVL72", {
-        "model": {"preset": "deepseek-v3"},
-        "training": {"seq_len": 4096, "global_batch_size": 4608},
-        "cluster": {"preset": "gb200-nvl72", "num_gpus": 9216},
-    }),
-    ("qwen3-235b-a22b, 256 H100", {
-        "model": {"preset": "qwen3-235b-a22b"},
-        "training": {"seq_len": 4096, "global_batch_size": 1024},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
-    }),
-    ("dense 1T, 98,304 H100", {
-        "model": DENSE_1T,
-        "training": {"seq_len": 8192, "global_batch_tokens": 16 * 2**20},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 98304},
-    }),
-    ("dense 1T, 131,072 H100", {
-        "model": DENSE_1T,
-        "training": {"seq_len": 8192, "global_batch_tokens": 16 * 2**20},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 131072},
-    }),
+    (
+        "llama3-8b, 8 H100",
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"seq_len": 8192, "global_batch_size": 64},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        },
+    ),
+    (
+        "llama3-8b, 64 H100",
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"seq_len": 8192, "global_batch_size": 256},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        },
+    ),
+    (
+        "gpt3-175b, 1,024 H100",
+        {
+            "model": {"preset": "gpt3-175b"},
+            "training": {"seq_len": 2048, "global_batch_size": 1536},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+        },
+    ),
+    (
+        "gpt3-175b, 8,192 H100",
+        {
+            "model": {"preset": "gpt3-175b"},
+            "training": {"seq_len": 2048, "global_batch_size": 1024},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 8192},
+        },
+    ),
+    (
+        "llama3.1-405b, 16,384 H100",
+        {
+            "model": {"preset": "llama3.1-405b"},
+            "training": {"seq_len": 8192, "global_batch_size": 2048},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 16384},
+        },
+    ),
+    (
+        "mixtral-8x22b, 2,048 H100",
+        {
+            "model": {"preset": "mixtral-8x22b"},
+            "training": {"seq_len": 4096, "global_batch_size": 1024},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 2048},
+        },
+    ),
+    (
+        "deepseek-v3, 2,048 H800",
+        {
+            "model": {"preset": "deepseek-v3"},
+            "training": {"seq_len": 4096, "global_batch_size": 15360},
+            "cluster": {**H800, "num_gpus": 2048},
+        },
+    ),
+    (
+        "deepseek-v3, 9,216 GB200 NVL72",
+        {
+            "model": {"preset": "deepseek-v3"},
+            "training": {"seq_len": 4096, "global_batch_size": 4608},
+            "cluster": {"preset": "gb200-nvl72", "num_gpus": 9216},
+        },
+    ),
+    (
+        "qwen3-235b-a22b, 256 H100",
+        {
+            "model": {"preset": "qwen3-235b-a22b"},
+            "training": {"seq_len": 4096, "global_batch_size": 1024},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        },
+    ),
+    (
+        "dense 1T, 98,304 H100",
+        {
+            "model": DENSE_1T,
+            "training": {"seq_len": 8192, "global_batch_tokens": 16 * 2**20},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 98304},
+        },
+    ),
+    (
+        "dense 1T, 131,072 H100",
+        {
+            "model": DENSE_1T,
+            "training": {"seq_len": 8192, "global_batch_tokens": 16 * 2**20},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 131072},
+        },
+    ),
 ]
 
 
@@ -263,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="time the planner only (no exhaustive costing)")
     parser.add_argument("--time-limit", type=float, default=None, help="search.time_limit_s (default: the service's)")
     parser.add_argument(
-        "--out", default=None, help="markdown file to write ('' = none; default docs/search_latency.md, none with --quick)"
+        "--out",
+        default=None,
+        help="markdown file to write ('' = none; default docs/search_latency.md, none with --quick)",
     )
     args = parser.parse_args(argv)
     if args.out is None:  # a --quick table has no exhaustive columns: do not overwrite the full one
@@ -296,13 +331,13 @@ def main(argv: list[str] | None = None) -> int:
             "every distinct rank order, costed exactly as numpy arrays by `cost.columns.cost_columns` "
             "(the cost model's own stage arithmetic on arrays; a test holds it to `estimate`'s floats), no "
             "bounds, no pruning. \"planner's step vs exhaustive optimum\" compares the planner's best "
-            "plan with the fastest layout that fits in that space (\"equal\": within 1e-12 relative): at "
+            'plan with the fastest layout that fits in that space ("equal": within 1e-12 relative): at '
             "most 0, as the planner also searches non-uniform layer splits. Vectorised bounds: "
             "enumerating the same space and bounding every layout as numpy arrays (`search.bound_space`, the planner's first phase): lower bounds "
             "over every rank order and layer split, not exact costs. Every timing starts from an empty "
             "per-job context cache.\n\n"
-            "\"fitting (of those costed)\" counts only the layouts the planner costed before its lower bound "
-            "proved the rest could not enter the top-k; \"status\" is `optimal` when that proof and CP-SAT's "
+            '"fitting (of those costed)" counts only the layouts the planner costed before its lower bound '
+            'proved the rest could not enter the top-k; "status" is `optimal` when that proof and CP-SAT\'s '
             "both completed within the time limit, `feasible` when the time limit cut them short.\n\n"
             f"Machine: {machine}.\n\n" + md_table + "\n" + md_summary
         )

@@ -47,8 +47,10 @@ def main() -> int:
     wall = time.perf_counter() - t0
     assert status is not None
     front = {e.index for e in status.pareto}
-    print(f"llama3-70b, seq 8192, 1,024 sequences per step, 15T tokens, DGX H100; {len(COUNTS)} GPU counts; "
-          f"{args.workers} worker processes on {os.cpu_count()} cores ({platform.python_version()})\n")
+    print(
+        f"llama3-70b, seq 8192, 1,024 sequences per step, 15T tokens, DGX H100; {len(COUNTS)} GPU counts; "
+        f"{args.workers} worker processes on {os.cpu_count()} cores ({platform.python_version()})\n"
+    )
     print("| GPUs | status | tp pp dp | tokens/s | MFU | goodput | days | cost (M USD) | energy (MWh) | Pareto |")
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---|")
     for i, res in enumerate(status.results):
@@ -64,8 +66,10 @@ def main() -> int:
             f"{t.energy_mwh:,.0f} | {'yes' if i in front else ''} |"
         )
     verdict = "met" if wall <= TARGET_S and status.status == "done" else "MISSED"
-    print(f"\nsweep wall time {wall:.1f} s for {status.total} points ({status.status}), "
-          f"process start-up included; target {TARGET_S:.0f} s: {verdict}")
+    print(
+        f"\nsweep wall time {wall:.1f} s for {status.total} points ({status.status}), "
+        f"process start-up included; target {TARGET_S:.0f} s: {verdict}"
+    )
     return 0 if verdict == "met" else 1
 
 

@@ -27,7 +27,10 @@ def topology(busy_fraction: float, seed: int = 0, blocks: int = BLOCKS, racks: i
     nodes = []
     for i, name in enumerate(names):
         rack = i // NODES
-        labels = {"topology.kubernetes.io/block": f"block{rack // racks}", "topology.kubernetes.io/rack": f"rack{rack:03d}"}
+        labels = {
+            "topology.kubernetes.io/block": f"block{rack // racks}",
+            "topology.kubernetes.io/rack": f"rack{rack:03d}",
+        }
         nodes.append({"name": name, "labels": labels, "free_gpus": 0 if name in busy else 8})
     levels = ["topology.kubernetes.io/block", "topology.kubernetes.io/rack", "kubernetes.io/hostname"]
     return {"levels": levels, "nodes": nodes}
@@ -61,12 +64,16 @@ def main() -> None:
         p = resp.plans[0]
         a = p.assignment
         rows.append((label, wall, resp.status, p.step_time_s, p.config, a))
-    print(f"{'cluster':<22} {'plan s':>7} {'status':>8} {'step s':>8} {'layout':<22} {'racks':>5} {'blocks':>6} {'sets':>4}")
+    print(
+        f"{'cluster':<22} {'plan s':>7} {'status':>8} {'step s':>8} {'layout':<22} {'racks':>5} {'blocks':>6} {'sets':>4}"
+    )
     for label, wall, status, step, cfg, a in rows:
         layout = f"TP{cfg.tp} CP{cfg.cp} PP{cfg.pp} DP{cfg.dp} VPP{cfg.vpp}"
         racks = a.domains_used["topology.kubernetes.io/rack"]
         blocks = a.domains_used["topology.kubernetes.io/block"]
-        print(f"{label:<22} {wall:>7.2f} {status:>8} {step:>8.3f} {layout:<22} {racks:>5} {blocks:>6} {a.candidates_compared:>4}")
+        print(
+            f"{label:<22} {wall:>7.2f} {status:>8} {step:>8.3f} {layout:<22} {racks:>5} {blocks:>6} {a.candidates_compared:>4}"
+        )
     ratio = rows[1][1] / rows[0][1]
     print(f"fragmented / empty planning time: {ratio:.2f}x (target: at most 2x)")
     print()

@@ -158,11 +158,7 @@ class Summary:
         return float(np.mean(vals)) if vals else None
 
     def passes(self) -> bool:
-        return (
-            self.median_abs_pct <= MEDIAN_TARGET_PCT
-            and self.p90_abs_pct <= P90_TARGET_PCT
-            and self.oom_count == 0
-        )
+        return self.median_abs_pct <= MEDIAN_TARGET_PCT and self.p90_abs_pct <= P90_TARGET_PCT and self.oom_count == 0
 
 
 @dataclass(frozen=True)
@@ -428,9 +424,7 @@ def _stats_rows(title: str, stats: dict[str, ErrorStats]) -> list[list[str]]:
 
 
 def _stats_cells(s: ErrorStats) -> list[str]:
-    return [
-        str(s.n), _fmt(s.median_abs_pct, ".1f"), _fmt(s.p90_abs_pct, ".1f"), _fmt(s.mean_signed_pct, "+.1f")
-    ]
+    return [str(s.n), _fmt(s.median_abs_pct, ".1f"), _fmt(s.p90_abs_pct, ".1f"), _fmt(s.mean_signed_pct, "+.1f")]
 
 
 def _summary_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
@@ -453,14 +447,34 @@ def _group_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
 
 
 def _row_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
-    head = ["id", "model", "GPUs", "layout (* = chosen by the model)", "measured tok/s/GPU", "measurement",
-            "predicted", "error %", "fits", "bottleneck"]
+    head = [
+        "id",
+        "model",
+        "GPUs",
+        "layout (* = chosen by the model)",
+        "measured tok/s/GPU",
+        "measurement",
+        "predicted",
+        "error %",
+        "fits",
+        "bottleneck",
+    ]
     body = []
     for r in rep.rows:
-        body.append([
-            r.id, r.model, str(r.num_gpus), r.layout_str, _fmt(r.measured, ".1f"), r.measurement,
-            _fmt(r.predicted, ".1f"), _fmt(r.error_pct, "+.1f"), "yes" if r.fits else "NO", r.bottleneck,
-        ])
+        body.append(
+            [
+                r.id,
+                r.model,
+                str(r.num_gpus),
+                r.layout_str,
+                _fmt(r.measured, ".1f"),
+                r.measurement,
+                _fmt(r.predicted, ".1f"),
+                _fmt(r.error_pct, "+.1f"),
+                "yes" if r.fits else "NO",
+                r.bottleneck,
+            ]
+        )
     return head, body
 
 
@@ -469,10 +483,18 @@ def _worst_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in worst_rows(rep):
         terms = sorted(r.breakdown_s.items(), key=lambda kv: -kv[1])[:3]
-        body.append([
-            r.id, r.layout_str, _fmt(r.measured, ".1f"), _fmt(r.predicted, ".1f"), _fmt(r.error_pct, "+.1f"),
-            "yes" if r.fits else "NO", r.bottleneck, ", ".join(f"{k} {v:.2f}" for k, v in terms),
-        ])
+        body.append(
+            [
+                r.id,
+                r.layout_str,
+                _fmt(r.measured, ".1f"),
+                _fmt(r.predicted, ".1f"),
+                _fmt(r.error_pct, "+.1f"),
+                "yes" if r.fits else "NO",
+                r.bottleneck,
+                ", ".join(f"{k} {v:.2f}" for k, v in terms),
+            ]
+        )
     return head, body
 
 
@@ -501,8 +523,7 @@ def _headline(rep: ValidationReport) -> list[str]:
         f"median |error|: {s.median_abs_pct:.1f}%  (target <= {MEDIAN_TARGET_PCT:g}%)",
         f"p90 |error|: {s.p90_abs_pct:.1f}%  (target <= {P90_TARGET_PCT:g}%)",
         f"mean signed error: {s.overall.mean_signed_pct:+.1f}% (> 0: throughput over-predicted)",
-        f"predicted OOM for layouts that ran: {s.oom_count}"
-        + (f" ({', '.join(s.oom_ids)})" if s.oom_ids else ""),
+        f"predicted OOM for layouts that ran: {s.oom_count}" + (f" ({', '.join(s.oom_ids)})" if s.oom_ids else ""),
         f"ranking: mean pairwise agreement over {len(s.groups)} comparison groups: {_fmt(pa)}",
         *_subset_lines(rep),
         f"--check verdict: {verdict}",
@@ -615,8 +636,9 @@ def render_markdown(rep: ValidationReport) -> str:
             "Rows that report both TFLOP/s and tokens/s (or a step time): TFLOP/s implied by the",
             "measured tokens/s and the definition above, relative to the reported TFLOP/s.",
             "",
-            _md_table(["id", "definition", "implied / reported - 1"],
-                      [[i, d, f"{x:+.1%}"] for i, d, x in rep.flop_checks]),
+            _md_table(
+                ["id", "definition", "implied / reported - 1"], [[i, d, f"{x:+.1%}"] for i, d, x in rep.flop_checks]
+            ),
             "",
         ]
     notes = [(r.id, "; ".join(r.notes)) for r in rep.rows if r.notes]
@@ -630,9 +652,7 @@ def render_markdown(rep: ValidationReport) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--check", action="store_true", help="exit 1 if median > 8%%, p90 > 20%% or any predicted OOM"
-    )
+    ap.add_argument("--check", action="store_true", help="exit 1 if median > 8%%, p90 > 20%% or any predicted OOM")
     ap.add_argument("--no-write", action="store_true", help=f"do not write {DOC_PATH.relative_to(ROOT)}")
     ap.add_argument("--markdown", type=Path, default=DOC_PATH, help="where to write the markdown report")
     ap.add_argument(

@@ -216,9 +216,7 @@ def _check_clusters(
             problems.append(f"{label}: field 'gpu': unknown gpu id '{c.gpu}' (known: {known})")
         if c.network not in networks:
             known = ", ".join(sorted(networks))
-            problems.append(
-                f"{label}: field 'network': unknown network id '{c.network}' (known: {known})"
-            )
+            problems.append(f"{label}: field 'network': unknown network id '{c.network}' (known: {known})")
         if c.nvlink_domain_size % c.gpus_per_node and c.gpus_per_node % c.nvlink_domain_size:
             problems.append(
                 f"{label}: field 'nvlink_domain_size': {c.nvlink_domain_size} and gpus_per_node "
@@ -233,10 +231,7 @@ def _tier_problems(c: ClusterEntry) -> Iterator[str]:
     tiers = c.tiers
     names = [t.name for t in tiers]
     if names[0] != FIRST_TIER:
-        yield (
-            f"field 'tiers[0].name': the first (innermost) tier must be '{FIRST_TIER}', "
-            f"got '{names[0]}'"
-        )
+        yield (f"field 'tiers[0].name': the first (innermost) tier must be '{FIRST_TIER}', got '{names[0]}'")
     elif tiers[0].span_gpus != c.nvlink_domain_size:
         yield (
             f"field 'tiers[0].span_gpus': the '{FIRST_TIER}' tier span ({tiers[0].span_gpus}) "

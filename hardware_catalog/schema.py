@@ -68,7 +68,9 @@ class GpuEntry(_Strict):
         ),
     )
 
-    @field_validator("gemm_efficiency_bf16", "gemm_efficiency_fp8", "scale_up_busbw_fraction", "flash2_attention_fraction")
+    @field_validator(
+        "gemm_efficiency_bf16", "gemm_efficiency_fp8", "scale_up_busbw_fraction", "flash2_attention_fraction"
+    )
     @classmethod
     def _fraction(cls, q: Quantity | None) -> Quantity | None:
         if q is not None and not 0 < q.value <= 1.2:

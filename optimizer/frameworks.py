@@ -154,7 +154,9 @@ def _profile(fid: str, raw: dict) -> FrameworkProfile:
     for knob in stack.values():
         if knob.default not in knob.runs:
             raise ValueError(f"frameworks.toml {fid}: default {knob.default!r} not among runs {knob.runs}")
-    return FrameworkProfile(fid, raw["name"], raw["version"], raw["launch_field"], raw["source"], parallelism, modes, stack)
+    return FrameworkProfile(
+        fid, raw["name"], raw["version"], raw["launch_field"], raw["source"], parallelism, modes, stack
+    )
 
 
 @functools.cache

@@ -303,9 +303,7 @@ def _megatron_layout_string(chunks: tuple[int, ...]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _megatron(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split
-) -> str:
+def _megatron(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split) -> str:
     args: list[str] = [
         "--tensor-model-parallel-size", str(geo.tp),
         "--pipeline-model-parallel-size", str(geo.pp),
@@ -583,7 +581,9 @@ def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _G
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute
-        zero["stage3_prefetch_bucket_size"] = max(_DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep))
+        zero["stage3_prefetch_bucket_size"] = max(
+            _DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep)
+        )
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,
         "train_micro_batch_size_per_gpu": geo.mbs,
@@ -617,9 +617,7 @@ def _hydra(value: object) -> str:
     return str(value)
 
 
-def _nemo(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split
-) -> str:
+def _nemo(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: _Geometry, split: _Split) -> str:
     vpp = geo.vpp if geo.pp > 1 and geo.vpp > 1 else None
     over: list[tuple[str, object]] = [
         ("model.tensor_model_parallel_size", geo.tp),

@@ -133,7 +133,9 @@ class Plan(_Out):
     notes: list[str] = Field(default_factory=list, description="Assumptions the estimate made for this layout.")
     assignment: Assignment | None = Field(default=None, description="With cluster.topology: the nodes and rank order.")
     goodput: Goodput | None = Field(default=None, description="Checkpoint interval and expected goodput.")
-    time_to_train: TimeToTrain | None = Field(default=None, description="Days, GPU-hours, cost, energy: with a token budget.")
+    time_to_train: TimeToTrain | None = Field(
+        default=None, description="Days, GPU-hours, cost, energy: with a token budget."
+    )
     data_loading_bytes_per_s: float | None = Field(
         default=None, description="Tokenised-data read rate the step needs (bytes/s, all GPUs together)."
     )

@@ -92,4 +92,3 @@ def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_pe
 def cluster_failure_probability(survival_per_node: float, n: int) -> float:
     """Probability that at least one of ``n`` independent nodes fails in a period: ``1 - p**n`` (section 6)."""
     return 1.0 - survival_per_node**n
-

@@ -46,8 +46,6 @@ MAX_ALLOW_VALUES = 256
 """Most candidate values one ``search.allow`` list may hold (720,720 GPUs have 240 divisors)."""
 
 
-
-
 def _not_bool(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("Input should be one of 0, 1, 2 or 3, not a boolean")
@@ -78,7 +76,10 @@ class MoEConfig(Strict):
     expert_ffn_hidden_size: int = Field(ge=1, le=MAX_HIDDEN * 4, description="FFN hidden size of one expert.")
     num_shared_experts: int = Field(default=0, ge=0, le=64, description="Experts every token goes to.")
     shared_expert_ffn_hidden_size: int | None = Field(
-        default=None, ge=1, le=MAX_HIDDEN * 4, description="FFN hidden size of a shared expert; default: expert_ffn_hidden_size."
+        default=None,
+        ge=1,
+        le=MAX_HIDDEN * 4,
+        description="FFN hidden size of a shared expert; default: expert_ffn_hidden_size.",
     )
     layer_frequency: int = Field(
         default=1, ge=1, le=MAX_LAYERS, description="Every n-th layer after first_dense_layers is MoE (1: all of them)."
@@ -123,11 +124,18 @@ class ModelSpec(Strict):
     num_layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Transformer layers.")
     hidden_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="Model (embedding) dimension.")
     ffn_hidden_size: int | None = Field(
-        default=None, ge=1, le=MAX_HIDDEN * 8, description="Dense FFN hidden size; default: 4h (gelu), 8h/3 up to a multiple of 256 (swiglu)."
+        default=None,
+        ge=1,
+        le=MAX_HIDDEN * 8,
+        description="Dense FFN hidden size; default: 4h (gelu), 8h/3 up to a multiple of 256 (swiglu).",
     )
     num_attention_heads: int | None = Field(default=None, ge=1, le=4096, description="Query heads.")
-    num_kv_heads: int | None = Field(default=None, ge=1, le=4096, description="Key/value heads; default: num_attention_heads.")
-    head_dim: int | None = Field(default=None, ge=1, le=4096, description="Head dimension; default: hidden_size / heads.")
+    num_kv_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="Key/value heads; default: num_attention_heads."
+    )
+    head_dim: int | None = Field(
+        default=None, ge=1, le=4096, description="Head dimension; default: hidden_size / heads."
+    )
     vocab_size: int | None = Field(default=None, ge=1, le=4_000_000, description="Vocabulary size (tokens).")
     activation: Activation | None = Field(default=None, description="FFN activation; default: swiglu.")
     tied_embeddings: bool | None = Field(
@@ -136,11 +144,15 @@ class ModelSpec(Strict):
     mla: MLAConfig | None = Field(default=None, description="Multi-head latent attention; null: standard attention.")
     moe: MoEConfig | None = Field(default=None, description="Mixture of experts; null: a dense model.")
     sliding_window: int | None = Field(
-        default=None, ge=1, le=4_194_304,
+        default=None,
+        ge=1,
+        le=4_194_304,
         description="Sliding-window attention: keys each query attends to on windowed layers (null: full causal).",
     )
     sliding_window_every: int = Field(
-        default=1, ge=1, le=MAX_LAYERS,
+        default=1,
+        ge=1,
+        le=MAX_LAYERS,
         description="Every n-th layer from the first is windowed, the others full (gpt-oss: 2). Needs sliding_window.",
     )
 
@@ -202,8 +214,8 @@ class ModelSpec(Strict):
             if self.moe is not None and self.moe.first_dense_layers == 0 and self.moe.layer_frequency == 1:
                 self.ffn_hidden_size = self.moe.expert_ffn_hidden_size
             else:
-                self.ffn_hidden_size = 4 * self.hidden_size if self.activation == "gelu" else (
-                    _swiglu_default_ffn(self.hidden_size)
+                self.ffn_hidden_size = (
+                    4 * self.hidden_size if self.activation == "gelu" else (_swiglu_default_ffn(self.hidden_size))
                 )
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(
@@ -255,7 +267,9 @@ class TrainingSpec(Strict):
     """What one optimizer step processes."""
 
     seq_len: int = Field(ge=1, le=4_194_304, description="Sequence length (tokens).")
-    global_batch_size: int | None = Field(default=None, ge=1, le=1 << 24, description="Sequences per step (or global_batch_tokens).")
+    global_batch_size: int | None = Field(
+        default=None, ge=1, le=1 << 24, description="Sequences per step (or global_batch_tokens)."
+    )
     global_batch_tokens: int | None = Field(
         default=None, ge=1, le=1 << 40, description="Tokens per step, a multiple of seq_len (or global_batch_size)."
     )
@@ -325,7 +339,9 @@ class TrainingSpec(Strict):
         ),
     )
     moe_capacity_factor: float | None = Field(
-        default=None, gt=0, le=16,
+        default=None,
+        gt=0,
+        le=16,
         description=(
             "Expert capacity factor with padding (Megatron --moe-expert-capacity-factor with "
             "--moe-pad-expert-input-to-capacity): each expert processes this many times its mean "
@@ -398,7 +414,10 @@ class TrainingSpec(Strict):
         ),
     )
     total_steps: int | None = Field(
-        default=None, ge=1, le=10**10, description="Optimizer steps of the whole run (total_tokens = steps x batch tokens)."
+        default=None,
+        ge=1,
+        le=10**10,
+        description="Optimizer steps of the whole run (total_tokens = steps x batch tokens).",
     )
 
     @model_validator(mode="after")
@@ -448,21 +467,39 @@ class ClusterSpec(Strict):
         default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs the job takes; with topology, omit to let /plan choose"
     )
     gpu: str | None = Field(default=None, max_length=200, description="GPU id (GET /gpus).")
-    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs per server; default: the preset's, else 8.")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs per server; default: the preset's, else 8."
+    )
     nvlink_domain_size: int | None = Field(
-        default=None, ge=1, le=1024, description="GPUs joined by NVLink (scale-up domain); default: the preset's or the GPU's."
+        default=None,
+        ge=1,
+        le=1024,
+        description="GPUs joined by NVLink (scale-up domain); default: the preset's or the GPU's.",
     )
     network: str | None = Field(default=None, max_length=200, description="Scale-out fabric id (GET /networks).")
-    nics_per_node: int | None = Field(default=None, ge=1, le=1024, description="Scale-out NICs per server; default: one per GPU.")
-    leaf_span_gpus: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs under one leaf/rail group; default: the preset's, else 32 nodes.")
+    nics_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="Scale-out NICs per server; default: one per GPU."
+    )
+    leaf_span_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NUM_GPUS,
+        description="GPUs under one leaf/rail group; default: the preset's, else 32 nodes.",
+    )
     spine_oversubscription: float | None = Field(
-        default=None, ge=1.0, le=64.0, description="Spine tier oversubscription (ratio, 1 = non-blocking); default: the preset's, else 1."
+        default=None,
+        ge=1.0,
+        le=64.0,
+        description="Spine tier oversubscription (ratio, 1 = non-blocking); default: the preset's, else 1.",
     )
     gpu_power_limit_w: float | None = Field(
         default=None, ge=50, le=5000, description="Power cap per GPU (W); below the TDP it lowers sustained clocks"
     )
     gpu_memory_gib: float | None = Field(
-        default=None, gt=0, le=4096, description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog"
+        default=None,
+        gt=0,
+        le=4096,
+        description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog",
     )
     topology: ClusterTopology | None = Field(
         default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
@@ -543,19 +580,33 @@ class Layout(Strict):
 
     tp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Tensor-parallel size (GPUs).")
     pp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Pipeline stages.")
-    dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Data-parallel size; derived: num_gpus / (tp*pp*cp).")
+    dp: int | None = Field(
+        default=None, ge=1, le=MAX_NUM_GPUS, description="Data-parallel size; derived: num_gpus / (tp*pp*cp)."
+    )
     cp: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Context-parallel size (sequence split, GPUs).")
-    ep: int = Field(default=1, ge=1, le=MAX_NUM_GPUS, description="Expert-parallel size (expert TP = 1): must divide tp*dp*cp and num_experts.")
-    vpp: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none).")
+    ep: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NUM_GPUS,
+        description="Expert-parallel size (expert TP = 1): must divide tp*dp*cp and num_experts.",
+    )
+    vpp: int = Field(
+        default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none)."
+    )
     micro_batch_size: int = Field(default=1, ge=1, le=1 << 16, description="Sequences per micro-batch.")
     zero_stage: ZeroStage = Field(
         default=1, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp."
     )
     recompute: Recompute = Field(
-        default="selective", description="Activation recompute mode (docs/cost-model.md; framework names with training.framework)."
+        default="selective",
+        description="Activation recompute mode (docs/cost-model.md; framework names with training.framework).",
     )
-    sequence_parallel: bool | None = Field(default=None, description="Sequence parallelism for the TP group; default: tp > 1.")
-    num_micro_batches: int | None = Field(default=None, ge=1, description="Micro-batches per step; derived: gbs / (dp * micro_batch_size).")
+    sequence_parallel: bool | None = Field(
+        default=None, description="Sequence parallelism for the TP group; default: tp > 1."
+    )
+    num_micro_batches: int | None = Field(
+        default=None, ge=1, description="Micro-batches per step; derived: gbs / (dp * micro_batch_size)."
+    )
     stage_layers: list[int] | None = Field(
         default=None,
         description=(
@@ -583,7 +634,9 @@ class LayoutFix(Strict):
     cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the context-parallel size.")
     ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert-parallel size.")
     vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the virtual pipeline chunks per stage.")
-    micro_batch_size: int | None = Field(default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences).")
+    micro_batch_size: int | None = Field(
+        default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences)."
+    )
     zero_stage: ZeroStage | None = Field(default=None, description="Pin the ZeRO stage.")
     recompute: Recompute | None = Field(default=None, description="Pin the recompute mode.")
     sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallelism on or off.")
@@ -591,9 +644,7 @@ class LayoutFix(Strict):
 
 def _allowed(limit: int) -> Any:
     """A ``search.allow`` list of sizes: at most ``MAX_ALLOW_VALUES`` values, each 1..``limit``."""
-    return Annotated[
-        list[Annotated[int, Field(ge=1, le=limit)]], Field(max_length=MAX_ALLOW_VALUES)
-    ]
+    return Annotated[list[Annotated[int, Field(ge=1, le=limit)]], Field(max_length=MAX_ALLOW_VALUES)]
 
 
 class LayoutAllow(Strict):
@@ -669,7 +720,10 @@ class SearchSpec(Strict):
     fix: LayoutFix = Field(default_factory=LayoutFix, description="Layout fields pinned to one value.")
     allow: LayoutAllow = Field(default_factory=LayoutAllow, description="Candidate values per layout field.")
     memory_headroom_gib: float | None = Field(
-        default=None, ge=0, le=64, description="Memory kept free per GPU (GiB); default: the cost model's documented value."
+        default=None,
+        ge=0,
+        le=64,
+        description="Memory kept free per GPU (GiB); default: the cost model's documented value.",
     )
     diverse: bool = Field(
         default=True,
@@ -685,10 +739,16 @@ class CostsSpec(Strict):
     (``hardware_catalog/data/capacity.toml``)."""
 
     price_per_gpu_hour_usd: float | None = Field(
-        default=None, ge=1e-4, le=1000, description="USD per GPU-hour; default: the catalog's on-demand price for the GPU."
+        default=None,
+        ge=1e-4,
+        le=1000,
+        description="USD per GPU-hour; default: the catalog's on-demand price for the GPU.",
     )
     pue: float | None = Field(
-        default=None, ge=1.0, le=5.0, description="Data-centre power usage effectiveness; default 1.58 (industry average)."
+        default=None,
+        ge=1.0,
+        le=5.0,
+        description="Data-centre power usage effectiveness; default 1.58 (industry average).",
     )
 
 
@@ -696,9 +756,14 @@ class ReliabilitySpec(Strict):
     """Failure and checkpoint figures for goodput; omitted fields come from the capacity catalog."""
 
     gpu_mtbf_hours: float | None = Field(
-        default=None, ge=1.0, le=1e9, description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B)."
+        default=None,
+        ge=1.0,
+        le=1e9,
+        description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B).",
     )
-    restart_s: float | None = Field(default=None, ge=0, le=1e6, description="Time lost per failure to restart; default 600 s.")
+    restart_s: float | None = Field(
+        default=None, ge=0, le=1e6, description="Time lost per failure to restart; default 600 s."
+    )
     checkpoint_write_s: float | None = Field(
         default=None,
         ge=1e-3,
@@ -726,7 +791,9 @@ class JobSpec(Strict):
 
 
 class PlanRequest(JobSpec):
-    search: SearchSpec = Field(default_factory=SearchSpec, description="How to search: plans wanted, time limit, pinned fields.")
+    search: SearchSpec = Field(
+        default_factory=SearchSpec, description="How to search: plans wanted, time limit, pinned fields."
+    )
 
     @model_validator(mode="after")
     def _moe_recompute_needs_moe(self) -> PlanRequest:
@@ -757,6 +824,7 @@ def _check_framework_recompute(framework: str | None, names: list, where: str) -
     bad = [n for n in names if n is not None and n not in own]
     if bad:
         raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
+
 
 MAX_COMPARE_LAYOUTS = 8
 """Most layouts one /compare request may score."""

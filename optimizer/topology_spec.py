@@ -19,11 +19,11 @@ MAX_TOPOLOGY_NODES = 16_384
 MAX_LEVELS = 8
 
 
-
-
 class TopologyNode(Strict):
     name: str = Field(min_length=1, max_length=253, description="Node name (Slurm NodeName, Kubernetes node).")
-    labels: dict[str, str] = Field(default_factory=dict, description="Level label key -> domain value (e.g. rack -> r12).")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Level label key -> domain value (e.g. rack -> r12)."
+    )
     free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now.")
 
 
@@ -44,7 +44,10 @@ class LevelLink(Strict):
         description="Oversubscription (ratio); default: 1 between NVLink domains, the cluster's spine_oversubscription above",
     )
     latency_us: float | None = Field(
-        default=None, gt=0, le=1e4, description="One-way latency (us); default: the network's (twice it above the NVLink level's switches)"
+        default=None,
+        gt=0,
+        le=1e4,
+        description="One-way latency (us); default: the network's (twice it above the NVLink level's switches)",
     )
 
 
@@ -52,7 +55,9 @@ class NodeAssignment(Strict):
     """The nodes a job runs on, in rank order (a plan's ``assignment`` gives them)."""
 
     nodes: list[str] = Field(min_length=1, max_length=MAX_TOPOLOGY_NODES, description="Node names in rank order.")
-    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="GPUs used on each; default: the cluster's")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs used on each; default: the cluster's"
+    )
 
 
 class ClusterTopology(Strict):
@@ -66,7 +71,9 @@ class ClusterTopology(Strict):
         min_length=1, max_length=MAX_TOPOLOGY_NODES, description="The free nodes, with their labels and free GPUs."
     )
     links: list[LevelLink] = Field(
-        default_factory=list, max_length=MAX_LEVELS, description="Network between domains per level; default: from the cluster."
+        default_factory=list,
+        max_length=MAX_LEVELS,
+        description="Network between domains per level; default: from the cluster.",
     )
     assignment: NodeAssignment | None = Field(
         default=None, description="/evaluate: score the layout on these nodes (rank order); /plan: plan on them only"
@@ -79,7 +86,9 @@ class ClusterTopology(Strict):
         if len(set(self.levels)) != len(self.levels):
             raise ValueError("topology.levels: a level is listed twice")
         if self.nvlink_level not in self.levels:
-            raise ValueError(f"topology.nvlink_level: {self.nvlink_level!r} is not one of topology.levels {self.levels}")
+            raise ValueError(
+                f"topology.nvlink_level: {self.nvlink_level!r} is not one of topology.levels {self.levels}"
+            )
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             dup = sorted({x for x in names if names.count(x) > 1})[:3]

@@ -27,9 +27,7 @@ if _WORKER:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "serial: runs while no other test does under pytest-xdist (wall-time bounds)"
-    )
+    config.addinivalue_line("markers", "serial: runs while no other test does under pytest-xdist (wall-time bounds)")
 
 
 @pytest.fixture(autouse=True)

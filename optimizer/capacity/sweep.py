@@ -25,8 +25,6 @@ PointStatus = Literal["pending", "done", "infeasible", "failed", "cancelled"]
 SweepState = Literal["running", "done", "cancelled", "failed"]
 
 
-
-
 class SweepVary(Strict):
     """Values per axis; the points are the product of the axes given."""
 
@@ -35,7 +33,9 @@ class SweepVary(Strict):
     global_batch_size: list[int] | None = Field(
         default=None, min_length=1, max_length=4096, description="Global batch sizes (sequences per step)."
     )
-    seq_len: list[int] | None = Field(default=None, min_length=1, max_length=4096, description="Sequence lengths (tokens).")
+    seq_len: list[int] | None = Field(
+        default=None, min_length=1, max_length=4096, description="Sequence lengths (tokens)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SweepVary:
@@ -190,4 +190,3 @@ def pareto_front(results: list[PointResult], prices: list[float | None]) -> list
 
     front = [(k, e) for e, k in zip(entries, keys, strict=True) if not dominated(k)]
     return [e for _, e in sorted(front, key=lambda ke: ke[0])]
-

@@ -60,8 +60,14 @@ class LayoutColumns:
 
     @classmethod
     def of(
-        cls, sizes: tuple[int, int, int, int, int], zero_stage: int, micro_batch_size: Sequence[int],
-        sequence_parallel: Sequence[bool], recompute: Sequence[str], vpp: Sequence[int], num_micro_batches: Sequence[int],
+        cls,
+        sizes: tuple[int, int, int, int, int],
+        zero_stage: int,
+        micro_batch_size: Sequence[int],
+        sequence_parallel: Sequence[bool],
+        recompute: Sequence[str],
+        vpp: Sequence[int],
+        num_micro_batches: Sequence[int],
     ) -> LayoutColumns:
         """From ``(tp, pp, dp, cp, ep)``, the ZeRO stage and one value per layout of the rest."""
         tp, pp, dp, cp, ep = sizes
@@ -102,9 +108,7 @@ def _dims_rows(cols: LayoutColumns) -> tuple[list[Dims], np.ndarray]:
     return [Dims(cols.tp, cols.cp, cols.ep, b, s, r) for b, s, r in distinct], index
 
 
-def _layer_columns(
-    ctx: JobContext, dims_rows: tuple[list[Dims], np.ndarray], groups: AxisGroups
-) -> list[LayerCost]:
+def _layer_columns(ctx: JobContext, dims_rows: tuple[list[Dims], np.ndarray], groups: AxisGroups) -> list[LayerCost]:
     """Per layer kind, a ``LayerCost`` whose fields are (layouts, 1) columns (``dims_rows``:
     ``_dims_rows`` of the batch)."""
     distinct, index = dims_rows

@@ -165,16 +165,20 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     assert c.leaf_span_gpus and c.spine_oversubscription
     gpu = cat.gpus[c.gpu]
     network = cat.networks[c.network]
-    topo = node_topology(c, gpu, network, cal) if c.topology is not None else build_topology(
-        num_gpus=c.resolved_num_gpus,
-        gpu=gpu,
-        network=network,
-        gpus_per_node=c.gpus_per_node,
-        nvlink_domain_size=c.nvlink_domain_size,
-        nics_per_node=c.nics_per_node,
-        leaf_span_gpus=c.leaf_span_gpus,
-        spine_oversubscription=c.spine_oversubscription,
-        cal=cal,
+    topo = (
+        node_topology(c, gpu, network, cal)
+        if c.topology is not None
+        else build_topology(
+            num_gpus=c.resolved_num_gpus,
+            gpu=gpu,
+            network=network,
+            gpus_per_node=c.gpus_per_node,
+            nvlink_domain_size=c.nvlink_domain_size,
+            nics_per_node=c.nics_per_node,
+            leaf_span_gpus=c.leaf_span_gpus,
+            spine_oversubscription=c.spine_oversubscription,
+            cal=cal,
+        )
     )
     model = job.model
     seq = job.training.seq_len
@@ -198,9 +202,7 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
     elif precision == "fp4":
         if gpu.fp4_dense_flops is None:
-            raise InvalidLayout(
-                "training.precision", f"fp4 needs FP4 tensor cores; {c.gpu} has none (use fp8 or bf16)"
-            )
+            raise InvalidLayout("training.precision", f"fp4 needs FP4 tensor cores; {c.gpu} has none (use fp8 or bf16)")
         gemm_peak = gpu.fp4_dense_flops.value
         # No published FP4 large-GEMM measurement: the FP8 fraction of peak (a plan note says so).
         eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value

@@ -49,7 +49,12 @@ def distinct_other_groups(top_k: int, groups: int) -> float:
 
 
 def dispatch_time_s(
-    dispatcher: str, tokens: float, hidden: float, top_k: int, levels: tuple[Level, ...], fp8: bool,
+    dispatcher: str,
+    tokens: float,
+    hidden: float,
+    top_k: int,
+    levels: tuple[Level, ...],
+    fp8: bool,
     imbalance: float = 1.0,
 ) -> tuple[float, float]:
     """(dispatch, combine) time of one MoE layer's ``tokens`` (this rank's, ``hidden`` wide) over an

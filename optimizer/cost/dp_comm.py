@@ -49,7 +49,12 @@ def expert_dp_ring(ctx: JobContext, geo: GroupGeometry) -> tuple[Level, ...]:
 
 
 def dp_collective_parts_s(
-    zero_stage: int, dp_cp: tuple[Level, ...], edp: tuple[Level, ...], g_dense: Num, g_exp: Num, n_layers: Num,
+    zero_stage: int,
+    dp_cp: tuple[Level, ...],
+    edp: tuple[Level, ...],
+    g_dense: Num,
+    g_exp: Num,
+    n_layers: Num,
     grad_bytes: float,
 ) -> tuple[Num, Num]:
     """A stage's data-parallel collectives over ``dp_cp`` (dense gradient bytes ``g_dense``) and
@@ -75,8 +80,16 @@ def _zero3_layer_s(grads: Num, levels: tuple[Level, ...], grad_bytes: float) -> 
 
 
 def dp_exposed_from_parts_s(
-    ctx: JobContext, zero_stage: int, m: Num, n_layers: Num, parts: tuple[Num, Num], unhidden: Num,
-    compute: Num, fwd: Num, bwd: Num, gather: Num | None = None,
+    ctx: JobContext,
+    zero_stage: int,
+    m: Num,
+    n_layers: Num,
+    parts: tuple[Num, Num],
+    unhidden: Num,
+    compute: Num,
+    fwd: Num,
+    bwd: Num,
+    gather: Num | None = None,
 ) -> Num:
     """A stage's exposed data-parallel time from its ``dp_collective_parts_s`` and the term no
     overlap hides (``unhidden``: ZeRO-3's first weight gather, else the last gradient bucket).
@@ -119,8 +132,16 @@ def _weight_gather_s(
 
 
 def dp_exposed_s(
-    ctx: JobContext, lay: StageLayout, groups: AxisGroups, dense: Num, expert: Num, n_layers: Num,
-    max_layer_params: Num, compute: Num, fwd: Num, bwd: Num,
+    ctx: JobContext,
+    lay: StageLayout,
+    groups: AxisGroups,
+    dense: Num,
+    expert: Num,
+    n_layers: Num,
+    max_layer_params: Num,
+    compute: Num,
+    fwd: Num,
+    bwd: Num,
 ) -> Num:
     """Data-parallel communication a stage leaves exposed at the end of the step."""
     dp_cp, edp = _dp_levels(ctx, groups)

@@ -85,8 +85,7 @@ def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> 
     kind_cost = layout_kind_costs(ctx, lay, groups)
     counts = _stage_kind_counts(ctx, lay)
     slowest = max(
-        sum(n * lc.time_s for n, lc in zip(c, kind_cost, strict=True))
-        for c in set(counts)
+        sum(n * lc.time_s for n, lc in zip(c, kind_cost, strict=True)) for c in set(counts)
     )  # the LM head is left out: still a lower bound
     return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest
 
@@ -116,9 +115,7 @@ def pp_comm_from_p2p_s(ctx: JobContext, pp: Num, vpp: Num, m: Num, t_p2p: Num) -
     return exposed * m * 2 * vpp * t_p2p + 2 * (pp - 1) * t_p2p
 
 
-def compose_step(
-    lay: ResolvedLayout, stages: list[StageTerms], pp_comm: Num
-) -> tuple[dict[str, Num], int]:
+def compose_step(lay: ResolvedLayout, stages: list[StageTerms], pp_comm: Num) -> tuple[dict[str, Num], int]:
     """Step-time breakdown from the stage terms (and the index of the slowest stage)."""
     slow = max(range(len(stages)), key=lambda i: stages[i].time_s)
     dp_comm = max(t.dp_exposed_s for t in stages)

@@ -126,5 +126,3 @@ def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
     if recompute == "op":  # every second matmul of the layers (attention core kept)
         return 0.5 * (mf.forward_layers_per_token - mf.attn_core_forward_per_token)
     return 0.0
-
-

@@ -89,9 +89,7 @@ class LayerCost:
         return self.fwd_s + self.bwd_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def gemm_time_s(
-    ctx: JobContext, flops: float, m: float, n: float, k: float, rate_flops: float | None = None
-) -> float:
+def gemm_time_s(ctx: JobContext, flops: float, m: float, n: float, k: float, rate_flops: float | None = None) -> float:
     """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate
     (``rate_flops`` for large shapes; default the training precision's)."""
     if flops <= 0:

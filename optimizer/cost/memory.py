@@ -31,7 +31,11 @@ class StageMemory:
     @property
     def total_bytes(self) -> Num:
         return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.buffers_bytes
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
         )
 
 
@@ -60,8 +64,14 @@ def weight_bytes_per_param(ctx: JobContext) -> float:
 
 
 def static_memory_bytes(
-    ctx: JobContext, zero_stage: int, dense: Num, expert: Num, dp_shard: Num, ep_shard: Num,
-    opt_dense_shard: Num, opt_expert_shard: Num,
+    ctx: JobContext,
+    zero_stage: int,
+    dense: Num,
+    expert: Num,
+    dp_shard: Num,
+    ep_shard: Num,
+    opt_dense_shard: Num,
+    opt_expert_shard: Num,
 ) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer state) bytes of a stage holding ``dense`` and ``expert``
     parameters, sharded as ZeRO ``zero_stage`` shards them (``shard_group_sizes``,

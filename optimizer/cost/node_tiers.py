@@ -91,7 +91,9 @@ def link_rates(c: ClusterSpec, network: NetworkEntry) -> dict[str, LinkRate]:
     levels = topo.switch_levels()
     for j in range(len(levels) - 2, -1, -1):
         finer, this = rates[levels[j + 1]], rates[levels[j]]
-        rates[levels[j]] = LinkRate(min(this.beta_bytes_per_s, finer.beta_bytes_per_s), max(this.alpha_s, finer.alpha_s))
+        rates[levels[j]] = LinkRate(
+            min(this.beta_bytes_per_s, finer.beta_bytes_per_s), max(this.alpha_s, finer.alpha_s)
+        )
     return rates
 
 
@@ -101,11 +103,14 @@ def check_assignment(c: ClusterSpec) -> int:
     assert topo is not None and topo.assignment is not None and c.gpus_per_node
     g = topo.assignment.gpus_per_node or c.gpus_per_node
     if g > c.gpus_per_node:
-        raise InvalidLayout("cluster.topology.assignment.gpus_per_node", f"{g} is above gpus_per_node {c.gpus_per_node}")
+        raise InvalidLayout(
+            "cluster.topology.assignment.gpus_per_node", f"{g} is above gpus_per_node {c.gpus_per_node}"
+        )
     for node in job_nodes(topo):
         if node.free_gpus < g:
             raise InvalidLayout(
-                "cluster.topology.assignment.nodes", f"node {node.name!r} has {node.free_gpus} free GPUs, the job needs {g}"
+                "cluster.topology.assignment.nodes",
+                f"node {node.name!r} has {node.free_gpus} free GPUs, the job needs {g}",
             )
     n = len(topo.assignment.nodes) * g
     if c.num_gpus is not None and c.num_gpus != n:

@@ -104,8 +104,15 @@ def stage_terms(
     # the last chunk, v*pp + pp-1, always sits on the last stage
     partial, stored, grads_bytes = stage_core_cached(ctx, lay, groups, kind_counts, stage == 0, stage == lay.pp - 1)
     return StageTerms(  # positional construction: dataclasses.replace is slow on this hot path
-        partial.fwd_s, partial.bwd_s, partial.compute_s, partial.tp_s, partial.cp_s, partial.ep_s,
-        partial.dp_exposed_s, partial.optimizer_s, stage_memory(ctx, lay, stage, partial.memory, stored, grads_bytes),
+        partial.fwd_s,
+        partial.bwd_s,
+        partial.compute_s,
+        partial.tp_s,
+        partial.cp_s,
+        partial.ep_s,
+        partial.dp_exposed_s,
+        partial.optimizer_s,
+        stage_memory(ctx, lay, stage, partial.memory, stored, grads_bytes),
     )
 
 
@@ -124,10 +131,28 @@ def stage_core_cached(
 ) -> tuple[StageTerms, Num, Num]:
     """``_stage_core``, memoised per job."""
     # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
-    key = ("stage", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches,
-           # the only geometries a stage's own terms depend on (pp placement does not enter)
-           groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last, kind_counts)
+    key = (
+        "stage",
+        lay.tp,
+        lay.pp,
+        lay.dp,
+        lay.cp,
+        lay.ep,
+        lay.micro_batch_size,
+        lay.zero_stage,
+        lay.recompute,
+        lay.sequence_parallel,
+        lay.num_micro_batches,
+        # the only geometries a stage's own terms depend on (pp placement does not enter)
+        groups.tp,
+        groups.cp,
+        groups.ep,
+        groups.dp_cp,
+        groups.edp,
+        first,
+        last,
+        kind_counts,
+    )
     core = ctx.memo.get(key)
     if core is None:
         core = _stage_core(ctx, lay, groups, kind_counts, first, last)
@@ -157,10 +182,26 @@ def stage_fixed_cached(
     """``_stage_fixed``, memoised per job."""
     # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
     # are added in stage_memory, the exposed data-parallel time in _stage_core)
-    key = ("fixed", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel,
-           # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
-           groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last, kind_counts)
+    key = (
+        "fixed",
+        lay.tp,
+        lay.pp,
+        lay.dp,
+        lay.cp,
+        lay.ep,
+        lay.micro_batch_size,
+        lay.zero_stage,
+        lay.recompute,
+        lay.sequence_parallel,
+        # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
+        groups.tp,
+        groups.cp,
+        groups.ep,
+        groups.dp_cp.size > 1,
+        first,
+        last,
+        kind_counts,
+    )
     fixed = ctx.memo.get(key)
     if fixed is None:
         fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
@@ -179,8 +220,14 @@ def _stage_fixed(
 
 
 def stage_fixed_terms(
-    ctx: JobContext, lay: StageLayout, n_groups: int, kind_cost: Sequence[LayerCost], kind_counts: Sequence[Num],
-    first: bool | np.ndarray, last: bool | np.ndarray, head_s: Num,
+    ctx: JobContext,
+    lay: StageLayout,
+    n_groups: int,
+    kind_cost: Sequence[LayerCost],
+    kind_counts: Sequence[Num],
+    first: bool | np.ndarray,
+    last: bool | np.ndarray,
+    head_s: Num,
 ) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
     """``_stage_fixed`` from its inputs: the layer costs of each kind (``kind_cost``), the stage's
     layers of each kind, whether it is the first / last stage, the LM head's time (read on the last

@@ -105,9 +105,7 @@ def build_topology(
     if leaf_span > domain:
         tiers.append(Tier("leaf", leaf_span, nic_beta, network.latency_s.value))
     if num_gpus > leaf_span:
-        tiers.append(
-            Tier("spine", num_gpus, nic_beta / spine_oversubscription, 2 * network.latency_s.value)
-        )
+        tiers.append(Tier("spine", num_gpus, nic_beta / spine_oversubscription, 2 * network.latency_s.value))
     return Topology(tuple(tiers), num_gpus, gpu.scale_up_topology == "mesh", tuple(notes))
 
 

@@ -67,9 +67,13 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
     full = topo.levels
     per_domain: Counter = Counter()
     for n in nodes:
-        per_domain[tuple(n.labels.get(lv, n.name) if lv == HOSTNAME_LABEL else n.labels.get(lv, "") for lv in full)] += 1
+        per_domain[
+            tuple(n.labels.get(lv, n.name) if lv == HOSTNAME_LABEL else n.labels.get(lv, "") for lv in full)
+        ] += 1
     domains = [KueueDomain(values=list(k), count=v) for k, v in per_domain.items()]
-    return KueueRequest(annotations=annotations, topology_assignment=KueueTopologyAssignment(levels=full, domains=domains))
+    return KueueRequest(
+        annotations=annotations, topology_assignment=KueueTopologyAssignment(levels=full, domains=domains)
+    )
 
 
 def launcher_files(nodes: list[TopologyNode], g: int) -> LauncherFiles:

@@ -157,7 +157,9 @@ def smallest_fitting(request: PlanRequest, search: Callable[[PlanRequest], PlanR
     limit = len(c.topology.nodes)
     nodes = 1
     while nodes <= limit:
-        sub = request.model_copy(update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})})
+        sub = request.model_copy(
+            update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})}
+        )
         resp = search(sub)
         if resp.plans:
             return resp.plans[0]
@@ -188,7 +190,10 @@ def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, 
     else:
         why = "no node has all its GPUs free"
     if smallest is not None:
-        lay, n = smallest.config, smallest.config.tp * smallest.config.pp * smallest.config.cp * (smallest.config.dp or 1)
+        lay, n = (
+            smallest.config,
+            smallest.config.tp * smallest.config.pp * smallest.config.cp * (smallest.config.dp or 1),
+        )
         need = (
             f"; the smallest fitting layout needs {n} GPUs ({n // c.gpus_per_node} whole nodes; on an empty cluster: "
             f"tp={lay.tp} pp={lay.pp} cp={lay.cp} dp={lay.dp} ep={lay.ep}, {smallest.step_time_s:.3f} s a step)"

@@ -85,7 +85,7 @@ def _weights(depth_max: int, count: int) -> list[int]:
     """Cost of touching one domain of each depth: the finest level most significant (a set of
     ``count`` nodes touches at most ``count`` domains of a level)."""
     base = count + 1
-    return [base ** d for d in range(depth_max + 1)]
+    return [base**d for d in range(depth_max + 1)]
 
 
 def _dtype(w: list[int], count: int) -> type:

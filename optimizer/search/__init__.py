@@ -468,9 +468,8 @@ def _outside_pool(ctx, lay: ResolvedLayout, screen: Screen, pool_best: BestTimes
 def _no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
     knob = empty_choice(job, spec)
     if knob is not None:
-        return (
-            f"no valid layout: search.fix / search.allow leave no {knob} the search can use"
-            + (" ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else "")
+        return f"no valid layout: search.fix / search.allow leave no {knob} the search can use" + (
+            " ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else ""
         )
     pinned = fixed_combination_reason(job, spec)
     if pinned is not None:

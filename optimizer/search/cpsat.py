@@ -186,7 +186,8 @@ class SplitModel:
             # One integer per stage: the tables depend only on how many layers a stage holds
             # (per-chunk counts would only add symmetric solutions); chunks split it evenly.
             allowed = [
-                n for j, n in enumerate(range(tb.lo, tb.hi + 1))
+                n
+                for j, n in enumerate(range(tb.lo, tb.hi + 1))
                 if tb.memory_bytes[s][j] <= cap_bytes  # per-stage memory limit, exact float test
             ]
             if lay.pp == 1:
@@ -239,8 +240,7 @@ class SplitModel:
             fitting = [e for e in row if e[5] <= cap_bytes]  # per-stage memory limit, exact float test
             t, d, o = (m.new_int_var(0, horizon, f"{name}_{i}_{s}") for name in ("t", "d", "o"))
             terms = [
-                (e[1], self._units(tb.steady_coefficient * e[2]), self._units(e[3]), self._units(e[4]))
-                for e in fitting
+                (e[1], self._units(tb.steady_coefficient * e[2]), self._units(e[3]), self._units(e[4])) for e in fitting
             ]
             by_count = {term[0]: term for term in terms}
             if len({e[1] for e in row}) == len({e[1:] for e in row}):
@@ -415,7 +415,9 @@ class SplitModel:
             return SolveResult(None, name, None)
         idx = next(i for i, x in enumerate(self.pick) if solver.value(x))
         values = [int(solver.value(c)) for c in self.counts[idx]]
-        counts = tuple(values) if idx in self.chunk_level else chunk_split(values, self.candidates[idx].estimate.layout.vpp)
+        counts = (
+            tuple(values) if idx in self.chunk_level else chunk_split(values, self.candidates[idx].estimate.layout.vpp)
+        )
         return SolveResult(
             Choice(idx, counts, solver.objective_value / self.scale), name, solver.best_objective_bound / self.scale
         )

@@ -100,7 +100,8 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
             reasons = [check(job, v) for v in allowed]
             if all(r is not None for r in reasons):
                 raise InvalidLayout(
-                    f"search.allow.{name}", f"no layout can take any of {name} = {allowed}: " + "; ".join(r for r in reasons if r is not None)
+                    f"search.allow.{name}",
+                    f"no layout can take any of {name} = {allowed}: " + "; ".join(r for r in reasons if r is not None),
                 )
 
 

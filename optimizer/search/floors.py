@@ -23,8 +23,7 @@ from optimizer.search.split_bound import stage_split_reaches
 def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
     """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
     (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
-    key = ("floor", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
-           lay.recompute)
+    key = ("floor", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     floor = ctx.memo.get(key)
     if floor is None:
         per_geometry = [kind_times(ctx, lay, g) for g in order_geometries(ctx, lay)[0]]
@@ -221,8 +220,20 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = N
     depth (the layout's own split does not enter); the terms that do not depend on the depth are
     shared by the family."""
     vpp = lay.vpp if vpp is None else vpp
-    key = ("split_floors", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, vpp, lay.micro_batch_size, lay.zero_stage,
-           lay.recompute, lay.sequence_parallel, lay.num_micro_batches)
+    key = (
+        "split_floors",
+        lay.tp,
+        lay.pp,
+        lay.dp,
+        lay.cp,
+        lay.ep,
+        vpp,
+        lay.micro_batch_size,
+        lay.zero_stage,
+        lay.recompute,
+        lay.sequence_parallel,
+        lay.num_micro_batches,
+    )
     floors = ctx.memo.get(key)
     if floors is not None:
         return floors
@@ -253,9 +264,7 @@ def _depth_free_key(tag: str, lay: ResolvedLayout) -> tuple:
             lay.sequence_parallel)  # fmt: skip
 
 
-def _split_floor_parts(
-    ctx: JobContext, lay: ResolvedLayout
-) -> tuple[float, list[tuple[float, float, AxisGroups]]]:
+def _split_floor_parts(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, list[tuple[float, float, AxisGroups]]]:
     """The terms of ``order_split_floors`` that do not depend on the interleaving depth: the
     average stage's optimizer step, and per distinct rank-order geometry the slowest stage's
     floor (``_min_max_stage_floor_s`` of that order's layer times), the data-parallel floor and

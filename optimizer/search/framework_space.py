@@ -65,7 +65,17 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
 
 
 def block_variants(
-    targets: Targets, zeros: list[int], rcs: list[str], *, tp: int, pp: int, dp: int, cp: int, ep: int, nmb: int, sp: bool
+    targets: Targets,
+    zeros: list[int],
+    rcs: list[str],
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    cp: int,
+    ep: int,
+    nmb: int,
+    sp: bool,
 ) -> tuple[tuple[int, str], ...]:
     """The ``(zero_stage, recompute)`` pairs of ``zeros x rcs`` some target framework runs on a
     layout of these sizes (at its first interleaving depth), ZeRO-1 left out where ZeRO-2 is in

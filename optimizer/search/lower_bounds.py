@@ -116,7 +116,13 @@ def family_bound(ctx: JobContext, terms: tuple[Num, Num, Num, Num], pp: Num, vpp
 
 
 def bound_terms(
-    ctx: JobContext, totals: tuple[Num, ...], pp: Num, m: Num, dense_shard: Num, expert_shard: Num, p2p: Num,
+    ctx: JobContext,
+    totals: tuple[Num, ...],
+    pp: Num,
+    m: Num,
+    dense_shard: Num,
+    expert_shard: Num,
+    p2p: Num,
     dp_floor: Num,
 ) -> tuple[Num, Num, Num, Num]:
     """``lower_bound_terms`` from a layout's ``lower_bound_layer_totals`` (every layer's time,
@@ -133,8 +139,16 @@ def bound_terms(
 
 
 def dp_exposed_floor_s(
-    ctx: JobContext, zero_stage: int, dp: Num, cp: Num, tp: Num, ep: Num, pp: Num, m: Num,
-    totals: tuple[Num, ...], head: Num,
+    ctx: JobContext,
+    zero_stage: int,
+    dp: Num,
+    cp: Num,
+    tp: Num,
+    ep: Num,
+    pp: Num,
+    m: Num,
+    totals: tuple[Num, ...],
+    head: Num,
 ) -> Num:
     """A lower bound on the slowest stage's exposed data-parallel time over every rank order and
     every layer split with at least one layer per stage, from ``lower_bound_layer_totals`` and

@@ -89,7 +89,10 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
     that steps in the same time (to 1e-9 s), fits and runs on every framework ``est`` runs on."""
     is_moe = job.model.moe is not None
     frameworks = _following(job, est.layout, is_moe)
-    for field, values in (("zero_stage", sorted(zeros)), ("recompute", [r for r in LEAST_RECOMPUTE if r in recomputes])):
+    for field, values in (
+        ("zero_stage", sorted(zeros)),
+        ("recompute", [r for r in LEAST_RECOMPUTE if r in recomputes]),
+    ):
         for value in values:
             if value == getattr(est.layout, field):
                 break

@@ -54,4 +54,3 @@ def screen_memory(ctx: JobContext, lay: ResolvedLayout, headroom_bytes: float | 
     groups = any_order_groups(ctx, lay)
     peak = peak_memory_bytes(ctx, lay, groups)
     return Screen(peak, peak <= ctx.usable_bytes(headroom_bytes), groups)
-

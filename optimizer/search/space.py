@@ -292,7 +292,9 @@ def _leaves_uneven_depths_out(job: JobSpec, search: SearchSpec) -> bool:
     return job.model.alternates_layer_kinds and search.allow.vpp is None and search.fix.vpp is None
 
 
-def blocks_with_uneven_depths_apart(job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT) -> Iterator[LayoutBlock]:
+def blocks_with_uneven_depths_apart(
+    job: JobSpec, search: SearchSpec, reach: Reach = Reach.DEFAULT
+) -> Iterator[LayoutBlock]:
     """``layout_blocks`` with every uneven depth of a model whose layer kinds alternate left out
     (and listed) unless depths are named."""
     model = job.model

@@ -77,7 +77,9 @@ def chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[int
     if found is None:
         layers = len(ctx.layer_kind)
         longest = most - (vpp - 1)
-        runs = set().union(*(consecutive_mixes(ctx, range(layers - n + 1), n) for n in range(1, min(longest, layers) + 1)))
+        runs = set().union(
+            *(consecutive_mixes(ctx, range(layers - n + 1), n) for n in range(1, min(longest, layers) + 1))
+        )
         found = sums_of_runs(runs, vpp, most, len(ctx.kinds))
         ctx.memo[key] = found
     return found
@@ -87,16 +89,16 @@ CHUNK_SUM_GRID_MAX = 2_000_000
 """Largest kind-count grid (``(most + 1) ** kinds`` cells) ``sums_of_runs`` fills as an array."""
 
 
-def sums_of_runs(
-    runs: set[tuple[int, ...]], vpp: int, most: int, kinds: int
-) -> frozenset[tuple[int, ...]]:
+def sums_of_runs(runs: set[tuple[int, ...]], vpp: int, most: int, kinds: int) -> frozenset[tuple[int, ...]]:
     """Every sum of ``vpp`` mixes from ``runs`` (repeats allowed) with at most ``most`` layers in
     all: a reachability grid over the kind counts, shifted by each run ``vpp`` times (a set of
     tuples when the grid would be larger than ``CHUNK_SUM_GRID_MAX``)."""
     if (most + 1) ** kinds > CHUNK_SUM_GRID_MAX:
         sums: set[tuple[int, ...]] = {(0,) * kinds}
         for _ in range(vpp):
-            sums = {tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most}
+            sums = {
+                tuple(a + b for a, b in zip(x, r, strict=True)) for x in sums for r in runs if sum(x) + sum(r) <= most
+            }
         return frozenset(sums)
     size = most + 1
     reach = np.zeros((size,) * kinds, dtype=bool)

@@ -171,8 +171,16 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
                 rows.append(tuple(row))
             by_mix = tuple(rows)
     return SplitTables(
-        lo, hi, tuple(time_t), tuple(dp_t), tuple(opt_t), tuple(mem_t),
-        lay.num_micro_batches + (lay.pp - 1) / lay.vpp, pp_comm_s(ctx, lay, groups),
-        by_start, by_mix, ctx.kind_prefix,
+        lo,
+        hi,
+        tuple(time_t),
+        tuple(dp_t),
+        tuple(opt_t),
+        tuple(mem_t),
+        lay.num_micro_batches + (lay.pp - 1) / lay.vpp,
+        pp_comm_s(ctx, lay, groups),
+        by_start,
+        by_mix,
+        ctx.kind_prefix,
         exact=len(ctx.kinds) == 1 or by_start is not None or by_mix is not None,
     )

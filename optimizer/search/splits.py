@@ -152,9 +152,7 @@ class _Work:
             keys.append(self.heap[0][0])
         return min(keys, default=float("inf"))
 
-    def next(
-        self, threshold: float
-    ) -> tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None, float] | None:
+    def next(self, threshold: float) -> tuple[float, Estimate | None, ResolvedLayout, AxisGroups | None, float] | None:
         """The next pair whose floor is at most ``threshold`` (the current k-th best time), as
         (floor, uniform estimate if known, layout, geometry, threshold); None when no pair left
         can enter the top-k. ``threshold`` never increases between calls. None too when the

@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.openapi_examples import EVALUATE_EXAMPLES, PLAN_EXAMPLES
 from api.settings import Settings
+from jobs import GPT3_175B_ON_1024_H100, LLAMA3_70B_ON_1024_H100, job_copy
 from optimizer import service
 from optimizer.errors import InvalidLayout
 from optimizer.results import (
@@ -35,7 +36,6 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
-from jobs import GPT3_175B_ON_1024_H100, LLAMA3_70B_ON_1024_H100, job_copy
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -100,16 +100,12 @@ def canned_plan(tp: int = 8, pp: int = 4, dp: int = 32) -> Plan:
         ),
         fits_memory=True,
         bottleneck="compute",
-        launch=LaunchArgs(
-            megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4"
-        ),
+        launch=LaunchArgs(megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4"),
     )
 
 
 def canned_response() -> PlanResponse:
-    return PlanResponse(
-        status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)
-    )
+    return PlanResponse(status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True))
 
 
 def _detail_locs(response: httpx.Response) -> list[list[Any]]:
@@ -148,19 +144,12 @@ def test_every_response_carries_a_request_id(client: TestClient) -> None:
 
 
 def test_a_well_formed_incoming_request_id_is_kept(client: TestClient) -> None:
-    assert (
-        client.get("/healthz", headers={"X-Request-ID": "trace-42"}).headers["X-Request-ID"]
-        == "trace-42"
-    )
-    replaced = client.get("/healthz", headers={"X-Request-ID": "bad id\twith spaces"}).headers[
-        "X-Request-ID"
-    ]
+    assert client.get("/healthz", headers={"X-Request-ID": "trace-42"}).headers["X-Request-ID"] == "trace-42"
+    replaced = client.get("/healthz", headers={"X-Request-ID": "bad id\twith spaces"}).headers["X-Request-ID"]
     assert replaced != "bad id\twith spaces"
 
 
-def test_one_json_access_line_per_request(
-    client: TestClient, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_one_json_access_line_per_request(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="pplan.access"):
         response = client.get("/gpus/nope")
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "pplan.access"]
@@ -186,9 +175,7 @@ def test_catalog_list_has_every_required_id_with_sources(client: TestClient, cat
     assert all("source" in json.dumps(entry) for entry in entries)
 
 
-@pytest.mark.parametrize(
-    ("catalog", "entry_id"), [(c, i) for c, ids in sorted(CATALOGS.items()) for i in ids]
-)
+@pytest.mark.parametrize(("catalog", "entry_id"), [(c, i) for c, ids in sorted(CATALOGS.items()) for i in ids])
 def test_catalog_get_returns_the_entry(client: TestClient, catalog: str, entry_id: str) -> None:
     response = client.get(f"/{catalog}/{entry_id}")
     assert response.status_code == 200
@@ -200,9 +187,7 @@ def test_catalog_get_returns_the_entry(client: TestClient, catalog: str, entry_i
     ("catalog", "kind"),
     [("gpus", "gpu"), ("networks", "network"), ("clusters", "cluster"), ("models", "model")],
 )
-def test_unknown_catalog_id_is_404_listing_valid_ids(
-    client: TestClient, catalog: str, kind: str
-) -> None:
+def test_unknown_catalog_id_is_404_listing_valid_ids(client: TestClient, catalog: str, kind: str) -> None:
     response = client.get(f"/{catalog}/no-such-thing")
     assert response.status_code == 404
     detail = response.json()["detail"]
@@ -238,9 +223,7 @@ def test_unknown_gpu_id_is_422_listing_valid_ids(client: TestClient) -> None:
 
 
 def test_unknown_cluster_preset_on_evaluate_is_422(client: TestClient) -> None:
-    response = client.post(
-        "/evaluate", json={**EVALUATE_BODY, "cluster": {"preset": "dgx-z9", "num_gpus": 8}}
-    )
+    response = client.post("/evaluate", json={**EVALUATE_BODY, "cluster": {"preset": "dgx-z9", "num_gpus": 8}})
     assert response.status_code == 422
     assert "unknown cluster preset id 'dgx-z9'" in _messages(response)
 
@@ -296,9 +279,13 @@ def test_non_boolean_stack_switch_is_422_naming_it(client: TestClient, field: st
 
 def test_flat_dp_collectives_slow_a_zero3_layout_across_nodes(client: TestClient) -> None:
     """Through the API: Llama 3 70B with ZeRO-3 on 1,024 H100 (128 nodes), hierarchical and flat."""
+
     def step(collectives: str) -> float:
-        body = {**JOB, "training": {**JOB["training"], "dp_collectives": collectives},
-                "config": {"tp": 1, "pp": 1, "zero_stage": 3, "recompute": "full"}}
+        body = {
+            **JOB,
+            "training": {**JOB["training"], "dp_collectives": collectives},
+            "config": {"tp": 1, "pp": 1, "zero_stage": 3, "recompute": "full"},
+        }
         response = client.post("/evaluate", json=body)
         assert response.status_code == 200, response.text
         return response.json()["step_time_s"]
@@ -319,9 +306,7 @@ def test_context_parallel_with_unfused_attention_is_422_under_config_cp(client: 
 
 
 def test_extra_unknown_field_is_422_naming_it(client: TestClient) -> None:
-    response = client.post(
-        "/evaluate", json={**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "tpp": 2}}
-    )
+    response = client.post("/evaluate", json={**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "tpp": 2}})
     assert response.status_code == 422
     assert ["body", "config", "tpp"] in _detail_locs(response)
     assert response.json()["detail"][0]["type"] == "extra_forbidden"
@@ -344,16 +329,12 @@ def test_top_k_above_the_server_limit_is_422(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:
-    response = client.post(
-        "/plan", content=b'{"model": ', headers={"content-type": "application/json"}
-    )
+    response = client.post("/plan", content=b'{"model": ', headers={"content-type": "application/json"})
     assert response.status_code == 422
 
 
 def test_body_that_is_not_utf8_is_422(client: TestClient) -> None:
-    response = client.post(
-        "/evaluate", content=b"\xff\xfe\x00\x00\xff", headers={"content-type": "application/json"}
-    )
+    response = client.post("/evaluate", content=b"\xff\xfe\x00\x00\xff", headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["type"] == "json_invalid"
 
@@ -374,9 +355,7 @@ def test_time_limit_is_clamped_and_defaulted(monkeypatch: pytest.MonkeyPatch) ->
         return canned_response()
 
     monkeypatch.setattr(service, "plan", fake_plan)
-    with TestClient(
-        create_app(Settings(max_time_limit_s=20, default_time_limit_s=3))
-    ) as app_client:
+    with TestClient(create_app(Settings(max_time_limit_s=20, default_time_limit_s=3))) as app_client:
         clamped = app_client.post("/plan", json={**JOB, "search": {"time_limit_s": 60}})
         defaulted = app_client.post("/plan", json=JOB)
         kept = app_client.post("/plan", json={**JOB, "search": {"time_limit_s": 5}})
@@ -401,18 +380,14 @@ def test_chunked_body_over_the_limit_is_413() -> None:
             yield b" " * 1024
 
     with TestClient(app) as small:
-        response = small.post(
-            "/plan", content=chunks(), headers={"content-type": "application/json"}
-        )
+        response = small.post("/plan", content=chunks(), headers={"content-type": "application/json"})
     assert response.status_code == 413
 
 
 # ------------------------------------------------------------------------ errors from the service
 
 
-def test_invalid_layout_is_422_under_config(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_invalid_layout_is_422_under_config(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     def reject(request: EvaluateRequest) -> Plan:
         raise InvalidLayout("config.tp", "tp (3) must divide num_attention_heads (64)")
 
@@ -459,12 +434,8 @@ def test_unexpected_exception_is_a_logged_500_with_request_id(
     assert "RuntimeError: solver exploded" in logged[0]["traceback"]
 
 
-def test_infeasible_is_a_200_passed_through(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    infeasible = PlanResponse(
-        status="infeasible", plans=[], solver=SolverInfo(), explanation="needs 93 GiB, has 80"
-    )
+def test_infeasible_is_a_200_passed_through(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    infeasible = PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation="needs 93 GiB, has 80")
     monkeypatch.setattr(service, "plan", lambda request: infeasible)
     response = client.post("/plan", json=JOB)
     assert response.status_code == 200
@@ -472,9 +443,7 @@ def test_infeasible_is_a_200_passed_through(
     assert response.json()["explanation"] == "needs 93 GiB, has 80"
 
 
-def test_plan_and_evaluate_return_the_service_result(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_plan_and_evaluate_return_the_service_result(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service, "plan", lambda request: canned_response())
     monkeypatch.setattr(service, "evaluate", lambda request: canned_plan())
     assert PlanResponse.model_validate(client.post("/plan", json=JOB).json()) == canned_response()
@@ -526,12 +495,8 @@ def test_saturated_pool_answers_503_with_retry_after(monkeypatch: pytest.MonkeyP
     assert pool.in_flight == 0
 
 
-def test_pool_slot_is_freed_when_the_service_fails(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(
-        service, "plan", lambda request: (_ for _ in ()).throw(RuntimeError("boom"))
-    )
+def test_pool_slot_is_freed_when_the_service_fails(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "plan", lambda request: (_ for _ in ()).throw(RuntimeError("boom")))
     for _ in range(3):
         assert client.post("/plan", json=JOB).status_code == 500
     assert client.app.state.solver_pool.in_flight == 0  # type: ignore[attr-defined]
@@ -542,11 +507,7 @@ def test_pool_slot_is_freed_when_the_service_fails(
 
 def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
-    operations = {
-        (method.upper(), path): op
-        for path, item in schema["paths"].items()
-        for method, op in item.items()
-    }
+    operations = {(method.upper(), path): op for path, item in schema["paths"].items() for method, op in item.items()}
     assert {op["operationId"]: key for key, op in operations.items()} == {
         "plan": ("POST", "/plan"),
         "evaluate": ("POST", "/evaluate"),
@@ -567,9 +528,7 @@ def test_openapi_has_stable_operation_ids_and_tags(client: TestClient) -> None:
     }
     assert all(op["tags"] for op in operations.values())
     for path in ("/plan", "/evaluate"):
-        examples = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"][
-            "examples"
-        ]
+        examples = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["examples"]
         assert examples, path
     assert client.get("/docs").status_code == 200
 
@@ -610,7 +569,10 @@ class TestRealService:
         """Zero layers in the first (embedding) and last (output layer and loss) chunk, as
         Megatron's account-for-embedding/loss split; nowhere else."""
         # Megatron-Core's selective recompute (core_attn): a layout Megatron-LM runs, so it gets its arguments
-        ends = {**EVALUATE_BODY, "config": {**EVALUATE_BODY["config"], "recompute": "core_attn", "stage_layers": [0, 40, 40, 0]}}
+        ends = {
+            **EVALUATE_BODY,
+            "config": {**EVALUATE_BODY["config"], "recompute": "core_attn", "stage_layers": [0, 40, 40, 0]},
+        }
         response = client.post("/evaluate", json=ends)
         assert response.status_code == 200, response.text
         plan = Plan.model_validate(response.json())
@@ -631,9 +593,7 @@ class TestRealService:
         times = [p.step_time_s for p in body.plans]
         assert times == sorted(times)
 
-    def test_a_model_that_cannot_fit_is_200_infeasible_with_explanation(
-        self, client: TestClient
-    ) -> None:
+    def test_a_model_that_cannot_fit_is_200_infeasible_with_explanation(self, client: TestClient) -> None:
         job = {
             "model": DENSE_2T,
             "training": {"seq_len": 4096, "global_batch_size": 64},
@@ -756,7 +716,9 @@ def test_plan_says_how_much_it_rests_on_hiding_data_parallel_collectives() -> No
                          r"without it the step takes ([0-9.]+) s \(([0-9]+)% slower\)", note)  # fmt: skip
     assert found, note
     hidden_s, step_s, pct = float(found[1]), float(found[2]), int(found[3])
-    assert hidden_s == pytest.approx(11.75, abs=0.01)  # 12.77 s of gathers, 8% of them still costed (overlap_contention)
+    assert hidden_s == pytest.approx(
+        11.75, abs=0.01
+    )  # 12.77 s of gathers, 8% of them still costed (overlap_contention)
     assert step_s == pytest.approx(overlapped.step_time_s + hidden_s, abs=0.01)
     assert pct == round(100 * (step_s / overlapped.step_time_s - 1))
     assert blocking.step_time_s <= step_s + 1e-3
@@ -816,7 +778,9 @@ def test_recompute_notes_give_what_the_other_frameworks_keep() -> None:
     matmul output (40 GiB more, does not fit)."""
     selective_req = _example("evaluate-llama3-70b.yaml")
     selective = service.evaluate(EvaluateRequest.model_validate(selective_req))
-    op = service.evaluate(EvaluateRequest.model_validate({**selective_req, "config": {**selective_req["config"], "recompute": "op"}}))
+    op = service.evaluate(
+        EvaluateRequest.model_validate({**selective_req, "config": {**selective_req["config"], "recompute": "op"}})
+    )
     (note,) = [n for n in selective.notes if n.startswith("torchtitan runs recompute 'selective'")]
     assert f"{op.memory_gib.total:.1f} GiB of 78.6 GiB usable (fits)" in note
     assert f"keeps {op.memory_gib.total - selective.memory_gib.total:.1f} GiB more" in note

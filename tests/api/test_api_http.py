@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +58,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(
-    tmp_path: Path, env: dict[str, str], command: list[str] | None = None
-) -> Iterator[str]:
+def running_server(tmp_path: Path, env: dict[str, str], command: list[str] | None = None) -> Iterator[str]:
     """Start a server process, wait for /healthz, yield its base URL, stop it."""
     port = _free_port()
     argv = command or [
@@ -225,9 +224,7 @@ class TestRealService:
     def test_twenty_simultaneous_plans_agree(self, http: httpx.Client) -> None:
         with ThreadPoolExecutor(max_workers=20) as threads:
             responses = list(threads.map(lambda _: http.post("/plan", json=SMALL_JOB), range(20)))
-        assert [r.status_code for r in responses] == [200] * 20, [
-            r.text for r in responses if r.status_code != 200
-        ]
+        assert [r.status_code for r in responses] == [200] * 20, [r.text for r in responses if r.status_code != 200]
         bodies = [r.json() for r in responses]
         assert bodies[0]["plans"]
         assert all(body["plans"] == bodies[0]["plans"] for body in bodies)

@@ -82,15 +82,9 @@ SMALL_PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
 
 
 def fuzzed_app() -> FastAPI:
-    app = create_app(
-        Settings(
-            max_time_limit_s=0.5, default_time_limit_s=0.5, solver_workers=2, log_level="warning"
-        )
-    )
+    app = create_app(Settings(max_time_limit_s=0.5, default_time_limit_s=0.5, solver_workers=2, log_level="warning"))
     body = app.openapi()["paths"]["/plan"]["post"]["requestBody"]["content"]["application/json"]
-    body["examples"] = {
-        name: {"summary": name, "value": value} for name, value in SMALL_PLAN_EXAMPLES.items()
-    }
+    body["examples"] = {name: {"summary": name, "value": value} for name, value in SMALL_PLAN_EXAMPLES.items()}
     return app
 
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from api import cli
+from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 from optimizer import service
 from optimizer.errors import InvalidLayout
 from optimizer.results import (
@@ -28,7 +29,6 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.specs import EvaluateRequest, Layout, PlanRequest
-from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -72,9 +72,7 @@ def canned_plan() -> Plan:
 def fake_service(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Replace the planner: plan() returns ``state['plan_response']``; requests are recorded."""
     state: dict[str, Any] = {
-        "plan_response": PlanResponse(
-            status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)
-        ),
+        "plan_response": PlanResponse(status="optimal", plans=[canned_plan()], solver=SolverInfo(proved_optimal=True)),
         "requests": [],
     }
 
@@ -163,7 +161,9 @@ def test_torchtitan_example_matches_its_published_run() -> None:
     share)."""
     data = cli.load_document(str(EXAMPLES / "evaluate-llama3.1-8b-torchtitan.yaml"))
     plan = service.evaluate(EvaluateRequest.model_validate(data))
-    assert plan.tokens_per_s_per_gpu == pytest.approx(5594, abs=1) and plan.memory_gib.total == pytest.approx(80.2, abs=0.05)
+    assert plan.tokens_per_s_per_gpu == pytest.approx(5594, abs=1) and plan.memory_gib.total == pytest.approx(
+        80.2, abs=0.05
+    )
     assert plan.tokens_per_s_per_gpu == pytest.approx(5762, rel=0.05)
     assert plan.memory_gib.total == pytest.approx(82.4, rel=0.05)
     data["training"]["cross_entropy"] = "fused"
@@ -187,17 +187,13 @@ def test_the_required_examples_exist() -> None:
 # --------------------------------------------------------------------------------- output formats
 
 
-def test_plan_yaml_output(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
-) -> None:
+def test_plan_yaml_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
     code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "yaml")
     assert code == cli.EXIT_OK
     assert PlanResponse.model_validate(yaml.safe_load(out)) == fake_service["plan_response"]
 
 
-def test_plan_table_output(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
-) -> None:
+def test_plan_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
     code, out, _ = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)), "--format", "table")
     assert code == cli.EXIT_OK
     lines = out.splitlines()
@@ -235,9 +231,7 @@ def test_plan_table_output(
         assert cell in row
 
 
-def test_evaluate_formats(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]
-) -> None:
+def test_evaluate_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_service: dict[str, Any]) -> None:
     path = str(write(tmp_path, "eval.yaml", EVALUATE_DOC))
     code, out, _ = run(capsys, "evaluate", path)
     assert code == cli.EXIT_OK and Plan.model_validate(json.loads(out)) == canned_plan()
@@ -386,9 +380,7 @@ def test_console_script_catalog_table() -> None:
 
 def test_console_script_invalid_input_exits_2(tmp_path: Path) -> None:
     path = write(tmp_path, "job.yaml", {**JOB, "model": {"preset": "nope"}})
-    result = subprocess.run(
-        [str(PPLAN), "plan", str(path)], check=False, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([str(PPLAN), "plan", str(path)], check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "unknown model preset id 'nope'" in result.stderr
 
@@ -405,25 +397,19 @@ class TestRealService:
         plan = Plan.model_validate(json.loads(out))
         assert plan.step_time_s > 0 and 0 < plan.mfu < 1 and plan.config.dp == 32
 
-    def test_evaluate_invalid_layout_exits_2(
-        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_evaluate_invalid_layout_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         doc = {**EVALUATE_DOC, "config": {**EVALUATE_DOC["config"], "tp": 3}}
         code, _, err = run(capsys, "evaluate", str(write(tmp_path, "eval.yaml", doc)))
         assert code == 2
         assert "config" in err
 
     def test_plan_example_table(self, capsys: pytest.CaptureFixture[str]) -> None:
-        code, out, err = run(
-            capsys, "plan", str(EXAMPLES / "plan-custom-model.json"), "--format", "table"
-        )
+        code, out, err = run(capsys, "plan", str(EXAMPLES / "plan-custom-model.json"), "--format", "table")
         assert code == 0, err
         assert out.splitlines()[0].split()[1] in {"optimal", "feasible"}
         assert "rank" in out
 
-    def test_plan_infeasible_exits_3(
-        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_plan_infeasible_exits_3(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         doc = {
             "model": {
                 "name": "dense-2t", "num_layers": 160, "hidden_size": 32768,

@@ -62,9 +62,23 @@ def undocumented(spec: dict[str, Any], names: set[str]) -> list[str]:
 
 def test_request_bodies_reach_every_request_model(openapi: dict[str, Any]) -> None:
     names = request_components(openapi)
-    for expected in (*REQUEST_SCHEMAS, "ModelSpec", "TrainingSpec", "ClusterSpec", "SearchSpec",
-                     "LayoutFix", "LayoutAllow", "ClusterTopology", "TopologyNode", "SweepVary",
-                     "MoEConfig", "MLAConfig", "CostsSpec", "ReliabilitySpec", "PlacementSpec"):
+    for expected in (
+        *REQUEST_SCHEMAS,
+        "ModelSpec",
+        "TrainingSpec",
+        "ClusterSpec",
+        "SearchSpec",
+        "LayoutFix",
+        "LayoutAllow",
+        "ClusterTopology",
+        "TopologyNode",
+        "SweepVary",
+        "MoEConfig",
+        "MLAConfig",
+        "CostsSpec",
+        "ReliabilitySpec",
+        "PlacementSpec",
+    ):
         assert any(n == expected or n.startswith(expected + "-") for n in names), expected
     assert len(names) >= 20
 

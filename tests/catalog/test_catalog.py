@@ -221,7 +221,7 @@ def test_unknown_key(tmp_path: Path) -> None:
 
 
 def test_unknown_key_inside_quantity(tmp_path: Path) -> None:
-    old = 'port_rate_bits_per_s = { value = 400e9,'
+    old = "port_rate_bits_per_s = { value = 400e9,"
     data = _mini(tmp_path, "networks.toml", old, old + ' unit = "Gb",')
     msg = _load_error(data)
     assert "networks.toml" in msg and "net-x" in msg and "port_rate_bits_per_s.unit" in msg

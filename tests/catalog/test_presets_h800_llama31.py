@@ -31,7 +31,11 @@ def test_llama31_8b_is_llama3_8b_architecture() -> None:
 def test_hgx_h800_cluster() -> None:
     entry = load_catalog().clusters["hgx-h800"]
     assert (entry.gpu, entry.gpus_per_node, entry.nvlink_domain_size, entry.network, entry.nics_per_node) == (
-        "h800-sxm-80gb", 8, 8, "ib-ndr-400", 8
+        "h800-sxm-80gb",
+        8,
+        8,
+        "ib-ndr-400",
+        8,
     )
     assert [t.name for t in entry.tiers] == ["nvlink", "leaf", "spine"] and entry.tiers[1].span_gpus == 256
     assert "arXiv:2505.09343" in entry.source
@@ -41,6 +45,7 @@ def test_hgx_h800_cluster() -> None:
 
 def test_llama31_70b_plans_on_hgx_h800_no_faster_than_on_dgx_h100() -> None:
     """Same GH100 compute, same fabric; H800's NVLink is cut to 200 GB/s a direction (450 on H100)."""
+
     def best(cluster: str):
         response = search(PlanRequest.model_validate({
             "model": {"preset": "llama3.1-70b"},

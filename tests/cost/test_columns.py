@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from jobs import GPT3_175B_ON_1024_H100, job_copy
 from optimizer.cost import best_estimate, build_context, distinct_orders, estimate
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.rules import resolve
@@ -21,7 +22,6 @@ from optimizer.search import search
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
-from jobs import GPT3_175B_ON_1024_H100, job_copy
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,12 @@ JOBS: dict[str, dict[str, Any]] = {
     # parameter all-gather moves 16-bit weights) and 3, op-level recompute, unfused loss
     "llama3-8b, 64 H100, fp32 grads": {
         "model": {"preset": "llama3-8b"},
-        "training": {"seq_len": 8192, "global_batch_size": 256, "grad_reduce_in_fp32": True,
-                     "cross_entropy": "unfused"},
+        "training": {
+            "seq_len": 8192,
+            "global_batch_size": 256,
+            "grad_reduce_in_fp32": True,
+            "cross_entropy": "unfused",
+        },
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
         "search": {"allow": {"zero_stage": [0, 1, 3], "recompute": ["none", "selective", "op", "full"]}},
     },

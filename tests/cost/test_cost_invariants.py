@@ -101,9 +101,7 @@ def _scored(
     model: str, cluster: str, num_gpus: int, training: dict[str, Any], cal: Any = None, **layout: Any
 ) -> tuple[JobContext, Estimate]:
     """A preset model on a preset cluster, one layout scored (its best rank order)."""
-    job = JobSpec(
-        model={"preset": model}, training=training, cluster={"preset": cluster, "num_gpus": num_gpus}
-    )
+    job = JobSpec(model={"preset": model}, training=training, cluster={"preset": cluster, "num_gpus": num_gpus})
     ctx = build_context(job) if cal is None else build_context(job, cal)
     return ctx, best_estimate(ctx, resolve_layout(job, Layout(**layout)))
 
@@ -186,7 +184,7 @@ def test_more_recompute_never_raises_activations_nor_lowers_hardware_work(req):
     acts = [[m.activations_bytes for m in _estimate(_with(req, "config", recompute=r)).memory] for r in levels]
     for i in range(len(levels) - 1):
         assert work[i + 1] >= work[i] * (1 - REL), (levels[i], levels[i + 1], work)
-        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1])):
+        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1], strict=False)):
             assert after <= before * (1 + REL), (levels[i], levels[i + 1], stage, before, after)
 
 
@@ -204,7 +202,7 @@ def test_op_level_recompute_sits_between_none_and_full(req):
         assert work[i + 1] >= work[i] * (1 - REL), (levels, work)
         if i == 0 and req["config"]["tp"] > 1:
             continue
-        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1])):
+        for stage, (before, after) in enumerate(zip(acts[i], acts[i + 1], strict=False)):
             assert after <= before * (1 + REL), (levels[i], levels[i + 1], stage, before, after)
 
 
@@ -275,14 +273,30 @@ MOE_BOUND_LAYOUTS = ((1, 2, 8), (1, 4, 8), (2, 2, 8), (1, 8, 8), (2, 4, 4))
 @pytest.mark.parametrize(
     ("cluster", "global_batch_size", "layouts"),
     [
-        ({"preset": "dgx-h100", "num_gpus": 512, "leaf_span_gpus": 64, "spine_oversubscription": 2.0},
-         4096, MOE_BOUND_LAYOUTS),
+        (
+            {"preset": "dgx-h100", "num_gpus": 512, "leaf_span_gpus": 64, "spine_oversubscription": 2.0},
+            4096,
+            MOE_BOUND_LAYOUTS,
+        ),
         # xGMI mesh: a partial scale-up group gets less bandwidth, so locality is not always faster
-        ({"gpu": "mi300x", "gpus_per_node": 8, "nvlink_domain_size": 8, "network": "roce-400",
-          "nics_per_node": 8, "num_gpus": 512}, 4096, MOE_BOUND_LAYOUTS),
+        (
+            {
+                "gpu": "mi300x",
+                "gpus_per_node": 8,
+                "nvlink_domain_size": 8,
+                "network": "roce-400",
+                "nics_per_node": 8,
+                "num_gpus": 512,
+            },
+            4096,
+            MOE_BOUND_LAYOUTS,
+        ),
         # 148 GPUs on NVL72 racks: 4 domains of 37, which no TP/EP group size divides
-        ({"preset": "gb200-nvl72", "num_gpus": 148}, 2368,
-         ((1, 2, 2), (2, 2, 2), (4, 1, 4), (2, 1, 4), (1, 4, 1), (2, 2, 1))),
+        (
+            {"preset": "gb200-nvl72", "num_gpus": 148},
+            2368,
+            ((1, 2, 2), (2, 2, 2), (4, 1, 4), (2, 1, 4), (1, 4, 1), (2, 2, 1)),
+        ),
     ],
 )
 def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster, global_batch_size, layouts):
@@ -290,8 +304,8 @@ def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster, global_b
     with pp innermost (EP groups then start at stride pp) and groups that domains split unevenly:
     the bound takes each axis's cheapest geometry over the strides any rank order can give."""
     from optimizer.cost import estimate, resolve_layout
-    from optimizer.search.lower_bounds import compute_lower_bound_s
     from optimizer.cost.topology import candidate_orders
+    from optimizer.search.lower_bounds import compute_lower_bound_s
 
     job = JobSpec(
         model={"preset": "mixtral-8x7b"},
@@ -318,9 +332,15 @@ def test_tp_comm_overlap_hides_tp_time_only_inside_nvlink_with_sequence_parallel
 
     def tp_time(overlap: bool, tp: int, sp: bool) -> float:
         return _scored(
-            "llama3-70b", "dgx-h100", 64,
+            "llama3-70b",
+            "dgx-h100",
+            64,
             {"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap},
-            cal=cal, tp=tp, pp=1, sequence_parallel=sp, recompute="selective",
+            cal=cal,
+            tp=tp,
+            pp=1,
+            sequence_parallel=sp,
+            recompute="selective",
         )[1].breakdown_s["tp_comm"]
 
     # half hidden; the hidden half still costs the SM share collectives take (overlap_contention)
@@ -335,9 +355,15 @@ def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothin
 
     def breakdown(overlap: bool) -> dict[str, float]:
         return _scored(
-            "mixtral-8x7b", "dgx-h100", 64,
+            "mixtral-8x7b",
+            "dgx-h100",
+            64,
             {"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": overlap},
-            tp=1, pp=1, ep=8, micro_batch_size=1, recompute="selective",
+            tp=1,
+            pp=1,
+            ep=8,
+            micro_batch_size=1,
+            recompute="selective",
         )[1].breakdown_s
 
     off, on = breakdown(False), breakdown(True)
@@ -354,9 +380,15 @@ def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothin
 def test_unfused_kernels_only_slow_the_memory_bound_work():
     def step(fused: bool) -> tuple[float, dict[str, float]]:
         est = _scored(
-            "llama3-8b", "dgx-h100", 8,
+            "llama3-8b",
+            "dgx-h100",
+            8,
             {"seq_len": 8192, "global_batch_size": 16, "fused_kernels": fused},
-            tp=1, pp=1, micro_batch_size=2, zero_stage=3, recompute="selective",
+            tp=1,
+            pp=1,
+            micro_batch_size=2,
+            zero_stage=3,
+            recompute="selective",
         )[1]
         return est.step_time_s, est.breakdown_s
 
@@ -373,9 +405,15 @@ def test_fp4_runs_gemms_at_the_fp4_rate_and_keeps_fp4_weight_copies():
 
     def est(precision: str):
         return _scored(
-            "llama3-70b", "gb200-nvl72", 72,
+            "llama3-70b",
+            "gb200-nvl72",
+            72,
             {"seq_len": 8192, "global_batch_size": 72, "precision": precision},
-            tp=8, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective",
+            tp=8,
+            pp=1,
+            micro_batch_size=1,
+            zero_stage=1,
+            recompute="selective",
         )[1]
 
     bf16, fp8, fp4 = est("bf16"), est("fp8"), est("fp4")
@@ -417,10 +455,15 @@ def test_attention_kernel_class_scales_only_the_attention_core():
 
     (a3j, a3), (a2j, a2) = ctx_for("dgx-a100", "flash3"), ctx_for("dgx-a100", "flash2")
     # flash2-class on Ampere, at the A100's FlashAttention-2 share of peak (docs/catalog.md)
-    assert a3.attention_efficiency == a2.attention_efficiency == pytest.approx(DEFAULT.attention_efficiency * 0.656 / 0.339)
-    assert best_estimate(a3, resolve_layout(a3j, lay)).step_time_s == best_estimate(
-        a2, resolve_layout(a2j, lay)
-    ).step_time_s
+    assert (
+        a3.attention_efficiency
+        == a2.attention_efficiency
+        == pytest.approx(DEFAULT.attention_efficiency * 0.656 / 0.339)
+    )
+    assert (
+        best_estimate(a3, resolve_layout(a3j, lay)).step_time_s
+        == best_estimate(a2, resolve_layout(a2j, lay)).step_time_s
+    )
 
 
 def test_flash3_on_a_gpu_without_it_is_noted():
@@ -465,9 +508,16 @@ def test_unfused_attention_keeps_the_scores_unless_recomputed_and_forbids_cp():
 
     def est(kernel: str, recompute: str, cp: int = 1):
         return _scored(
-            "llama2-7b", "dgx-a100", 8,
+            "llama2-7b",
+            "dgx-a100",
+            8,
             {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
-            tp=2, pp=1, cp=cp, micro_batch_size=1, zero_stage=1, recompute=recompute,
+            tp=2,
+            pp=1,
+            cp=cp,
+            micro_batch_size=1,
+            zero_stage=1,
+            recompute=recompute,
         )[1]
 
     scores = 32 * UNFUSED_SCORE_BYTES_STORED * 1 * (32 / 2) * 4096**2  # layers x bytes x b x heads/tp x s^2
@@ -489,9 +539,15 @@ def test_unfused_attention_keeps_the_scores_unless_recomputed_and_forbids_cp():
 def test_unfused_hfu_counts_the_masked_half_of_the_scores():
     def est(kernel: str):
         return _scored(
-            "llama2-7b", "dgx-a100", 8,
+            "llama2-7b",
+            "dgx-a100",
+            8,
             {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
-            tp=1, pp=1, micro_batch_size=1, zero_stage=1, recompute="selective",
+            tp=1,
+            pp=1,
+            micro_batch_size=1,
+            zero_stage=1,
+            recompute="selective",
         )
 
     (ctx, unfused), (_, flash) = est("unfused"), est("flash2")
@@ -505,11 +561,18 @@ def test_op_level_recompute_sits_between_none_and_full_and_reruns_tp_collectives
     """``op`` (torchtitan's policy) re-runs every second matmul and the elementwise ops, keeps the
     attention core's output, and re-runs the sequence-parallel all-gathers: half of each layer's
     forward TP traffic."""
+
     def est(recompute: str):
         return _scored(
-            "llama3-8b", "dgx-h100", 64,
+            "llama3-8b",
+            "dgx-h100",
+            64,
             {"seq_len": 8192, "global_batch_size": 96},
-            tp=8, pp=1, micro_batch_size=12, zero_stage=3, recompute=recompute,
+            tp=8,
+            pp=1,
+            micro_batch_size=12,
+            zero_stage=3,
+            recompute=recompute,
         )[1]
 
     none, sel, op, full = (est(r) for r in ("none", "selective", "op", "full"))
@@ -530,9 +593,15 @@ def test_blocking_pipeline_sends_are_all_exposed():
 
     def est(overlap: bool):
         return _scored(
-            "gpt3-175b", "dgx-a100", 256,
+            "gpt3-175b",
+            "dgx-a100",
+            256,
             {"seq_len": 2048, "global_batch_size": 256, "pp_comm_overlap": overlap},
-            tp=8, pp=8, micro_batch_size=1, zero_stage=1, recompute="full",
+            tp=8,
+            pp=8,
+            micro_batch_size=1,
+            zero_stage=1,
+            recompute="full",
         )[1]
 
     overlapped, blocking = est(True), est(False)
@@ -570,15 +639,21 @@ def test_flat_ring_is_never_cheaper_than_hierarchical_levels(shape, num_bytes):
     for lv in levels:
         ranks *= lv.ranks
     beta, alpha = min(lv.beta_bytes_per_s for lv in levels), max(lv.alpha_s for lv in levels)
-    assert hierarchical_allreduce_time_s(num_bytes, flat) == pytest.approx(ring_allreduce_time_s(num_bytes, ranks, beta, alpha))
+    assert hierarchical_allreduce_time_s(num_bytes, flat) == pytest.approx(
+        ring_allreduce_time_s(num_bytes, ranks, beta, alpha)
+    )
     for f in (hierarchical_allreduce_time_s, hierarchical_reduce_scatter_time_s):
         assert f(num_bytes, flat) >= f(num_bytes, levels) * (1 - 1e-12)
 
 
 def _gpt3_on_a100(num_gpus: int, collectives: str, **layout: Any) -> Estimate:
     return _scored(
-        "gpt3-175b", "dgx-a100", num_gpus,
-        {"seq_len": 2048, "global_batch_size": 1536, "dp_collectives": collectives}, recompute="full", **layout,
+        "gpt3-175b",
+        "dgx-a100",
+        num_gpus,
+        {"seq_len": 2048, "global_batch_size": 1536, "dp_collectives": collectives},
+        recompute="full",
+        **layout,
     )[1]
 
 
@@ -614,7 +689,9 @@ def test_blocking_data_parallel_collectives_never_speed_a_step(req):
     order the best step is never faster (another order may expose less)."""
     overlapped = _estimate(_with(req, "training", dp_comm_overlap=True))
     blocking_req = _with(req, "training", dp_comm_overlap=False)
-    blocking_job = JobSpec(model=blocking_req["model"], training=blocking_req["training"], cluster=blocking_req["cluster"])
+    blocking_job = JobSpec(
+        model=blocking_req["model"], training=blocking_req["training"], cluster=blocking_req["cluster"]
+    )
     same_order = estimate(build_context(blocking_job), overlapped.layout, overlapped.order)
     assert same_order.breakdown_s["dp_comm"] >= overlapped.breakdown_s["dp_comm"] * (1 - REL)
     assert same_order.peak_memory_bytes == pytest.approx(overlapped.peak_memory_bytes, rel=REL)
@@ -677,8 +754,16 @@ def test_blocking_zero3_gathers_add_to_compute_and_order_sc21_table2():
 
     # overlapped, the gathers cost only the SM share they take from compute (overlap_contention)
     hidden_cost_s = 1.1 * DEFAULT.overlap_contention * gathered_s
-    assert overlapped.breakdown_s["dp_comm"] < hidden_cost_s < gathered_s < blocking.breakdown_s["dp_comm"] < 1.05 * gathered_s
-    assert blocking.step_time_s == pytest.approx(blocking.breakdown_s["compute"] + blocking.breakdown_s["dp_comm"], rel=1e-3)
+    assert (
+        overlapped.breakdown_s["dp_comm"]
+        < hidden_cost_s
+        < gathered_s
+        < blocking.breakdown_s["dp_comm"]
+        < 1.05 * gathered_s
+    )
+    assert blocking.step_time_s == pytest.approx(
+        blocking.breakdown_s["compute"] + blocking.breakdown_s["dp_comm"], rel=1e-3
+    )
     assert overlapped.step_time_s < ptd.step_time_s < blocking.step_time_s
 
 
@@ -702,9 +787,15 @@ def test_op_level_recompute_keeps_the_attention_core_outputs():
 
     def est(recompute: str, kernel: str = "unfused"):
         return _scored(
-            "llama2-7b", "dgx-a100", 8,
+            "llama2-7b",
+            "dgx-a100",
+            8,
             {"seq_len": 4096, "global_batch_size": 8, "attention_kernel": kernel},
-            tp=2, pp=1, micro_batch_size=1, zero_stage=1, recompute=recompute,
+            tp=2,
+            pp=1,
+            micro_batch_size=1,
+            zero_stage=1,
+            recompute=recompute,
         )
 
     (ctx, op), (_, sel), (_, none) = est("op"), est("selective"), est("none")
@@ -889,10 +980,12 @@ def test_fp32_gradients_leave_the_weight_gathers_16_bit(zero_stage, ratio):
     ZeRO-0 all-reduces gradients only (x2); ZeRO-1/2 reduce-scatter gradients and all-gather
     16-bit weights (2 + 4 over 2 + 2); ZeRO-3 gathers weights twice a layer (4/3); each a little
     under its ratio by the ring latency, which does not grow."""
+
     def dp_s(fp32: bool) -> float:
         training = {"seq_len": 8192, "global_batch_size": 64, "dp_comm_overlap": False, "grad_reduce_in_fp32": fp32}
         return _scored("llama3-8b", "dgx-h100", 64, training, tp=1, pp=1, micro_batch_size=1,
                        zero_stage=zero_stage, recompute="none")[1].breakdown_s["dp_comm"]  # fmt: skip
+
     assert 0.97 * ratio < dp_s(True) / dp_s(False) <= ratio * (1 + 1e-9)
 
 

@@ -25,13 +25,13 @@ import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.stage import head_time_s
+from optimizer.cost.topology import candidate_orders
+from optimizer.search import search
 from optimizer.search.lower_bounds import (
     dp_exposed_floor_s,
     lower_bound_layer_totals,
     memory_floor_bytes,
 )
-from optimizer.cost.topology import candidate_orders
-from optimizer.search import search
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB

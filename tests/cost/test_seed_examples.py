@@ -24,9 +24,9 @@ from optimizer.cost.comm import (
     ring_allreduce_time_s,
 )
 from optimizer.cost.estimate import Estimate
-from optimizer.cost.memory import WEIGHT_BYTES
 from optimizer.cost.flops import model_flops
 from optimizer.cost.layer import Dims, layer_cost
+from optimizer.cost.memory import WEIGHT_BYTES
 from optimizer.cost.pipeline import bubble_fraction_gpipe, bubble_over_ideal, in_flight_microbatches
 from optimizer.cost.topology import axis_groups
 from optimizer.params import count_params
@@ -261,7 +261,7 @@ def test_s3_moe_transfer_times_serial():
 
 
 def test_s3_moe_all_to_all_parallel():
-    """"~8 us if all 7 run in parallel": every peer has its own 50 GB/s link.
+    """ "~8 us if all 7 run in parallel": every peer has its own 50 GB/s link.
 
     ``all_to_all_time_s`` gives the innermost level one link of ``beta`` per rank, so the
     seed's assumption is a level whose per-rank bandwidth is 7 links x 50 GB/s.
@@ -332,7 +332,7 @@ def test_s5_175b_zero3_over_64():
 
 
 def test_s5_175b_zero3_plus_activations_does_not_fit():
-    """"43.8 GB static + activations at seq 2048, batch 1 > 80 GB: needs TP"."""
+    """ "43.8 GB static + activations at seq 2048, batch 1 > 80 GB: needs TP"."""
     est = _estimate(GPT3_175B, 64, 64, zero_stage=3, recompute="none")
     assert not est.fits_memory
 

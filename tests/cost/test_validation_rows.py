@@ -51,7 +51,10 @@ def test_megatron_weak_scaling_row(rows) -> None:
     assert model.vocab_size == 131072
     assert (training.seq_len, training.global_batch_size, training.precision) == (4096, 1152, "bf16")
     assert (cluster.gpu, cluster.network, cluster.nics_per_node, cluster.num_gpus) == (
-        "h100-sxm-80gb", "ib-ndr-400", 8, 2304,
+        "h100-sxm-80gb",
+        "ib-ndr-400",
+        8,
+        2304,
     )
     assert m.fixed["tp"] == 8 and m.fixed["pp"] == 6 and m.fixed["dp"] == 48
     assert m.fixed["sequence_parallel"] is True
@@ -215,7 +218,10 @@ def test_run_validation_summary_is_finite() -> None:
     ("bf16_id", "fp8_id"),
     [
         ("torchtitan-asynctp-llama3-8b-64gpu-bf16-vanilla-tp", "torchtitan-asynctp-llama3-8b-64gpu-float8-vanilla-tp"),
-        ("torchtitan-asynctp-llama3-70b-256gpu-bf16-vanilla-tp", "torchtitan-asynctp-llama3-70b-256gpu-float8-vanilla-tp"),
+        (
+            "torchtitan-asynctp-llama3-70b-256gpu-bf16-vanilla-tp",
+            "torchtitan-asynctp-llama3-70b-256gpu-float8-vanilla-tp",
+        ),
     ],
 )
 def test_fp8_speedup_matches_published_pairs(rows, bf16_id: str, fp8_id: str) -> None:
@@ -355,8 +361,10 @@ def test_only_deepspeed_zero3_rows_of_2021_run_flat_blocking_collectives(rows) -
             return None
 
     mapped = {i: t for i, row in rows.items() if (t := training(row)) is not None}
-    sc21_zero3 = {f"sc21-t2-zero3-{size}gpu" for size in ("175B-384", "175B-768", "175B-1536", "530B-640",
-                                                           "530B-1120", "530B-2240")}
+    sc21_zero3 = {
+        f"sc21-t2-zero3-{size}gpu"
+        for size in ("175B-384", "175B-768", "175B-1536", "530B-640", "530B-1120", "530B-2240")
+    }
     assert {i for i, t in mapped.items() if t.dp_collectives == "flat"} == sc21_zero3
     assert {i for i, t in mapped.items() if not t.dp_comm_overlap} == sc21_zero3
     # FSDP / ZeRO-3 on other stacks (Megatron-FSDP, FSDP2) stays hierarchical and prefetches

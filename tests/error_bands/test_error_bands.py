@@ -13,6 +13,7 @@ import hypothesis
 import numpy as np
 import pytest
 from hypothesis import strategies as st
+
 from jobs import LLAMA3_70B_ON_1024_H100, job_copy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,9 +234,7 @@ def test_cli_evaluate_table_shows_the_ranges() -> None:
 
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(
-    st.lists(
-        st.tuples(st.sampled_from("abcd"), st.floats(-1.0, 1.0, allow_nan=False)), min_size=2, max_size=30
-    )
+    st.lists(st.tuples(st.sampled_from("abcd"), st.floats(-1.0, 1.0, allow_nan=False)), min_size=2, max_size=30)
 )
 def test_leave_one_source_out_agrees_with_a_brute_force_count(rows: list[tuple[str, float]]) -> None:
     """One class (min_rows 1): each row is covered when it lies in the clamped 10-90% quantile range

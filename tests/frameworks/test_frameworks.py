@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 
 from optimizer.cost import build_context, resolve_layout
 from optimizer.cost.pipeline import even_split
-from optimizer.frameworks import FRAMEWORK_IDS, candidate_frameworks, layout_problem, load_profiles, profile, stack_defaults
+from optimizer.frameworks import (
+    FRAMEWORK_IDS,
+    candidate_frameworks,
+    layout_problem,
+    load_profiles,
+    profile,
+    stack_defaults,
+)
 from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
 from optimizer.service import evaluate, plan

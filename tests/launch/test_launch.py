@@ -69,9 +69,7 @@ def mixtral_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
 
 def zero3_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     training = TrainingSpec(seq_len=8192, global_batch_size=512, precision="fp8")
-    layout = Layout(
-        tp=1, pp=1, dp=64, micro_batch_size=2, num_micro_batches=4, zero_stage=3, recompute="none"
-    )
+    layout = Layout(tp=1, pp=1, dp=64, micro_batch_size=2, num_micro_batches=4, zero_stage=3, recompute="none")
     return DENSE_8B, training, layout
 
 
@@ -730,7 +728,6 @@ def test_torchtitan_compiles_unless_the_job_runs_eager():
 # ---------------------------------------------------------------------------------------------
 
 
-
 def test_fp4_flags_in_every_framework():
     out = launch(fp4_case())
     flags = megatron_flags(out.megatron)
@@ -842,7 +839,9 @@ def test_megatron_keeps_experts_whole_only_for_moe_models():
 def test_torchtitan_says_where_its_sharding_differs_from_the_plan(case, update, expected):
     model, training, layout = ALL_CASES[case]
     text = launch((model, training, layout.model_copy(update=update))).torchtitan
-    comments = [line for line in text.splitlines() if line.startswith("#") and ("ZeRO" in line or "DDP (zero_stage" in line)]
+    comments = [
+        line for line in text.splitlines() if line.startswith("#") and ("ZeRO" in line or "DDP (zero_stage" in line)
+    ]
     if expected is None:
         assert comments == []
     else:

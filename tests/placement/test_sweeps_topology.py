@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from test_topology_placement import blocks_racks, job
 
 from api import cli
 from api.main import create_app
 from api.settings import Settings
-from test_topology_placement import blocks_racks, job
 
 TIMEOUT_S = 120.0
 TOPOLOGY = blocks_racks(1, 2, 4, busy={"gpu000"})  # 7 wholly free nodes, 56 GPUs

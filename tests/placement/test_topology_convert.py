@@ -19,7 +19,9 @@ JOB = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_b
 
 
 def plan(topology: dict, num_gpus: int) -> PlanRequest:
-    return PlanRequest.model_validate({**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}})
+    return PlanRequest.model_validate(
+        {**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}}
+    )
 
 
 def test_slurm_man_page_example_tree_is_the_default() -> None:
@@ -77,7 +79,10 @@ def kubectl_pods() -> dict:
         "spec": {"nodeName": "node-2", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "4"}}}]},
         "status": {"phase": "Running"},
     }
-    done = {"spec": {"nodeName": "node-3", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Succeeded"}}
+    done = {
+        "spec": {"nodeName": "node-3", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Succeeded"},
+    }
     return {"items": [pod, done]}
 
 
@@ -86,7 +91,16 @@ def test_kueue_sample_topology_and_nodes() -> None:
     assert topo["levels"] == ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", HOST]
     assert topo["nvlink_level"] == HOST
     free = {n["name"]: n["free_gpus"] for n in topo["nodes"]}
-    assert free == {"node-0": 8, "node-1": 0, "node-2": 4, "node-3": 8, "node-4": 8, "node-5": 8, "node-6": 8, "node-7": 8}
+    assert free == {
+        "node-0": 8,
+        "node-1": 0,
+        "node-2": 4,
+        "node-3": 8,
+        "node-4": 8,
+        "node-5": 8,
+        "node-6": 8,
+        "node-7": 8,
+    }
     a = service.plan(plan(topo, 32)).plans[0].assignment
     assert a.nodes == ["node-4", "node-5", "node-6", "node-7"]  # the only block with 4 whole nodes free
     assert a.kueue.annotations["kueue.x-k8s.io/podset-required-topology"] == "cloud.provider.com/topology-block"

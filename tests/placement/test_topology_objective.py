@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from test_topology_placement import blocks_racks, job
 
 from api.main import create_app
 from api.settings import Settings
-from test_topology_placement import blocks_racks, job
 
 TOTAL_TOKENS = 10**11
 NODE_COUNTS = (1, 2, 4, 7)  # powers of two up to the 7 wholly free nodes, and 7
@@ -61,8 +61,12 @@ def test_throughput_and_time_to_train_choose_different_counts(client: TestClient
     assert fastest["time_to_train"]["days"] == pytest.approx(2.18, rel=0.03)
     assert per_gpu["time_to_train"]["days"] == pytest.approx(12.9, rel=0.03)
     # each is the best of the per-count answers by its own measure
-    assert per_gpu["tokens_per_s_per_gpu"] == max(per_count[("throughput", n)]["tokens_per_s_per_gpu"] for n in NODE_COUNTS)
-    assert fastest["time_to_train"]["days"] == min(per_count[("time_to_train", n)]["time_to_train"]["days"] for n in NODE_COUNTS)
+    assert per_gpu["tokens_per_s_per_gpu"] == max(
+        per_count[("throughput", n)]["tokens_per_s_per_gpu"] for n in NODE_COUNTS
+    )
+    assert fastest["time_to_train"]["days"] == min(
+        per_count[("time_to_train", n)]["time_to_train"]["days"] for n in NODE_COUNTS
+    )
     assert fastest["goodput"]["tokens_per_s"] > 5 * per_gpu["goodput"]["tokens_per_s"]
 
 
@@ -73,7 +77,9 @@ def test_goodput_throughput_chooses_as_time_to_train(client: TestClient) -> None
 
 
 @pytest.mark.parametrize("objective,field", [("cost", "cost_usd"), ("energy", "energy_mwh")])
-def test_cost_and_energy_choose_the_cheapest_count(client: TestClient, per_count: dict, objective: str, field: str) -> None:
+def test_cost_and_energy_choose_the_cheapest_count(
+    client: TestClient, per_count: dict, objective: str, field: str
+) -> None:
     """With a fixed token budget the cheapest per token is the cheapest run."""
     plan = chosen(client, objective)
     cheapest = min(NODE_COUNTS, key=lambda n: per_count[(objective, n)]["time_to_train"][field])

@@ -21,7 +21,9 @@ MODEL = {"preset": "llama3-8b"}
 TRAINING = {"seq_len": 4096, "global_batch_size": 256, "precision": "bf16"}
 
 
-def blocks_racks(blocks: int, racks: int, per_rack: int, busy: set[str] = frozenset(), partial: dict | None = None) -> dict:
+def blocks_racks(
+    blocks: int, racks: int, per_rack: int, busy: set[str] = frozenset(), partial: dict | None = None
+) -> dict:
     nodes = []
     for b in range(blocks):
         for r in range(racks):
@@ -275,7 +277,12 @@ def test_no_whole_node_free_and_count_omitted_is_infeasible(client: TestClient) 
 
 def test_evaluate_without_assignment_places_the_layout(client: TestClient) -> None:
     topo = blocks_racks(1, 2, 4, busy={"gpu000", "gpu001"})
-    ev = {"model": MODEL, "training": TRAINING, "cluster": {"preset": "dgx-h100", "topology": topo}, "config": {"tp": 8, "dp": 4}}
+    ev = {
+        "model": MODEL,
+        "training": TRAINING,
+        "cluster": {"preset": "dgx-h100", "topology": topo},
+        "config": {"tp": 8, "dp": 4},
+    }
     r = client.post("/evaluate", json=ev)
     assert r.status_code == 200, r.text
     assert r.json()["assignment"]["nodes"] == ["gpu004", "gpu005", "gpu006", "gpu007"]

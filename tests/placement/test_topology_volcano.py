@@ -9,13 +9,13 @@ from pathlib import Path
 import hostlist
 import pytest
 import yaml
+from test_topology_convert import kubectl_nodes, kubectl_pods
 
 from api.cli import main
 from api.topology_convert import ConvertError
 from api.topology_volcano import from_volcano
 from optimizer import service
 from optimizer.specs import PlanRequest
-from test_topology_convert import kubectl_nodes, kubectl_pods
 
 DATA = Path(__file__).parent / "topology_data"
 EXAMPLE = (DATA / "volcano-hypernodes.yaml").read_text()
@@ -25,7 +25,9 @@ JOB = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_b
 
 
 def plan(topology: dict, num_gpus: int) -> PlanRequest:
-    return PlanRequest.model_validate({**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}})
+    return PlanRequest.model_validate(
+        {**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}}
+    )
 
 
 def test_user_guide_example_tree() -> None:
@@ -82,14 +84,28 @@ def test_regex_and_label_selectors_with_the_node_list() -> None:
 
 def test_regex_is_a_search_as_in_go() -> None:
     """Go's MatchString finds the pattern anywhere: ``node-[01]`` also picks node-10."""
-    nodes = {"items": [{"metadata": {"name": n, "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in ("node-1", "node-10", "node-2")]}
-    text = yaml.safe_dump({"kind": "HyperNode", "metadata": {"name": "s0"}, "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"regexMatch": {"pattern": "node-[01]"}}}]}})
+    nodes = {
+        "items": [
+            {"metadata": {"name": n, "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+            for n in ("node-1", "node-10", "node-2")
+        ]
+    }
+    text = yaml.safe_dump(
+        {
+            "kind": "HyperNode",
+            "metadata": {"name": "s0"},
+            "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"regexMatch": {"pattern": "node-[01]"}}}]},
+        }
+    )
     assert [n["name"] for n in from_volcano(text, nodes)["nodes"]] == ["node-1", "node-10"]
 
 
 def test_cli_writes_the_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "topo.json"
-    assert main(["topology", "from-volcano", str(DATA / "volcano-hypernodes.yaml"), "--busy", "node-3", "-o", str(out)]) == 0
+    assert (
+        main(["topology", "from-volcano", str(DATA / "volcano-hypernodes.yaml"), "--busy", "node-3", "-o", str(out)])
+        == 0
+    )
     topo = json.loads(out.read_text())
     assert len(topo["nodes"]) == 8 and sum(n["free_gpus"] for n in topo["nodes"]) == 56
     bad = tmp_path / "bad.yaml"
@@ -103,7 +119,10 @@ def test_bad_inputs_name_the_place() -> None:
         from_volcano("kind: Pod\nmetadata: {name: x}\n")
     with pytest.raises(ConvertError, match="spec.tier must be an integer"):
         from_volcano("kind: HyperNode\nmetadata: {name: s0}\nspec: {members: []}\n")
-    two_parents = EXAMPLE + "\n---\nkind: HyperNode\nmetadata: {name: s7}\nspec:\n  tier: 2\n  members:\n  - type: HyperNode\n    selector: {exactMatch: {name: s0}}\n"
+    two_parents = (
+        EXAMPLE
+        + "\n---\nkind: HyperNode\nmetadata: {name: s7}\nspec:\n  tier: 2\n  members:\n  - type: HyperNode\n    selector: {exactMatch: {name: s0}}\n"
+    )
     with pytest.raises(ConvertError, match="HyperNode 's0' is a member of both 's4' and 's7'"):
         from_volcano(two_parents)
     missing = "kind: HyperNode\nmetadata: {name: s9}\nspec:\n  tier: 2\n  members:\n  - type: HyperNode\n    selector: {exactMatch: {name: nope}}\n"

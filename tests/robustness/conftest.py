@@ -72,9 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log_path = tmp_path_factory.mktemp("server") / "stderr.log"
     env = {**os.environ, **SERVER_ENV, "PPLAN_HOST": "127.0.0.1", "PPLAN_PORT": str(port)}
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "api.server"], cwd=ROOT, env=env, stdout=log, stderr=log
-        )
+        process = subprocess.Popen([sys.executable, "-m", "api.server"], cwd=ROOT, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -61,7 +61,9 @@ def test_a_time_limit_above_the_maximum_is_clamped_and_met(http: httpx.Client) -
 
 def test_solver_status_is_optimal_only_with_a_proof(http: httpx.Client) -> None:
     answer = http.post("/plan", json={**SMALL, "search": {"top_k": 2, "time_limit_s": 3}}).json()
-    assert answer["solver"]["status"] == ("OPTIMAL" if answer["solver"]["proved_optimal"] else answer["solver"]["status"])
+    assert answer["solver"]["status"] == (
+        "OPTIMAL" if answer["solver"]["proved_optimal"] else answer["solver"]["status"]
+    )
     assert (answer["status"] == "optimal") == (answer["solver"]["status"] == "OPTIMAL")
 
 
@@ -73,9 +75,7 @@ def test_long_allow_lists_are_refused_at_once(http: httpx.Client) -> None:
     assert wall_s < 1.5  # was 4.2 s in the planner alone (73 s for 520,000 entries)
 
 
-def test_a_space_over_the_memory_budget_is_a_422_and_rss_stays_bounded(
-    http: httpx.Client, server: Server
-) -> None:
+def test_a_space_over_the_memory_budget_is_a_422_and_rss_stays_bounded(http: httpx.Client, server: Server) -> None:
     before = server.rss_bytes()
     response, wall_s = _timed_post(http, "/plan", HUGE)
     growth = server.rss_bytes() - before

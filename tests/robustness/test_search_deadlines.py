@@ -5,7 +5,6 @@ bounding a group of micro-batches beyond the bound when the costing reaches it
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 

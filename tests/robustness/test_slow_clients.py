@@ -80,7 +80,7 @@ def test_a_body_shorter_than_declared_is_408_within_the_body_timeout(server: Ser
     with socket.create_connection((server.host, server.port)) as sock:
         sock.sendall(
             b"POST /plan HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 1000000\r\n\r\n{\"model\":"
+            b'Content-Length: 1000000\r\n\r\n{"model":'
         )
         sock.settimeout(BODY_TIMEOUT_S + SLACK_S)
         started = time.monotonic()

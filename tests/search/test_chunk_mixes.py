@@ -17,15 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context
-from optimizer.search.split_mixes import chunk_sum_mixes, counts_at
 from optimizer.search import search
 from optimizer.search.cpsat import kind_period
+from optimizer.search.split_mixes import chunk_sum_mixes, counts_at
 from optimizer.specs import JobSpec, PlanRequest
 
 
 def _prefix(kinds: list[int], n_kinds: int = 2) -> tuple[tuple[int, ...], ...]:
     """``kind_prefix`` of a model whose layer ``x`` is of kind ``kinds[x]``."""
-    return tuple(tuple(sum(1 for k in kinds[:x] if k == kind) for x in range(len(kinds) + 1)) for kind in range(n_kinds))
+    return tuple(
+        tuple(sum(1 for k in kinds[:x] if k == kind) for x in range(len(kinds) + 1)) for kind in range(n_kinds)
+    )
 
 
 def test_kind_period_of_known_patterns() -> None:
@@ -122,7 +124,9 @@ def test_alternating_moe_plans_optimal() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    runs=st.sets(st.tuples(st.integers(0, 6), st.integers(0, 6)).filter(lambda r: sum(r) >= 1), min_size=1, max_size=12),
+    runs=st.sets(
+        st.tuples(st.integers(0, 6), st.integers(0, 6)).filter(lambda r: sum(r) >= 1), min_size=1, max_size=12
+    ),
     vpp=st.integers(1, 5),
     most=st.integers(1, 20),
 )

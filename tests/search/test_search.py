@@ -19,9 +19,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from jobs import GPT3_175B_ON_1024_H100, job_copy
 from optimizer.cost import build_context, estimate, resolve_layout
-from optimizer.search.fit_limits import stage_fit_limits
-from optimizer.search.split_tables import certified_split_range, split_tables
 from optimizer.cost.topology import candidate_orders
 from optimizer.errors import InvalidLayout
 from optimizer.results import PlanResponse
@@ -33,12 +32,13 @@ from optimizer.search.brute_force import (
     splits_of,
 )
 from optimizer.search.cpsat import Candidate, SplitModel
+from optimizer.search.fit_limits import stage_fit_limits
 from optimizer.search.ranking import pick
 from optimizer.search.space import enumerate_layouts
+from optimizer.search.split_tables import certified_split_range, split_tables
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
-from jobs import GPT3_175B_ON_1024_H100, job_copy
 
 REL = 1e-6
 """Relative tolerance between planner and oracle step times."""
@@ -83,7 +83,11 @@ def describe(plan) -> str:
 # ---- generated small jobs --------------------------------------------------------------------
 
 CLUSTER_GPUS = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 108, 144, 148]}
-CLUSTER_BATCHES = {"dgx-a100": [8, 16, 32, 64], "dgx-h100": [8, 16, 32, 64], "gb200-nvl72": [8, 16, 36, 72, 144, 148, 296]}
+CLUSTER_BATCHES = {
+    "dgx-a100": [8, 16, 32, 64],
+    "dgx-h100": [8, 16, 32, 64],
+    "gb200-nvl72": [8, 16, 36, 72, 144, 148, 296],
+}
 ORACLE_BUDGET = 2500
 """Most (layout, split) pairs the oracle may cost for one generated job (keeps the test fast)."""
 
@@ -221,23 +225,41 @@ small_jobs = st.integers(min_value=0, max_value=2**32 - 1).map(job_from_seed)
 
 # Nothing fits in memory (every layout, every split): the planner must say infeasible.
 JOB_NOTHING_FITS = {
-    "model": {"name": "generated", "num_layers": 7, "hidden_size": 1536, "num_attention_heads": 16,
-              "num_kv_heads": 4, "vocab_size": 128256},
+    "model": {
+        "name": "generated",
+        "num_layers": 7,
+        "hidden_size": 1536,
+        "num_attention_heads": 16,
+        "num_kv_heads": 4,
+        "vocab_size": 128256,
+    },
     "training": {"seq_len": 32768, "global_batch_size": 16},
     "cluster": {"preset": "dgx-h100", "num_gpus": 16},
-    "search": {"top_k": 3, "time_limit_s": 10.0,
-               "allow": {"zero_stage": [1], "recompute": ["selective", "none"], "tp": [1, 2], "cp": [1]},
-               "memory_headroom_gib": 63.073},
+    "search": {
+        "top_k": 3,
+        "time_limit_s": 10.0,
+        "allow": {"zero_stage": [1], "recompute": ["selective", "none"], "tp": [1, 2], "cp": [1]},
+        "memory_headroom_gib": 63.073,
+    },
 }
 # No uniform split fits; some non-uniform splits of pipelined layouts do.
 JOB_ONLY_NON_UNIFORM_FITS = {
-    "model": {"name": "generated", "num_layers": 11, "hidden_size": 1536, "num_attention_heads": 16,
-              "num_kv_heads": 16, "vocab_size": 32000},
+    "model": {
+        "name": "generated",
+        "num_layers": 11,
+        "hidden_size": 1536,
+        "num_attention_heads": 16,
+        "num_kv_heads": 16,
+        "vocab_size": 32000,
+    },
     "training": {"seq_len": 32768, "global_batch_size": 32},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 3, "time_limit_s": 10.0,
-               "allow": {"zero_stage": [0], "recompute": ["selective", "none"], "tp": [1], "cp": [1]},
-               "memory_headroom_gib": 63.008},
+    "search": {
+        "top_k": 3,
+        "time_limit_s": 10.0,
+        "allow": {"zero_stage": [0], "recompute": ["selective", "none"], "tp": [1], "cp": [1]},
+        "memory_headroom_gib": 63.008,
+    },
 }
 
 
@@ -294,24 +316,40 @@ def test_planner_agrees_with_brute_force(job: dict[str, Any]) -> None:
 #    split CP-SAT finds must use the best rank order for that split (here pp on NVLink, dp
 #    across nodes), not the canonical one (1.4% slower).
 JOB_RESCUED_ORDER = {
-    "model": {"name": "generated", "num_layers": 6, "hidden_size": 2048, "num_attention_heads": 16,
-              "num_kv_heads": 4, "vocab_size": 128256},
+    "model": {
+        "name": "generated",
+        "num_layers": 6,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_kv_heads": 4,
+        "vocab_size": 128256,
+    },
     "training": {"seq_len": 8192, "global_batch_size": 32},
     "cluster": {"preset": "dgx-a100", "num_gpus": 16},
-    "search": {"top_k": 1, "memory_headroom_gib": 64.0,
-               "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 0, "recompute": "none"}},
+    "search": {
+        "top_k": 1,
+        "memory_headroom_gib": 64.0,
+        "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 0, "recompute": "none"},
+    },
 }
 # 2. The CP-SAT objective holds the data-parallel and optimizer-step terms at their uniform-split
 #    values, but the cost model takes both from the heaviest stage (stage 0 also holds the
 #    embedding). Splits with the same slowest stage tie in CP-SAT and it returns [4, 4, 1, 1]
 #    (optimizer step 2.49 ms) where [1, 4, 4, 1] (1.67 ms) is 0.4% faster overall.
 JOB_SPLIT_OBJECTIVE = {
-    "model": {"name": "generated", "num_layers": 10, "hidden_size": 2048, "num_attention_heads": 16,
-              "vocab_size": 128256},
+    "model": {
+        "name": "generated",
+        "num_layers": 10,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "vocab_size": 128256,
+    },
     "training": {"seq_len": 4096, "global_batch_size": 16},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 1, "fix": {"tp": 1, "pp": 4, "cp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 1,
-                                   "recompute": "selective"}},
+    "search": {
+        "top_k": 1,
+        "fix": {"tp": 1, "pp": 4, "cp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"},
+    },
 }
 
 
@@ -320,23 +358,40 @@ JOB_SPLIT_OBJECTIVE = {
 #    from. A rule that skipped zero-byte collectives per message made the floor of TP1 PP4 EP2 exceed
 #    its true best split, and the planner answered "optimal" 10.8% above the oracle.
 JOB_DENSE_ONLY_STAGES = {
-    "model": {"name": "g", "num_layers": 6, "hidden_size": 128, "num_attention_heads": 2, "ffn_hidden_size": 512,
-              "vocab_size": 1024, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 256,
-                                          "first_dense_layers": 4}},
+    "model": {
+        "name": "g",
+        "num_layers": 6,
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 512,
+        "vocab_size": 1024,
+        "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 256, "first_dense_layers": 4},
+    },
     "training": {"seq_len": 512, "global_batch_size": 256},
     "cluster": {"preset": "dgx-a100", "num_gpus": 128},
-    "search": {"top_k": 1, "allow": {"zero_stage": [3], "vpp": [1], "recompute": ["none"], "tp": [1], "ep": [1, 2],
-                                     "pp": [1, 2, 4]}},
+    "search": {
+        "top_k": 1,
+        "allow": {"zero_stage": [3], "vpp": [1], "recompute": ["none"], "tp": [1], "ep": [1, 2], "pp": [1, 2, 4]},
+    },
 }
 
 
 @pytest.mark.parametrize(
     "job",
-    [JOB_RESCUED_ORDER, JOB_SPLIT_OBJECTIVE, JOB_DENSE_ONLY_STAGES,
-     {**JOB_DENSE_ONLY_STAGES, "training": {**JOB_DENSE_ONLY_STAGES["training"], "dp_collectives": "flat"}},
-     {**JOB_SPLIT_OBJECTIVE, "training": {**JOB_SPLIT_OBJECTIVE["training"], "dp_comm_overlap": False}}],
-    ids=["rescued-order", "split-objective", "dense-only-stages", "dense-only-stages-flat",
-         "split-objective-blocking-dp"],
+    [
+        JOB_RESCUED_ORDER,
+        JOB_SPLIT_OBJECTIVE,
+        JOB_DENSE_ONLY_STAGES,
+        {**JOB_DENSE_ONLY_STAGES, "training": {**JOB_DENSE_ONLY_STAGES["training"], "dp_collectives": "flat"}},
+        {**JOB_SPLIT_OBJECTIVE, "training": {**JOB_SPLIT_OBJECTIVE["training"], "dp_comm_overlap": False}},
+    ],
+    ids=[
+        "rescued-order",
+        "split-objective",
+        "dense-only-stages",
+        "dense-only-stages-flat",
+        "split-objective-blocking-dp",
+    ],
 )
 def test_planner_agrees_with_brute_force_on_known_cases(job: dict[str, Any]) -> None:
     check_against_oracle(job)
@@ -348,12 +403,20 @@ def test_planner_agrees_with_brute_force_on_known_cases(job: dict[str, Any]) -> 
 #    heavier there than it is. With usable memory just above the most frugal split's peak
 #    ([8, 1], ~18.06 GiB; CP-SAT predicts ~18.10 GiB) the planner answers infeasible.
 JOB_SPLIT_MEMORY = {
-    "model": {"name": "generated", "num_layers": 9, "hidden_size": 1536, "num_attention_heads": 16,
-              "num_kv_heads": 4, "vocab_size": 32000},
+    "model": {
+        "name": "generated",
+        "num_layers": 9,
+        "hidden_size": 1536,
+        "num_attention_heads": 16,
+        "num_kv_heads": 4,
+        "vocab_size": 32000,
+    },
     "training": {"seq_len": 65536, "global_batch_size": 8},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 1, "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1,
-                                   "recompute": "full"}},
+    "search": {
+        "top_k": 1,
+        "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"},
+    },
 }
 
 
@@ -371,11 +434,66 @@ def test_planner_agrees_with_brute_force_when_only_the_most_frugal_split_fits() 
 #    tables; the positional approximation it used before put an MoE layer where the last stage
 #    really holds a dense one, ruled the layout out of memory and answered 1.481 s as optimal where
 #    [2, 3, 3, 1] gives 1.392 s.
-JOB_SEVERAL_KINDS = {"model": {"name": "generated", "num_layers": 9, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 16, "vocab_size": 128256, "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 4096, "first_dense_layers": 1, "layer_frequency": 2}, "mla": {"kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "q_lora_rank": None}}, "training": {"seq_len": 16384, "global_batch_size": 8}, "cluster": {"preset": "dgx-a100", "num_gpus": 8}, "search": {"top_k": 1, "time_limit_s": 10.0, "allow": {"zero_stage": [0], "recompute": ["selective", "moe"], "tp": [1], "cp": [1]}, "memory_headroom_gib": 57.491}}
+JOB_SEVERAL_KINDS = {
+    "model": {
+        "name": "generated",
+        "num_layers": 9,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_kv_heads": 16,
+        "vocab_size": 128256,
+        "moe": {
+            "num_experts": 8,
+            "top_k": 2,
+            "expert_ffn_hidden_size": 4096,
+            "first_dense_layers": 1,
+            "layer_frequency": 2,
+        },
+        "mla": {
+            "kv_lora_rank": 128,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": 64,
+            "q_lora_rank": None,
+        },
+    },
+    "training": {"seq_len": 16384, "global_batch_size": 8},
+    "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+    "search": {
+        "top_k": 1,
+        "time_limit_s": 10.0,
+        "allow": {"zero_stage": [0], "recompute": ["selective", "moe"], "tp": [1], "cp": [1]},
+        "memory_headroom_gib": 57.491,
+    },
+}
 # 6. The same with interleaved stages (two chunks per stage): a stage's mix depends on how each of
 #    its chunks is cut; the split model follows every chunk (the even split's mixes gave
 #    [2, 1, 3, 2] at 2.224 s where [3, 1, 2, 2] gives 2.168 s).
-JOB_SEVERAL_KINDS_INTERLEAVED = {"model": {"name": "generated", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 16, "vocab_size": 128256, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 4096, "first_dense_layers": 3, "layer_frequency": 1}}, "training": {"seq_len": 32768, "global_batch_size": 32}, "cluster": {"preset": "dgx-h100", "num_gpus": 16}, "search": {"top_k": 3, "time_limit_s": 10.0, "allow": {"zero_stage": [0], "recompute": ["moe", "none"], "tp": [1], "cp": [1]}, "memory_headroom_gib": 37.073}}
+JOB_SEVERAL_KINDS_INTERLEAVED = {
+    "model": {
+        "name": "generated",
+        "num_layers": 8,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_kv_heads": 16,
+        "vocab_size": 128256,
+        "moe": {
+            "num_experts": 4,
+            "top_k": 2,
+            "expert_ffn_hidden_size": 4096,
+            "first_dense_layers": 3,
+            "layer_frequency": 1,
+        },
+    },
+    "training": {"seq_len": 32768, "global_batch_size": 32},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+    "search": {
+        "top_k": 3,
+        "time_limit_s": 10.0,
+        "allow": {"zero_stage": [0], "recompute": ["moe", "none"], "tp": [1], "cp": [1]},
+        "memory_headroom_gib": 37.073,
+    },
+}
 
 
 def test_planner_agrees_with_brute_force_on_a_model_with_several_layer_kinds() -> None:
@@ -442,13 +560,22 @@ MOE_NVL72 = {
 # 30 layers over 4 stages: the uniform split (7, 8, 8, 7) overflows stage 0 (most in-flight
 # micro-batches plus the embedding); moving layers to the later stages fits.
 DENSE30_NON_UNIFORM = {
-    "model": {"name": "dense-30l", "num_layers": 30, "hidden_size": 4096, "ffn_hidden_size": 14336,
-              "num_attention_heads": 32, "num_kv_heads": 8, "vocab_size": 128256},
+    "model": {
+        "name": "dense-30l",
+        "num_layers": 30,
+        "hidden_size": 4096,
+        "ffn_hidden_size": 14336,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "vocab_size": 128256,
+    },
     "training": {"seq_len": 22528, "global_batch_size": 32},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 3, "fix": {"pp": 4, "tp": 1, "cp": 1},
-               "allow": {"vpp": [1], "micro_batch_size": [1, 2], "zero_stage": [0, 1],
-                         "recompute": ["none", "selective"]}},
+    "search": {
+        "top_k": 3,
+        "fix": {"pp": 4, "tp": 1, "cp": 1},
+        "allow": {"vpp": [1], "micro_batch_size": [1, 2], "zero_stage": [0, 1], "recompute": ["none", "selective"]},
+    },
 }
 SMALL_DENSE = {
     "model": {"preset": "llama3-8b"},
@@ -522,8 +649,13 @@ def test_non_uniform_split_when_the_uniform_one_does_not_fit() -> None:
 
 def test_dense_1t_on_8_h100_is_infeasible() -> None:
     job = {
-        "model": {"name": "dense-1t", "num_layers": 128, "hidden_size": 25600, "num_attention_heads": 160,
-                  "vocab_size": 128256},
+        "model": {
+            "name": "dense-1t",
+            "num_layers": 128,
+            "hidden_size": 25600,
+            "num_attention_heads": 160,
+            "vocab_size": 128256,
+        },
         "training": {"seq_len": 4096, "global_batch_size": 64},
         "cluster": {"preset": "dgx-h100", "num_gpus": 8},
     }
@@ -594,7 +726,9 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     assert best.step_time_s == pytest.approx(8.0913, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
-    assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [describe(p) for p in response.plans]
+    assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [
+        describe(p) for p in response.plans
+    ]
 
 
 def test_moe_block_recompute_is_searched_only_for_moe_models():
@@ -608,7 +742,10 @@ def test_moe_block_recompute_is_searched_only_for_moe_models():
     )
     moe_spec = JobSpec(model=moe_req.model, training=moe_req.training, cluster=moe_req.cluster)
     assert {lay.recompute for lay in enumerate_layouts(moe_spec, moe_req.search)} == {
-        "none", "core_attn", "moe", "full",
+        "none",
+        "core_attn",
+        "moe",
+        "full",
     }
 
 
@@ -649,13 +786,25 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     ("model", "cluster", "training", "layout"),
     [
         # a partial xGMI mesh gives a TP2 group less bandwidth than the NIC
-        ("llama3-8b", {"gpu": "mi300x", "num_gpus": 32, "network": "ib-xdr-800"},
-         {"seq_len": 1024, "global_batch_size": 32}, {"tp": 2, "micro_batch_size": 2, "recompute": "none"}),
+        (
+            "llama3-8b",
+            {"gpu": "mi300x", "num_gpus": 32, "network": "ib-xdr-800"},
+            {"seq_len": 1024, "global_batch_size": 32},
+            {"tp": 2, "micro_batch_size": 2, "recompute": "none"},
+        ),
         # a flat NVLink ring pays more latency steps than a group split over two tiers
-        ("llama2-7b", {"preset": "gb200-nvl72", "num_gpus": 96},
-         {"seq_len": 1024, "global_batch_size": 192}, {"tp": 16, "micro_batch_size": 1, "recompute": "none"}),
-        ("qwen3-30b-a3b", {"preset": "dgx-h100", "num_gpus": 16},
-         {"seq_len": 2048, "global_batch_size": 16}, {"tp": 8, "cp": 2, "ep": 16, "recompute": "full"}),
+        (
+            "llama2-7b",
+            {"preset": "gb200-nvl72", "num_gpus": 96},
+            {"seq_len": 1024, "global_batch_size": 192},
+            {"tp": 16, "micro_batch_size": 1, "recompute": "none"},
+        ),
+        (
+            "qwen3-30b-a3b",
+            {"preset": "dgx-h100", "num_gpus": 16},
+            {"seq_len": 2048, "global_batch_size": 16},
+            {"tp": 8, "cp": 2, "ep": 16, "recompute": "full"},
+        ),
     ],
 )
 def test_bound_holds_where_locality_is_not_cheapest(model, cluster, training, layout):
@@ -695,8 +844,10 @@ def test_small_jobs_consider_every_layer_split():
         model={"num_layers": 40, "hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1_000_000},
         training={"seq_len": 2048, "global_batch_size": 16, "attention_kernel": "flash2"},
         cluster={"preset": "dgx-h100", "num_gpus": 8},
-        search={"top_k": 1, "fix": {"pp": 2, "tp": 1, "zero_stage": 1, "recompute": "selective",
-                                     "micro_batch_size": 1, "vpp": 1}},
+        search={
+            "top_k": 1,
+            "fix": {"pp": 2, "tp": 1, "zero_stage": 1, "recompute": "selective", "micro_batch_size": 1, "vpp": 1},
+        },
     )
     response = search(req)
     assert response.status == "optimal"
@@ -738,27 +889,32 @@ def test_op_level_recompute_is_searched_only_when_named() -> None:
 # 9 layers on 2 stages x 2, 3 or 4 chunks: no depth divides them evenly. For a model with one
 # layer kind the default space interleaves anyway (uneven chunks); checked against the brute force.
 JOB_UNEVEN_INTERLEAVING = {
-    "model": {"name": "generated", "num_layers": 9, "hidden_size": 1024, "num_attention_heads": 8,
-              "vocab_size": 32000},
+    "model": {"name": "generated", "num_layers": 9, "hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 32000},
     "training": {"seq_len": 4096, "global_batch_size": 16},
     "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-    "search": {"top_k": 2,
-               "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}},
+    "search": {
+        "top_k": 2,
+        "fix": {"tp": 1, "pp": 2, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"},
+    },
 }
 
 # The same with dense and MoE layers alternating: uneven depths when named, or when they add few
 # layouts.
 JOB_UNEVEN_INTERLEAVING_MIXED = {
     **JOB_UNEVEN_INTERLEAVING,
-    "model": {**JOB_UNEVEN_INTERLEAVING["model"], "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024,
-                                                          "layer_frequency": 2}},
+    "model": {
+        **JOB_UNEVEN_INTERLEAVING["model"],
+        "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024, "layer_frequency": 2},
+    },
     "search": {**JOB_UNEVEN_INTERLEAVING["search"], "allow": {"vpp": [1, 2, 4]}},
 }
 # MoE layers after a dense first one: every depth, however many layouts.
 JOB_UNEVEN_INTERLEAVING_DENSE_FIRST = {
     **JOB_UNEVEN_INTERLEAVING,
-    "model": {**JOB_UNEVEN_INTERLEAVING["model"], "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024,
-                                                          "first_dense_layers": 1}},
+    "model": {
+        **JOB_UNEVEN_INTERLEAVING["model"],
+        "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 1024, "first_dense_layers": 1},
+    },
 }
 
 
@@ -791,8 +947,11 @@ def test_uneven_interleaving_of_alternating_layer_kinds_is_searched_when_named_o
 def test_deepseek_v3_default_space_interleaves_unevenly() -> None:
     """61 layers, 3 of them dense: no pp x vpp divides them. The MoE layers follow the dense ones
     without alternating, so the default space has every depth, as when all are named."""
-    job = {"model": {"preset": "deepseek-v3"}, "training": {"seq_len": 4096, "global_batch_size": 1024},
-           "cluster": {"preset": "dgx-h100", "num_gpus": 256}}
+    job = {
+        "model": {"preset": "deepseek-v3"},
+        "training": {"seq_len": 4096, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+    }
     assert _searched_vpps(job) == _searched_vpps({**job, "search": {"allow": {"vpp": list(range(1, 9))}}})
     assert _searched_vpps(job) == set(range(1, 9))
     named = {**job, "search": {"allow": {"vpp": [1, 2]}}}
@@ -864,7 +1023,11 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
             "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
     default, named = _request(base), _request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=default.model, training=default.training, cluster=default.cluster)
-    assert sum(len(b.variants) * len(b.skipped_vpps) for b in blocks_with_uneven_depths_apart(job, default.search)) == 21_400 < UNEVEN_DEPTHS_DEFAULT_MAX
+    assert (
+        sum(len(b.variants) * len(b.skipped_vpps) for b in blocks_with_uneven_depths_apart(job, default.search))
+        == 21_400
+        < UNEVEN_DEPTHS_DEFAULT_MAX
+    )
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search(default)
     assert planned.status == "optimal"
@@ -1015,7 +1178,10 @@ def test_search_gives_the_garbage_collector_back() -> None:
 
 @pytest.mark.parametrize(
     ("restriction", "knob"),
-    [({"allow": {"zero_stage": [1]}, "fix": {"zero_stage": 2}}, "zero_stage"), ({"allow": {"recompute": ["moe"]}}, "recompute")],
+    [
+        ({"allow": {"zero_stage": [1]}, "fix": {"zero_stage": 2}}, "zero_stage"),
+        ({"allow": {"recompute": ["moe"]}}, "recompute"),
+    ],
 )
 def test_restrictions_that_leave_a_knob_without_values_are_named(restriction: dict, knob: str) -> None:
     """search.fix / search.allow that leave no ZeRO stage or recompute mode: the answer is
@@ -1036,8 +1202,15 @@ def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
     pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
     assert free.status == pipeline.status == "optimal"
     best, kept = free.plans[0], pipeline.plans[0]
-    assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (4, 8, 12, 1)  # no ZeRO-2 with pp
-    assert best.step_time_s == pytest.approx(6.3373, abs=5e-4) and best.memory_gib.total == pytest.approx(67.8, abs=0.05)
+    assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (
+        4,
+        8,
+        12,
+        1,
+    )  # no ZeRO-2 with pp
+    assert best.step_time_s == pytest.approx(6.3373, abs=5e-4) and best.memory_gib.total == pytest.approx(
+        67.8, abs=0.05
+    )
     # every plan now runs on a framework: the pipeline restriction changes nothing
     assert (kept.config.tp, kept.config.pp, kept.config.vpp, kept.config.zero_stage) == (4, 8, 12, 1)
     assert kept.step_time_s == best.step_time_s and best.frameworks == ["megatron-lm"]

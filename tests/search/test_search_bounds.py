@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from optimizer.cost import build_context
+from optimizer.search.bounds import space_bounds
 from optimizer.search.lower_bounds import (
     compute_lower_bound_s,
     compute_lower_bounds,
@@ -29,7 +30,6 @@ from optimizer.search.lower_bounds import (
     lower_bound_terms,
     memory_floor_bytes,
 )
-from optimizer.search.bounds import space_bounds
 from optimizer.search.space import count_layouts, enumerate_layouts, layout_blocks, layout_families
 from optimizer.specs import JobSpec, PlanRequest
 

@@ -86,7 +86,12 @@ def test_mt_nlg_plans_at_least_as_fast_as_calculons_vpp15_layout(client: TestCli
     free = client.post("/plan", json={**MT_NLG, "search": {"top_k": 1, "allow": allowed}}).json()
     assert free["status"] == "optimal"
     best = free["plans"][0]
-    assert (best["config"]["tp"], best["config"]["pp"], best["config"]["vpp"], best["config"]["zero_stage"]) == (4, 7, 15, 2)
+    assert (best["config"]["tp"], best["config"]["pp"], best["config"]["vpp"], best["config"]["zero_stage"]) == (
+        4,
+        7,
+        15,
+        2,
+    )
     assert best["step_time_s"] <= calculon["step_time_s"]
     assert best["step_time_s"] == pytest.approx(33.865, abs=1e-3)
 

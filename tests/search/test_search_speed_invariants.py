@@ -23,9 +23,9 @@ import pytest
 from optimizer.cost import best_estimate, build_context, estimate
 from optimizer.cost.estimate import step_time_s
 from optimizer.cost.stage import layout_kind_costs
+from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.floors import kind_time_floor, split_floor_s, step_floor_exceeds, step_floor_s
 from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
-from optimizer.cost.topology import axis_groups, candidate_orders
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
 from optimizer.specs import JobSpec, PlanRequest
@@ -237,9 +237,7 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
         assert limits == _reference_limits(ctx, lay, axis_groups(ctx.topology, est.order, lay.sizes()), cap), lay
         # the split phase's layout-level test (early exits, every rank order) agrees with the limits
         admitted = [_reference_limits(ctx, lay, g, cap) for g in order_geometries(ctx, lay)[2]]
-        assert some_split_may_fit(ctx, lay, cap) == any(
-            min(r) >= lay.vpp and sum(r) >= layers for r in admitted
-        ), lay
+        assert some_split_may_fit(ctx, lay, cap) == any(min(r) >= lay.vpp and sum(r) >= layers for r in admitted), lay
         most = layers - (lay.pp - 1) * lay.vpp
         binding += any(n < most for n in limits)
         for _ in range(4):

@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.search.split_bound import stage_split_reaches
 from optimizer.search import search
+from optimizer.search.split_bound import stage_split_reaches
 from optimizer.specs import PlanRequest
 
 

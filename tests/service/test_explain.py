@@ -105,7 +105,10 @@ def test_pipeline_bubble_and_batch_arithmetic_of_the_seed_scenario(client: TestC
     assert times == sorted(times, reverse=True)
     # search.diverse: the runner-up is the best plan of another family (tp, pp, dp, cp, ep)
     assert body["why"]["runner_up"]["config_changes"] == {
-        "tp": [4, 8], "cp": [2, 1], "placement.cp": ["nvlink", "none"], "placement.pp": ["spine", "leaf"],
+        "tp": [4, 8],
+        "cp": [2, 1],
+        "placement.cp": ["nvlink", "none"],
+        "placement.pp": ["spine", "leaf"],
     }
 
 

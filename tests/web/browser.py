@@ -81,9 +81,7 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[WebDriver]:
         ):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-        driver = webdriver.Chrome(
-            service=Service(executable_path=str(CHROMEDRIVER)), options=options
-        )
+        driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
         try:
             yield driver
         finally:

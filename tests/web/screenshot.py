@@ -29,9 +29,7 @@ WIDTH, HEIGHT = 1400, 1600  # tall enough for the form, the plans and the charts
 def main(out: Path) -> None:
     with serve(create_app()) as base_url, chromium(WIDTH, HEIGHT) as driver:
         driver.get(f"{base_url}/?job={quote(json.dumps(JOB))}")
-        WebDriverWait(driver, 120).until(
-            lambda d: d.execute_script("return document.body.dataset.state") == "done"
-        )
+        WebDriverWait(driver, 120).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
         driver.execute_script("document.querySelector('#sweep').hidden = true")
         out.parent.mkdir(parents=True, exist_ok=True)
         driver.find_element(By.TAG_NAME, "main").screenshot(str(out))

@@ -34,7 +34,9 @@ GPU_COUNTS = [8, 16, 32, 64]
 def open_job(driver: WebDriver, base_url: str, job: dict[str, Any]) -> None:
     requested_urls(driver)
     driver.get(f"{base_url}/?job={quote(json.dumps(job))}")
-    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return document.body.dataset.state") in ("done", "error"))
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.execute_script("return document.body.dataset.state") in ("done", "error")
+    )
     assert driver.execute_script("return document.body.dataset.state") == "done"
 
 
@@ -64,7 +66,10 @@ def test_suggestions_and_capacity_of_each_plan_match_plan(driver: WebDriver, bas
             for span in detail.find_elements(By.CSS_SELECTOR, '[data-testid="capacity"] span')
         }
         ttt = plan["time_to_train"]
-        assert shown["goodput_fraction"] == (plan["goodput"]["fraction"], f"goodput {100 * plan['goodput']['fraction']:.1f}%")
+        assert shown["goodput_fraction"] == (
+            plan["goodput"]["fraction"],
+            f"goodput {100 * plan['goodput']['fraction']:.1f}%",
+        )
         assert shown["time_to_train_days"] == (ttt["days"], f"{ttt['days']:.1f} days to train")
         assert shown["cost_usd"] == (ttt["cost_usd"], f"${int(ttt['cost_usd'] + 0.5):,}")
     assert foreign_urls(requested_urls(driver)) == []
@@ -77,7 +82,9 @@ def test_no_budget_no_time_to_train_and_no_suggestions(driver: WebDriver, base_u
     open_job(driver, base_url, job)
     assert not driver.find_element(By.CSS_SELECTOR, '[data-testid="suggestions"]').is_displayed()
     driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"]').click()
-    fields = [s.get_attribute("data-field") for s in driver.find_elements(By.CSS_SELECTOR, '[data-testid="capacity"] span')]
+    fields = [
+        s.get_attribute("data-field") for s in driver.find_elements(By.CSS_SELECTOR, '[data-testid="capacity"] span')
+    ]
     assert fields == ["goodput_fraction"]
 
 
@@ -96,7 +103,9 @@ def test_sweep_chart_toggles_to_time_to_train(driver: WebDriver, base_url: str) 
     box.clear()
     box.send_keys(", ".join(map(str, GPU_COUNTS)))
     driver.find_element(By.ID, "sweep-start").click()
-    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return document.body.dataset.sweep") not in (None, "running"))
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.execute_script("return document.body.dataset.sweep") not in (None, "running")
+    )
     assert driver.execute_script("return document.body.dataset.sweep") == "done"
     sweep = httpx.get(f"{base_url}/sweeps/{sweep_chart(driver)['id']}").json()
     assert [r["status"] for r in sweep["results"]] == ["done"] * len(GPU_COUNTS)
@@ -127,7 +136,10 @@ def test_sweep_chart_toggles_to_time_to_train(driver: WebDriver, base_url: str) 
 def test_days_view_is_disabled_without_a_budget(driver: WebDriver, base_url: str) -> None:
     job = {**SWEPT, "training": {"seq_len": 4096, "global_batch_size": 256}}
     open_job(driver, base_url, job)
-    driver.execute_script("sweepChart(arguments[0])", {"results": [{"point": {"num_gpus": 8}, "plan": {"tokens_per_s": 1.0}}], "pareto": []})
+    driver.execute_script(
+        "sweepChart(arguments[0])",
+        {"results": [{"point": {"num_gpus": 8}, "plan": {"tokens_per_s": 1.0}}], "pareto": []},
+    )
     metric = Select(driver.find_element(By.ID, "sweep-metric"))
     assert not metric.options[1].is_enabled()
     assert metric.first_selected_option.get_attribute("value") == "throughput"

@@ -103,9 +103,7 @@ def assert_memory_chart_shows(driver: WebDriver, plan: dict[str, Any], rank: int
 
 
 @pytest.mark.parametrize("name", list(JOBS))
-def test_job_link_renders_the_plans_and_charts_of_plan(
-    driver: WebDriver, base_url: str, name: str
-) -> None:
+def test_job_link_renders_the_plans_and_charts_of_plan(driver: WebDriver, base_url: str, name: str) -> None:
     job = JOBS[name]
     expected = post_plan(base_url, job).json()
     plans = expected["plans"]
@@ -185,9 +183,7 @@ def test_imported_hugging_face_config_plans_like_the_preset(
         driver.find_element(By.ID, "hf-file").send_keys(str(config))  # imports on choosing
     if how == "paste":
         driver.find_element(By.ID, "hf-import").click()
-    WebDriverWait(driver, WAIT_S).until(
-        lambda d: d.find_element(By.ID, "hf-status").text == "imported llama"
-    )
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "hf-status").text == "imported llama")
     form_job = json.loads(driver.execute_script("return JSON.stringify(formToJob())"))
     assert form_job["model"] == {
         "name": "llama",
@@ -218,9 +214,7 @@ def test_imported_hugging_face_config_plans_like_the_preset(
         ("/redoc", "return document.querySelectorAll('[data-section-id^=\"operation/\"]').length"),
     ],
 )
-def test_api_docs_render_without_network(
-    driver: WebDriver, base_url: str, path: str, rendered: str
-) -> None:
+def test_api_docs_render_without_network(driver: WebDriver, base_url: str, path: str, rendered: str) -> None:
     schema = httpx.get(f"{base_url}/openapi.json").json()
     operations = sum(len(methods) for methods in schema["paths"].values())
     open_page(driver, f"{base_url}{path}")

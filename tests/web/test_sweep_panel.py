@@ -42,9 +42,7 @@ def run_panel(driver: WebDriver, base_url: str, counts: list[int]) -> dict[str, 
     """
     requested_urls(driver)
     driver.get(f"{base_url}/?job={quote(json.dumps(JOB))}")
-    WebDriverWait(driver, WAIT_S).until(
-        lambda d: d.execute_script("return document.body.dataset.state") == "done"
-    )
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
     box = driver.find_element(By.ID, "sweep-gpus")
     box.clear()
     box.send_keys(", ".join(map(str, counts)))
@@ -61,11 +59,7 @@ def run_panel(driver: WebDriver, base_url: str, counts: list[int]) -> dict[str, 
 
 
 def throughput_by_gpus(items: list[dict[str, Any]]) -> dict[int, float]:
-    return {
-        item["point"]["num_gpus"]: item["plan"]["tokens_per_s"]
-        for item in items
-        if item.get("plan")
-    }
+    return {item["point"]["num_gpus"]: item["plan"]["tokens_per_s"] for item in items if item.get("plan")}
 
 
 def assert_chart_shows(panel: dict[str, Any], sweep: dict[str, Any]) -> None:
@@ -74,7 +68,7 @@ def assert_chart_shows(panel: dict[str, Any], sweep: dict[str, Any]) -> None:
     assert dict(zip(points["x"], points["y"], strict=True)) == pytest.approx(expected, rel=1e-12)
     assert front["name"] == "Pareto front"
     assert len(front["x"]) == len(sweep["pareto"]) >= 1
-    assert all(expected[g] == pytest.approx(t, rel=1e-12) for g, t in zip(front["x"], front["y"]))
+    assert all(expected[g] == pytest.approx(t, rel=1e-12) for g, t in zip(front["x"], front["y"], strict=False))
 
 
 def test_sweep_panel_on_the_service(driver: WebDriver, base_url: str) -> None:
@@ -114,9 +108,7 @@ def contract_app() -> FastAPI:
             job = {**sweep["job"], "cluster": {**sweep["job"]["cluster"], **point}}
             best = service.plan(PlanRequest.model_validate(job)).plans
             plan = best[0].model_dump(mode="json") if best else None
-            results.append(
-                {"point": point, "status": "optimal" if best else "infeasible", "plan": plan}
-            )
+            results.append({"point": point, "status": "optimal" if best else "infeasible", "plan": plan})
         done = len(results) == len(points)
         front, best_so_far = [], 0.0
         for item in sorted((r for r in results if r["plan"]), key=lambda r: r["point"]["num_gpus"]):
