@@ -35,9 +35,10 @@ if str(ROOT) not in sys.path:
 
 from optimizer.cost import build_context
 from optimizer.cost.context import _build_context_cached
-from optimizer.search import bound_space, cyclic_gc_paused, search
+from optimizer.search import bound_space, cyclic_gc_paused
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, layout_blocks
+from optimizer.service import search_plans
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB
 
@@ -225,7 +226,7 @@ def run_job(name: str, job: dict[str, Any], quick: bool, time_limit_s: float | N
     request = PlanRequest.model_validate(body)
     _fresh_context()
     t0 = time.perf_counter()
-    response = search(request)
+    response = search_plans(request)
     planner_s = time.perf_counter() - t0
     best = response.plans[0] if response.plans else None
     ex_s, ex_layouts, ex_costed, ex_fit, ex_step = (None, 0, 0, 0, math.inf) if quick else exhaustive(request)

@@ -29,6 +29,7 @@ from optimizer.results import (
     StageMemoryGiB,
     TimeBreakdown,
 )
+from optimizer.search import SearchResult, search
 from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
@@ -307,7 +308,6 @@ def plan(request: PlanRequest) -> PlanResponse:
     ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
     limits the top plan (``why``) and warns about a job that looks wrong."""
     from optimizer.capacity.plans import finish
-    from optimizer.search import search
 
     if request.cluster.topology is not None:
         from optimizer.placement.plan import plan_on_topology
@@ -315,10 +315,27 @@ def plan(request: PlanRequest) -> PlanResponse:
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
-            return _explained(quiet, finish(quiet, search(quiet)))
+            return _explained(quiet, finish(quiet, search_plans(quiet)))
 
         return plan_on_topology(request, search_placed)
-    return _explained(request, finish(request, search(request)))
+    return _explained(request, finish(request, search_plans(request)))
+
+
+def search_plans(request: PlanRequest) -> PlanResponse:
+    """The search's answer to ``request`` as a response: its ranked estimates made plans."""
+    return response_of(search(request))
+
+
+def response_of(result: SearchResult) -> PlanResponse:
+    """The ``PlanResponse`` of a search's result (``to_plan`` of each ranked estimate)."""
+    plans = [to_plan(result.job, est) for est in result.estimates]
+    return PlanResponse(
+        status=result.status,
+        plans=plans,
+        solver=result.solver,
+        explanation=result.explanation,
+        warnings=list(result.warnings),
+    )
 
 
 def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:

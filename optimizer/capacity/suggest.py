@@ -99,7 +99,7 @@ def _clearly_better(best: Plan, count: int, n: int, other: Plan) -> bool:
 
 def suggestions(request: PlanRequest, response: PlanResponse) -> list[Suggestion]:
     """Clearly better nearby GPU counts for ``request`` (whose answer is ``response``)."""
-    from optimizer.search import search
+    from optimizer.service import search_plans
 
     if not response.plans or response.solver.wall_time_s > MAX_MAIN_WALL_S:
         return []
@@ -114,7 +114,7 @@ def suggestions(request: PlanRequest, response: PlanResponse) -> list[Suggestion
     gbs = request.training.global_batch_size or 1
     for count in candidate_counts(n, gbs, request.cluster.gpus_per_node or 1):
         cluster = request.cluster.model_copy(update={"num_gpus": count})
-        answer = search(request.model_copy(update={"cluster": cluster, "search": spec}))
+        answer = search_plans(request.model_copy(update={"cluster": cluster, "search": spec}))
         if not answer.plans or not _clearly_better(best, count, n, answer.plans[0]):
             continue
         other = answer.plans[0]

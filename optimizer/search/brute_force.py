@@ -104,19 +104,19 @@ def verify(request: PlanRequest, rel_tol: float = 1e-6) -> list[str]:
     """Compare the planner with the oracle; return the disagreements (empty: they agree)."""
     from optimizer.search import search
 
-    response = search(request)
+    result = search(request)
     oracle = best_per_layout(brute_force(request))
     if request.search.diverse:  # the top-k is one layout per family
         oracle = pick(oracle, len(oracle), True)
     problems: list[str] = []
     if not oracle:
-        if response.status != "infeasible":
-            problems.append(f"oracle: nothing fits; planner status {response.status}")
+        if result.status != "infeasible":
+            problems.append(f"oracle: nothing fits; planner status {result.status}")
         return problems
-    if not response.plans:
-        problems.append(f"oracle best {oracle[0].step_time_s:.9g} s; planner returned no plan ({response.status})")
+    if not result.estimates:
+        problems.append(f"oracle best {oracle[0].step_time_s:.9g} s; planner returned no plan ({result.status})")
         return problems
-    for k, plan in enumerate(response.plans):
+    for k, plan in enumerate(result.estimates):
         if k >= len(oracle):
             problems.append(f"plan {k}: planner returned more distinct layouts than fit ({len(oracle)})")
             break

@@ -7,7 +7,7 @@ import pytest
 from hardware_catalog import load_catalog
 from optimizer.params import count_params
 from optimizer.presets import load_model_presets
-from optimizer.search import search
+from optimizer.service import search_plans
 from optimizer.specs import ClusterSpec, ModelSpec, PlanRequest
 
 
@@ -47,7 +47,7 @@ def test_llama31_70b_plans_on_hgx_h800_no_faster_than_on_dgx_h100() -> None:
     """Same GH100 compute, same fabric; H800's NVLink is cut to 200 GB/s a direction (450 on H100)."""
 
     def best(cluster: str):
-        response = search(PlanRequest.model_validate({
+        response = search_plans(PlanRequest.model_validate({
             "model": {"preset": "llama3.1-70b"},
             "training": {"seq_len": 8192, "global_batch_size": 256},
             "cluster": {"preset": cluster, "num_gpus": 256},

@@ -1,5 +1,6 @@
-"""The cost model never imports the search: ``optimizer.search`` builds on ``optimizer.cost``, not
-the reverse, at module level or inside a function."""
+"""The cost model never imports the search, and the search never imports the service:
+``optimizer.service`` builds on ``optimizer.search``, which builds on ``optimizer.cost``, not the
+reverse, at module level or inside a function."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COST = sorted((ROOT / "optimizer" / "cost").glob("*.py"))
+SEARCH = sorted((ROOT / "optimizer" / "search").glob("*.py"))
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -27,6 +29,12 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", COST, ids=lambda p: p.name)
 def test_cost_modules_import_nothing_from_search_or_service(path: Path) -> None:
     upward = sorted(m for m in imported_modules(path) if m.startswith(("optimizer.search", "optimizer.service")))
+    assert upward == [], f"{path.name} imports {upward}"
+
+
+@pytest.mark.parametrize("path", SEARCH, ids=lambda p: p.name)
+def test_search_modules_import_nothing_from_service(path: Path) -> None:
+    upward = sorted(m for m in imported_modules(path) if m.startswith(("optimizer.service", "api")))
     assert upward == [], f"{path.name} imports {upward}"
 
 

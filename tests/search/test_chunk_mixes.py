@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context
-from optimizer.search import search
 from optimizer.search.cpsat import kind_period
 from optimizer.search.split_mixes import chunk_sum_mixes, counts_at
+from optimizer.service import search_plans
 from optimizer.specs import JobSpec, PlanRequest
 
 
@@ -109,7 +109,7 @@ def test_alternating_moe_plans_optimal() -> None:
     window tables alone its interleaved split models stayed open at the 1 s guard and the answer
     was `feasible` at 10 s and at 60 s; now each proves in well under 1 s and the
     best plan is an 8-chunk interleaved split CP-SAT found (ZeRO-1: no framework runs ZeRO-2/3 with pipelines)."""
-    response = search(PlanRequest.model_validate({
+    response = search_plans(PlanRequest.model_validate({
         "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2,
                   "expert_ffn_hidden_size": 16384, "layer_frequency": 2, "first_dense_layers": 1}},
         "training": {"seq_len": 4096, "global_batch_size": 512},

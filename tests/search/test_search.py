@@ -24,7 +24,6 @@ from optimizer.cost import build_context, estimate, resolve_layout
 from optimizer.cost.topology import candidate_orders
 from optimizer.errors import InvalidLayout
 from optimizer.results import PlanResponse
-from optimizer.search import search
 from optimizer.search.brute_force import (
     best_per_layout,
     brute_force,
@@ -36,7 +35,7 @@ from optimizer.search.fit_limits import stage_fit_limits
 from optimizer.search.ranking import pick
 from optimizer.search.space import enumerate_layouts
 from optimizer.search.split_tables import certified_split_range, split_tables
-from optimizer.service import evaluate
+from optimizer.service import evaluate, search_plans
 from optimizer.specs import EvaluateRequest, JobSpec, Layout, PlacementSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
 
@@ -64,7 +63,7 @@ def _request(job: dict[str, Any]) -> PlanRequest:
 @lru_cache(maxsize=32)
 def _planned(job_json: str):
     """One planner answer per distinct request (shared by the tests that only read it)."""
-    return search(_request(json.loads(job_json)))
+    return search_plans(_request(json.loads(job_json)))
 
 
 def planned(job: dict[str, Any]):
@@ -266,7 +265,7 @@ JOB_ONLY_NON_UNIFORM_FITS = {
 def check_against_oracle(job: dict[str, Any]) -> PlanResponse:
     """Assert the planner's answer matches the brute force's; returns the planner's response."""
     req = _request(job)
-    response = search(req)
+    response = search_plans(req)
     oracle = pick(best_per_layout(brute_force(req)), 10**9, req.search.diverse)  # one per family when diverse
     context = (
         f"\njob: {json.dumps(job)}\nplanner ({response.status}): "
@@ -511,7 +510,7 @@ def test_splits_without_exact_tables_are_not_claimed_optimal(monkeypatch: pytest
 
     monkeypatch.setattr(importlib.import_module("optimizer.search.split_tables"), "SPLIT_MIX_TABLE_MAX", 0)
     req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
-    response = search(req)
+    response = search_plans(req)
     oracle = best_per_layout(brute_force(req))
     assert response.status == "feasible", response.solver
     assert not response.solver.proved_optimal
@@ -536,7 +535,7 @@ def test_a_split_model_stopped_at_its_limit_is_not_claimed_optimal(monkeypatch: 
 
     monkeypatch.setattr(cpsat.SplitModel, "solve", first_one_times_out)
     req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
-    response = search(req)
+    response = search_plans(req)
     oracle = best_per_layout(brute_force(req))
     assert calls >= 1
     assert response.status == "feasible", response.solver
@@ -607,8 +606,8 @@ def test_every_plan_re_evaluates_identically(job: dict[str, Any]) -> None:
 
 
 def test_same_request_gives_identical_plans() -> None:
-    first = search(_request(LLAMA70B_64))
-    second = search(_request(LLAMA70B_64))
+    first = search_plans(_request(LLAMA70B_64))
+    second = search_plans(_request(LLAMA70B_64))
     assert [p.model_dump_json() for p in first.plans] == [p.model_dump_json() for p in second.plans]
     assert first.status == second.status
 
@@ -659,7 +658,7 @@ def test_dense_1t_on_8_h100_is_infeasible() -> None:
         "training": {"seq_len": 4096, "global_batch_size": 64},
         "cluster": {"preset": "dgx-h100", "num_gpus": 8},
     }
-    response = search(_request(job))
+    response = search_plans(_request(job))
     assert response.status == "infeasible"
     assert not response.plans
     assert response.explanation is not None
@@ -695,7 +694,7 @@ def test_seed_scenario_gpt3_175b_on_8192_h100() -> None:
         "cluster": {"preset": "dgx-h100", "num_gpus": 8192},
         "search": {"time_limit_s": 60.0},
     }
-    response = search(_request(job))
+    response = search_plans(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
     c = best.config
@@ -720,7 +719,7 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
         "search": {"allow": {"vpp": [1]}},
     }
-    response = search(_request(job))
+    response = search_plans(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
     assert best.step_time_s == pytest.approx(8.0913, rel=1e-3), describe(best)
@@ -776,7 +775,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     for est in uniform:
         assert compute_lower_bound_s(ctx, est.layout) <= est.step_time_s * (1 + 1e-12), est.layout
     best_uniform = min(e.step_time_s for e in uniform if e.fits_memory)
-    response = search(req)
+    response = search_plans(req)
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= best_uniform * (1 + 1e-9)
     assert response.plans[0].step_time_s == pytest.approx(27.22, abs=0.01)
@@ -832,7 +831,7 @@ def test_planner_finds_tp_on_the_nic_when_the_mesh_is_slower():
     exhaustive = min(
         e.step_time_s for e in (best_estimate(ctx, lay) for lay in enumerate_layouts(job, req.search)) if e.fits_memory
     )
-    response = search(req)
+    response = search_plans(req)
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= exhaustive * (1 + 1e-9)
 
@@ -849,7 +848,7 @@ def test_small_jobs_consider_every_layer_split():
             "fix": {"pp": 2, "tp": 1, "zero_stage": 1, "recompute": "selective", "micro_batch_size": 1, "vpp": 1},
         },
     )
-    response = search(req)
+    response = search_plans(req)
     assert response.status == "optimal"
     assert response.plans[0].config.stage_layers == [39, 1]
     assert response.plans[0].step_time_s == pytest.approx(0.1154, abs=1e-4)
@@ -863,7 +862,7 @@ def test_unfused_attention_with_context_parallelism_pinned_is_invalid_and_says_w
         "search": {"fix": {"cp": 2}},
     }
     with pytest.raises(InvalidLayout) as err:
-        search(_request(job))
+        search_plans(_request(job))
     assert err.value.field == "search.fix.cp" and "training.attention_kernel is 'unfused'" in err.value.reason
 
 
@@ -879,7 +878,7 @@ def test_op_level_recompute_is_searched_only_when_named() -> None:
     job = JobSpec(model=allowed.model, training=allowed.training, cluster=allowed.cluster)
     assert {lay.recompute for lay in enumerate_layouts(job, allowed.search)} == {"op", "full"}
     fixed = PlanRequest.model_validate({**base, "search": {"fix": {"recompute": "op"}}})
-    response = search(fixed)
+    response = search_plans(fixed)
     assert response.status == "optimal" and response.plans[0].config.recompute == "op"
     assert any("op-level selective checkpointing" in n for n in response.plans[0].notes)
 
@@ -969,9 +968,9 @@ def test_uneven_interleaving_finds_a_faster_llama_405b_plan() -> None:
         "training": {"seq_len": 8192, "global_batch_size": 2048},
         "cluster": {"preset": "dgx-h100", "num_gpus": 16384},
     }
-    flat = search(_request({**base, "search": {"allow": {"vpp": [1]}}}))
-    default = search(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
-    whole = search(_request(base))
+    flat = search_plans(_request({**base, "search": {"allow": {"vpp": [1]}}}))
+    default = search_plans(_request({**base, "search": {"allow": {"vpp": list(range(1, 9))}}}))
+    whole = search_plans(_request(base))
     assert whole.status == default.status == flat.status == "optimal"
     f, d = flat.plans[0], default.plans[0]
     assert (f.config.tp, f.config.pp, f.config.vpp) == (4, 64, 1)
@@ -998,7 +997,7 @@ def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_ho
         "training": {"seq_len": 4096, "global_batch_size": 4608},
         "cluster": {"preset": "gb200-nvl72", "num_gpus": 9216},
     }
-    default = search(_request({**base, "search": {"time_limit_s": 60}}))
+    default = search_plans(_request({**base, "search": {"time_limit_s": 60}}))
     assert default.status == "optimal"
     best = default.plans[0]
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (1, 8, 7, 8)
@@ -1006,7 +1005,7 @@ def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_ho
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
     assert not any("unequal chunks" in w for w in default.warnings)
     assert default.solver.left_out_depths_bound_s is None
-    flat = search(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": [1]}}}))
+    flat = search_plans(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": [1]}}}))
     assert flat.status == "optimal"
     assert flat.plans[0].step_time_s == pytest.approx(0.9567, abs=1e-4)
     assert best.step_time_s < 0.82 * flat.plans[0].step_time_s
@@ -1029,7 +1028,7 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
         < UNEVEN_DEPTHS_DEFAULT_MAX
     )
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
-    planned = search(default)
+    planned = search_plans(default)
     assert planned.status == "optimal"
     assert planned.plans[0].step_time_s == pytest.approx(1.8030, abs=1e-4)
     assert (planned.plans[0].config.pp, planned.plans[0].config.ep, planned.plans[0].config.zero_stage) == (1, 128, 3)
@@ -1118,10 +1117,10 @@ def test_split_models_stop_on_deterministic_work_not_wall_time(monkeypatch) -> N
     run. With the real limit it is proved optimal."""
     from optimizer.search import splits
 
-    proved = search(_request(JOB_SPLIT_OBJECTIVE))
+    proved = search_plans(_request(JOB_SPLIT_OBJECTIVE))
     assert proved.status == "optimal" and not proved.warnings
     monkeypatch.setattr(splits, "SOLVE_WORK_LIMIT", 1e-7)
-    cut = [search(_request(JOB_SPLIT_OBJECTIVE)) for _ in range(2)]
+    cut = [search_plans(_request(JOB_SPLIT_OBJECTIVE)) for _ in range(2)]
     assert [r.status for r in cut] == ["feasible", "feasible"]
     assert cut[0].plans == cut[1].plans and cut[0].solver.objective_bound == cut[1].solver.objective_bound
     assert cut[0].plans[0].step_time_s > proved.plans[0].step_time_s > cut[0].solver.objective_bound
@@ -1137,7 +1136,7 @@ def test_time_limit_is_checked_while_the_space_is_bounded() -> None:
         "cluster": {"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 2048},
         "search": {"time_limit_s": 0.001},
     })  # fmt: skip
-    response = search(req)
+    response = search_plans(req)
     assert response.status == "feasible" and response.plans == []
     assert response.solver.status == "UNKNOWN" and not response.solver.proved_optimal
     # enumerating the space checks the deadline too, and at 1 ms it usually stops there
@@ -1158,7 +1157,7 @@ def test_search_gives_the_garbage_collector_back() -> None:
     from optimizer.search import cyclic_gc_paused
 
     assert gc.isenabled()
-    search(_request(JOB_SPLIT_OBJECTIVE))
+    search_plans(_request(JOB_SPLIT_OBJECTIVE))
     assert gc.isenabled()
     with pytest.raises(RuntimeError), cyclic_gc_paused():
         assert not gc.isenabled()
@@ -1186,7 +1185,7 @@ def test_search_gives_the_garbage_collector_back() -> None:
 def test_restrictions_that_leave_a_knob_without_values_are_named(restriction: dict, knob: str) -> None:
     """search.fix / search.allow that leave no ZeRO stage or recompute mode: the answer is
     'infeasible' and names that knob, not the layout sizes."""
-    planned = search(_request({"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+    planned = search_plans(_request({"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
                                "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "search": restriction}))  # fmt: skip
     assert planned.status == "infeasible" and not planned.plans and planned.solver.status == "INFEASIBLE"
     assert f"leave no {knob}" in planned.explanation
@@ -1198,8 +1197,10 @@ def test_gpt3_175b_on_1024_h100_for_pipeline_frameworks():
     TP4 PP8 with 12 chunks a stage (beyond the old bound of 8), micro-batch 2, ZeRO-1, 6.337 s
     and 67.8 GiB (docs/launch.md)."""
     job = job_copy(GPT3_175B_ON_1024_H100)
-    free = search(PlanRequest.model_validate({**job, "search": {"top_k": 1}}))
-    pipeline = search(PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}}))
+    free = search_plans(PlanRequest.model_validate({**job, "search": {"top_k": 1}}))
+    pipeline = search_plans(
+        PlanRequest.model_validate({**job, "search": {"top_k": 1, "allow": {"zero_stage": [0, 1]}}})
+    )
     assert free.status == pipeline.status == "optimal"
     best, kept = free.plans[0], pipeline.plans[0]
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.zero_stage) == (

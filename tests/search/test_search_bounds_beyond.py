@@ -184,9 +184,9 @@ def test_beyond_blocks_hold_only_layouts_beyond_the_bounds() -> None:
 def test_planner_agrees_with_brute_force_when_a_micro_batch_beyond_the_bound_wins() -> None:
     """The oracle costs every layout of the planner's whole space (``Reach.ALL``)."""
     req = PlanRequest.model_validate({**TINY, "search": {"top_k": 3}})
-    from optimizer.search import search
+    from optimizer.service import search_plans
 
-    response = search(req)
+    response = search_plans(req)
     assert response.plans[0].config.micro_batch_size == 64 > MAX_MICRO_BATCH
     assert response.solver.beyond_default_bounds_s is not None
     assert verify(req) == []

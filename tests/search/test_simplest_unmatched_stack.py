@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from optimizer.cost import resolve_layout
 from optimizer.frameworks import layout_problem, profile
-from optimizer.search import search
+from optimizer.service import search_plans
 from optimizer.specs import JobSpec, PlanRequest
 
 
@@ -20,7 +20,7 @@ def test_torchtitan_with_flat_collectives_gets_no_zero_1_plan() -> None:
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
         "search": {"top_k": 3},
     })  # fmt: skip
-    response = search(request)
+    response = search_plans(request)
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     assert response.plans and any("no framework's stack" in w for w in response.warnings)
     titan = profile("torchtitan")

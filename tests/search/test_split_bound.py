@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.search import search
 from optimizer.search.split_bound import stage_split_reaches
+from optimizer.service import search_plans
 from optimizer.specs import PlanRequest
 
 
@@ -124,7 +124,7 @@ def _deepseek(extra: dict[str, Any]) -> dict[str, Any]:
 def test_deepseek_v3_builds_few_split_models() -> None:
     # Without the test the split phase built 203 models on this job (every depth, uneven ones
     # included), nearly all of which found no split below the k-th best time.
-    default = search(PlanRequest.model_validate(_deepseek({})))
+    default = search_plans(PlanRequest.model_validate(_deepseek({})))
     assert default.status == "optimal"
     assert default.solver.candidates_to_solver <= 80
     # no ZeRO-2/3 with pp > 1 and the all-to-all dispatcher's terms: TP1 CP2 EP8 ZeRO-3 with full

@@ -1,0 +1,45 @@
+"""The explanations of answers without plans: no valid layout, or none fitting in memory."""
+
+from __future__ import annotations
+
+from optimizer.cost import Estimate
+from optimizer.search.fixed_values import fixed_combination_reason
+from optimizer.search.space import empty_choice
+from optimizer.specs import JobSpec, SearchSpec
+from optimizer.units import to_gib
+
+
+def no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
+    """Why the space of ``job`` under ``spec`` holds no valid layout."""
+    knob = empty_choice(job, spec)
+    if knob is not None:
+        return f"no valid layout: search.fix / search.allow leave no {knob} the search can use" + (
+            " ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else ""
+        )
+    pinned = fixed_combination_reason(job, spec)
+    if pinned is not None:
+        return f"no valid layout: {pinned}"
+    t = job.training
+    m = job.model
+    return (
+        f"no valid layout: with num_gpus={job.cluster.num_gpus}, global_batch_size={t.global_batch_size}, "
+        f"num_attention_heads={m.num_attention_heads}, num_kv_heads={m.num_kv_heads}, num_layers={m.num_layers} "
+        "no combination of tp/pp/cp/dp (and the search.fix / search.allow restrictions) divides evenly "
+        "with micro-batches >= pp"
+        + ("; training.attention_kernel 'unfused' allows only cp = 1" if t.attention_kernel == "unfused" else "")
+    )
+
+
+def memory_explanation(best: Estimate | None) -> str:
+    """Name the smallest per-GPU memory need over all layouts (all were costed) against capacity."""
+    if best is None:
+        return "no layout fits in memory"
+    lay = best.layout
+    cap = to_gib(best.usable_bytes)
+    return (
+        f"no layout fits in memory: the smallest per-GPU memory over all layouts is "
+        f"{to_gib(best.peak_memory_bytes):.1f} GiB on stage {best.peak_stage} "
+        f"(tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} micro_batch_size={lay.micro_batch_size}, "
+        f"ZeRO-{lay.zero_stage}, {lay.recompute} recompute); usable capacity "
+        f"{cap:.1f} GiB ({to_gib(best.capacity_bytes):.1f} GiB minus {to_gib(best.headroom_bytes):.1f} GiB headroom)"
+    )
