@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from optimizer.cost.context import _build_context_cached
-from optimizer.search import search
+from optimizer.service import search_plans
 from optimizer.specs import ModelSpec, PlanRequest
 
 H800 = {"preset": "dgx-h100", "gpu": "h800-sxm-80gb"}
@@ -64,7 +64,7 @@ def plan(body: dict[str, Any], old_rule: bool) -> tuple[float, str, float | None
     try:
         _build_context_cached.cache_clear()
         t0 = time.perf_counter()
-        response = search(PlanRequest.model_validate(body))
+        response = search_plans(PlanRequest.model_validate(body))
         elapsed = time.perf_counter() - t0
     finally:
         ModelSpec.alternates_layer_kinds = saved  # type: ignore[method-assign]

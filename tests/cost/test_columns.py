@@ -18,9 +18,9 @@ from jobs import GPT3_175B_ON_1024_H100, job_copy
 from optimizer.cost import best_estimate, build_context, distinct_orders, estimate
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.rules import resolve
-from optimizer.search import search
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, enumerate_layouts
+from optimizer.service import search_plans
 from optimizer.specs import JobSpec, PlanRequest
 
 pytestmark = pytest.mark.slow
@@ -146,7 +146,7 @@ def test_planner_is_never_slower_than_the_exhaustive_reference() -> None:
     raw = job_copy(GPT3_175B_ON_1024_H100, search={"top_k": 1})
     job, req = _job(raw)
     reference = exhaustive_best(build_context(job), job, req.search)
-    plan = search(req).plans[0]
+    plan = search_plans(req).plans[0]
     assert plan.step_time_s <= reference.step_time_s * (1 + 1e-12)
     assert reference.step_time_s == pytest.approx(6.3373, abs=1e-4)  # TP4 PP8 VPP12 ZeRO-1 (no ZeRO-2 with pp > 1)
     assert (reference.layout.tp, reference.layout.pp, reference.layout.vpp) == (4, 8, 12)

@@ -26,13 +26,13 @@ import pytest
 from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.stage import head_time_s
 from optimizer.cost.topology import candidate_orders
-from optimizer.search import search
 from optimizer.search.lower_bounds import (
     dp_exposed_floor_s,
     lower_bound_layer_totals,
     memory_floor_bytes,
 )
 from optimizer.search.space import enumerate_layouts
+from optimizer.service import search_plans
 from optimizer.specs import JobSpec, PlanRequest, SearchSpec
 from optimizer.units import GIB
 
@@ -151,6 +151,6 @@ def test_an_infeasible_job_names_the_smallest_memory_over_every_layout() -> None
     ]  # fmt: skip
     assert min(floors) > usable
     smallest = min(best_estimate(ctx, lay).peak_memory_bytes for lay in layouts)
-    response = search(req)
+    response = search_plans(req)
     assert response.status == "infeasible"
     assert f"is {smallest / GIB:.1f} GiB on stage" in response.explanation

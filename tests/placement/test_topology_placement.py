@@ -161,10 +161,10 @@ def oracle(request: dict, count_nodes: int, g: int) -> tuple[float, tuple[int, .
         spans = tuple(level_spans(topo, nodes, g))
         if spans not in by_spans:
             from optimizer.placement.plan import on_nodes
-            from optimizer.search import search
+            from optimizer.service import search_plans
 
             sub = req.model_copy(update={"cluster": on_nodes(req.cluster, nodes, g)})
-            resp = search(sub)
+            resp = search_plans(sub)
             by_spans[spans] = round(resp.plans[0].step_time_s, 9) if resp.plans else float("inf")
         key = (by_spans[spans], compactness(topo, nodes))
         best = key if best is None or key < best else best
