@@ -64,7 +64,7 @@ class Planner:
         self.info = SolverInfo()
         self.blocks: list[LayoutBlock] = []
         self.bounds: SpaceBounds | None = None
-        self.groups: list = []  # beyond-bound micro-batch groups (``BeyondGroup``)
+        self.groups: list[BeyondGroup] = []  # micro-batch groups beyond the default bound
         self.pool_size = spec.top_k + POOL_EXTRA
         self.fitting: list[Estimate] = []
         self.n_fitting = 0  # includes fitting layouts screened out of the pool without a full estimate
@@ -77,6 +77,14 @@ class Planner:
         self.next_bound: float | None = None
         self.costed = 0
         self.warnings: list[str] = []
+        # the bound-ordered queue (``bound``): the families' sorted entries and the heap
+        self.static_bounds: list[float] = []
+        self.static_seqs: list[int] = []
+        self.pos = 0
+        self.queue: list[tuple[float, int, ResolvedLayout | BeyondGroup]] = []  # expanded members, beyond groups
+        self.seq = 0
+        self.targets: Targets | None = None  # the frameworks searched for (``split``)
+        self.split_outcome = SplitOutcome()
 
     def run(self) -> SearchResult:
         """Every phase in order: the top-k of the request, or why there is none."""
@@ -122,7 +130,7 @@ class Planner:
         # sequence order (enumeration order, then expanded members in the order they were expanded).
         self.static_bounds, self.static_seqs = self.bounds.queue_order()
         self.pos = 0
-        self.queue: list[tuple[float, int, ResolvedLayout | BeyondGroup]] = []  # expanded members, beyond groups
+        self.queue = []
         self.seq = 2 * self.bounds.num_families
         for group in self.groups:  # bounded family by family only when the costing reaches them
             heapq.heappush(self.queue, (group.bound, self.seq, group))
@@ -246,8 +254,8 @@ class Planner:
         spec, job = self.spec, self.job
         self.fitting.sort(key=rank_key)
         pool = pick(self.fitting, self.pool_size, spec.diverse)
-        self.targets: Targets = space_frameworks(job, spec)
-        if any(p.parallelism.uneven_stage_layers.value for p in self.targets.profiles):
+        self.targets = targets = space_frameworks(job, spec)
+        if any(p.parallelism.uneven_stage_layers.value for p in targets.profiles):
             split_key = family_key if spec.diverse else layout_key
             budget = SplitBudget(spec.top_k, self.deadline, self.headroom, job.model.num_layers or 0, split_key)
             self.split_outcome = solve_splits(self.ctx, pool, self.pipelined, self.kth_best.value, budget)
@@ -352,7 +360,7 @@ class Planner:
                 "be faster (the bound is loose: often none is): name the depths in search.allow.vpp (1-8) to search "
                 "them too (slower; docs/search.md)"
             )
-        if not self.targets.stack_matched:
+        if self.targets is not None and not self.targets.stack_matched:
             self.warnings.append(
                 "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
                 "the plans' notes name the knob); the plans follow the layout rules of "
