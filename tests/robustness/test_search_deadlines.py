@@ -1,6 +1,6 @@
 """The phases of the search that reach past the default space's bounds stop at the deadline:
 bounding a group of micro-batches beyond the bound when the costing reaches it
-(``search._expand_group``), and the smallest bound of those groups reported with the plans
+(``search.steps.expand_group``), and the smallest bound of those groups reported with the plans
 (``beyond.smallest_bound``)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from optimizer.cost import build_context
-from optimizer.search import _expand_group, bound_space
 from optimizer.search.beyond import smallest_bound
 from optimizer.search.space import Reach, layout_blocks
+from optimizer.search.steps import bound_space, expand_group
 from optimizer.specs import JobSpec, PlanRequest
 
 REQUEST = PlanRequest.model_validate({
@@ -39,11 +39,11 @@ def test_a_group_reached_after_the_deadline_goes_back_unexpanded(space) -> None:
     job, ctx, usable, groups = space
     for group in sorted(groups, key=lambda g: g.bound):
         queue: list = []
-        assert _expand_group(ctx, job, group, usable, math.inf, queue, 7, time.perf_counter() - 1) == 8
+        assert expand_group(ctx, job, group, usable, math.inf, queue, 7, time.perf_counter() - 1) == 8
         assert queue == [(group.bound, 7, group)]
         # before the deadline the group is bounded and its layouts that may fit are queued
         expanded: list = []
-        seq = _expand_group(ctx, job, group, usable, math.inf, expanded, 7, time.perf_counter() + 60)
+        seq = expand_group(ctx, job, group, usable, math.inf, expanded, 7, time.perf_counter() + 60)
         assert seq - 7 == len(expanded)
         assert all(bound >= group.bound for bound, _, _ in expanded)
         if expanded:
