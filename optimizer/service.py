@@ -315,10 +315,10 @@ def plan(request: PlanRequest) -> PlanResponse:
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
-            return _explained(quiet, finish(quiet, search_plans(quiet)))
+            return _explained(quiet, finish(quiet, search_plans(quiet), search_plans))
 
         return plan_on_topology(request, search_placed)
-    return _explained(request, finish(request, search_plans(request)))
+    return _explained(request, finish(request, search_plans(request), search_plans))
 
 
 def search_plans(request: PlanRequest) -> PlanResponse:

@@ -3,16 +3,22 @@ with a token budget), the ranking by ``search.objective``, and suggested GPU cou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from optimizer.capacity.annotate import annotate, rank, resolve_inputs
 from optimizer.capacity.suggest import suggestions
 from optimizer.results import PlanResponse
 from optimizer.specs import PlanRequest
 
 
-def finish(request: PlanRequest, response: PlanResponse) -> PlanResponse:
+def finish(
+    request: PlanRequest, response: PlanResponse, search_plans: Callable[[PlanRequest], PlanResponse]
+) -> PlanResponse:
+    """``response``'s plans with goodput (and time to train), ranked by ``search.objective``, and
+    suggested GPU counts, planned with ``search_plans``."""
     inp = resolve_inputs(request)
     plans = rank(request.search.objective, inp, [annotate(inp, p) for p in response.plans])
     update: dict[str, object] = {"plans": plans}
     if request.search.suggest:
-        update["suggestions"] = suggestions(request, response)
+        update["suggestions"] = suggestions(request, response, search_plans)
     return response.model_copy(update=update)

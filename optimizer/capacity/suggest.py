@@ -10,6 +10,7 @@ count clearly are returned. The added latency is bounded by ``CANDIDATE_TIME_LIM
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from optimizer.results import Plan, PlanResponse, Suggestion
 from optimizer.specs import PlanRequest
@@ -97,10 +98,11 @@ def _clearly_better(best: Plan, count: int, n: int, other: Plan) -> bool:
     )
 
 
-def suggestions(request: PlanRequest, response: PlanResponse) -> list[Suggestion]:
-    """Clearly better nearby GPU counts for ``request`` (whose answer is ``response``)."""
-    from optimizer.service import search_plans
-
+def suggestions(
+    request: PlanRequest, response: PlanResponse, search_plans: Callable[[PlanRequest], PlanResponse]
+) -> list[Suggestion]:
+    """Clearly better nearby GPU counts for ``request`` (whose answer is ``response``), each
+    planned with ``search_plans`` (the service's search, passed down)."""
     if not response.plans or response.solver.wall_time_s > MAX_MAIN_WALL_S:
         return []
     best = response.plans[0]
