@@ -119,7 +119,7 @@ def _placement(plan: Plan) -> str:
 
 def _plan_row(rank: int, plan: Plan) -> list[object]:
     c, mem = plan.config, plan.memory_gib
-    memory = f"{mem.total:.1f}/{mem.capacity - mem.headroom:.1f}" + ("" if plan.fits_memory else " OOM")
+    memory = f"{mem.total:.1f}/{mem.usable:.1f}" + ("" if plan.fits_memory else " OOM")
     return [
         rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
         c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",

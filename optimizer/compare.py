@@ -42,7 +42,7 @@ def _entry(base: Plan, plan: Plan, index: int) -> CompareEntry:
 def _summary(base: Plan, plan: Plan, index: int, delta: float, times: dict[str, float]) -> str:
     head = f"layout {index} ({describe(plan)}): {plan.step_time_s:.3f} s a step, {100 * plan.mfu:.1f}% MFU"
     if not plan.fits_memory:
-        usable = plan.memory_gib.capacity - plan.memory_gib.headroom
+        usable = plan.memory_gib.usable
         head += f", does not fit ({plan.memory_gib.total:.1f} of {usable:.1f} GiB usable)"
     if index == 0:
         return head + " (the reference)"

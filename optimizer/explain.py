@@ -68,14 +68,10 @@ def top_plan_limits(job: JobSpec, plan: Plan) -> list[PlanLimit]:
     return ([memory] if memory is not None else []) + timed
 
 
-def _usable_gib(plan: Plan) -> float:
-    return plan.memory_gib.capacity - plan.memory_gib.headroom
-
-
 def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     """Memory binds when the same layout with lighter recompute does not fit, or when the peak
     is above ``TIGHT_MEMORY`` of the usable memory."""
-    usable = _usable_gib(plan)
+    usable = plan.memory_gib.usable
     peak = plan.memory_gib.total
     values = {"peak_gib": peak, "usable_gib": usable}
     lighter = LIGHTER_RECOMPUTE.get(plan.config.recompute)

@@ -59,6 +59,11 @@ class MemoryBreakdown(_Out):
         default_factory=list, description="Peak GiB of each pipeline stage, by category (stage 0 first)."
     )
 
+    @property
+    def usable(self) -> float:
+        """What ``fits_memory`` is judged against (GiB): the capacity less the headroom."""
+        return self.capacity - self.headroom
+
 
 class LaunchArgs(_Out):
     """Ready-to-use launch settings for common training frameworks."""

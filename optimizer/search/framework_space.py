@@ -13,7 +13,7 @@ import functools
 from typing import NamedTuple
 
 from optimizer.frameworks import FrameworkProfile, candidate_frameworks, load_profiles, profile
-from optimizer.specs import JobSpec, SearchSpec
+from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
 
 class Targets(NamedTuple):
@@ -28,13 +28,19 @@ class Targets(NamedTuple):
     free_recompute: bool
 
 
+def target_profiles(training: TrainingSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
+    """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named
+    framework (or every one), whose layout rules still hold, and False."""
+    profiles = candidate_frameworks(training)
+    if profiles:
+        return profiles, True
+    framework = training.framework
+    return ((profile(framework),) if framework is not None else tuple(load_profiles().values())), False
+
+
 def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     named = job.training.framework is not None
-    profiles = candidate_frameworks(job.training)
-    matched = bool(profiles)
-    if not profiles:  # explicit knobs no (named) framework's stack runs: its (their) layout rules still hold
-        framework = job.training.framework
-        profiles = (profile(framework),) if framework is not None else tuple(load_profiles().values())
+    profiles, matched = target_profiles(job.training)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     return Targets(profiles, named, matched, free_zero, free_rc)

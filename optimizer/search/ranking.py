@@ -15,7 +15,8 @@ from dataclasses import replace
 
 from optimizer.cost import Estimate, estimate
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.frameworks import candidate_frameworks, layout_problem, load_profiles, profile
+from optimizer.frameworks import layout_problem
+from optimizer.search.framework_space import target_profiles
 
 LEAST_RECOMPUTE = ("none", "core_attn", "op", "selective", "moe", "full")
 """Recompute modes from least to most re-run work (the order ``simplest`` tries them in)."""
@@ -110,8 +111,4 @@ def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
     """The target frameworks whose layout rules ``lay`` follows: those whose stack runs the job's
     knobs or, when none does, the named one (or every one), whose layout rules the plans still
     follow (``framework_space``)."""
-    targets = candidate_frameworks(job.training)
-    if not targets:
-        named = job.training.framework
-        targets = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return {p.id for p in targets if layout_problem(p, lay, is_moe) is None}
+    return {p.id for p in target_profiles(job.training)[0] if layout_problem(p, lay, is_moe) is None}
