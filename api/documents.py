@@ -20,6 +20,11 @@ MAX_DEPTH = 32
 """Deepest nesting of objects / arrays (a request document needs 4)."""
 MAX_YAML_NODES = 100_000
 """Most YAML nodes a document may hold once every alias is expanded."""
+MAX_INVENTORY_BYTES = 64 << 20
+"""Largest scheduler inventory read by ``pplan topology`` (``kubectl get nodes -o json`` of
+thousands of nodes runs to tens of MB)."""
+MAX_INVENTORY_YAML_NODES = 10_000_000
+"""Most YAML nodes of such an inventory, aliases included."""
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
@@ -41,9 +46,9 @@ def json_depth(text: str) -> int:
     return deepest
 
 
-def parse_json(text: str) -> Any:
-    """``json.loads`` within ``MAX_DOCUMENT_BYTES`` and ``MAX_DEPTH``."""
-    _check_size(text)
+def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """``json.loads`` within ``max_bytes`` and ``MAX_DEPTH``."""
+    _check_size(text, max_bytes)
     if json_depth(text) > MAX_DEPTH:
         raise DocumentError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
@@ -55,8 +60,9 @@ def parse_json(text: str) -> Any:
 class _BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the limits."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, max_nodes: int = MAX_YAML_NODES) -> None:
         super().__init__(stream)
+        self._max_nodes = max_nodes
         self._depth = 0
         self._nodes = 0
         self._sizes: dict[int, int] = {}
@@ -92,19 +98,35 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def _count(self, nodes: int) -> None:
         self._nodes += nodes
-        if self._nodes > MAX_YAML_NODES:
-            raise DocumentError(f"YAML expands to more than {MAX_YAML_NODES:,} nodes (aliases included)")
+        if self._nodes > self._max_nodes:
+            raise DocumentError(f"YAML expands to more than {self._max_nodes:,} nodes (aliases included)")
 
 
 def parse_yaml(text: str) -> Any:
     """``yaml.safe_load`` within ``MAX_DOCUMENT_BYTES``, ``MAX_DEPTH`` and ``MAX_YAML_NODES``."""
-    _check_size(text)
+    return _load_yaml(text, MAX_DOCUMENT_BYTES, MAX_YAML_NODES, all_documents=False)
+
+
+def parse_yaml_all(
+    text: str, max_bytes: int = MAX_INVENTORY_BYTES, max_nodes: int = MAX_INVENTORY_YAML_NODES
+) -> list[Any]:
+    """``yaml.safe_load_all`` within ``max_bytes``, ``MAX_DEPTH`` and ``max_nodes`` (all documents)."""
+    return _load_yaml(text, max_bytes, max_nodes, all_documents=True)
+
+
+def _load_yaml(text: str, max_bytes: int, max_nodes: int, all_documents: bool) -> Any:
+    _check_size(text, max_bytes)
     try:
-        loader = _BoundedLoader(text)
+        loader = _BoundedLoader(text, max_nodes)
     except yaml.YAMLError as exc:  # characters YAML does not allow
         raise DocumentError(f"not valid YAML: {_one_line(exc)}") from exc
     try:
-        return loader.get_single_data()
+        if not all_documents:
+            return loader.get_single_data()
+        docs = []
+        while loader.check_data():
+            docs.append(loader.get_data())
+        return docs
     except DocumentError:
         raise
     except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. an integer of 5,000 digits
@@ -115,9 +137,9 @@ def parse_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def _check_size(text: str) -> None:
-    if len(text) > MAX_DOCUMENT_BYTES:
-        raise DocumentError(f"larger than {MAX_DOCUMENT_BYTES:,} bytes")
+def _check_size(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:
+    if len(text) > max_bytes:
+        raise DocumentError(f"larger than {max_bytes:,} bytes")
 
 
 def _one_line(exc: Exception) -> str:

@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import hostlist
 
+from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
 
@@ -18,6 +20,11 @@ EXIT_INVALID = 2
 
 def _read(path: str) -> str:
     return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+
+def _inventory(path: str) -> Any:
+    """A ``kubectl ... -o json`` document, bounded (``api.documents``)."""
+    return parse_json(_read(path), MAX_INVENTORY_BYTES)
 
 
 def _emit(topology: dict, out: str | None) -> None:
@@ -33,13 +40,13 @@ def _run(args: argparse.Namespace) -> int:
         if args.source == "from-slurm":
             topo = from_slurm(_read(args.file), args.gpus_per_node, args.busy or "", args.name)
         elif args.source == "from-volcano":
-            nodes = json.loads(_read(args.nodes)) if args.nodes else None
-            pods = json.loads(_read(args.pods)) if args.pods else None
+            nodes = _inventory(args.nodes) if args.nodes else None
+            pods = _inventory(args.pods) if args.pods else None
             topo = from_volcano(_read(args.file), nodes, pods, args.gpus_per_node, args.busy or "")
         else:
-            pods = json.loads(_read(args.pods)) if args.pods else None
-            topo = from_kueue(_read(args.topology), json.loads(_read(args.nodes)), pods)
-    except (ConvertError, OSError, json.JSONDecodeError, hostlist.BadHostlist) as exc:
+            pods = _inventory(args.pods) if args.pods else None
+            topo = from_kueue(_read(args.topology), _inventory(args.nodes), pods)
+    except (ConvertError, DocumentError, OSError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
     _emit(topo, args.output)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import hostlist
-import yaml
 
+from api.documents import DocumentError, parse_yaml_all
 from optimizer.topology_spec import HOSTNAME_LABEL
 
 SWITCH_LEVEL = "slurm/switch-{depth}"
@@ -124,9 +124,12 @@ def _block_topology(block: dict, gpus: int, busy: set[str]) -> dict:
 def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None = None) -> dict:
     """``cluster.topology`` from a Slurm ``topology.yaml`` (``busy``: hostlist of nodes in use)."""
     try:
-        docs = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConvertError(f"topology.yaml: not YAML ({e})") from e
+        found = parse_yaml_all(text)
+    except DocumentError as e:
+        raise ConvertError(f"topology.yaml: {e}") from e
+    if len(found) > 1:
+        raise ConvertError(f"topology.yaml: expected one YAML document, found {len(found)}")
+    docs = found[0] if found else None
     topo = _pick_slurm(docs, name)
     taken = set(_expand(busy, "--busy")) if busy else set()
     if "tree" in topo:
@@ -136,9 +139,9 @@ def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None =
 
 def _kueue_levels(text: str) -> list[str]:
     try:
-        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    except yaml.YAMLError as e:
-        raise ConvertError(f"Topology: not YAML ({e})") from e
+        docs = [d for d in parse_yaml_all(text) if isinstance(d, dict)]
+    except DocumentError as e:
+        raise ConvertError(f"Topology: {e}") from e
     topo = next((d for d in docs if d.get("kind") == "Topology"), None)
     if topo is None:
         raise ConvertError("Topology: no object of kind Topology")

@@ -20,8 +20,8 @@ import re
 from typing import Any
 
 import hostlist
-import yaml
 
+from api.documents import DocumentError, parse_yaml_all
 from api.topology_convert import ConvertError, free_gpus, requested_gpus
 from optimizer.topology_spec import HOSTNAME_LABEL
 
@@ -33,9 +33,9 @@ def _hypernodes(text: str) -> dict[str, dict]:
     """name -> {"tier": int, "members": [...]} of every HyperNode in the YAML (separate
     documents, or a ``kubectl get hypernodes -o yaml`` list)."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    except yaml.YAMLError as e:
-        raise ConvertError(f"HyperNode: not YAML ({e})") from e
+        docs = [d for d in parse_yaml_all(text) if isinstance(d, dict)]
+    except DocumentError as e:
+        raise ConvertError(f"HyperNode: {e}") from e
     items = [i for d in docs for i in (d.get("items") or [d]) if isinstance(i, dict)]
     out: dict[str, dict] = {}
     for item in items:

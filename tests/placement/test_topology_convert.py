@@ -125,3 +125,26 @@ def test_bad_inputs_name_the_place() -> None:
         from_slurm((DATA / "slurm-topology.yaml").read_text(), 8, name="nope")
     with pytest.raises(ConvertError, match="kind Topology"):
         from_kueue("kind: Pod\n", {"items": []})
+
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+)
+"""Nine levels of ten aliases each: 10^9 nodes once expanded."""
+
+
+def test_converters_parse_within_the_document_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Topology files go through the same bounded parser as request documents: an alias bomb, a
+    document nested past the depth limit or two Slurm documents in one file are a one-line exit 2,
+    not a long parse or a traceback."""
+    with pytest.raises(ConvertError, match="expands to more than"):
+        from_kueue(BILLION_LAUGHS, {"items": []})
+    with pytest.raises(ConvertError, match="nested deeper than"):
+        from_slurm("[" * 40 + "]" * 40, 8)
+    with pytest.raises(ConvertError, match="expected one YAML document, found 2"):
+        from_slurm("a: 1\n---\nb: 2\n", 8)
+    deep = tmp_path / "nodes.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["topology", "from-kueue", str(DATA / "kueue-topology.yaml"), str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert "nested deeper than" in err and len(err.strip().splitlines()) == 1
