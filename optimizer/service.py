@@ -79,48 +79,11 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         stage_layers=list(lay.stage_layers),
         placement=None,
     )
-    peak = est.memory[est.peak_stage]
     n = job.cluster.resolved_num_gpus
     tokens_per_s = est.tokens_per_step / est.step_time_s
-    memory = MemoryBreakdown(
-        weights=_gib(peak.weights_bytes),
-        gradients=_gib(peak.gradients_bytes),
-        optimizer=_gib(peak.optimizer_bytes),
-        activations=_gib(peak.activations_bytes),
-        buffers=_gib(peak.buffers_bytes),
-        total=_gib(peak.total_bytes),
-        capacity=est.capacity_bytes / GIB,
-        headroom=to_gib(est.headroom_bytes),
-        stage=est.peak_stage,
-        per_stage_total=[_gib(m.total_bytes) for m in est.memory],
-        per_stage=[_stage_memory(m) for m in est.memory],
-    )
-    notes = list(est.notes)
-    if not lay.uniform_split:
-        notes.append(f"non-uniform layer split per pipeline chunk: {list(lay.stage_layers)}")
-    if job.training.precision == "fp4":
-        notes.append(
-            "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
-            "GEMM measurement); recipes that keep some layers in bf16 run slower"
-        )
-    if lay.recompute == "selective":
-        notes += _selective_recompute_note(job, est)
-        notes += _recompute_elsewhere_note(
-            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
-        )
-    notes += _dp_overlap_note(job, est)
-    notes += _pipeline_zero_note(job, est)
-    notes += _host_bound_experts_note(job, est)
+    memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
-    notes += [ranges.note] if ranges.note else []
-    if lay.recompute == "op":
-        notes.append(
-            "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
-            "DeepSpeed have none (their selective recompute re-runs the attention core instead)"
-        )
-        notes += _recompute_elsewhere_note(
-            job, est, MEGATRON_SELECTIVE, "with Megatron-Core's selective recompute (recompute 'core_attn') instead"
-        )
+    notes = _estimate_notes(job, est, ranges.note)
     gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
     if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:
@@ -156,6 +119,55 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         frameworks=[p.id for p in runs],
         notes=notes,
     )
+
+
+def _memory_breakdown(est: Estimate) -> MemoryBreakdown:
+    """The peak stage's memory by category, with every stage's, in GiB."""
+    peak = est.memory[est.peak_stage]
+    return MemoryBreakdown(
+        weights=_gib(peak.weights_bytes),
+        gradients=_gib(peak.gradients_bytes),
+        optimizer=_gib(peak.optimizer_bytes),
+        activations=_gib(peak.activations_bytes),
+        buffers=_gib(peak.buffers_bytes),
+        total=_gib(peak.total_bytes),
+        capacity=est.capacity_bytes / GIB,
+        headroom=to_gib(est.headroom_bytes),
+        stage=est.peak_stage,
+        per_stage_total=[_gib(m.total_bytes) for m in est.memory],
+        per_stage=[_stage_memory(m) for m in est.memory],
+    )
+
+
+def _estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None) -> list[str]:
+    """What the estimate assumed for this layout, and what running it differently would take."""
+    lay = est.layout
+    notes = list(est.notes)
+    if not lay.uniform_split:
+        notes.append(f"non-uniform layer split per pipeline chunk: {list(lay.stage_layers)}")
+    if job.training.precision == "fp4":
+        notes.append(
+            "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
+            "GEMM measurement); recipes that keep some layers in bf16 run slower"
+        )
+    if lay.recompute == "selective":
+        notes += _selective_recompute_note(job, est)
+        notes += _recompute_elsewhere_note(
+            job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
+        )
+    notes += _dp_overlap_note(job, est)
+    notes += _pipeline_zero_note(job, est)
+    notes += _host_bound_experts_note(job, est)
+    notes += [ranges_note] if ranges_note else []
+    if lay.recompute == "op":
+        notes.append(
+            "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
+            "DeepSpeed have none (their selective recompute re-runs the attention core instead)"
+        )
+        notes += _recompute_elsewhere_note(
+            job, est, MEGATRON_SELECTIVE, "with Megatron-Core's selective recompute (recompute 'core_attn') instead"
+        )
+    return notes
 
 
 def _gib(num_bytes: Num) -> float:
