@@ -18,6 +18,7 @@ from optimizer.cost.attention import (
 )
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.grouped_gemm import expert_gemm_host_s, grouped_gemm_gpu_s
 from optimizer.cost.layer_activations import activation_bytes
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, LayerCost, gemm_time_s
 from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_comm_s
@@ -71,21 +72,20 @@ def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[floa
     """(GPU time, host issue time) of one MoE layer's routed-expert GEMMs on one GPU per
     micro-batch, forward (fc1 and fc2 of each local expert; backward is twice each).
 
-    The GPU time is the grouped GEMM at its shape. The host's: the per-expert split sizes come
-    from the router on the device, so the host waits for them (a device-to-host sync) and then
-    issues each expert's GEMMs in turn, ``cal.expert_gemm_host_s`` each, with the GPU idle until
-    it catches up (0 when ``training.expert_gemm_host_splits`` is false: the stack keeps the host
-    out of the loop). The layer takes the larger of the two (``layer_cost``)."""
+    The GPU time is the grouped GEMM at its tokens per expert and shape
+    (``grouped_gemm.grouped_gemm_gpu_s``). The host's: the per-expert split sizes come from the
+    router on the device, so the host waits for them (a device-to-host sync) and then issues each
+    expert's GEMMs in turn, ``cal.expert_gemm_host_s`` each, with the GPU idle until it catches up
+    (0 when ``training.expert_gemm_host_splits`` is false: the stack keeps the host out of the
+    loop). The layer takes the larger of the two (``layer_cost``)."""
     moe = ctx.job.model.moe
     assert moe is not None and kind.is_moe
     h = float(ctx.job.model.hidden_size or 0)
     each = kind.params.routed_expert_each
     routed = routed_tokens_per_gpu(ctx, d)
-    per_expert = routed * d.ep / moe.num_experts
-    gpu = gemm_time_s(ctx, 2 * routed * each, per_expert, h, each / (2 * h))
-    if not ctx.job.training.expert_gemm_host_splits:
-        return gpu, 0.0
-    return gpu, 2.0 * moe.num_experts / d.ep * ctx.cal.expert_gemm_host_s
+    local_experts = moe.num_experts / d.ep
+    gpu = grouped_gemm_gpu_s(ctx, 2 * routed * each, routed / local_experts, h, each / (2 * h))
+    return gpu, expert_gemm_host_s(ctx, local_experts)
 
 
 RESIDUAL_STREAM_BYTES = 22.0
