@@ -81,7 +81,7 @@ def test_every_number_in_the_data_file_has_a_source_and_a_kind() -> None:
     facts = [r["flops"] for r in doc["m_curve"]]
     facts += [r[key] for r in doc["large_m"] for key in ("time_s", "flops")]
     facts += list(doc["host"].values())
-    assert len(facts) == 10 + 4 + 3
+    assert len(facts) == 10 + 8 + 4
     for fact in facts:
         assert fact["source"]
         assert fact["kind"] in {"measured", "derived", "code"}
