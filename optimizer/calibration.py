@@ -103,10 +103,14 @@ class Calibration:
     the "host-boundedness" of small expert GEMMs that Megatron-Core's MoE report names as one of
     MoE training's three walls, and that device-initiated grouped GEMMs and CUDA graphs remove.
     Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
-    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.95x and
-    1.45x too fast without it, 2% slow and 1.19x fast with it): the set's median is smallest at
-    70 us (6.8% at 60 us and 7.0% at 80 us against 6.4%). Layouts with 2,048 tokens or more per expert GEMM are GPU
-    bound and barely move (docs/cost-model.md)."""
+    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.88x and
+    1.42x too fast without it, 2% slow and 1.19x fast with it): the set's median is smallest at
+    65-75 us (6.75% at 60 and 80 us against 6.44%). Layouts with 2,048 tokens or more per expert
+    GEMM are GPU bound or nearly so and move by under 2% (docs/cost-model.md). No published
+    measurement gives this time per GEMM: a Transformer Engine grouped linear forward takes
+    about 1 ms in a DeepSeek-V2-Lite timeline on 8 H800, mostly host overhead by its
+    maintainers' account (expert-parallel size and tokens not stated), the same order;
+    ``optimizer/data/grouped_gemm.toml`` ``[host]`` lists what is published."""
     overlap_contention: float = 0.08
     """Fraction of communication time that still delays compute while it is overlapped with it
     (data-parallel buckets and ZeRO-3 gathers, expert all-to-all, TP collectives; not CP's or

@@ -79,11 +79,22 @@ def resolve(
     """The layout rules on plain numbers (the search calls this directly)."""
     model = job.model
     n = job.cluster.resolved_num_gpus
-    heads = model.num_attention_heads or 0
-    kv = model.num_kv_heads or 0
     layers = model.num_layers or 0
     gbs = job.training.global_batch_size or 0
-    seq = job.training.seq_len
+    dp = _data_parallel(n, tp, pp, cp, dp)
+    _check_tensor_parallel(job, tp)
+    _check_experts(job, tp, dp, cp, ep, recompute)
+    _check_context_parallel(job, cp)
+    mbs = micro_batch_size
+    m = _micro_batches(gbs, dp, mbs, num_micro_batches)
+    _check_pipeline(layers, pp, vpp, m)
+    split = _stage_split(layers, pp * vpp, stage_layers)
+    sp = sequence_parallel and tp > 1
+    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split))
+
+
+def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
+    """The data-parallel size ``n / (tp pp cp)``, checked against a given ``dp``."""
     if n % (tp * pp * cp):
         raise InvalidLayout("config.tp", f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
     given_dp = dp
@@ -92,6 +103,13 @@ def resolve(
         raise InvalidLayout(
             "config.dp", f"tp*pp*dp*cp must equal num_gpus: {tp}*{pp}*{given_dp}*{cp} != {n} (dp would be {dp})"
         )
+    return dp
+
+
+def _check_tensor_parallel(job: JobSpec, tp: int) -> None:
+    model = job.model
+    heads = model.num_attention_heads or 0
+    kv = model.num_kv_heads or 0
     if heads % tp:
         raise InvalidLayout("config.tp", f"num_attention_heads ({heads}) is not divisible by tp ({tp})")
     if model.mla is None and kv % tp and tp % kv:
@@ -99,6 +117,10 @@ def resolve(
     ffn = model.ffn_hidden_size or 0
     if ffn % tp:
         raise InvalidLayout("config.tp", f"ffn_hidden_size ({ffn}) is not divisible by tp ({tp})")
+
+
+def _check_experts(job: JobSpec, tp: int, dp: int, cp: int, ep: int, recompute: str) -> None:
+    model = job.model
     if model.moe is None:
         if ep != 1:
             raise InvalidLayout("config.ep", "ep > 1 needs an MoE model")
@@ -109,6 +131,10 @@ def resolve(
             raise InvalidLayout("config.ep", f"ep ({ep}) must divide tp*dp*cp ({tp * dp * cp})")
         if model.moe.num_experts % ep:
             raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
+
+
+def _check_context_parallel(job: JobSpec, cp: int) -> None:
+    seq = job.training.seq_len
     if cp > 1 and job.training.attention_kernel == "unfused":
         raise InvalidLayout(
             "config.cp",
@@ -117,7 +143,10 @@ def resolve(
         )
     if cp > 1 and seq % (2 * cp):
         raise InvalidLayout("config.cp", f"seq_len ({seq}) must be divisible by 2*cp ({2 * cp}) for load-balanced CP")
-    mbs = micro_batch_size
+
+
+def _micro_batches(gbs: int, dp: int, mbs: int, num_micro_batches: int | None) -> int:
+    """Micro-batches per step, ``gbs / (dp mbs)``, checked against a given count."""
     if gbs % (dp * mbs):
         raise InvalidLayout(
             "config.micro_batch_size",
@@ -126,6 +155,10 @@ def resolve(
     m = gbs // (dp * mbs)
     if num_micro_batches is not None and num_micro_batches != m:
         raise InvalidLayout("config.num_micro_batches", f"must be global_batch_size/(dp*micro_batch_size) = {m}")
+    return m
+
+
+def _check_pipeline(layers: int, pp: int, vpp: int, m: int) -> None:
     if pp > layers:
         raise InvalidLayout("config.pp", f"pp ({pp}) exceeds num_layers ({layers})")
     if pp > 1 and m < pp:
@@ -135,7 +168,10 @@ def resolve(
             raise InvalidLayout("config.vpp", "interleaving (vpp > 1) needs pp > 1")
         if m % pp:
             raise InvalidLayout("config.vpp", f"interleaved schedule needs micro-batches ({m}) divisible by pp ({pp})")
-    chunks = pp * vpp
+
+
+def _stage_split(layers: int, chunks: int, stage_layers: list[int] | tuple[int, ...] | None) -> list[int]:
+    """Layers per chunk: the given ``stage_layers`` checked, or an even split."""
     if stage_layers is not None:
         split = list(stage_layers)
         if len(split) != chunks:
@@ -157,5 +193,4 @@ def resolve(
                 "loss-only last chunk need an explicit stage_layers",
             )
         split = even_split(layers, chunks)
-    sp = sequence_parallel and tp > 1
-    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split))
+    return split

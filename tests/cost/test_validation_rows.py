@@ -403,7 +403,7 @@ def test_qwen3_235b_layouts_on_256_h100_are_ordered_as_measured() -> None:
     """The five published Qwen3-235B layouts on 256 H100 (same batch): measured 1,862 (TP2 EP32
     with A2A overlap; TP2 EP8 FSDP), 1,663, 1,354 (PP32 EP8) and 1,130 (TP4 EP8) tokens/s/GPU.
     The last two give each of their 16 local experts 1,024 and 512 tokens per GEMM and are host
-    bound; without the host floor they are predicted 1.44x and 1.93x too fast."""
+    bound; without the host floor they are predicted 1.42x and 1.88x too fast."""
     rows = {r.id: r for r in run_validation(DEFAULT).rows}
     ids = [f"modelzoo-qwen3-235b-256gpu-cfg{i}" for i in range(1, 6)]
     err = {i[-4:]: rows[i].error_pct for i in ids}
@@ -416,7 +416,7 @@ def test_qwen3_235b_layouts_on_256_h100_are_ordered_as_measured() -> None:
     by_predicted = sorted(ids, key=lambda i: -rows[i].predicted)
     assert by_predicted[-2:] == [ids[3], ids[4]]  # PP32, then TP4 last, as measured
     no_floor = {r.id: r for r in run_validation(dataclasses.replace(DEFAULT, expert_gemm_host_s=0.0)).rows}
-    assert no_floor[ids[4]].error_pct > 90 and no_floor[ids[3]].error_pct > 40
+    assert no_floor[ids[4]].error_pct > 85 and no_floor[ids[3]].error_pct > 40
 
 
 def test_account_for_embedding_and_loss_split(rows) -> None:

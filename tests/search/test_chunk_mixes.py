@@ -118,7 +118,7 @@ def test_alternating_moe_plans_optimal() -> None:
     }))  # fmt: skip
     assert response.status == "optimal"
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(3.0739, abs=1e-4)  # no ZeRO-2/3 with pp > 1
+    assert best.step_time_s == pytest.approx(3.0499, abs=1e-4)  # no ZeRO-2/3 with pp > 1
     assert best.config.vpp == 8
 
 

@@ -708,8 +708,8 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     """Qwen3-235B-A22B on 256 H100 (seq 4096, 1,024 sequences), costed without the host floor on
     small expert GEMMs (which makes ZeRO-3 without pipelining best). With an even split PP=16 does
     not make the candidate pool (94 layers: stages of 6 and 5, the LM head on a full last stage),
-    but [6 x 15, 4] (a light last stage for the head) is the best layout: 8.091 s against 8.141 s
-    for the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
+    but [6 x 15, 4] (a light last stage for the head) is the best layout (8.337 s), faster than
+    the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
     Every costed pipelined layout whose split floor is below the k-th best time gets its split
     solved, in every rank-order geometry. Without interleaving: the default space's uneven
     interleaved layouts beat all of these (no pp x vpp > pp divides 94 layers)."""
@@ -722,7 +722,7 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     response = search_plans(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(8.0913, rel=1e-3), describe(best)
+    assert best.step_time_s == pytest.approx(8.3365, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
     assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [
@@ -1001,20 +1001,20 @@ def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_ho
     assert default.status == "optimal"
     best = default.plans[0]
     assert (best.config.tp, best.config.pp, best.config.vpp, best.config.ep) == (1, 8, 7, 8)
-    assert best.step_time_s == pytest.approx(0.7669, abs=1e-4)
+    assert best.step_time_s == pytest.approx(0.7902, abs=1e-4)
     assert len(best.config.stage_layers) == 56 and sum(best.config.stage_layers) == 61
     assert not any("unequal chunks" in w for w in default.warnings)
     assert default.solver.left_out_depths_bound_s is None
     flat = search_plans(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": [1]}}}))
     assert flat.status == "optimal"
-    assert flat.plans[0].step_time_s == pytest.approx(0.9567, abs=1e-4)
+    assert flat.plans[0].step_time_s == pytest.approx(0.9836, abs=1e-4)
     assert best.step_time_s < 0.82 * flat.plans[0].step_time_s
 
 
 def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 21,400
     layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
-    families, same plan (TP1 EP128 ZeRO-3 without pipelines, 1.803 s; with pipelines no ZeRO-2/3),
+    families, same plan (TP1 EP128 ZeRO-3 without pipelines, 1.798 s; with pipelines no ZeRO-2/3),
     nothing left out to report."""
     from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, blocks_with_uneven_depths_apart, layout_families
 
@@ -1030,7 +1030,7 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search_plans(default)
     assert planned.status == "optimal"
-    assert planned.plans[0].step_time_s == pytest.approx(1.8030, abs=1e-4)
+    assert planned.plans[0].step_time_s == pytest.approx(1.7977, abs=1e-4)
     assert (planned.plans[0].config.pp, planned.plans[0].config.ep, planned.plans[0].config.zero_stage) == (1, 128, 3)
     assert planned.solver.left_out_depths_bound_s is None
     assert not any("unequal chunks" in w for w in planned.warnings)

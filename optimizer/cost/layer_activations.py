@@ -1,0 +1,106 @@
+"""Activation bytes of one layer and micro-batch on one GPU: what is stored from forward to backward
+under each recompute mode, and the transient working set (Korthikanti et al. 2022, adapted: flash
+attention, GQA/MLA, gated MLP, MoE)."""
+
+from __future__ import annotations
+
+from optimizer.cost import layer_base
+from optimizer.cost.attention import UNFUSED_SCORE_BYTES_STORED, score_elements
+from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
+from optimizer.cost.routing import routing_load
+
+
+def activation_bytes(
+    ctx: JobContext, kind: LayerKind, d: Dims, tokens: float, mla_up_kept: bool, moe_block: bool
+) -> tuple[float, float]:
+    """(stored, working) activation bytes of one layer and micro-batch on one GPU: kept from
+    forward to backward under ``d.recompute``, and the layer's full transient set. ``tokens`` per
+    GEMM on a TP rank; ``mla_up_kept`` false when the MLA up-projections are re-run in backward;
+    ``moe_block`` when the MoE block is."""
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    p = kind.params
+    tp = d.tp
+    sp_div = tp if d.sequence_parallel else 1
+    heads = float(model.num_attention_heads or 0)
+    kv_width_local = layer_base.kv_width_local(ctx, tp)
+    # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
+    hid = h / sp_div  # norm inputs/outputs and residual-stream tensors (sequence-parallel split)
+    if model.mla is not None:
+        # compressed latents (replicated over TP, split with sequence parallelism) and the shared
+        # rotary key, plus the per-head q, k, v the up-projections make (split over TP; without
+        # query compression q is projected from the norm output, counted in ``hid``)
+        mla = model.mla
+        mla_up_out = heads * ctx.d_qk / tp + kv_width_local
+        attn_inner = ((mla.q_lora_rank or 0) + mla.kv_lora_rank) / sp_div + mla.qk_rope_head_dim + mla_up_out
+    else:
+        attn_inner = heads * ctx.d_qk / tp + kv_width_local  # q, and k/v (replicated if tp > kv heads)
+        mla_up_out = 0.0
+    core_out = heads * ctx.d_v / tp
+    gated = model.activation == "swiglu"
+    if kind.is_moe:
+        moe = model.moe
+        assert moe is not None
+        f_e = p.routed_expert_each / (3 * h if gated else 2 * h)
+        per_routed = h + (2 * f_e if gated else f_e)  # expert input + fc1 output
+        act_out_routed = f_e
+        routed_share = moe.top_k * routing_load(ctx) / tp  # routed copies per token on this GPU
+        mlp_keep = routed_share * per_routed
+        mlp_act_out = routed_share * act_out_routed
+        if p.shared_experts:
+            f_s = p.shared_experts / (3 * h if gated else 2 * h)
+            mlp_keep += (2 * f_s if gated else f_s) / tp
+            mlp_act_out += f_s / tp
+        mlp_in = hid
+    else:
+        f_d = p.mlp_dense / (3 * h if gated else 2 * h)
+        mlp_keep = (2 * f_d if gated else f_d) / tp
+        mlp_act_out = f_d / tp
+        mlp_in = hid
+    ln_inputs = 2 * hid
+    recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
+    always = ln_inputs + attn_inner + core_out + mlp_keep
+    full_elems = always + recomputable
+    if d.recompute == "full":
+        stored_elems = hid  # only the layer input
+    elif moe_block:
+        # the MoE block keeps only its input (never more than what selective keeps)
+        stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
+    elif d.recompute == "op" and not kind.is_moe and model.mla is None:
+        f_local = p.mlp_dense / (3 * h if gated else 2 * h) / tp
+        stored_elems = _op_saved_elems(ctx, d, hid, core_out, f_local, gated)
+    elif d.recompute in ("selective", "moe", "op"):
+        stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
+    else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
+        stored_elems = full_elems
+    if not mla_up_kept:
+        stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
+    per_token_bytes = ACT_BYTES * tokens
+    stored = stored_elems * per_token_bytes
+    working = full_elems * per_token_bytes
+    if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
+        # materialised scores, kept for backward unless the attention core is recomputed
+        # (Korthikanti et al.'s 5as^2b). Not added to the transient working set of a recomputed
+        # layer: Korthikanti et al. count stored activations only, and with it the SC'21 ZeRO-3
+        # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
+        stored += UNFUSED_SCORE_BYTES_STORED * score_elements(ctx, kind, d)
+    return stored, working
+
+
+def _op_saved_elems(ctx: JobContext, d: Dims, hid: float, core_out: float, f_local: float, gated: bool) -> float:
+    """Elements per token a dense layer keeps under torchtitan's op-level checkpointing
+    (``torchtitan/distributed/activation_checkpoint.py``, ``_custom_policy``): the output of every
+    matmul but every second one of the layer, in forward order (wq, wk, wv, wo, then w1, w3, w2 or
+    fc1, fc2), the attention kernel's output and, with sequence parallelism, the two
+    reduce-scatters' outputs; the layer input stays as the checkpoint's input. wo and the last MLP
+    matmul produce full-width partial sums before their reduce-scatter."""
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    heads, kv_heads = float(model.num_attention_heads or 0), float(model.num_kv_heads or 0)
+    kv_split = min(d.tp, max(kv_heads, 1.0))
+    mlp = [f_local, f_local, h] if gated else [f_local, h]
+    outputs = [heads * ctx.d_qk / d.tp, kv_heads * ctx.d_qk / kv_split, kv_heads * ctx.d_v / kv_split, h, *mlp]
+    saved = sum(outputs[0::2])  # the 1st, 3rd, ... matmul of the layer
+    scatters = 2 * hid if d.sequence_parallel and d.tp > 1 else 0.0
+    return hid + core_out + saved + scatters

@@ -1,0 +1,75 @@
+"""The per-layer cost's shared vocabulary: the layout numbers it depends on (``Dims``), its result
+(``LayerCost``), the GEMM time at a shape, and the per-rank widths the compute, communication
+and activation terms share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.flops import MEGATRON_SELECTIVE
+
+ACT_BYTES = 2.0
+"""Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
+
+
+ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full", MEGATRON_SELECTIVE})
+"""Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The layout numbers the per-layer cost depends on."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    fwd_s: float
+    bwd_s: float
+    """Backward compute, including recomputed forward work."""
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    stored_act_bytes: float
+    """Activations kept from forward to backward for one micro-batch."""
+    working_act_bytes: float
+    """Transient activations of this layer while it runs (the full set for one micro-batch)."""
+    dense_params: float
+    """Parameters on this GPU that are replicated over data parallel (after TP split)."""
+    expert_params: float
+    """Routed-expert parameters on this GPU (after EP split)."""
+
+    @property
+    def time_s(self) -> float:
+        """Forward + backward compute with the exposed TP/CP/EP communication of this layer."""
+        return self.fwd_s + self.bwd_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def gemm_time_s(ctx: JobContext, flops: float, m: float, n: float, k: float, rate_flops: float | None = None) -> float:
+    """One GEMM of ``flops`` with dimensions (m, n, k) at the shape-dependent achievable rate
+    (``rate_flops`` for large shapes; default the training precision's)."""
+    if flops <= 0:
+        return 0.0
+    if rate_flops is None:
+        rate_flops = ctx.gemm_peak_flops * ctx.gemm_efficiency
+    d0 = ctx.cal.gemm_dim_half
+    shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+    return flops / (rate_flops * shape)
+
+
+def kv_width_local(ctx: JobContext, tp: int) -> float:
+    """K and V elements per token on one TP rank (replicated when tp > KV heads; MLA exchanges
+    decompressed K and V)."""
+    model = ctx.job.model
+    heads = float(model.num_attention_heads or 0)
+    kv_heads = float(model.num_kv_heads or 0)
+    if model.mla is not None:
+        return heads * (ctx.d_qk + ctx.d_v) / tp
+    return kv_heads * (ctx.d_qk + ctx.d_v) / min(tp, max(kv_heads, 1.0))

@@ -1,0 +1,92 @@
+"""Exposed tensor-, context- and expert-parallel communication of one layer and micro-batch on one
+GPU; each term depends only on its own axis's group."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from optimizer.cost.comm import hierarchical_allreduce_time_s
+from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.dispatch import dispatch_time_s
+from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, kv_width_local
+from optimizer.cost.num import Num
+from optimizer.cost.routing import routing_load
+from optimizer.cost.topology import GroupGeometry
+
+
+def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+    """Exposed tensor-parallel collective time of one layer and micro-batch (forward, backward,
+    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism."""
+    if d.tp <= 1:
+        return 0.0
+    h = float(ctx.job.model.hidden_size or 0)
+    tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
+    per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
+    blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
+    count: float = 2 * blocks + (blocks if d.recompute == "full" else 0)
+    if d.recompute == "op":
+        # the op-level policy re-runs the forward collectives it does not save: the all-gathers
+        # (half of each RS + AG pair) with sequence parallelism, the all-reduces without
+        count += 0.5 * blocks if d.sequence_parallel else blocks
+    # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
+    # parallelism and the group inside one scale-up domain
+    overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
+    in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
+    hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
+    return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
+
+
+def exposed_fraction(ctx: JobContext, hidden: float) -> float:
+    """Share of a collective's time on the critical path when ``hidden`` of it overlaps compute:
+    the overlapped part still delays compute by ``cal.overlap_contention`` (SM and HBM share)."""
+    return 1.0 - hidden * (1.0 - ctx.cal.overlap_contention)
+
+
+def contended(ctx: JobContext, exposed: Num, total: Num) -> Num:
+    """Critical-path time of ``total`` seconds of communication of which ``exposed`` is not
+    hidden: the hidden rest still costs ``cal.overlap_contention`` of its time (numbers or arrays)."""
+    c = ctx.cal.overlap_contention
+    return (1.0 - c) * exposed + c * total
+
+
+def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_core_bwd: float) -> float:
+    """Exposed context-parallel K/V ring time of one layer and micro-batch: ``cp - 1`` steps at
+    the slowest tier, forward once and backward twice, hidden behind the attention core
+    (``t_core`` forward, ``t_core_bwd`` backward: ``attention_core_times_s``)."""
+    if d.cp <= 1 or not geo.levels:
+        return 0.0
+    cal = ctx.cal
+    s = ctx.job.training.seq_len
+    chunk = d.micro_batch_size * (s / d.cp) * kv_width_local(ctx, d.tp) * ACT_BYTES
+    slowest = min(lv.beta_bytes_per_s for lv in geo.levels)
+    alpha = max(lv.alpha_s for lv in geo.levels)
+    ring = (d.cp - 1) * (alpha + chunk / slowest)
+    # no ``overlap_contention``: a ring step is a point-to-point send/receive, which NCCL runs on
+    # one or two channels per peer (a thread block each), not the 16-32 of a collective
+    cp_fwd = max(0.0, ring - cal.cp_overlap * t_core)
+    cp_bwd = max(0.0, 2 * ring - cal.cp_overlap * t_core_bwd)
+    return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
+
+
+def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+    """Exposed expert-parallel dispatch and combine time of one MoE layer and micro-batch
+    (``dispatch.dispatch_time_s`` for the job's ``training.moe_dispatcher``): forward dispatch and
+    combine, their bf16 mirrors in backward, and forward again when the block is recomputed
+    (``op`` saves the all-to-all outputs). Nothing of it overlaps the same micro-batch's compute
+    (Megatron-Core's dispatchers make the compute stream wait for them); batch-level overlap
+    (``training.ep_comm_overlap``) hides ``cal.ep_comm_overlap_batched`` of it."""
+    if not kind.is_moe or d.ep <= 1:
+        return 0.0
+    cal = ctx.cal
+    moe = ctx.job.model.moe
+    assert moe is not None
+    training = ctx.job.training
+    h = float(ctx.job.model.hidden_size or 0)
+    tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
+    fp8 = training.precision in ("fp8", "fp4")
+    dispatcher = training.moe_dispatcher
+    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+    # backward sends bf16 gradients both ways: two combine-sized transfers
+    total = disp + 3 * comb + (disp + comb if d.recompute in ("full", "moe") else 0.0)
+    hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
+    return total * exposed_fraction(ctx, hidden)
