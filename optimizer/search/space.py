@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve
 from optimizer.errors import InvalidLayout, PlannerError
-from optimizer.search.framework_space import block_variants, space_frameworks
+from optimizer.search.framework_space import block_variants, costed_recompute_choices, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
 
 MAX_TP = 64
@@ -271,8 +271,6 @@ def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
     """Cost-model recompute modes to search: those the target frameworks run (with a framework
     named, ``search.fix`` / ``search.allow`` use its names), plus, with none named, any mode they
     name."""
-    from optimizer.search.framework_space import costed_recompute_choices
-
     return costed_recompute_choices(job, search, RECOMPUTE)
 
 
