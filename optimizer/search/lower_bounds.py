@@ -38,7 +38,7 @@ from optimizer.cost.memory import (
 from optimizer.cost.num import Num
 from optimizer.cost.rules import ResolvedLayout, divisors
 from optimizer.cost.stage import head_time_s
-from optimizer.cost.topology import AxisGroups, GroupGeometry, group_geometry
+from optimizer.cost.topology import GRID_AXES, AxisGroups, GroupGeometry, group_geometry
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
 
@@ -299,7 +299,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     geometries the axis can have bounds every rank order."""
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
+    groups = AxisGroups(GRID_AXES, one, one, one, one, one, one, one)
     memo = ctx.memo
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).

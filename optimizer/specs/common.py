@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
+from optimizer.modes import Axis
+
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
@@ -25,7 +27,7 @@ outputs kept (what Megatron-LM and Megatron-Bridge run as ``selective``). With
 (docs/frameworks.md)."""
 Framework = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 Activation = Literal["swiglu", "gelu"]
-AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+AXES: tuple[str, ...] = tuple(Axis)
 """Parallel axes that own process groups, in the canonical (innermost-first) rank order."""
 
 MAX_NUM_GPUS = 1_048_576
