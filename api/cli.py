@@ -18,6 +18,7 @@ import yaml
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from api import sweep_cli
 from api.catalog import catalog_items
 from api.documents import DocumentError, parse_json, parse_yaml
 from api.errors import validation_items
@@ -306,8 +307,6 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from api import sweep_cli
-
     return sweep_cli.command(args, load_document(args.file))
 
 

@@ -25,6 +25,8 @@ from pydantic import BaseModel
 from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
+from hardware_catalog import load_catalog
+from hardware_catalog.capacity import load_capacity_catalog
 from optimizer import service
 from optimizer.capacity.annotate import price_per_gpu_hour_usd
 from optimizer.capacity.sweep import (
@@ -36,6 +38,7 @@ from optimizer.capacity.sweep import (
     pareto_front,
     point_requests,
 )
+from optimizer.presets import load_model_presets
 from optimizer.results import Plan
 from optimizer.specs import PlanRequest
 
@@ -61,11 +64,6 @@ def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | Non
 
 def warm_worker() -> None:
     """Load the catalogs and the planner once per worker process, before the first point."""
-    from hardware_catalog import load_catalog
-    from hardware_catalog.capacity import load_capacity_catalog
-    from optimizer.presets import load_model_presets
-    from optimizer.search import search  # noqa: F401
-
     load_catalog()
     load_capacity_catalog()
     load_model_presets()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
+from optimizer.layer_split import even_split
+
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
 STACK_KNOBS: tuple[str, ...] = (
@@ -128,8 +130,6 @@ def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | N
     costed; None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
-    from optimizer.cost.pipeline import even_split
-
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
     if problem is not None:

@@ -34,10 +34,8 @@ modules are not part of the model here (DeepSeek-V3's 671B excludes its MTP modu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from optimizer.specs import ModelSpec
+from optimizer.specs.model import ModelSpec
 
 __all__ = [
     "LayerParams",

@@ -6,6 +6,8 @@ from dataclasses import replace
 from typing import cast
 
 from hardware_catalog import load_catalog
+from optimizer.capacity.annotate import annotate, resolve_inputs
+from optimizer.capacity.plans import finish
 from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
@@ -20,6 +22,7 @@ from optimizer.frameworks import profile as framework_profile
 from optimizer.frameworks import running_frameworks
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
+from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.results import (
     CompareResponse,
     LaunchArgs,
@@ -37,8 +40,6 @@ from optimizer.units import GIB, TFLOPS, to_gib
 def evaluate(request: EvaluateRequest) -> Plan:
     """Score one layout with the cost model. Raises ``InvalidLayout`` for an invalid layout."""
     if request.cluster.topology is not None:
-        from optimizer.placement.plan import evaluate_on_topology
-
         return evaluate_on_topology(request, _evaluate_placed)
     return _evaluate_placed(request)
 
@@ -56,8 +57,6 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
     est = best_estimate(ctx, lay, placement)
-    from optimizer.capacity.annotate import annotate, resolve_inputs
-
     return annotate(resolve_inputs(request), to_plan(job, est))
 
 
@@ -319,10 +318,7 @@ def plan(request: PlanRequest) -> PlanResponse:
     """Search ranked layouts for a job; plans carry goodput (and time to train), ranked by
     ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
     limits the top plan (``why``) and warns about a job that looks wrong."""
-    from optimizer.capacity.plans import finish
-
     if request.cluster.topology is not None:
-        from optimizer.placement.plan import plan_on_topology
 
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
 
 from optimizer.cost.num import Num
 
@@ -28,6 +31,10 @@ class Level:
     """Scale-up level: each rank has its own links, separate from the NIC that outer levels share."""
 
 
+@overload
+def p2p_time_s(num_bytes: float, beta_bytes_per_s: float, alpha_s: float) -> float: ...
+@overload
+def p2p_time_s(num_bytes: np.ndarray, beta_bytes_per_s: float, alpha_s: float) -> np.ndarray: ...
 def p2p_time_s(num_bytes: Num, beta_bytes_per_s: float, alpha_s: float) -> Num:
     """Point-to-point transfer: ``alpha + n / beta``."""
     return alpha_s + num_bytes / beta_bytes_per_s
@@ -73,6 +80,10 @@ def hierarchical_allreduce_time_s(num_bytes: Num, levels: Sequence[Level]) -> Nu
     return total + ring_allreduce_time_s(shard, last.ranks, last.beta_bytes_per_s, last.alpha_s)
 
 
+@overload
+def hierarchical_reduce_scatter_time_s(num_bytes: float, levels: Sequence[Level]) -> float: ...
+@overload
+def hierarchical_reduce_scatter_time_s(num_bytes: np.ndarray, levels: Sequence[Level]) -> Num: ...
 def hierarchical_reduce_scatter_time_s(num_bytes: Num, levels: Sequence[Level]) -> Num:
     """Reduce-scatter over nested levels (innermost first); all-gather costs the same."""
     total: Num = 0.0

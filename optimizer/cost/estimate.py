@@ -20,7 +20,7 @@ communication in ``dp_comm.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
+from typing import cast, overload
 
 from optimizer.cost.comm import p2p_time_s
 from optimizer.cost.context import JobContext
@@ -90,6 +90,10 @@ def steady_state_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> 
     return (lay.num_micro_batches + (lay.pp - 1) / lay.vpp) * slowest
 
 
+@overload
+def pp_comm_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, vpp: int | None = None) -> float: ...
+@overload
+def pp_comm_s(ctx: JobContext, lay: StageLayout, groups: AxisGroups, vpp: int | None = None) -> Num: ...
 def pp_comm_s(ctx: JobContext, lay: StageLayout, groups: AxisGroups, vpp: int | None = None) -> Num:
     """Exposed pipeline send/recv: a share of the steady-state sends plus the fill/drain chain
     (at interleaving depth ``vpp``, default the layout's: nothing else of the layout's depth
@@ -101,6 +105,10 @@ def pp_comm_s(ctx: JobContext, lay: StageLayout, groups: AxisGroups, vpp: int | 
     return pp_comm_from_p2p_s(ctx, lay.pp, lay.vpp if vpp is None else vpp, lay.num_micro_batches, t_p2p)
 
 
+@overload
+def pp_message_bytes(ctx: JobContext, lay: ResolvedLayout) -> float: ...
+@overload
+def pp_message_bytes(ctx: JobContext, lay: StageLayout) -> Num: ...
 def pp_message_bytes(ctx: JobContext, lay: StageLayout) -> Num:
     """One micro-batch's activations crossing a pipeline boundary (split by TP with SP)."""
     h = float(ctx.job.model.hidden_size or 0)

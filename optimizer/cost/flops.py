@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optimizer.modes import RecomputeMode
 from optimizer.params import layer_params, mla_up_projection_params
 from optimizer.specs import ModelSpec
 
@@ -108,7 +109,7 @@ def model_flops(model: ModelSpec, seq_len: int) -> ModelFlops:
     return ModelFlops(3.0 * fwd, fwd_layers, core, moe_block, mla_up)
 
 
-MEGATRON_SELECTIVE = "core_attn"
+MEGATRON_SELECTIVE = RecomputeMode.CORE_ATTN
 """Internal recompute mode, never searched: Megatron-Core's selective recompute with the modules
 the launch arguments name for ``selective`` (``core_attn``, plus ``mla_up_proj`` on MLA models).
 Under Transformer Engine it keeps the norm and activation-function outputs that ``selective``
@@ -117,12 +118,12 @@ drops. Plan notes cost a ``selective`` layout with it to say how much more memor
 
 def recompute_flops_per_token(mf: ModelFlops, recompute: str) -> float:
     """Extra forward FLOPs per token that activation recompute adds (hardware FLOPs only)."""
-    if recompute == "full":
+    if recompute == RecomputeMode.FULL:
         return mf.forward_layers_per_token
-    if recompute in ("selective", MEGATRON_SELECTIVE):
+    if recompute in (RecomputeMode.SELECTIVE, MEGATRON_SELECTIVE):
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token
-    if recompute == "moe":
+    if recompute == RecomputeMode.MOE:
         return mf.attn_core_forward_per_token + mf.mla_up_forward_per_token + mf.moe_block_forward_per_token
-    if recompute == "op":  # every second matmul of the layers (attention core kept)
+    if recompute == RecomputeMode.OP:  # every second matmul of the layers (attention core kept)
         return 0.5 * (mf.forward_layers_per_token - mf.attn_core_forward_per_token)
     return 0.0

@@ -24,6 +24,7 @@ from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_comm_s
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups
+from optimizer.modes import RecomputeMode
 
 __all__ = [
     "ACT_BYTES",
@@ -62,7 +63,7 @@ bytes per copy, unfused index_select / multiply / scatter_add chains 12-14. Back
 same bytes the other way (a scatter and a gather)."""
 
 
-MLA_UP_RECOMPUTED = frozenset({"selective", "moe", MEGATRON_SELECTIVE})
+MLA_UP_RECOMPUTED = frozenset({RecomputeMode.SELECTIVE, RecomputeMode.MOE, MEGATRON_SELECTIVE})
 """Recompute modes that, on MLA models, keep the compressed query / key-value latents instead of
 the per-head q, k, v and re-run the up-projections in backward (DeepSeek-V3 report section 3.2.3;
 Megatron-Core's ``mla_up_proj`` recompute module). ``full`` re-runs them with the whole layer."""
@@ -140,14 +141,14 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         bwd += gemm_time_s(
             ctx, 2 * tokens * kv_up / tp, tokens, heads_local * (model.mla.qk_nope_head_dim + ctx.d_v), kv_rank
         )
-    moe_block = d.recompute == "moe" and kind.is_moe  # the MoE block is re-run in backward
-    if d.recompute == "full":
+    moe_block = d.recompute == RecomputeMode.MOE and kind.is_moe  # the MoE block is re-run in backward
+    if d.recompute == RecomputeMode.FULL:
         bwd += fwd
-    elif d.recompute in ("selective", "moe"):
+    elif d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE):
         bwd += t_core + t_elem + (t_mlp + t_perm if moe_block else 0.0)
     elif d.recompute == MEGATRON_SELECTIVE:
         bwd += t_core  # the norms and activation functions are not re-run
-    elif d.recompute == "op":
+    elif d.recompute == RecomputeMode.OP:
         # torchtitan's op-level policy: every second matmul's output is recomputed (half the
         # forward GEMM time), the attention core's is kept
         bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved

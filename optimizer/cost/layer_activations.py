@@ -9,6 +9,7 @@ from optimizer.cost.attention import UNFUSED_SCORE_BYTES_STORED, score_elements
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.routing import routing_load
+from optimizer.modes import RecomputeMode
 
 
 def activation_bytes(
@@ -62,15 +63,15 @@ def activation_bytes(
     recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
     always = ln_inputs + attn_inner + core_out + mlp_keep
     full_elems = always + recomputable
-    if d.recompute == "full":
+    if d.recompute == RecomputeMode.FULL:
         stored_elems = hid  # only the layer input
     elif moe_block:
         # the MoE block keeps only its input (never more than what selective keeps)
         stored_elems = always - mlp_keep + min(mlp_keep, mlp_in)
-    elif d.recompute == "op" and not kind.is_moe and model.mla is None:
+    elif d.recompute == RecomputeMode.OP and not kind.is_moe and model.mla is None:
         f_local = p.mlp_dense / (3 * h if gated else 2 * h) / tp
         stored_elems = _op_saved_elems(ctx, d, hid, core_out, f_local, gated)
-    elif d.recompute in ("selective", "moe", "op"):
+    elif d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP):
         stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.modes import RecomputeMode
 
 ACT_BYTES = 2.0
 """Activations, activation gradients and TP/EP/PP messages are bf16 (also in FP8 runs)."""
 
 
-ATTENTION_CORE_RECOMPUTED = frozenset({"selective", "moe", "full", MEGATRON_SELECTIVE})
+ATTENTION_CORE_RECOMPUTED = frozenset(
+    {RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.FULL, MEGATRON_SELECTIVE}
+)
 """Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
 
 

@@ -12,6 +12,7 @@ from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
 from optimizer.cost.topology import GroupGeometry
+from optimizer.modes import RecomputeMode
 
 
 def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
@@ -23,8 +24,8 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
     per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
     blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
-    count: float = 2 * blocks + (blocks if d.recompute == "full" else 0)
-    if d.recompute == "op":
+    count: float = 2 * blocks + (blocks if d.recompute == RecomputeMode.FULL else 0)
+    if d.recompute == RecomputeMode.OP:
         # the op-level policy re-runs the forward collectives it does not save: the all-gathers
         # (half of each RS + AG pair) with sequence parallelism, the all-reduces without
         count += 0.5 * blocks if d.sequence_parallel else blocks
@@ -87,6 +88,6 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     dispatcher = training.moe_dispatcher
     disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
     # backward sends bf16 gradients both ways: two combine-sized transfers
-    total = disp + 3 * comb + (disp + comb if d.recompute in ("full", "moe") else 0.0)
+    total = disp + 3 * comb + (disp + comb if d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE) else 0.0)
     hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
     return total * exposed_fraction(ctx, hidden)

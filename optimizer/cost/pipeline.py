@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from optimizer.cost.num import Num, minimum, select
+from optimizer.layer_split import even_split as even_split  # the default split, kept importable from here
 
 
 def bubble_fraction_gpipe(pp: int, m: int) -> float:
@@ -20,20 +21,6 @@ def bubble_fraction_gpipe(pp: int, m: int) -> float:
 def bubble_over_ideal(pp: int, m: int, vpp: int = 1) -> float:
     """Bubble time relative to the ideal (no-bubble) time: ``(p-1) / (v*m)``."""
     return (pp - 1) / (vpp * m)
-
-
-def even_split(num_layers: int, chunks: int) -> list[int]:
-    """Layers per chunk, as even as possible; extra layers go to the middle chunks.
-
-    The first chunk holds the embedding and the most in-flight activations, the last the LM
-    head and loss, so they are the ones that get the smaller share.
-    """
-    base, extra = divmod(num_layers, chunks)
-    split = [base] * chunks
-    middle = (chunks - 1) / 2
-    for c in sorted(range(chunks), key=lambda c: (abs(c - middle), c))[:extra]:
-        split[c] += 1
-    return split
 
 
 def stage_of_chunk(chunk: int, pp: int) -> int:

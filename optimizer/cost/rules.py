@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from optimizer.cost.pipeline import even_split
 from optimizer.errors import InvalidLayout
+from optimizer.modes import Axis, RecomputeMode
 from optimizer.specs import JobSpec, Layout
 
 
@@ -32,7 +33,7 @@ class ResolvedLayout:
         return len(set(self.stage_layers)) == 1
 
     def sizes(self) -> dict[str, int]:
-        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep}
+        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp, Axis.EP: self.ep}
 
 
 def divisors(n: int) -> list[int]:
@@ -124,7 +125,7 @@ def _check_experts(job: JobSpec, tp: int, dp: int, cp: int, ep: int, recompute: 
     if model.moe is None:
         if ep != 1:
             raise InvalidLayout("config.ep", "ep > 1 needs an MoE model")
-        if recompute == "moe":
+        if recompute == RecomputeMode.MOE:
             raise InvalidLayout("config.recompute", "'moe' recomputes MoE blocks and needs an MoE model")
     else:
         if (tp * dp * cp) % ep:

@@ -18,9 +18,10 @@ from functools import lru_cache
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.comm import Level
+from optimizer.modes import Axis
 from optimizer.units import bits_to_bytes_per_s
 
-GRID_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+GRID_AXES: tuple[str, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """Axes that tile the rank grid. EP groups re-tile the ``tp x cp x dp`` ranks."""
 
 
@@ -174,11 +175,11 @@ class AxisGroups:
 
     def placement(self) -> dict[str, str]:
         return {
-            "tp": self.tp.outermost_tier,
-            "cp": self.cp.outermost_tier,
-            "ep": self.ep.outermost_tier,
-            "dp": self.dp.outermost_tier,
-            "pp": self.pp.outermost_tier,
+            Axis.TP: self.tp.outermost_tier,
+            Axis.CP: self.cp.outermost_tier,
+            Axis.EP: self.ep.outermost_tier,
+            Axis.DP: self.dp.outermost_tier,
+            Axis.PP: self.pp.outermost_tier,
         }
 
 
@@ -193,15 +194,15 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
     # Experts are not tensor-split (expert TP = 1), so as in Megatron-Core the expert grid
     # re-tiles the tp x cp x dp ranks: EP groups take the innermost ``ep`` of those ranks and the
     # expert-data-parallel group the rest.
-    inner = min(stride[a] for a in ("tp", "cp", "dp"))
-    ep = sizes["ep"]
+    inner = min(stride[a] for a in (Axis.TP, Axis.CP, Axis.DP))
+    ep = sizes[Axis.EP]
     ep_geo = group_geometry(topo, inner, ep)
-    edp_geo = group_geometry(topo, inner * ep, sizes["tp"] * sizes["cp"] * sizes["dp"] // ep)
+    edp_geo = group_geometry(topo, inner * ep, sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // ep)
     # Dense data-parallel sharding group: cp x dp (contiguous when the two axes are adjacent).
-    adjacent = abs(order.index("cp") - order.index("dp")) == 1
-    data_stride = min(stride["cp"], stride["dp"]) if adjacent else stride["dp"]
-    dp_cp_geo = group_geometry(topo, data_stride, sizes["cp"] * sizes["dp"]) if adjacent else geo["dp"]
-    return AxisGroups(order, geo["tp"], geo["cp"], geo["dp"], geo["pp"], ep_geo, dp_cp_geo, edp_geo)
+    adjacent = abs(order.index(Axis.CP) - order.index(Axis.DP)) == 1
+    data_stride = min(stride[Axis.CP], stride[Axis.DP]) if adjacent else stride[Axis.DP]
+    dp_cp_geo = group_geometry(topo, data_stride, sizes[Axis.CP] * sizes[Axis.DP]) if adjacent else geo[Axis.DP]
+    return AxisGroups(order, geo[Axis.TP], geo[Axis.CP], geo[Axis.DP], geo[Axis.PP], ep_geo, dp_cp_geo, edp_geo)
 
 
 def candidate_orders(sizes: dict[str, int]) -> list[tuple[str, ...]]:

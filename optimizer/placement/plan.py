@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from optimizer.capacity.annotate import objective_value, resolve_inputs
+from optimizer.errors import InvalidLayout
 from optimizer.placement.outputs import build_assignment
 from optimizer.placement.select import Choice, candidate_sets, rank_order
 from optimizer.results import Plan, PlanResponse, SolverInfo
@@ -84,8 +86,6 @@ def objective_score(out: Outcome) -> float:
     """What the request's ``search.objective`` minimises for the outcome's best plan (compared
     across GPU counts, so ``throughput`` is per GPU; nine significant digits, so that ties reach
     the compactness keys)."""
-    from optimizer.capacity.annotate import objective_value, resolve_inputs
-
     best = out.response.plans[0]
     objective = out.request.search.objective
     if objective == "throughput":
@@ -221,14 +221,10 @@ def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequ
         lay = request.config
         size = lay.tp * lay.pp * lay.cp * (lay.dp or 0)
         if size == 0:
-            from optimizer.errors import InvalidLayout
-
             raise InvalidLayout("cluster.num_gpus", "give num_gpus, config.dp or topology.assignment")
         c = c.model_copy(update={"num_gpus": size})
     options = _options(c)
     if not options:
-        from optimizer.errors import InvalidLayout
-
         raise InvalidLayout("cluster.num_gpus", f"{c.num_gpus} GPUs do not fit on the free nodes: {free_by_level(c)}")
     scored = []
     for opt in options:

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from optimizer.cost.node_tiers import level_spans
 from optimizer.topology_spec import ClusterTopology, TopologyNode
 
 MAX_CHAINS = 256
@@ -240,8 +241,6 @@ def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int) -> lis
 
 
 def _unique(topo: ClusterTopology, choices: list[Choice], g: int) -> list[Choice]:
-    from optimizer.cost.node_tiers import level_spans
-
     seen: dict[tuple[int, ...], Choice] = {}
     for c in choices:
         spans = tuple(level_spans(topo, list(c.nodes), g))

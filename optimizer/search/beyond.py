@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from optimizer.cost.context import JobContext
+from optimizer.modes import RecomputeMode
 from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.lower_bounds import lower_bound_layer_totals
 from optimizer.search.space import MAX_MICRO_BATCH, LayoutBlock
@@ -76,7 +77,7 @@ def group_bound(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> float:
     hi = max(b.base.micro_batch_size for b in blocks)
     lo = min(b.base.micro_batch_size for b in blocks)
     deepest = max(max((b.base.vpp, *b.more_vpps)) for b in blocks)
-    time_s = lower_bound_layer_totals(ctx, lay.tp, lay.cp, lay.ep, hi, lay.sequence_parallel, "none")[0]
+    time_s = lower_bound_layer_totals(ctx, lay.tp, lay.cp, lay.ep, hi, lay.sequence_parallel, RecomputeMode.NONE)[0]
     a = time_s / (hi * lay.pp)
     per_replica = lay.num_micro_batches * lay.micro_batch_size
     return per_replica * a + (lay.pp - 1) / deepest * lo * a

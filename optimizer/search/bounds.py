@@ -181,7 +181,9 @@ def _group_bounds(
         p2p[b] = p2p_floor_s(ctx, lay)
         head[b] = head_time_s(ctx, lay)
     pp, m, vpp, dp, cp, tp, ep = (a[:, None] for a in ints)  # block x zero stage
-    dense_shard, expert_shard = optimizer_shards(np.asarray(zeros)[None, :], dp, cp, tp, ep)
+    dense_shard, expert_shard = cast(  # arrays here: the sizes are
+        "tuple[np.ndarray, np.ndarray]", optimizer_shards(np.asarray(zeros)[None, :], dp, cp, tp, ep)
+    )
     dp_floor = np.stack(
         [dp_exposed_floor_s(ctx, z, dp, cp, tp, ep, pp, m, tuple(totals), head[:, None]) for z in zeros], axis=1
     )  # block x zero stage x recompute

@@ -23,6 +23,7 @@ from itertools import combinations
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.rules import ResolvedLayout
+from optimizer.search import search
 from optimizer.search.framework_space import space_frameworks
 from optimizer.search.ranking import pick
 from optimizer.search.space import Reach, enumerate_layouts
@@ -102,8 +103,6 @@ def best_per_layout(estimates: list[Estimate]) -> list[Estimate]:
 
 def verify(request: PlanRequest, rel_tol: float = 1e-6) -> list[str]:
     """Compare the planner with the oracle; return the disagreements (empty: they agree)."""
-    from optimizer.search import search
-
     result = search(request)
     oracle = best_per_layout(brute_force(request))
     if request.search.diverse:  # the top-k is one layout per family

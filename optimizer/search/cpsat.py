@@ -19,6 +19,7 @@ from itertools import pairwise
 from ortools.sat.python import cp_model
 
 from optimizer.cost.estimate import Estimate
+from optimizer.search.chunk_kinds import KindPeriod, chunk_split, kind_period
 from optimizer.search.split_tables import SplitTables
 
 OBJECTIVE_UNITS = 10_000_000
@@ -45,59 +46,6 @@ class SolveResult:
     choice: Choice | None
     status: str
     bound_s: float | None
-
-
-def chunk_split(per_stage: list[int], vpp: int) -> tuple[int, ...]:
-    """Layers per chunk in schedule order (chunk ``v*pp + s``) from layers per stage."""
-    pp = len(per_stage)
-    chunks = [0] * (pp * vpp)
-    for s, n in enumerate(per_stage):
-        base, extra = divmod(n, vpp)
-        for v in range(vpp):
-            chunks[v * pp + s] = base + (1 if v >= vpp - extra else 0)
-    return tuple(chunks)
-
-
-@dataclass(frozen=True)
-class KindPeriod:
-    """Layers from ``offset`` on repeat their kinds every ``length`` layers."""
-
-    offset: int
-    length: int
-    per_period: tuple[int, ...]
-    """Layers of each kind (but the last) in one period."""
-    rest_table: tuple[tuple[int, ...], ...]
-    """(phase, rest, next phase, layers of each kind but the last among ``rest`` layers from ``phase``)."""
-
-
-KIND_PERIOD_MAX = 8
-"""Longest repeat ``kind_period`` looks for."""
-
-
-def kind_period(kind_prefix: tuple[tuple[int, ...], ...]) -> KindPeriod | None:
-    """How the layer kinds repeat past the fewest first layers (the shortest repeat among those,
-    covering at least two periods); None when they do not repeat, or repeat every layer (a chunk
-    past those layers then has one mix wherever it starts). ``kind_prefix[k][x]``: layers of kind
-    ``k`` among the first ``x``."""
-    tracked = len(kind_prefix) - 1
-    layers = len(kind_prefix[0]) - 1
-    seq = [tuple(kind_prefix[k][x + 1] - kind_prefix[k][x] for k in range(tracked)) for x in range(layers)]
-    best: tuple[int, int] | None = None  # (first repeating layer, period)
-    for f in range(1, min(KIND_PERIOD_MAX, layers // 2) + 1):
-        d = layers - f
-        while d > 0 and seq[d - 1] == seq[d - 1 + f]:
-            d -= 1
-        if layers - d >= 2 * f and (best is None or d < best[0]):
-            best = (d, f)
-    if best is None or best[1] == 1:
-        return None
-    d, f = best
-    per_period = tuple(sum(seq[d + t][k] for t in range(f)) for k in range(tracked))
-    rows = tuple(
-        (p, r, (p + r) % f, *(sum(seq[d + (p + t) % f][k] for t in range(r)) for k in range(tracked)))
-        for p in range(f) for r in range(f)
-    )  # fmt: skip
-    return KindPeriod(d, f, per_period, rows)
 
 
 class _CpModel(cp_model.CpModel):
@@ -285,6 +233,28 @@ class SplitModel:
             for f in range(layers) for n in range(1, most + 1) if f + n <= layers
         ]  # fmt: skip
         period = kind_period(tb.kind_prefix)
+        chunks, mix, last_table = self._chunk_vars(i, cand, x, most, windows, period)
+        # Symmetry: a stage's chunks after ``last_table`` can trade layer counts without changing
+        # any stage's totals (the chunks between them have fixed kind mixes too), so their counts
+        # are required to fall along the schedule.
+        for s in range(pp):
+            tail = [v * pp + s for v in range(vpp) if v * pp + s > last_table]
+            for a, b in pairwise(tail):
+                m.add(chunks[a] >= chunks[b])
+        m.add(sum(chunks) == layers).only_enforce_if(x)
+        self._stage_mix_tables(i, cand, x, cap_bytes, (slow, dp, opt), horizon, chunks, mix)
+        return chunks
+
+    def _chunk_vars(
+        self, i: int, cand: Candidate, x: cp_model.IntVar, most: int,
+        windows: list[tuple[int, ...]], period: KindPeriod | None,
+    ) -> tuple[list[cp_model.IntVar], list[list[cp_model.LinearExprT]], int]:  # fmt: skip
+        """``_chunks_by_mix``'s chunk counts, their kind mixes, and the last start-dependent chunk."""
+        m = self.model
+        tb = cand.tables
+        lay = cand.estimate.layout
+        pp, vpp, layers = lay.pp, lay.vpp, cand.num_layers
+        kinds = len(tb.kind_prefix)
         chunks: list[cp_model.IntVar] = []
         mix: list[list[cp_model.LinearExprT]] = []
         start: cp_model.LinearExpr | int = 0
@@ -320,14 +290,22 @@ class SplitModel:
             chunks.append(c)
             mix.append(ks)
             start = start + c
-        # Symmetry: a stage's chunks after ``last_table`` can trade layer counts without changing
-        # any stage's totals (the chunks between them have fixed kind mixes too), so their counts
-        # are required to fall along the schedule.
-        for s in range(pp):
-            tail = [v * pp + s for v in range(vpp) if v * pp + s > last_table]
-            for a, b in pairwise(tail):
-                m.add(chunks[a] >= chunks[b])
-        m.add(sum(chunks) == layers).only_enforce_if(x)
+        return chunks, mix, last_table
+
+    def _stage_mix_tables(
+        self, i: int, cand: Candidate, x: cp_model.IntVar, cap_bytes: float,
+        stage_terms: tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar], horizon: int,
+        chunks: list[cp_model.IntVar], mix: list[list[cp_model.LinearExprT]],
+    ) -> None:  # fmt: skip
+        """``_chunks_by_mix``'s stage totals (its chunks' sums) and the table of their terms into
+        ``stage_terms`` (the candidate's slowest-stage, data-parallel and optimizer variables)."""
+        m = self.model
+        tb = cand.tables
+        assert tb.by_mix is not None
+        lay = cand.estimate.layout
+        pp, vpp, layers = lay.pp, lay.vpp, cand.num_layers
+        kinds = len(tb.kind_prefix)
+        slow, dp, opt = stage_terms
         stage_vars: list[tuple[cp_model.IntVar, list[cp_model.IntVar]]] = []
         for s, row in enumerate(tb.by_mix):
             n = m.new_int_var(tb.lo, tb.hi, f"n_{i}_{s}")
@@ -356,7 +334,6 @@ class SplitModel:
         m.add(sum(n for n, _ in stage_vars) == layers).only_enforce_if(x)
         for k in range(kinds - 1):
             m.add(sum(totals[k] for _, totals in stage_vars) == tb.kind_prefix[k][-1]).only_enforce_if(x)
-        return chunks
 
     def _periodic_mix(
         self, i: int, j: int, c: cp_model.IntVar, phase: cp_model.IntVar, most: int, period: KindPeriod

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from optimizer.cost.rules import resolve
 from optimizer.errors import InvalidLayout
+from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
 
@@ -118,7 +119,7 @@ def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:
         resolve(
             job, tp=values["tp"], pp=values["pp"], cp=values["cp"], ep=values["ep"], vpp=values["vpp"],
             micro_batch_size=values["micro_batch_size"],
-            zero_stage=fix.zero_stage or 1, recompute=fix.recompute or "selective",
+            zero_stage=fix.zero_stage or 1, recompute=fix.recompute or RecomputeMode.SELECTIVE,
             sequence_parallel=(values["tp"] > 1), dp=fix.dp,
         )  # fmt: skip
     except InvalidLayout as err:

@@ -46,11 +46,12 @@ def _uniform_floor_terms(
     head = head_time_s(ctx, lay)
     stages = distinct_stages(ctx, lay)
     optimizer = 0.0
-    dp_inputs = []
+    dp_inputs: list[tuple[float, float, int, float, float, float, float]] = []
     for first, last, counts in stages:
         fixed = stage_fixed_cached(ctx, lay, groups, counts, first, last)
-        optimizer = max(optimizer, fixed[0].optimizer_s)
-        dp_inputs.append(fixed[3])
+        # numbers for one layout (the cost functions return arrays only on ``cost.columns``'s path)
+        optimizer = max(optimizer, cast(float, fixed[0].optimizer_s))
+        dp_inputs.append(cast("tuple[float, float, int, float, float, float, float]", fixed[3]))
     mult = lay.num_micro_batches + (lay.pp - 1) / lay.vpp
     pairs: list[tuple[float, tuple, AxisGroups]] = []
     per_layer_geometry: dict[tuple, float] = {}
@@ -328,7 +329,7 @@ def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[flo
         stage = average  # the head is on the last stage: more compute to overlap with
     else:
         stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
-    cached = ctx.memo[key] = (everything.optimizer_s / pp, average, stage)
+    cached = ctx.memo[key] = (cast(float, everything.optimizer_s) / pp, average, stage)  # a number for one layout
     return cached
 
 

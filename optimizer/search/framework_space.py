@@ -13,6 +13,7 @@ import functools
 from typing import NamedTuple
 
 from optimizer.frameworks import FrameworkProfile, candidate_frameworks, load_profiles, profile
+from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
 
@@ -66,7 +67,7 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     elif allow is not None:
         runs = set(allow)
     if not is_moe:
-        runs.discard("moe")
+        runs.discard(RecomputeMode.MOE)
     return [m for m in order if m in runs]
 
 

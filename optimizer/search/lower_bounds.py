@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from optimizer.cost.memory import (
 from optimizer.cost.num import Num
 from optimizer.cost.rules import ResolvedLayout, divisors
 from optimizer.cost.stage import head_time_s
-from optimizer.cost.topology import AxisGroups, GroupGeometry, group_geometry
+from optimizer.cost.topology import GRID_AXES, AxisGroups, GroupGeometry, group_geometry
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
 
@@ -78,7 +79,7 @@ def compute_lower_bound_s(ctx: JobContext, lay: ResolvedLayout) -> float:
 def compute_lower_bounds(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[float]:
     """``compute_lower_bound_s`` of each layout, in one loop (the search bounds every layout)."""
     return [
-        bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches)
+        cast(float, bound_at_vpp(ctx, terms, lay.pp, lay.vpp, lay.num_micro_batches))  # a number for one layout
         for terms, lay in zip(lower_bound_terms(ctx, layouts), layouts, strict=True)
     ]
 
@@ -212,7 +213,7 @@ def dp_exposed_floor_s(
         last_bucket = smallest_dense(lambda levels, _, g: last_bucket_s(ctx, zero_stage, levels, g), g_dense)
         floor = np.maximum(floor, (1 if zero_stage == 0 else 2) * last_bucket)
     floor = floor * (1.0 - STEP_FLOOR_MARGIN)  # the terms are summed differently from the exact ones
-    return float(floor[0]) if scalar else floor
+    return float(cast(np.ndarray, floor)[0]) if scalar else floor  # an array: the inputs went through atleast_1d
 
 
 def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> list[tuple[float, float, float, float]]:
@@ -228,7 +229,8 @@ def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> lis
         shards = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
         dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
                                       lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
-        out.append(bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay), dp_floor))
+        terms = bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay), dp_floor)
+        out.append(cast("tuple[float, float, float, float]", terms))  # numbers for one layout
     return out
 
 
@@ -297,7 +299,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     geometries the axis can have bounds every rank order."""
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
+    groups = AxisGroups(GRID_AXES, one, one, one, one, one, one, one)
     memo = ctx.memo
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).

@@ -16,9 +16,17 @@ from dataclasses import replace
 from optimizer.cost import Estimate, estimate
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import layout_problem
+from optimizer.modes import RecomputeMode
 from optimizer.search.framework_space import target_profiles
 
-LEAST_RECOMPUTE = ("none", "core_attn", "op", "selective", "moe", "full")
+LEAST_RECOMPUTE = (
+    RecomputeMode.NONE,
+    RecomputeMode.CORE_ATTN,
+    RecomputeMode.OP,
+    RecomputeMode.SELECTIVE,
+    RecomputeMode.MOE,
+    RecomputeMode.FULL,
+)
 """Recompute modes from least to most re-run work (the order ``simplest`` tries them in)."""
 
 

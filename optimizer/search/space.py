@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve
 from optimizer.errors import InvalidLayout, PlannerError
-from optimizer.search.framework_space import block_variants, space_frameworks
+from optimizer.modes import RecomputeMode
+from optimizer.search.framework_space import block_variants, costed_recompute_choices, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
 
 MAX_TP = 64
@@ -32,7 +33,7 @@ Layouts beyond them form their own blocks (``LayoutBlock.beyond``), searched in 
 the rest (``Reach.ALL``); a value ``search.fix`` / ``search.allow`` names is in the default space
 whatever its size."""
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "core_attn", "selective", "op", "moe", "full")
+RECOMPUTE = tuple(RecomputeMode)
 """The cost model's recompute modes in search order. The space holds those the target frameworks
 run (``framework_space``; ``moe`` only for MoE models), plus, with no framework named, any mode
 ``search.fix`` / ``search.allow`` names."""
@@ -271,8 +272,6 @@ def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
     """Cost-model recompute modes to search: those the target frameworks run (with a framework
     named, ``search.fix`` / ``search.allow`` use its names), plus, with none named, any mode they
     name."""
-    from optimizer.search.framework_space import costed_recompute_choices
-
     return costed_recompute_choices(job, search, RECOMPUTE)
 
 

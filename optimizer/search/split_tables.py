@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import Estimate, pp_comm_s
@@ -105,6 +106,12 @@ def certified_split_range(
     return lo, hi
 
 
+def _numbers(t: StageTerms) -> tuple[float, float, float, float]:
+    """(time, exposed data-parallel time, optimizer step, memory) of one layout's stage: numbers
+    here (``StageTerms`` holds numpy arrays on ``cost.columns``'s path)."""
+    return cast("tuple[float, float, float, float]", (t.time_s, t.dp_exposed_s, t.optimizer_s, t.memory.total_bytes))
+
+
 def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | None = None) -> SplitTables:
     """``SplitTables`` of ``est``'s layout in ``est``'s rank order, over ``layer_range`` (from
     ``certified_split_range``) or, without one, over every layer count when that is at most
@@ -131,27 +138,26 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
     for s in range(lay.pp):
         row_t, row_d, row_o, row_m = [], [], [], []
         for n in range(lo, hi + 1):
-            t = _table_stage_terms(ctx, lay, groups, s, n, offsets)
-            row_t.append(t.time_s)
-            row_d.append(t.dp_exposed_s)
-            row_o.append(t.optimizer_s)
-            row_m.append(t.memory.total_bytes)
+            time_s, dp_s, optimizer_s, memory_bytes = _numbers(_table_stage_terms(ctx, lay, groups, s, n, offsets))
+            row_t.append(time_s)
+            row_d.append(dp_s)
+            row_o.append(optimizer_s)
+            row_m.append(memory_bytes)
         time_t.append(tuple(row_t))
         dp_t.append(tuple(row_d))
         opt_t.append(tuple(row_o))
         mem_t.append(tuple(row_m))
     by_start = None
     if several_kinds_one_chunk(ctx, lay):
-        rows = []
+        rows: list[tuple[tuple[int, int, float, float, float, float], ...]] = []
         for s in range(lay.pp):
-            row = []
+            row: list[tuple[int, int, float, float, float, float]] = []
             terms: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
             for n in range(lo, hi + 1):
                 for start in stage_starts(lay, layers, s, n, lo, hi):
                     mix = counts_at(ctx, start, n)
                     if mix not in terms:
-                        t = stage_terms(ctx, lay, groups, s, mix)
-                        terms[mix] = (t.time_s, t.dp_exposed_s, t.optimizer_s, t.memory.total_bytes)
+                        terms[mix] = _numbers(stage_terms(ctx, lay, groups, s, mix))
                     row.append((start, n, *terms[mix]))
             rows.append(tuple(row))
         by_start = tuple(rows)
@@ -161,15 +167,14 @@ def split_tables(ctx: JobContext, est: Estimate, layer_range: tuple[int, int] | 
         reachable = chunk_sum_mixes(ctx, lay.vpp, hi)
         mixes = {n: [v for v in mix_vectors(n, totals) if v in reachable] for n in range(lo, hi + 1)}
         if sum(len(v) for v in mixes.values()) * lay.pp <= SPLIT_MIX_TABLE_MAX:
-            rows = []
+            mix_rows = []
             for s in range(lay.pp):
-                row = []
+                mix_row: list[tuple[int, tuple[int, ...], float, float, float, float]] = []
                 for n, vectors in mixes.items():
                     for mix in vectors:
-                        t = stage_terms(ctx, lay, groups, s, mix)
-                        row.append((n, mix, t.time_s, t.dp_exposed_s, t.optimizer_s, t.memory.total_bytes))
-                rows.append(tuple(row))
-            by_mix = tuple(rows)
+                        mix_row.append((n, mix, *_numbers(stage_terms(ctx, lay, groups, s, mix))))
+                mix_rows.append(tuple(mix_row))
+            by_mix = tuple(mix_rows)
     return SplitTables(
         lo,
         hi,

@@ -1,0 +1,87 @@
+"""Launch settings for a planned layout, for four training frameworks.
+
+``build_launch(model, training, layout)`` is a pure function: it turns one planned layout into
+Megatron-LM command-line arguments, a torchtitan TOML fragment, a DeepSpeed config JSON and
+Megatron-Bridge recipe overrides. Only the settings the layout decides are emitted (parallel
+degrees, batch geometry, pipeline split, optimizer sharding, recompute, precision); model
+architecture, data, optimizer hyper-parameters and checkpoint paths stay with the user.
+
+Where each framework's names come from (read in the framework's own repository):
+
+* Megatron-LM -- ``NVIDIA/Megatron-LM`` ``megatron/training/arguments.py`` (commit
+  000c4ac24f61159c138b0975def722c65245983c): ``_add_distributed_args``, ``_add_training_args``,
+  ``_add_mixed_precision_args``, ``_add_transformer_engine_args``, ``_add_moe_args``,
+  ``_add_data_args``, ``_add_checkpointing_args``, ``validate_args``. Semantics of the uneven split:
+  ``megatron/core/transformer/transformer_layer.py`` (``get_transformer_layer_offset``) and
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``. Megatron-FSDP required
+  flags: Megatron-Core developer guide, "Megatron-FSDP User Guide".
+* torchtitan -- ``pytorch/torchtitan`` ``torchtitan/config/job_config.py`` (commit
+  6404b932421f5ce382e7dac5ad381b2c17b1373c, the TOML job-config generation: ``[parallelism]``,
+  ``[training]``, ``[activation_checkpoint]``, ``[model]``); module names for
+  ``module_fqns_per_model_part`` from ``torchtitan/distributed/pipeline_parallel.py``
+  (``generate_llm_fqn_per_model_part``: ``tok_embeddings``, ``layers.<i>``, ``norm``, ``output``).
+  Newer torchtitan replaces TOML files with Python configurations
+  (``torchtitan/config/README.md``); the ``section.option`` names still work as
+  ``--section.option`` command-line flags there, except the two pipeline keys noted in
+  ``docs/launch.md``.
+* DeepSpeed -- ``microsoft/DeepSpeed`` ``docs/_pages/config-json.md`` (commit
+  da7f21a2516a693f973a5f4b26affcce1de6d38d): batch-size keys, ``zero_optimization.stage``,
+  ``zero_optimization.overlap_comm``, ``zero_optimization.stage3_prefetch_bucket_size`` (default
+  from ``deepspeed/runtime/zero/config.py``), ``bf16.enabled``, ``fp16.enabled``,
+  ``activation_checkpointing``.
+* Megatron-Bridge (NeMo's current training library; ``ConfigContainer`` Hydra overrides) --
+  ``NVIDIA-NeMo/Megatron-Bridge`` ``docs/megatron-lm-to-megatron-bridge.md`` (flag-to-field
+  mapping), ``src/megatron/bridge/training/mixed_precision.py`` (precision recipe names),
+  ``src/megatron/bridge/training/utils/omegaconf_utils.py`` (Hydra ``OverridesParser``); field
+  names under ``model.*`` and ``ddp.*`` are Megatron-Core's ``ModelParallelConfig``
+  (``megatron/core/model_parallel_config.py``), ``TransformerConfig`` and
+  ``DistributedDataParallelConfig`` fields.
+
+``docs/launch.md`` has the full mapping table.
+"""
+
+from __future__ import annotations
+
+from optimizer.launch.common import default_stage_layers, geometry
+from optimizer.launch.deepspeed import deepspeed_config
+from optimizer.launch.megatron import (
+    ATTENTION_BACKEND,
+    MEGATRON_FLAGS,
+    MEGATRON_MOE_RECOMPUTE_MODULES,
+    megatron_args,
+    megatron_recompute_modules,
+    megatron_split,
+)
+from optimizer.launch.nemo import nemo_overrides
+from optimizer.launch.torchtitan import torchtitan_toml
+from optimizer.results import LaunchArgs
+from optimizer.specs import Layout, ModelSpec, TrainingSpec
+
+__all__ = [
+    "ALL_LAUNCH_FIELDS",
+    "ATTENTION_BACKEND",
+    "MEGATRON_FLAGS",
+    "MEGATRON_MOE_RECOMPUTE_MODULES",
+    "build_launch",
+    "default_stage_layers",
+    "megatron_recompute_modules",
+]
+
+ALL_LAUNCH_FIELDS = ("megatron", "torchtitan", "deepspeed", "nemo")
+
+
+def build_launch(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, fields: tuple[str, ...] = ALL_LAUNCH_FIELDS
+) -> LaunchArgs:
+    """Launch settings for ``layout`` (``layout.dp`` and ``layout.num_micro_batches`` set; recompute
+    in the cost model's names), for the ``LaunchArgs`` ``fields`` named (the frameworks that run
+    the plan as costed); the others stay empty."""
+    geo = geometry(model, training, layout)
+    split = megatron_split(geo)
+    builders = {
+        "megatron": lambda: megatron_args(model, training, layout, geo, split),
+        "torchtitan": lambda: torchtitan_toml(training, layout, geo),
+        "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
+        "nemo": lambda: nemo_overrides(model, training, layout, geo, split),
+    }
+    return LaunchArgs(**{name: builders[name]() for name in fields})

@@ -1,0 +1,50 @@
+"""DeepSpeed config JSON for a planned layout (``docs/_pages/config-json.md``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from optimizer.launch.common import Geometry
+from optimizer.params import layer_params
+from optimizer.specs import Layout, ModelSpec, TrainingSpec
+
+_DEEPSPEED_PREFETCH_DEFAULT = 50_000_000
+"""DeepSpeed's ``stage3_prefetch_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
+
+
+def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
+    """Parameters of the largest layer on one rank, as the cost model holds them
+    (``LayerParams.on_rank``): what a ZeRO-3 prefetch must hold to gather the next layer while the
+    current one computes, and no more (a larger bucket would prefetch several layers, more memory
+    than the plan holds for two)."""
+    assert model.num_layers is not None  # set by the spec validators
+    return math.ceil(max(sum(layer_params(model, i).on_rank(tp, ep)) for i in range(model.num_layers)))
+
+
+def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: Geometry) -> str:
+    zero: dict[str, object] = {"stage": layout.zero_stage, "overlap_comm": training.dp_comm_overlap}
+    if layout.zero_stage == 3 and training.dp_comm_overlap:
+        # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
+        # would run on demand instead of under the previous layer's compute
+        zero["stage3_prefetch_bucket_size"] = max(
+            _DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep)
+        )
+    config: dict[str, object] = {
+        "train_batch_size": geo.mbs * geo.nmb * geo.dp,
+        "train_micro_batch_size_per_gpu": geo.mbs,
+        "gradient_accumulation_steps": geo.nmb,
+        "zero_optimization": zero,
+        # DeepSpeed's JSON has no FP8/FP4 switch (Transformer Engine handles it): they run on bf16.
+        "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
+        "fp16": {"enabled": training.precision == "fp16"},
+    }
+    if layout.recompute != "none":
+        config["activation_checkpointing"] = {
+            "partition_activations": geo.tp > 1,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return json.dumps(config, indent=2, sort_keys=True)

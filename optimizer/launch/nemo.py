@@ -1,0 +1,96 @@
+"""Megatron-Bridge (NeMo) recipe overrides for a planned layout (``ConfigContainer`` Hydra
+overrides; Megatron-Core's field names)."""
+
+from __future__ import annotations
+
+from optimizer.launch.common import Geometry, dp_overlapped
+from optimizer.launch.megatron import ATTENTION_BACKEND, MEGATRON_FSDP_STRATEGY, Split, megatron_recompute_modules
+from optimizer.specs import Layout, ModelSpec, TrainingSpec
+
+
+def _hydra(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def nemo_overrides(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: Geometry, split: Split) -> str:
+    vpp = geo.vpp if geo.pp > 1 and geo.vpp > 1 else None
+    over: list[tuple[str, object]] = [
+        ("model.tensor_model_parallel_size", geo.tp),
+        ("model.pipeline_model_parallel_size", geo.pp),
+        ("model.virtual_pipeline_model_parallel_size", vpp),
+        ("model.context_parallel_size", geo.cp),
+    ]
+    if model.is_moe:
+        over.append(("model.expert_model_parallel_size", geo.ep))
+        over.append(("model.expert_tensor_parallel_size", 1))
+        flex = training.moe_dispatcher in ("deepep", "hybridep")
+        over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
+        if flex:
+            over.append(("model.moe_flex_dispatcher_backend", training.moe_dispatcher))
+        if training.moe_capacity_factor is not None:
+            over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
+            over.append(("model.moe_pad_expert_input_to_capacity", True))
+        over.append(("model.moe_grouped_gemm", True))
+    if training.tp_comm_overlap and geo.sp:
+        over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
+    if not training.pp_comm_overlap and geo.pp > 1:
+        over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
+    if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
+        over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
+        over.append(("comm_overlap.delay_wgrad_compute", True))
+    over += [
+        ("model.sequence_parallel", geo.sp),
+        ("model.seq_length", geo.seq),
+        ("dataset.seq_length", geo.seq),
+        ("train.micro_batch_size", geo.mbs),
+        ("train.global_batch_size", geo.gbs),
+        ("mixed_precision", _NEMO_PRECISION[training.precision]),
+        ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
+        ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
+        ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
+        ("ddp.overlap_grad_reduce", dp_overlapped(training, geo)),
+        ("ddp.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
+    ]
+    if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
+        over += [
+            ("dist.use_megatron_fsdp", True),
+            ("ddp.use_megatron_fsdp", True),
+            ("ddp.data_parallel_sharding_strategy", MEGATRON_FSDP_STRATEGY[layout.zero_stage]),
+            ("ddp.average_in_collective", False),
+            ("model.gradient_accumulation_fusion", False),
+            ("checkpoint.ckpt_format", "fsdp_dtensor"),
+        ]
+    granularity = {"none": None, "moe": "selective", "op": "selective", "core_attn": "selective"}.get(
+        layout.recompute, layout.recompute
+    )
+    full = layout.recompute == "full"
+    over += [
+        ("model.recompute_granularity", granularity),
+        ("model.recompute_method", "uniform" if full else None),
+        ("model.recompute_num_layers", 1 if full else None),
+        ("model.num_layers_in_first_pipeline_stage", split.first),
+        ("model.num_layers_in_last_pipeline_stage", split.last),
+    ]
+    modules = megatron_recompute_modules(model, layout.recompute) if granularity == "selective" else None
+    if modules:
+        over.append(("model.recompute_modules", "[" + ",".join(modules) + "]"))
+    tokens = [f"{k}={_hydra(v)}" for k, v in over]
+    # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.
+    layout_value = "null" if split.layout is None else f"'{split.layout}'"
+    token = f"model.pipeline_model_parallel_layout={layout_value}"
+    tokens.append(token if split.layout is None else f'"{token}"')
+    return " ".join(tokens)
+
+
+# Megatron-Bridge mixed-precision recipes (``mixed_precision.py``); fp8 matches Megatron-LM's
+# ``--fp8-format hybrid`` with its default delayed-scaling recipe.
+_NEMO_PRECISION = {
+    "bf16": "bf16_mixed",
+    "fp16": "fp16_mixed",
+    "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp4": "bf16_with_nvfp4_mixed",
+}

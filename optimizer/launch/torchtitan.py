@@ -1,0 +1,213 @@
+"""torchtitan TOML job-config fragments for a planned layout (``torchtitan/config/job_config.py``),
+with a comment where torchtitan runs the layout differently from the plan."""
+
+from __future__ import annotations
+
+import json
+
+from optimizer.launch.common import Geometry
+from optimizer.specs import Layout, TrainingSpec
+
+
+def _torchtitan_fqns(chunks: tuple[int, ...]) -> list[list[str]]:
+    parts: list[list[str]] = []
+    start = 0
+    for i, n in enumerate(chunks):
+        part = ["tok_embeddings"] if i == 0 else []
+        part += [f"layers.{j}" for j in range(start, start + n)]
+        if i == len(chunks) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+        start += n
+    return parts
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        if value and isinstance(value[0], list):
+            rows = ",\n".join(f"  {_toml_value(v)}" for v in value)
+            return f"[\n{rows},\n]"
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def torchtitan_toml(training: TrainingSpec, layout: Layout, geo: Geometry) -> str:
+    """A torchtitan TOML job-config fragment for the layout, with a comment where torchtitan runs it
+    differently from the plan."""
+    parallelism, shard, async_tp, local_batch = _torchtitan_parallelism(training, layout, geo)
+    mode = {"moe": "full", "op": "selective", "core_attn": "selective"}.get(layout.recompute, layout.recompute)
+    checkpoint: dict[str, object] = {"mode": mode}
+    if mode == "selective":
+        checkpoint["selective_ac_option"] = "op"
+    train: dict[str, object] = {
+        "local_batch_size": local_batch,
+        "global_batch_size": geo.gbs,
+        "seq_len": geo.seq,
+    }
+    # The cost model's fused elementwise kernels are torch.compile's in torchtitan; async TP also
+    # only takes effect when compiled.
+    train["compile"] = training.fused_kernels or async_tp
+    comments = _torchtitan_parallelism_comments(training, layout, geo, shard)
+    _torchtitan_training(training, geo, train, comments)
+    sections: dict[str, dict[str, object]] = {
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+        "training": train,
+    }
+    if training.precision in ("fp8", "fp4"):
+        sections["model"] = {"converters": ["float8"]}
+    if training.precision == "fp4":
+        comments["model"] = ["torchtitan has no NVFP4 training recipe: float8 linears (slower than the plan's fp4)"]
+    lines: list[str] = []
+    for name, keys in sections.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{name}]")
+        lines += [f"# {c}" for c in comments.get(name, [])]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _torchtitan_parallelism(
+    training: TrainingSpec, layout: Layout, geo: Geometry
+) -> tuple[dict[str, object], int, bool, int]:
+    """The ``[parallelism]`` section, the FSDP shard degree, whether async TP is on, and the local
+    batch size."""
+    # torchtitan shards with FSDP2 or replicates with DDP, which keeps the whole optimizer state on
+    # every rank (more memory than a ZeRO-1/2 plan): every sharded stage maps to FSDP2.
+    fsdp = layout.zero_stage >= 1
+    shard = geo.dp if fsdp else 1
+    parallelism: dict[str, object] = {
+        "data_parallel_replicate_degree": geo.dp // shard,
+        "data_parallel_shard_degree": shard,
+        "tensor_parallel_degree": geo.tp,
+        "pipeline_parallel_degree": geo.pp,
+        "context_parallel_degree": geo.cp,
+        "expert_parallel_degree": geo.ep,
+    }
+    if fsdp and layout.zero_stage < 3 and geo.pp == 1:
+        # weights stay gathered from forward to backward, as ZeRO-1/2 keeps them whole (with pp > 1
+        # torchtitan's pipeline schedule keeps them gathered anyway)
+        parallelism["fsdp_reshard_after_forward"] = "never"
+    if geo.ep > 1:
+        parallelism["expert_tensor_parallel_degree"] = 1  # experts whole, as the cost model keeps them
+    async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
+    if async_tp:
+        parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
+    if geo.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if geo.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_microbatch_size"] = geo.mbs
+        parallelism["module_fqns_per_model_part"] = _torchtitan_fqns(geo.chunks)
+        # All micro-batches of a step go through the pipeline schedule at once.
+        local_batch = geo.mbs * geo.nmb
+    else:
+        # One micro-batch per forward; torchtitan accumulates global / (local * dp) of them.
+        local_batch = geo.mbs
+    return parallelism, shard, async_tp, local_batch
+
+
+def _torchtitan_parallelism_comments(
+    training: TrainingSpec, layout: Layout, geo: Geometry, shard: int
+) -> dict[str, list[str]]:
+    """Comments for the ``[activation_checkpoint]`` and ``[parallelism]`` sections."""
+    comments: dict[str, list[str]] = {}
+    if layout.recompute == "moe":
+        comments["activation_checkpoint"] = [
+            "torchtitan has no MoE-block recompute: full recompute (slower than the plan's 'moe')"
+        ]
+    elif layout.recompute == "selective":
+        comments["activation_checkpoint"] = [
+            (
+                "torchtitan has no attention-core-only recompute: op-level selective checkpointing (plan "
+                "with recompute 'op' to cost it exactly)"
+            )
+        ]
+    if training.ep_comm_overlap and geo.ep > 1:  # ep > 1 only for MoE models
+        comments["parallelism"] = [
+            "torchtitan has no batch-level all-to-all overlap: expect slower MoE layers than the plan"
+        ]
+    if geo.ep > 1 and training.moe_dispatcher != "alltoall":
+        comments.setdefault("parallelism", []).append(
+            f"the plan costs the {training.moe_dispatcher} dispatcher; these settings keep torchtitan's "
+            "all-to-all (plan with training.moe_dispatcher 'alltoall' to cost it)"
+        )
+    if not training.dp_comm_overlap and geo.has_dp_group:
+        comments.setdefault("parallelism", []).append(
+            "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
+        )
+    comments.setdefault("parallelism", []).extend(_torchtitan_sharding_comments(layout, geo))
+    if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
+        comments.setdefault("parallelism", []).append(
+            f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "
+            f"multiple of tp x cp ({geo.tp * geo.cp}) and at most data_parallel_shard_degree x cp x tp "
+            f"({shard * geo.cp * geo.tp}): this layout does not run there"
+        )
+    return comments
+
+
+def _torchtitan_training(
+    training: TrainingSpec, geo: Geometry, train: dict[str, object], comments: dict[str, list[str]]
+) -> None:
+    """The ``[training]`` section's precision settings (into ``train``) and its comments."""
+    if training.attention_kernel == "unfused":
+        comments["training"] = [
+            "attention costed with materialised scores: torchtitan's SDPA kernels are faster and leaner than the plan"
+        ]
+    elif training.attention_kernel == "flash3":
+        comments["training"] = [
+            (
+                "attention costed with Hopper-native kernels: run SDPA's cuDNN backend or FlashAttention-3 "
+                "(PyTorch SDPA's default flash backend is FlashAttention-2, slower than the plan)"
+            )
+        ]
+    if training.precision == "fp16":
+        comments.setdefault("training", []).append(
+            "fp16 has no torchtitan setting: training.mixed_precision_param takes bfloat16|float32"
+        )
+    else:
+        train["mixed_precision_param"] = "bfloat16"
+    train["mixed_precision_reduce"] = "float32"  # the only value torchtitan takes
+    if training.cross_entropy == "fused":
+        comments.setdefault("training", []).append(
+            "torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: 12 bytes per logit on "
+            + "the last stage where this plan has 6 (plan with training.cross_entropy unfused to cost it)"
+        )
+    if geo.has_dp_group and not training.grad_reduce_in_fp32:
+        comments.setdefault("training", []).append(
+            "torchtitan reduces gradients in float32 (FSDP2's mixed_precision_reduce takes no other value; DDP "
+            + "keeps fp32 parameters under autocast): twice the gradient bytes of this plan (plan with "
+            + "training.grad_reduce_in_fp32 true to cost them)"
+        )
+
+
+def _torchtitan_sharding_comments(layout: Layout, geo: Geometry) -> list[str]:
+    """Where torchtitan's DDP / FSDP2 differ from the plan's ZeRO stage (PyTorch
+    ``torch/distributed/pipelining/stage.py``, ``backward_maybe_with_nosync``: with pp > 1, FSDP2
+    modules neither reshard nor reduce gradients until a step's last backward)."""
+    z = layout.zero_stage
+    if z == 0:
+        if geo.dp > 1 and max(geo.tp, geo.pp, geo.cp, geo.ep) > 1:
+            return [
+                "torchtitan's DDP (zero_stage 0) runs only when data parallelism is the only parallel "
+                + "dimension: this layout does not run there (plan with zero_stage 1 or more)"
+            ]
+        return []
+    if geo.pp > 1 and z >= 2:
+        return [
+            "torchtitan's pipeline schedule keeps a stage's weights gathered and its gradients unsharded "
+            + "from its first backward to its last (ZeRO-1 memory): expect more memory per GPU than this "
+            + f"ZeRO-{z} plan; plan with search.allow.zero_stage [0, 1] to cost it"
+        ]
+    if geo.pp == 1 and z < 3 and geo.nmb > 1:
+        return [
+            f"torchtitan has no ZeRO-{z}: FSDP2 keeps the gathered weights from forward to backward, as "
+            + f"the plan does, but gathers them and reduce-scatters gradients for each of the {geo.nmb} "
+            + "micro-batches where the plan does both once per step: expect more data-parallel traffic"
+        ]
+    return []

@@ -1,0 +1,39 @@
+"""Names the planner branches on, defined once: activation recompute modes and parallel axes.
+
+Both are ``StrEnum``s whose values are the strings of the HTTP contract (``specs.Recompute``,
+``specs.AXES``): a member equals, hashes and formats as its string, so requests, plans, cache
+keys and messages read the same whichever of the two a value is.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RecomputeMode(StrEnum):
+    """Activation recompute in the cost model's names (``specs.Recompute`` describes each)."""
+
+    NONE = "none"
+    CORE_ATTN = "core_attn"
+    SELECTIVE = "selective"
+    OP = "op"
+    MOE = "moe"
+    FULL = "full"
+
+    def __repr__(self) -> str:
+        """The string's repr, so that messages and lists read as they do with plain strings."""
+        return repr(self.value)
+
+
+class Axis(StrEnum):
+    """A parallel axis that owns process groups."""
+
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+    def __repr__(self) -> str:
+        """The string's repr, so that messages and lists read as they do with plain strings."""
+        return repr(self.value)

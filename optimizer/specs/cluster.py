@@ -1,0 +1,115 @@
+"""The cluster spec: GPUs, network and topology, from a preset or explicit fields."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from hardware_catalog import load_catalog
+from optimizer.errors import UnknownCatalogId
+from optimizer.specs.common import MAX_NUM_GPUS
+from optimizer.strict_model import Strict
+from optimizer.topology_spec import ClusterTopology
+
+
+class ClusterSpec(Strict):
+    """A cluster: a preset id plus ``num_gpus``, or explicit fields (which override the preset)."""
+
+    preset: str | None = Field(default=None, max_length=200, description="Cluster preset id (GET /clusters).")
+    num_gpus: int | None = Field(
+        default=None, ge=1, le=MAX_NUM_GPUS, description="GPUs the job takes; with topology, omit to let /plan choose"
+    )
+    gpu: str | None = Field(default=None, max_length=200, description="GPU id (GET /gpus).")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs per server; default: the preset's, else 8."
+    )
+    nvlink_domain_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="GPUs joined by NVLink (scale-up domain); default: the preset's or the GPU's.",
+    )
+    network: str | None = Field(default=None, max_length=200, description="Scale-out fabric id (GET /networks).")
+    nics_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="Scale-out NICs per server; default: one per GPU."
+    )
+    leaf_span_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NUM_GPUS,
+        description="GPUs under one leaf/rail group; default: the preset's, else 32 nodes.",
+    )
+    spine_oversubscription: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=64.0,
+        description="Spine tier oversubscription (ratio, 1 = non-blocking); default: the preset's, else 1.",
+    )
+    gpu_power_limit_w: float | None = Field(
+        default=None, ge=50, le=5000, description="Power cap per GPU (W); below the TDP it lowers sustained clocks"
+    )
+    gpu_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        le=4096,
+        description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog",
+    )
+    topology: ClusterTopology | None = Field(
+        default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
+    )
+
+    @property
+    def resolved_num_gpus(self) -> int:
+        """``num_gpus`` of a job being costed: given, or chosen from ``topology`` before costing."""
+        assert self.num_gpus is not None, "cluster.num_gpus is set before a job is costed"
+        return self.num_gpus
+
+    @model_validator(mode="after")
+    def _resolve(self) -> ClusterSpec:
+        cat = load_catalog()
+        if self.preset is not None:
+            if self.preset not in cat.clusters:
+                raise ValueError(str(UnknownCatalogId("cluster preset", self.preset, list(cat.clusters))))
+            c = cat.clusters[self.preset]
+            self.gpu = self.gpu or c.gpu
+            self.gpus_per_node = self.gpus_per_node or c.gpus_per_node
+            self.nvlink_domain_size = self.nvlink_domain_size or c.nvlink_domain_size
+            self.network = self.network or c.network
+            self.nics_per_node = self.nics_per_node or c.nics_per_node
+            leaf = next((t for t in c.tiers if t.name == "leaf"), None)
+            spine = c.tiers[-1]
+            if self.leaf_span_gpus is None and leaf is not None:
+                self.leaf_span_gpus = leaf.span_gpus
+            if self.spine_oversubscription is None:
+                self.spine_oversubscription = spine.oversubscription
+        if self.gpu is None:
+            raise ValueError("give a cluster preset or a gpu id")
+        if self.gpu not in cat.gpus:
+            raise ValueError(str(UnknownCatalogId("gpu", self.gpu, list(cat.gpus))))
+        gpu = cat.gpus[self.gpu]
+        if self.network is None:
+            self.network = "ib-ndr-400"
+        if self.network not in cat.networks:
+            raise ValueError(str(UnknownCatalogId("network", self.network, list(cat.networks))))
+        self.gpus_per_node = self.gpus_per_node or min(8, gpu.default_nvlink_domain_size)
+        self.nvlink_domain_size = self.nvlink_domain_size or gpu.default_nvlink_domain_size
+        self.nics_per_node = self.nics_per_node or self.gpus_per_node
+        if self.nvlink_domain_size % self.gpus_per_node and self.gpus_per_node % self.nvlink_domain_size:
+            raise ValueError(
+                f"nvlink_domain_size ({self.nvlink_domain_size}) and gpus_per_node ({self.gpus_per_node}) "
+                "must divide one another"
+            )
+        if self.spine_oversubscription is None:
+            self.spine_oversubscription = 1.0
+        if self.leaf_span_gpus is None:
+            self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
+        self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
+        if self.num_gpus is None and self.topology is None:
+            raise ValueError("num_gpus: required unless cluster.topology is given")
+        if self.topology is not None:
+            over = next((n for n in self.topology.nodes if n.free_gpus > self.gpus_per_node), None)
+            if over is not None:
+                raise ValueError(
+                    f"topology.nodes: node {over.name!r} has {over.free_gpus} free GPUs, more than gpus_per_node "
+                    f"({self.gpus_per_node})"
+                )
+        return self

@@ -1,0 +1,123 @@
+"""Jobs (model, training, cluster, prices, reliability) and the /plan, /evaluate and /compare requests."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from optimizer.frameworks import profile
+from optimizer.specs.cluster import ClusterSpec
+from optimizer.specs.layout import Layout
+from optimizer.specs.model import ModelSpec
+from optimizer.specs.search import SearchSpec
+from optimizer.specs.training import TrainingSpec
+from optimizer.strict_model import Strict
+
+
+class CostsSpec(Strict):
+    """Prices for time_to_train; omitted fields come from the capacity catalog
+    (``hardware_catalog/data/capacity.toml``)."""
+
+    price_per_gpu_hour_usd: float | None = Field(
+        default=None,
+        ge=1e-4,
+        le=1000,
+        description="USD per GPU-hour; default: the catalog's on-demand price for the GPU.",
+    )
+    pue: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=5.0,
+        description="Data-centre power usage effectiveness; default 1.58 (industry average).",
+    )
+
+
+class ReliabilitySpec(Strict):
+    """Failure and checkpoint figures for goodput; omitted fields come from the capacity catalog."""
+
+    gpu_mtbf_hours: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=1e9,
+        description="Mean GPU-hours between job-stopping failures, per GPU; default 50,677 (Llama 3 405B).",
+    )
+    restart_s: float | None = Field(
+        default=None, ge=0, le=1e6, description="Time lost per failure to restart; default 600 s."
+    )
+    checkpoint_write_s: float | None = Field(
+        default=None,
+        ge=1e-3,
+        le=1e6,
+        description="Blocking time of one checkpoint; default: checkpoint bytes / (nodes x the node-local write rate).",
+    )
+    checkpoint_write_bytes_per_s_per_node: float | None = Field(
+        default=None,
+        ge=1e6,
+        le=1e13,
+        description="Rate at which each node writes its checkpoint shard (bytes/s); default 28e9 (node-local NVMe).",
+    )
+
+
+class JobSpec(Strict):
+    """Model + training + cluster: shared by /plan and /evaluate."""
+
+    model: ModelSpec = Field(description="The model: a preset id, or a full architecture.")
+    training: TrainingSpec = Field(description="What one optimizer step processes, and the training stack.")
+    cluster: ClusterSpec = Field(description="The GPUs and network: a preset id plus num_gpus, or explicit fields.")
+    costs: CostsSpec = Field(default_factory=CostsSpec, description="Prices for time_to_train.")
+    reliability: ReliabilitySpec = Field(
+        default_factory=ReliabilitySpec, description="Failure and checkpoint figures for goodput."
+    )
+
+
+class PlanRequest(JobSpec):
+    search: SearchSpec = Field(
+        default_factory=SearchSpec, description="How to search: plans wanted, time limit, pinned fields."
+    )
+
+    @model_validator(mode="after")
+    def _moe_recompute_needs_moe(self) -> PlanRequest:
+        if self.model.moe is None and self.search.fix.recompute == "moe":
+            raise ValueError("search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model")
+        framework = self.training.framework
+        _check_framework_recompute(framework, [self.search.fix.recompute], "search.fix.recompute")
+        _check_framework_recompute(framework, list(self.search.allow.recompute or ()), "search.allow.recompute")
+        return self
+
+
+class EvaluateRequest(JobSpec):
+    config: Layout = Field(description="The layout to score.")
+
+    @model_validator(mode="after")
+    def _framework_recompute(self) -> EvaluateRequest:
+        _check_framework_recompute(self.training.framework, [self.config.recompute], "config.recompute")
+        return self
+
+
+def _check_framework_recompute(framework: str | None, names: list, where: str) -> None:
+    """With a framework named, recompute takes its own names (docs/frameworks.md)."""
+    if framework is None:
+        return
+    own = [m.name for m in profile(framework).recompute]
+    bad = [n for n in names if n is not None and n not in own]
+    if bad:
+        raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
+
+
+MAX_COMPARE_LAYOUTS = 8
+"""Most layouts one /compare request may score."""
+
+
+class CompareRequest(JobSpec):
+    """A job and two or more layouts to score side by side (the first is the reference)."""
+
+    layouts: list[Layout] = Field(
+        min_length=2,
+        max_length=MAX_COMPARE_LAYOUTS,
+        description=f"Layouts to score (2 to {MAX_COMPARE_LAYOUTS}); deltas are against the first.",
+    )
+
+    @model_validator(mode="after")
+    def _framework_recompute(self) -> CompareRequest:
+        names = [layout.recompute for layout in self.layouts]
+        _check_framework_recompute(self.training.framework, names, "layouts.recompute")
+        return self
