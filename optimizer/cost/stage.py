@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.layer import Dims, LayerCost, gemm_time_s, layer_cost
@@ -28,13 +29,24 @@ from optimizer.cost.memory import (
 from optimizer.cost.num import Num, maximum, minimum, select
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage_layout import StageLayout
-from optimizer.cost.topology import AxisGroups
+from optimizer.cost.topology import AxisGroups, GroupGeometry
+
+
+class SplitKey(NamedTuple):
+    """A layer split: all ``split_kind_counts`` and ``estimate.distinct_stages`` read of a layout."""
+
+    pp: int
+    stage_layers: tuple[int, ...]
+
+
+SPLIT_KIND_COUNTS = Memo[SplitKey, list[tuple[int, ...]]]("split_kind_counts")
 
 
 def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Layers of each kind on each of ``pp`` stages under the chunk split ``stage_layers`` (memoised)."""
-    key = ("counts", pp, stage_layers)
-    cached = ctx.memo.get(key)
+    key = SplitKey(pp, stage_layers)
+    table = ctx.caches[SPLIT_KIND_COUNTS]
+    cached = table.get(key)
     if cached is None:
         stage_chunks: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
         start = 0
@@ -46,7 +58,7 @@ def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -
             tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
             for chunks in stage_chunks
         ]
-        ctx.memo[key] = cached
+        table[key] = cached
     return cached
 
 
@@ -79,13 +91,36 @@ def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) 
     return kind_costs(ctx, dims, groups)
 
 
+class LayerKey(NamedTuple):
+    """What a layer's cost (``layer.layer_cost``) reads of a layout and a rank order: the
+    ``Dims`` fields and the TP / CP / EP group geometries."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+
+
+def layer_key(dims: Dims, groups: AxisGroups) -> LayerKey:
+    return LayerKey(dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel, dims.recompute,
+                    groups.tp, groups.cp, groups.ep)  # fmt: skip
+
+
+KIND_COSTS = Memo[LayerKey, list[LayerCost]]("kind_costs")
+
+
 def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCost]:
-    """``layer_cost`` of every layer kind of the job (memoised per dims and TP / CP / EP geometry)."""
-    key = (dims, groups.tp, groups.cp, groups.ep)
-    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
+    """``layer_cost`` of every layer kind of the job (memoised per ``layer_key``)."""
+    key = layer_key(dims, groups)
+    table = ctx.caches[KIND_COSTS]
+    kind_cost = table.get(key)
     if kind_cost is None:
-        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-        ctx.memo[key] = kind_cost
+        kind_cost = table[key] = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
     return kind_cost
 
 
@@ -126,37 +161,52 @@ def stage_memory_bytes(
     return cast(float, stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes)
 
 
+class StageCoreKey(NamedTuple):
+    """What ``_stage_core`` reads: the layout but its interleaving depth (only the in-flight
+    count, added in ``stage_memory``, reads it) and layer split (``kind_counts`` is the stage's
+    share), the only geometries a stage's own terms depend on (the pipeline group's placement
+    does not enter), and the stage's position and layers."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    num_micro_batches: int
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+    dp_cp_group: GroupGeometry
+    edp_group: GroupGeometry
+    first: bool
+    last: bool
+    kind_counts: tuple[int, ...]
+
+
+def stage_core_key(
+    lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> StageCoreKey:
+    return StageCoreKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+                        lay.sequence_parallel, lay.num_micro_batches, groups.tp, groups.cp, groups.ep, groups.dp_cp,
+                        groups.edp, first, last, kind_counts)  # fmt: skip
+
+
+STAGE_CORE = Memo[StageCoreKey, tuple[StageTerms, Num, Num]]("stage_core")
+
+
 def stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, Num, Num]:
-    """``_stage_core``, memoised per job."""
-    # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
-    key = (
-        "stage",
-        lay.tp,
-        lay.pp,
-        lay.dp,
-        lay.cp,
-        lay.ep,
-        lay.micro_batch_size,
-        lay.zero_stage,
-        lay.recompute,
-        lay.sequence_parallel,
-        lay.num_micro_batches,
-        # the only geometries a stage's own terms depend on (pp placement does not enter)
-        groups.tp,
-        groups.cp,
-        groups.ep,
-        groups.dp_cp,
-        groups.edp,
-        first,
-        last,
-        kind_counts,
-    )
-    core = ctx.memo.get(key)
+    """``_stage_core``, memoised per ``stage_core_key``."""
+    key = stage_core_key(lay, groups, kind_counts, first, last)
+    table = ctx.caches[STAGE_CORE]
+    core = table.get(key)
     if core is None:
-        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
-        ctx.memo[key] = core
+        core = table[key] = _stage_core(ctx, lay, groups, kind_counts, first, last)
     return core
 
 
@@ -176,36 +226,50 @@ def _stage_core(
     return terms, stored, grads_bytes
 
 
+class StageFixedKey(NamedTuple):
+    """What ``_stage_fixed`` reads: ``StageCoreKey`` without the micro-batch count and the data-
+    parallel groups (the in-flight activations are added in ``stage_memory``, the exposed
+    data-parallel time in ``_stage_core``), but whether the dense data-parallel group has more
+    than one rank (with the sizes, that completes ``memory_signature(groups)``)."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+    dp_cp_grouped: bool
+    first: bool
+    last: bool
+    kind_counts: tuple[int, ...]
+
+
+def stage_fixed_key(
+    lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> StageFixedKey:
+    return StageFixedKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+                         lay.sequence_parallel, groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last,
+                         kind_counts)  # fmt: skip
+
+
+STAGE_FIXED = Memo[StageFixedKey, tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]]("stage_fixed")
+
+
 def stage_fixed_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
-    """``_stage_fixed``, memoised per job."""
-    # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
-    # are added in stage_memory, the exposed data-parallel time in _stage_core)
-    key = (
-        "fixed",
-        lay.tp,
-        lay.pp,
-        lay.dp,
-        lay.cp,
-        lay.ep,
-        lay.micro_batch_size,
-        lay.zero_stage,
-        lay.recompute,
-        lay.sequence_parallel,
-        # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
-        groups.tp,
-        groups.cp,
-        groups.ep,
-        groups.dp_cp.size > 1,
-        first,
-        last,
-        kind_counts,
-    )
-    fixed = ctx.memo.get(key)
+    """``_stage_fixed``, memoised per ``stage_fixed_key``."""
+    key = stage_fixed_key(lay, groups, kind_counts, first, last)
+    table = ctx.caches[STAGE_FIXED]
+    fixed = table.get(key)
     if fixed is None:
-        fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
-        ctx.memo[key] = fixed
+        fixed = table[key] = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
     return fixed
 
 
@@ -297,16 +361,30 @@ def head_time_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     return head_time_at_s(ctx, lay.tp, lay.cp, lay.micro_batch_size)
 
 
+class HeadKey(NamedTuple):
+    """All the LM head's time reads of a layout."""
+
+    tp: int
+    cp: int
+    micro_batch_size: int
+
+
+HEAD_TIME = Memo[HeadKey, float]("head_time_s")
+
+
 def head_time_at_s(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
-    """``head_time_s`` of a layout with these sizes (the only fields it reads; memoised per job)."""
-    key = ("head", tp, cp, micro_batch_size)
-    t = ctx.memo.get(key)
+    """``head_time_s`` of a layout with these sizes (memoised per ``HeadKey``)."""
+    key = HeadKey(tp, cp, micro_batch_size)
+    table = ctx.caches[HEAD_TIME]
+    t = table.get(key)
     if t is None:
-        t = ctx.memo[key] = _head_time_uncached(ctx, tp, cp, micro_batch_size)
+        t = table[key] = _head_time_uncached(ctx, key)
     return t
 
 
-def _head_time_uncached(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
+def _head_time_uncached(ctx: JobContext, key: HeadKey) -> float:
+    """The LM head's time from its key alone."""
+    tp, cp, micro_batch_size = key
     model = ctx.job.model
     h = float(model.hidden_size or 0)
     vocab = float(model.vocab_size or 0)

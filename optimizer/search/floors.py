@@ -7,28 +7,52 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
 from optimizer.cost.estimate import Estimate, distinct_stages, pp_comm_s
 from optimizer.cost.layer import contended
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.stage import head_time_s, layout_kind_costs, stage_fixed_cached
+from optimizer.cost.stage import LayerKey, head_time_at_s, head_time_s, layout_kind_costs, stage_fixed_cached
 from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups
-from optimizer.search.orders import any_order_groups, kind_times, order_geometries
+from optimizer.search.orders import any_order_groups, kind_times, layout_layer_key, order_geometries
 from optimizer.search.split_bound import stage_split_reaches
+
+
+class KindFloorKey(NamedTuple):
+    """What ``kind_time_floor`` reads: the parallel sizes (its rank orders) and the fields of the
+    layers' ``Dims``."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+def kind_floor_key(lay: ResolvedLayout) -> KindFloorKey:
+    return KindFloorKey(lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+                        lay.recompute)  # fmt: skip
+
+
+KIND_TIME_FLOOR = Memo[KindFloorKey, tuple[float, ...]]("kind_time_floor")
 
 
 def kind_time_floor(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, ...]:
     """Per layer kind, the smallest ``LayerCost.time_s`` over every rank order of the layout
-    (memoised: ZeRO stage, pipeline interleaving and the layer split do not change it)."""
-    key = ("floor", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    floor = ctx.memo.get(key)
+    (memoised per ``KindFloorKey``: ZeRO stage, pipeline interleaving and the layer split do not
+    change it)."""
+    key = kind_floor_key(lay)
+    table = ctx.caches[KIND_TIME_FLOOR]
+    floor = table.get(key)
     if floor is None:
         per_geometry = [kind_times(ctx, lay, g) for g in order_geometries(ctx, lay)[0]]
-        floor = tuple(min(times[k] for times in per_geometry) for k in range(len(ctx.kinds)))
-        ctx.memo[key] = floor
+        floor = table[key] = tuple(min(times[k] for times in per_geometry) for k in range(len(ctx.kinds)))
     return floor
 
 
@@ -63,18 +87,31 @@ def _uniform_floor_terms(
     return pairs, optimizer, dp_inputs
 
 
+class SlowestKey(NamedTuple):
+    """What ``_slowest_stage_s`` reads: the distinct stages, and the layers' ``Dims`` and TP / CP /
+    EP geometries (``kind_times``; with them the LM head's time, which reads tp, cp and the
+    micro-batch size)."""
+
+    stages: tuple[tuple[bool, bool, tuple[int, ...]], ...]
+    layer: LayerKey
+
+
+SLOWEST_STAGE = Memo[SlowestKey, float]("slowest_stage")
+
+
 def _slowest_stage_s(
     ctx: JobContext, lay: ResolvedLayout, g: AxisGroups, stages: list[tuple[bool, bool, tuple[int, ...]]], head: float
 ) -> float:
     """The slowest of ``stages`` (``distinct_stages``) counting its layers' times under ``g``'s
-    per-layer geometry and the LM head on the last stage. Memoised per distinct stages: the ZeRO
-    stage and the interleaving depth do not enter, so layouts that differ only in them share it."""
-    key = ("slowest", tuple(stages), lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
-           lay.recompute, g.tp, g.cp, g.ep)  # fmt: skip
-    slowest = ctx.memo.get(key)
+    per-layer geometry and the LM head on the last stage (``head``, the layout's). Memoised per
+    ``SlowestKey``: the ZeRO stage and the interleaving depth do not enter, so layouts that
+    differ only in them share it."""
+    key = SlowestKey(tuple(stages), layout_layer_key(lay, g))
+    table = ctx.caches[SLOWEST_STAGE]
+    slowest = table.get(key)
     if slowest is None:
         times = kind_times(ctx, lay, g)
-        slowest = ctx.memo[key] = max(
+        slowest = table[key] = max(
             sum(n * t for n, t in zip(counts, times, strict=True)) + (head if last else 0.0)
             for _, last, counts in stages
         )
@@ -125,6 +162,19 @@ def step_floor_exceeds(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups,
     return True
 
 
+class MinMaxStageKey(NamedTuple):
+    """All ``_min_max_stage_floor_s`` reads: the pipeline depth, the LM head's fields, the times."""
+
+    pp: int
+    tp: int
+    cp: int
+    micro_batch_size: int
+    times: tuple[float, ...]
+
+
+MIN_MAX_STAGE_FLOOR = Memo[MinMaxStageKey, float]("min_max_stage_floor")
+
+
 def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[float, ...]) -> float:
     """A lower bound on the slowest stage's time over every layer split, each layer kind taking
     ``times[k]`` (one rank order's, or a floor over orders).
@@ -136,18 +186,21 @@ def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[fl
     allow (with one layer kind, q times its time; with several, e.g. DeepSeek-V3's three dense
     layers among 58 MoE layers, much more than q times the cheapest kind's).
     """
-    key = ("min_max_stage", lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times)  # all it reads
-    floor = ctx.memo.get(key)
+    key = MinMaxStageKey(lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times)
+    table = ctx.caches[MIN_MAX_STAGE_FLOOR]
+    floor = table.get(key)
     if floor is None:
-        floor = ctx.memo[key] = _min_max_stage_floor_uncached(ctx, lay, times)
+        floor = table[key] = _min_max_stage_floor_uncached(ctx, key)
     return floor
 
 
-def _min_max_stage_floor_uncached(ctx: JobContext, lay: ResolvedLayout, times: tuple[float, ...]) -> float:
-    head = head_time_s(ctx, lay)
+def _min_max_stage_floor_uncached(ctx: JobContext, key: MinMaxStageKey) -> float:
+    """``_min_max_stage_floor_s`` from its key alone."""
+    pp, times = key.pp, key.times
+    head = head_time_at_s(ctx, key.tp, key.cp, key.micro_batch_size)
     totals = [ctx.kind_prefix[k][-1] for k in range(len(times))]
-    average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / lay.pp
-    if lay.pp == 1:
+    average = (sum(n * f for n, f in zip(totals, times, strict=True)) + head) / pp
+    if pp == 1:
         return average
     layers = sum(totals)
     by_time = sorted(range(len(times)), key=lambda k: times[k])
@@ -162,14 +215,14 @@ def _min_max_stage_floor_uncached(ctx: JobContext, lay: ResolvedLayout, times: t
         return t
 
     def worst(n_last: int) -> float:  # the last stage holds n_last layers, the rest spread evenly
-        return max(cheapest(n_last) + head, cheapest(-(-(layers - n_last) // (lay.pp - 1))))
+        return max(cheapest(n_last) + head, cheapest(-(-(layers - n_last) // (pp - 1))))
 
     # The last stage's time grows with n_last and the others' shrinks (in steps), so the smallest
     # worst case is at the first n_last where the last stage is the slowest, or just before it.
     lo, hi = 0, layers
     while lo < hi:
         mid = (lo + hi) // 2
-        if cheapest(mid) + head >= cheapest(-(-(layers - mid) // (lay.pp - 1))):
+        if cheapest(mid) + head >= cheapest(-(-(layers - mid) // (pp - 1))):
             hi = mid
         else:
             lo = mid + 1
@@ -212,6 +265,48 @@ def layers_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     return steady * _min_max_stage_floor_s(ctx, lay, kind_time_floor(ctx, lay)) * (1.0 - STEP_FLOOR_MARGIN)
 
 
+class FamilyKey(NamedTuple):
+    """What a term the layouts of one family share reads (``_split_floor_parts``,
+    ``_split_floor_stage_inputs``): every field but the interleaving depth and the layer split
+    (``num_micro_batches`` follows from ``dp`` and ``micro_batch_size``)."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+
+
+def family_key(lay: ResolvedLayout) -> FamilyKey:
+    return FamilyKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+                     lay.sequence_parallel)  # fmt: skip
+
+
+class SplitFloorsKey(NamedTuple):
+    """What ``order_split_floors`` reads: ``FamilyKey``, the depth asked for and the micro-batch count."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    vpp: int
+    num_micro_batches: int
+
+
+ORDER_SPLIT_FLOORS = Memo[SplitFloorsKey, list[tuple[float, AxisGroups]]]("order_split_floors")
+SPLIT_FLOOR_PARTS = Memo[FamilyKey, tuple[float, list[tuple[float, float, AxisGroups]]]]("split_floor_parts")
+SPLIT_FLOOR_INPUTS = Memo[FamilyKey, tuple[float, tuple, tuple]]("split_floor_stage_inputs")
+
+
 def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = None) -> list[tuple[float, AxisGroups]]:
     """``split_floor_s`` per distinct rank-order geometry of the layout (a representative order's
     groups), ascending: a lower bound on ``estimate`` in that order over every layer split. At
@@ -220,21 +315,10 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = N
     depth (the layout's own split does not enter); the terms that do not depend on the depth are
     shared by the family."""
     vpp = lay.vpp if vpp is None else vpp
-    key = (
-        "split_floors",
-        lay.tp,
-        lay.pp,
-        lay.dp,
-        lay.cp,
-        lay.ep,
-        vpp,
-        lay.micro_batch_size,
-        lay.zero_stage,
-        lay.recompute,
-        lay.sequence_parallel,
-        lay.num_micro_batches,
-    )
-    floors = ctx.memo.get(key)
+    key = SplitFloorsKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
+                         lay.sequence_parallel, vpp, lay.num_micro_batches)  # fmt: skip
+    table = ctx.caches[ORDER_SPLIT_FLOORS]
+    floors = table.get(key)
     if floors is not None:
         return floors
     optimizer, parts = _split_floor_parts(ctx, lay)
@@ -247,7 +331,7 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = N
             send = sends[g.pp] = pp_comm_s(ctx, lay, g, vpp)
         floors.append(((optimizer + (steady * stage + (dp + send))) * (1.0 - STEP_FLOOR_MARGIN), g))
     floors.sort(key=lambda fg: fg[0])
-    ctx.memo[key] = floors
+    table[key] = floors
     return floors
 
 
@@ -257,20 +341,14 @@ def split_floor_at_vpp_s(ctx: JobContext, lay: ResolvedLayout, vpp: int) -> floa
     return order_split_floors(ctx, lay, vpp)[0][0]
 
 
-def _depth_free_key(tag: str, lay: ResolvedLayout) -> tuple:
-    """Memo key of a term the layouts of one family share: every field but the interleaving depth
-    and the layer split (``num_micro_batches`` follows from ``dp`` and ``micro_batch_size``)."""
-    return (tag, lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-            lay.sequence_parallel)  # fmt: skip
-
-
 def _split_floor_parts(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, list[tuple[float, float, AxisGroups]]]:
     """The terms of ``order_split_floors`` that do not depend on the interleaving depth: the
     average stage's optimizer step, and per distinct rank-order geometry the slowest stage's
     floor (``_min_max_stage_floor_s`` of that order's layer times), the data-parallel floor and
     a representative order's groups. Memoised."""
-    key = _depth_free_key("split_floor_parts", lay)
-    cached = ctx.memo.get(key)
+    key = family_key(lay)
+    table = ctx.caches[SPLIT_FLOOR_PARTS]
+    cached = table.get(key)
     if cached is not None:
         return cached
     per_layer_geometry: dict[tuple, float] = {}
@@ -283,7 +361,7 @@ def _split_floor_parts(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, lis
         if dkey not in per_dp_geometry:
             per_dp_geometry[dkey] = _split_floor_dp_s(ctx, lay, g)
         parts.append((per_layer_geometry[lkey], per_dp_geometry[dkey], g))
-    cached = ctx.memo[key] = (_split_floor_stage_inputs(ctx, lay)[0], parts)
+    cached = table[key] = (_split_floor_stage_inputs(ctx, lay)[0], parts)
     return cached
 
 
@@ -311,8 +389,9 @@ def split_may_reach(ctx: JobContext, est: Estimate, limits: Sequence[int], thres
 def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[float, tuple, tuple]:
     """(the average stage's optimizer step, the average stage's data-parallel inputs, the inputs
     of the stage the data-parallel floor is taken from) of ``split_floor_s``. Memoised."""
-    key = _depth_free_key("split_floor_inputs", lay)
-    cached = ctx.memo.get(key)
+    key = family_key(lay)
+    table = ctx.caches[SPLIT_FLOOR_INPUTS]
+    cached = table.get(key)
     if cached is not None:
         return cached
     groups = any_order_groups(ctx, lay)
@@ -328,7 +407,7 @@ def _split_floor_stage_inputs(ctx: JobContext, lay: ResolvedLayout) -> tuple[flo
         stage = average  # the head is on the last stage: more compute to overlap with
     else:
         stage = (dense / pp, 0.0, 1, max_layer_params, NO_OVERLAP_S, NO_OVERLAP_S, NO_OVERLAP_S)
-    cached = ctx.memo[key] = (everything.optimizer_s / pp, average, stage)
+    cached = table[key] = (everything.optimizer_s / pp, average, stage)
     return cached
 
 

@@ -296,9 +296,9 @@ def test_split_floor_at_a_depth_is_the_members_floor(name: str) -> None:
     checked = 0
     for fam in list(layout_families(job, req.search))[::STRIDE]:
         for member in fam.expand(job):
-            ctx.memo.clear()
+            ctx.caches.clear()
             expected = split_floor_s(ctx, member)
-            ctx.memo.clear()
+            ctx.caches.clear()
             assert split_floor_at_vpp_s(ctx, fam.first, member.vpp) == expected
             checked += 1
     assert checked > 20
