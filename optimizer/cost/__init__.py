@@ -65,7 +65,7 @@ class SizesKey(NamedTuple):
 
 
 def sizes_key(lay: ResolvedLayout) -> SizesKey:
-    return SizesKey(lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
+    return tuple.__new__(SizesKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep))
 
 
 DISTINCT_ORDERS = Memo[SizesKey, list[tuple[tuple[str, ...], AxisGroups]]]("distinct_orders")

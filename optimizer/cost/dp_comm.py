@@ -33,6 +33,10 @@ class DpGroupsKey(NamedTuple):
     edp: GroupGeometry
 
 
+def dp_groups_key(groups: AxisGroups) -> DpGroupsKey:
+    return tuple.__new__(DpGroupsKey, (groups.dp_cp, groups.edp))
+
+
 DP_LEVELS = Memo[DpGroupsKey, tuple[tuple[Level, ...], tuple[Level, ...]]]("dp_levels")
 
 
@@ -45,7 +49,7 @@ def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], 
     pays the expert groups' latency, which keeps every data-parallel time affine in the stage's
     parameters (``split_floor_s`` bounds stages by their average).
     """
-    key = DpGroupsKey(groups.dp_cp, groups.edp)
+    key = dp_groups_key(groups)
     table = ctx.caches[DP_LEVELS]
     levels = table.get(key)
     if levels is None:

@@ -34,6 +34,7 @@ from optimizer.cost.stage import (
     SplitKey,
     StageTerms,
     layout_kind_costs,
+    split_key,
     split_kind_counts,
     stage_core_cached,
     stage_fixed_cached,
@@ -148,7 +149,7 @@ DISTINCT_STAGES = Memo[SplitKey, list[tuple[bool, bool, tuple[int, ...]]]]("dist
 def distinct_stages(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[bool, bool, tuple[int, ...]]]:
     """The distinct ``(first, last, kind counts)`` of the stages, in order of first occurrence
     (memoised per ``SplitKey``). Stages that share them have the same time terms."""
-    key = SplitKey(lay.pp, lay.stage_layers)
+    key = split_key(lay)
     table = ctx.caches[DISTINCT_STAGES]
     cached = table.get(key)
     if cached is None:

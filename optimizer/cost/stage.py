@@ -39,12 +39,16 @@ class SplitKey(NamedTuple):
     stage_layers: tuple[int, ...]
 
 
+def split_key(lay: ResolvedLayout) -> SplitKey:
+    return tuple.__new__(SplitKey, (lay.pp, lay.stage_layers))
+
+
 SPLIT_KIND_COUNTS = Memo[SplitKey, list[tuple[int, ...]]]("split_kind_counts")
 
 
 def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Layers of each kind on each of ``pp`` stages under the chunk split ``stage_layers`` (memoised)."""
-    key = SplitKey(pp, stage_layers)
+    key = tuple.__new__(SplitKey, (pp, stage_layers))
     table = ctx.caches[SPLIT_KIND_COUNTS]
     cached = table.get(key)
     if cached is None:
@@ -86,11 +90,6 @@ class StageTerms:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    return kind_costs(ctx, dims, groups)
-
-
 class LayerKey(NamedTuple):
     """What a layer's cost (``layer.layer_cost``) reads of a layout and a rank order: the
     ``Dims`` fields and the TP / CP / EP group geometries."""
@@ -107,8 +106,14 @@ class LayerKey(NamedTuple):
 
 
 def layer_key(dims: Dims, groups: AxisGroups) -> LayerKey:
-    return LayerKey(dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel, dims.recompute,
-                    groups.tp, groups.cp, groups.ep)  # fmt: skip
+    return tuple.__new__(LayerKey, (dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
+                                    dims.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
+
+
+def layout_layer_key(lay: ResolvedLayout, groups: AxisGroups) -> LayerKey:
+    """``layer_key`` of the layout's ``Dims``."""
+    return tuple.__new__(LayerKey, (lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+                                    lay.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
 
 
 KIND_COSTS = Memo[LayerKey, list[LayerCost]]("kind_costs")
@@ -121,6 +126,15 @@ def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCos
     kind_cost = table.get(key)
     if kind_cost is None:
         kind_cost = table[key] = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    return kind_cost
+
+
+def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
+    """``kind_costs`` of the layout's ``Dims`` (made only when not cached yet)."""
+    kind_cost = ctx.caches[KIND_COSTS].get(layout_layer_key(lay, groups))
+    if kind_cost is None:
+        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        kind_cost = kind_costs(ctx, dims, groups)
     return kind_cost
 
 
@@ -190,9 +204,10 @@ class StageCoreKey(NamedTuple):
 def stage_core_key(
     lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> StageCoreKey:
-    return StageCoreKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-                        lay.sequence_parallel, lay.num_micro_batches, groups.tp, groups.cp, groups.ep, groups.dp_cp,
-                        groups.edp, first, last, kind_counts)  # fmt: skip
+    return tuple.__new__(StageCoreKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                        lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups.tp,
+                                        groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last,
+                                        kind_counts))  # fmt: skip
 
 
 STAGE_CORE = Memo[StageCoreKey, tuple[StageTerms, Num, Num]]("stage_core")
@@ -253,9 +268,9 @@ class StageFixedKey(NamedTuple):
 def stage_fixed_key(
     lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> StageFixedKey:
-    return StageFixedKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-                         lay.sequence_parallel, groups.tp, groups.cp, groups.ep, groups.dp_cp.size > 1, first, last,
-                         kind_counts)  # fmt: skip
+    return tuple.__new__(StageFixedKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                         lay.recompute, lay.sequence_parallel, groups.tp, groups.cp, groups.ep,
+                                         groups.dp_cp.size > 1, first, last, kind_counts))  # fmt: skip
 
 
 STAGE_FIXED = Memo[StageFixedKey, tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]]("stage_fixed")
@@ -374,7 +389,7 @@ HEAD_TIME = Memo[HeadKey, float]("head_time_s")
 
 def head_time_at_s(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
     """``head_time_s`` of a layout with these sizes (memoised per ``HeadKey``)."""
-    key = HeadKey(tp, cp, micro_batch_size)
+    key = tuple.__new__(HeadKey, (tp, cp, micro_batch_size))
     table = ctx.caches[HEAD_TIME]
     t = table.get(key)
     if t is None:

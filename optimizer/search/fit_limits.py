@@ -24,6 +24,25 @@ from optimizer.search.split_mixes import (
 )
 
 
+class FitKey(NamedTuple):
+    """What ``signature_fit_limits`` reads: the whole layout, the memory signature of the rank
+    order (memory takes nothing else from it, see ``memory_signature``: every order of a layout
+    with that signature shares the limits) and the memory cap."""
+
+    layout: ResolvedLayout
+    signature: tuple[bool, ...]
+    cap_bytes: float
+
+
+def fit_key(lay: ResolvedLayout, groups: AxisGroups, cap_bytes: float) -> FitKey:
+    return tuple.__new__(FitKey, (lay, memory_signature(groups), cap_bytes))
+
+
+FIT_LIMITS = Memo[FitKey, tuple[int, ...]]("stage_fit_limits")
+FIT_ADMITS = Memo[FitKey, bool]("some_split_may_fit")
+"""Whether the limits of ``FIT_LIMITS`` (``some_split_may_fit`` stops early when they cannot) admit a split."""
+
+
 def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -> bool:
     """False when no layer split of ``lay`` in any of its rank orders fits within ``cap_bytes``
     per GPU: for every memory signature of its orders, some stage cannot hold one layer per chunk
@@ -36,7 +55,7 @@ def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -
         if sig in seen:
             continue
         seen.add(sig)
-        key = FitKey(lay, sig, cap_bytes)
+        key = fit_key(lay, g, cap_bytes)
         admitted = ctx.caches[FIT_ADMITS]
         admits = admitted.get(key)
         if admits is None:
@@ -55,23 +74,8 @@ def limits_admit_split(limits: Sequence[int], vpp: int, num_layers: int) -> bool
     return min(limits) >= vpp and sum(limits) >= num_layers
 
 
-class FitKey(NamedTuple):
-    """What ``signature_fit_limits`` reads: the whole layout, the memory signature of the rank
-    order (memory takes nothing else from it, see ``memory_signature``: every order of a layout
-    with that signature shares the limits) and the memory cap."""
-
-    layout: ResolvedLayout
-    signature: tuple[bool, ...]
-    cap_bytes: float
-
-
-FIT_LIMITS = Memo[FitKey, tuple[int, ...]]("stage_fit_limits")
-FIT_ADMITS = Memo[FitKey, bool]("some_split_may_fit")
-"""Whether the limits of ``FIT_LIMITS`` (``some_split_may_fit`` stops early when they cannot) admit a split."""
-
-
 def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
-    key = FitKey(lay, memory_signature(groups), cap)
+    key = fit_key(lay, groups, cap)
     table = ctx.caches[FIT_LIMITS]
     cached = table.get(key)
     if cached is None:

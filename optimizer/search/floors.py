@@ -15,9 +15,16 @@ from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
 from optimizer.cost.estimate import Estimate, distinct_stages, pp_comm_s
 from optimizer.cost.layer import contended
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.stage import LayerKey, head_time_at_s, head_time_s, layout_kind_costs, stage_fixed_cached
+from optimizer.cost.stage import (
+    LayerKey,
+    head_time_at_s,
+    head_time_s,
+    layout_kind_costs,
+    layout_layer_key,
+    stage_fixed_cached,
+)
 from optimizer.cost.topology import AxisGroups, GroupGeometry, axis_groups
-from optimizer.search.orders import any_order_groups, kind_times, layout_layer_key, order_geometries
+from optimizer.search.orders import any_order_groups, kind_times, order_geometries
 from optimizer.search.split_bound import stage_split_reaches
 
 
@@ -36,8 +43,8 @@ class KindFloorKey(NamedTuple):
 
 
 def kind_floor_key(lay: ResolvedLayout) -> KindFloorKey:
-    return KindFloorKey(lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
-                        lay.recompute)  # fmt: skip
+    return tuple.__new__(KindFloorKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size,
+                                        lay.sequence_parallel, lay.recompute))  # fmt: skip
 
 
 KIND_TIME_FLOOR = Memo[KindFloorKey, tuple[float, ...]]("kind_time_floor")
@@ -96,6 +103,10 @@ class SlowestKey(NamedTuple):
     layer: LayerKey
 
 
+def slowest_key(lay: ResolvedLayout, g: AxisGroups, stages: list[tuple[bool, bool, tuple[int, ...]]]) -> SlowestKey:
+    return tuple.__new__(SlowestKey, (tuple(stages), layout_layer_key(lay, g)))
+
+
 SLOWEST_STAGE = Memo[SlowestKey, float]("slowest_stage")
 
 
@@ -106,7 +117,7 @@ def _slowest_stage_s(
     per-layer geometry and the LM head on the last stage (``head``, the layout's). Memoised per
     ``SlowestKey``: the ZeRO stage and the interleaving depth do not enter, so layouts that
     differ only in them share it."""
-    key = SlowestKey(tuple(stages), layout_layer_key(lay, g))
+    key = slowest_key(lay, g, stages)
     table = ctx.caches[SLOWEST_STAGE]
     slowest = table.get(key)
     if slowest is None:
@@ -172,6 +183,10 @@ class MinMaxStageKey(NamedTuple):
     times: tuple[float, ...]
 
 
+def min_max_stage_key(lay: ResolvedLayout, times: tuple[float, ...]) -> MinMaxStageKey:
+    return tuple.__new__(MinMaxStageKey, (lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times))
+
+
 MIN_MAX_STAGE_FLOOR = Memo[MinMaxStageKey, float]("min_max_stage_floor")
 
 
@@ -186,7 +201,7 @@ def _min_max_stage_floor_s(ctx: JobContext, lay: ResolvedLayout, times: tuple[fl
     allow (with one layer kind, q times its time; with several, e.g. DeepSeek-V3's three dense
     layers among 58 MoE layers, much more than q times the cheapest kind's).
     """
-    key = MinMaxStageKey(lay.pp, lay.tp, lay.cp, lay.micro_batch_size, times)
+    key = min_max_stage_key(lay, times)
     table = ctx.caches[MIN_MAX_STAGE_FLOOR]
     floor = table.get(key)
     if floor is None:
@@ -282,8 +297,8 @@ class FamilyKey(NamedTuple):
 
 
 def family_key(lay: ResolvedLayout) -> FamilyKey:
-    return FamilyKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-                     lay.sequence_parallel)  # fmt: skip
+    return tuple.__new__(FamilyKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                     lay.recompute, lay.sequence_parallel))  # fmt: skip
 
 
 class SplitFloorsKey(NamedTuple):
@@ -302,6 +317,11 @@ class SplitFloorsKey(NamedTuple):
     num_micro_batches: int
 
 
+def split_floors_key(lay: ResolvedLayout, vpp: int) -> SplitFloorsKey:
+    return tuple.__new__(SplitFloorsKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                          lay.recompute, lay.sequence_parallel, vpp, lay.num_micro_batches))  # fmt: skip
+
+
 ORDER_SPLIT_FLOORS = Memo[SplitFloorsKey, list[tuple[float, AxisGroups]]]("order_split_floors")
 SPLIT_FLOOR_PARTS = Memo[FamilyKey, tuple[float, list[tuple[float, float, AxisGroups]]]]("split_floor_parts")
 SPLIT_FLOOR_INPUTS = Memo[FamilyKey, tuple[float, tuple, tuple]]("split_floor_stage_inputs")
@@ -315,8 +335,7 @@ def order_split_floors(ctx: JobContext, lay: ResolvedLayout, vpp: int | None = N
     depth (the layout's own split does not enter); the terms that do not depend on the depth are
     shared by the family."""
     vpp = lay.vpp if vpp is None else vpp
-    key = SplitFloorsKey(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-                         lay.sequence_parallel, vpp, lay.num_micro_batches)  # fmt: skip
+    key = split_floors_key(lay, vpp)
     table = ctx.caches[ORDER_SPLIT_FLOORS]
     floors = table.get(key)
     if floors is not None:

@@ -253,7 +253,7 @@ def lower_bound_layer_totals(
     ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
 ) -> tuple[float, float, float, float, float, float]:
     """``_lower_bound_totals``, memoised per ``TotalsKey``."""
-    key = TotalsKey(tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
+    key = tuple.__new__(TotalsKey, (tp, cp, ep, micro_batch_size, sequence_parallel, recompute))
     table = ctx.caches[LOWER_BOUND_TOTALS]
     totals = table.get(key)
     if totals is None:
@@ -272,6 +272,10 @@ class P2PKey(NamedTuple):
     """``tp`` with sequence parallelism, else 1."""
 
 
+def p2p_key(lay: ResolvedLayout) -> P2PKey:
+    return tuple.__new__(P2PKey, (lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1))
+
+
 P2P_FLOOR = Memo[P2PKey, float]("p2p_floor_s")
 
 
@@ -279,7 +283,7 @@ def p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     """``_p2p_floor_s`` memoised per ``P2PKey`` (0 without pipelining)."""
     if lay.pp == 1:
         return 0.0
-    key = P2PKey(lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1)
+    key = p2p_key(lay)
     table = ctx.caches[P2P_FLOOR]
     p2p = table.get(key)
     if p2p is None:
@@ -322,12 +326,22 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
 
 
 class KindDimsKey(NamedTuple):
-    """One layer kind (its index in ``ctx.kinds``) under ``dims``: all a layer's cost reads with
-    every group of one rank (``_lower_bound_totals``'s layer costs; its TP and CP floors, at
-    ``ep = 1``, read the groups' every geometry, fixed by the sizes)."""
+    """What ``_lower_bound_totals``'s per-kind terms read: the layer kind (its index in
+    ``ctx.kinds``) and the ``Dims`` fields it is costed under (its groups are fixed: one rank
+    each for the layer's cost, every geometry of the axis for the TP and CP floors)."""
 
     kind: int
-    dims: Dims
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+def kind_dims_key(kind: int, dims: Dims) -> KindDimsKey:
+    return tuple.__new__(KindDimsKey, (kind, dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
+                                       dims.recompute))  # fmt: skip
 
 
 LB_LAYER_COST = Memo[KindDimsKey, LayerCost]("lower_bound_layer_cost")
@@ -353,11 +367,11 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     costs = []
     for i, kind in enumerate(ctx.kinds):
         kd = dims if kind.is_moe else no_ep
-        key = KindDimsKey(i, kd)
+        key = kind_dims_key(i, kd)
         c = layer_costs.get(key)
         if c is None:
             c = layer_costs[key] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
-        key = KindDimsKey(i, no_ep)
+        key = kind_dims_key(i, no_ep)
         tp_cp = tp_cp_floors.get(key)
         if tp_cp is None:
             tp_cp = 0.0

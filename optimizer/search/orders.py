@@ -7,7 +7,7 @@ from optimizer.cost import SizesKey, sizes_key
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.stage import LayerKey, layout_kind_costs
+from optimizer.cost.stage import LayerKey, layout_kind_costs, layout_layer_key
 from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
 
 ORDER_GEOMETRIES = Memo[SizesKey, tuple[list[AxisGroups], list[AxisGroups], list[AxisGroups]]]("order_geometries")
@@ -41,12 +41,6 @@ def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
     """The groups of one rank order of the layout (the canonical first; memoised), for terms
     that do not depend on the order."""
     return order_geometries(ctx, lay)[0][0]
-
-
-def layout_layer_key(lay: ResolvedLayout, groups: AxisGroups) -> LayerKey:
-    """``stage.layer_key`` of the layout's ``Dims``: what its layers' costs read."""
-    return LayerKey(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
-                    groups.tp, groups.cp, groups.ep)  # fmt: skip
 
 
 KIND_TIMES = Memo[LayerKey, tuple[float, ...]]("kind_times")

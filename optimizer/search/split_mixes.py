@@ -34,7 +34,7 @@ CONSECUTIVE_MIXES = Memo[MixesKey, frozenset[tuple[int, ...]]]("consecutive_mixe
 def consecutive_mixes(ctx: JobContext, starts: range, n: int) -> frozenset[tuple[int, ...]]:
     """The distinct layer-kind mixes of ``n`` consecutive layers starting anywhere in ``starts``
     (a step-1 range; memoised per ``MixesKey``)."""
-    key = MixesKey(n, starts.start, starts.stop)
+    key = tuple.__new__(MixesKey, (n, starts.start, starts.stop))
     table = ctx.caches[CONSECUTIVE_MIXES]
     mixes = table.get(key)
     if mixes is None:
@@ -95,7 +95,7 @@ def chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[int
     so a stage of ``n`` layers holds within ``vpp / 2`` of ``n / 2``: of the ``n + 1`` mixes a
     stage of ``n`` layers could otherwise hold, at most ``vpp + 1`` remain.
     """
-    key = ChunkMixesKey(vpp, most)
+    key = tuple.__new__(ChunkMixesKey, (vpp, most))
     table = ctx.caches[CHUNK_SUM_MIXES]
     found = table.get(key)
     if found is None:
