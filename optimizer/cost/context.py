@@ -166,15 +166,21 @@ def clear_context_cache() -> None:
 def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
     """The facts of the job ``job_json`` under ``cal``: model, hardware, tiers, layer kinds, peaks.
 
-    Cache key: the whole ``JobSpec`` as JSON (its ``model``, ``training`` and ``cluster``, every
-    field with the defaults filled in; the request's ``search`` section is not part of a
-    ``JobSpec``) and the calibration (a frozen dataclass, hashed by value). That is what the
-    context reads, and more: the context keeps the job itself (``JobContext.job``), so every
-    field of it can reach a cost; the rest comes from the catalog, loaded once per process from
-    the package's data (``load_catalog``). Two calls share a context only when every field of
-    their jobs is equal, so no field the context reads can be left out of the key; jobs that
-    differ in a field nothing reads only miss the cache. The caches (``JobContext.caches``) of
-    the context kept here are never handed out: ``build_context`` gives each call its own."""
+    Reads: ``model`` (every architecture field: layers, sizes, heads, MoE, MLA, vocabulary),
+    ``training.seq_len``, ``precision`` and ``attention_kernel``, and ``cluster`` (GPU, network,
+    GPU count or nodes, node / NVLink / NIC sizes, leaf span, oversubscription, power limit,
+    memory override); the catalog, loaded once per process from the package's data; ``cal``.
+    And it keeps the job itself (``JobContext.job``), from which the cost model reads the rest
+    of ``training`` per layout.
+
+    Cache key: the whole ``JobSpec`` as JSON (``model``, ``training`` and ``cluster``, every
+    field with its default filled in; a request's ``search`` section is not part of it) and the
+    calibration (a frozen dataclass, hashed by value). That is everything above, so it is safe:
+    two calls share a context only when every field of their jobs is equal, and jobs that differ
+    in a field nothing reads only miss the cache. Kept whole rather than narrowed to the fields
+    above because the context hands on the job, so a narrower key would go stale as soon as a
+    cost reads a new field of it. The caches of the context kept here are never handed out:
+    ``build_context`` gives each call its own."""
     job = JobSpec.model_validate_json(job_json)
     cat = load_catalog()
     c = job.cluster

@@ -24,16 +24,18 @@ import optimizer.cost.stage as stage_module
 import optimizer.search.fit_limits as fit_limits_module
 import optimizer.search.floors as floors_module
 import optimizer.search.lower_bounds as lower_bounds_module
+import optimizer.search.split_floors as split_floors_module
 from optimizer.cost import best_estimate, build_context, distinct_orders, estimate
 from optimizer.cost.caches import MEMOS, Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import axis_groups
 from optimizer.search.fit_limits import _cached_fit_limits, some_split_may_fit
-from optimizer.search.floors import layers_floor_s, split_floor_at_vpp_s, split_floor_s, step_floor_s
+from optimizer.search.floors import step_floor_s
 from optimizer.search.lower_bounds import lower_bound_terms
 from optimizer.search.planner import Planner
 from optimizer.search.space import Reach, enumerate_layouts
+from optimizer.search.split_floors import layers_floor_s, split_floor_at_vpp_s, split_floor_s
 from optimizer.search.split_mixes import chunk_sum_mixes
 from optimizer.specs import JobSpec, PlanRequest
 from optimizer.units import GIB
@@ -223,8 +225,8 @@ DROPPED = [
     (stage_module, "stage_fixed_key", "zero_stage", stage_module.STAGE_FIXED),
     (stage_module, "stage_core_key", "dp_cp_group", stage_module.STAGE_CORE),
     (stage_module, "layer_key", "recompute", stage_module.KIND_COSTS),
-    (floors_module, "split_floors_key", "vpp", floors_module.ORDER_SPLIT_FLOORS),
-    (floors_module, "family_key", "zero_stage", floors_module.SPLIT_FLOOR_INPUTS),
+    (split_floors_module, "split_floors_key", "vpp", split_floors_module.ORDER_SPLIT_FLOORS),
+    (split_floors_module, "family_key", "zero_stage", split_floors_module.SPLIT_FLOOR_INPUTS),
     (floors_module, "kind_floor_key", "sequence_parallel", floors_module.KIND_TIME_FLOOR),
     (floors_module, "slowest_key", "stages", floors_module.SLOWEST_STAGE),
     (lower_bounds_module, "p2p_key", "micro_batch_size", lower_bounds_module.P2P_FLOOR),
