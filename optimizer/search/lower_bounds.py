@@ -257,7 +257,8 @@ def lower_bound_layer_totals(
     table = ctx.caches[LOWER_BOUND_TOTALS]
     totals = table.get(key)
     if totals is None:
-        totals = table[key] = _lower_bound_totals(ctx, Dims(*key))
+        dims = Dims(key.tp, key.cp, key.ep, key.micro_batch_size, key.sequence_parallel, key.recompute)
+        totals = table[key] = _lower_bound_totals(ctx, dims)
     return totals
 
 
