@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext, build_context
 from optimizer.cost.estimate import Estimate, estimate, steady_state_s, step_time_s
 from optimizer.cost.memory import memory_signature
@@ -47,22 +49,46 @@ def best_estimate(
     return best
 
 
+class SizesKey(NamedTuple):
+    """A layout's parallel sizes: all its rank orders and their groups depend on (with the job's
+    topology)."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+
+    def sizes(self) -> dict[str, int]:
+        """``ResolvedLayout.sizes`` of the layouts of this key."""
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep}
+
+
+def sizes_key(lay: ResolvedLayout) -> SizesKey:
+    return tuple.__new__(SizesKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep))
+
+
+DISTINCT_ORDERS = Memo[SizesKey, list[tuple[tuple[str, ...], AxisGroups]]]("distinct_orders")
+
+
 def distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[str, ...], AxisGroups]]:
     """The rank orders that give the axes distinct groups, with those groups, canonical order
-    first (memoised per axis sizes: the orders and groups depend on nothing else)."""
-    key = ("distinct_orders", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
-    cached = ctx.memo.get(key)
+    first (memoised per ``SizesKey``: the orders and groups depend on nothing else)."""
+    key = sizes_key(lay)
+    table = ctx.caches[DISTINCT_ORDERS]
+    cached = table.get(key)
     if cached is None:
         cached = []
         seen: set[tuple] = set()
-        for order in candidate_orders(lay.sizes()):
-            groups = axis_groups(ctx.topology, order, lay.sizes())
+        sizes = key.sizes()
+        for order in candidate_orders(sizes):
+            groups = axis_groups(ctx.topology, order, sizes)
             signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
             if signature in seen:  # another order already gave every axis the same groups
                 continue
             seen.add(signature)
             cached.append((order, groups))
-        ctx.memo[key] = cached
+        table[key] = cached
     return cached
 
 

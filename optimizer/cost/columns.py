@@ -4,7 +4,7 @@ A batch is the layouts that share their parallel sizes (``tp, pp, dp, cp, ep``) 
 micro-batch size, sequence parallelism, recompute and interleaving depth (uniform layer split);
 it is costed under several rank orders and ZeRO stages at once. The per-kind layer costs and the
 LM head's time come from the scalar functions (``stage.kind_costs``,
-``stage.head_time_at_s``: a few per batch, memoised per job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
+``head.head_time_at_s``: a few per batch, memoised per job); the stage sums, data-parallel exposure, stage memory and pipeline composition are
 ``estimate``'s own functions (``stage_fixed_terms``, ``dp_exposed_s``, ``stage_memory``,
 ``step_breakdown``, ``pp_comm_s``) run on arrays of shape (layouts, stages). There is no second
 copy of a formula: the floats equal ``estimate(ctx, layout, order)``'s, which a test checks.
@@ -21,12 +21,12 @@ import numpy as np
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.estimate import pp_comm_s, step_breakdown
+from optimizer.cost.head import head_time_at_s
 from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.memory import memory_signature, stage_memory
 from optimizer.cost.pipeline import even_split
 from optimizer.cost.stage import (
     StageTerms,
-    head_time_at_s,
     kind_costs,
     split_kind_counts,
     stage_fixed_terms,

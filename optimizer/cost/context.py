@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from hardware_catalog import load_catalog
 from hardware_catalog.loader import Catalog
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
+from optimizer.cost.caches import Caches
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
@@ -79,8 +80,9 @@ class JobContext:
     """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
     hbm_bytes_per_s: float
     """HBM bandwidth memory-bound kernels reach (catalog bandwidth x ``hbm_efficiency``)."""
-    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-    """Per-job memo of per-layer costs (keyed by layer kind, dims and group geometry)."""
+    caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
+    """This request's cache tables of the cost model and the search (``cost.caches``): new and
+    empty for every ``build_context`` call."""
 
     @property
     def num_gpus(self) -> int:
@@ -148,7 +150,11 @@ def attention_efficiency(cal: Calibration, gpu: GpuEntry, kernel: str, catalog: 
 
 
 def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
-    return _build_context_cached(job.model_dump_json(), cal)
+    """The context of ``job`` under ``cal``, with new, empty caches (``JobContext.caches``): build
+    it once per request (one search, one evaluation) and pass it down. The job's facts are
+    computed once per (job, calibration) and shared between calls (``_build_context_cached``);
+    they are immutable, so only the caches need to be new."""
+    return replace(_build_context_cached(job.model_dump_json(), cal), caches=Caches())
 
 
 def clear_context_cache() -> None:
@@ -158,72 +164,46 @@ def clear_context_cache() -> None:
 
 @lru_cache(maxsize=256)
 def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
+    """The facts of the job ``job_json`` under ``cal``: model, hardware, tiers, layer kinds, peaks.
+
+    Reads: ``model`` (every architecture field: layers, sizes, heads, MoE, MLA, vocabulary),
+    ``training.seq_len``, ``precision`` and ``attention_kernel``, and ``cluster`` (GPU, network,
+    GPU count or nodes, node / NVLink / NIC sizes, leaf span, oversubscription, power limit,
+    memory override); the catalog, loaded once per process from the package's data; ``cal``.
+    And it keeps the job itself (``JobContext.job``), from which the cost model reads the rest
+    of ``training`` per layout.
+
+    Cache key: the whole ``JobSpec`` as JSON (``model``, ``training`` and ``cluster``, every
+    field with its default filled in; a request's ``search`` section is not part of it) and the
+    calibration (a frozen dataclass, hashed by value). That is everything above, so it is safe:
+    two calls share a context only when every field of their jobs is equal, and jobs that differ
+    in a field nothing reads only miss the cache. Kept whole rather than narrowed to the fields
+    above because the context hands on the job, so a narrower key would go stale as soon as a
+    cost reads a new field of it. The caches of the context kept here are never handed out:
+    ``build_context`` gives each call its own."""
     job = JobSpec.model_validate_json(job_json)
     cat = load_catalog()
     c = job.cluster
-    assert c.gpu and c.network and c.gpus_per_node and c.nvlink_domain_size and c.nics_per_node
-    assert c.leaf_span_gpus and c.spine_oversubscription
+    assert c.gpu and c.network
     gpu = cat.gpus[c.gpu]
     network = cat.networks[c.network]
-    topo = (
-        node_topology(c, gpu, network, cal)
-        if c.topology is not None
-        else build_topology(
-            num_gpus=c.resolved_num_gpus,
-            gpu=gpu,
-            network=network,
-            gpus_per_node=c.gpus_per_node,
-            nvlink_domain_size=c.nvlink_domain_size,
-            nics_per_node=c.nics_per_node,
-            leaf_span_gpus=c.leaf_span_gpus,
-            spine_oversubscription=c.spine_oversubscription,
-            cal=cal,
-        )
-    )
+    topology = _topology(job, gpu, network, cal)
     model = job.model
     seq = job.training.seq_len
-    kinds: list[LayerKind] = []
-    index: dict[LayerParams, int] = {}
-    layer_kind = []
-    for i in range(model.num_layers or 0):
-        p = layer_params(model, i)
-        if p not in index:
-            lf = layer_flops(model, i, seq)
-            index[p] = len(kinds)
-            kinds.append(LayerKind(p, lf.attn_proj, lf.attn_core, lf.mlp, p.num_routed_experts > 0))
-        layer_kind.append(index[p])
+    kinds, layer_kind = _layer_kinds(job)
     d_qk, d_v = attention_dims(model)
-    precision = job.training.precision
+    gemm_peak, eff = _gemm_peak_and_efficiency(job, gpu)
     bf16 = gpu.bf16_dense_flops.value
-    if precision == "fp8":
-        if gpu.fp8_dense_flops is None:
-            raise InvalidLayout("training.precision", f"fp8 needs FP8 tensor cores; {c.gpu} has none (use bf16)")
-        gemm_peak = gpu.fp8_dense_flops.value
-        eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
-    elif precision == "fp4":
-        if gpu.fp4_dense_flops is None:
-            raise InvalidLayout("training.precision", f"fp4 needs FP4 tensor cores; {c.gpu} has none (use fp8 or bf16)")
-        gemm_peak = gpu.fp4_dense_flops.value
-        # No published FP4 large-GEMM measurement: the FP8 fraction of peak (a plan note says so).
-        eff = (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
-    else:
-        gemm_peak = bf16 if precision == "bf16" else gpu.fp16_dense_flops.value
-        eff = gpu.gemm_efficiency_bf16.value
-    clock = 1.0
-    if c.gpu_power_limit_w is not None and c.gpu_power_limit_w < gpu.tdp_w.value:
-        clock = (c.gpu_power_limit_w / gpu.tdp_w.value) ** cal.power_clock_exponent
-    nominal_peak = gemm_peak  # MFU is always against the datasheet dense peak
+    clock = _power_clock(job, gpu, cal)
     kernel = attention_kernel_class(job, gpu)
-    gemm_peak *= clock
-    bf16 *= clock
     return JobContext(
         job=job,
         gpu=gpu,
         network=network,
-        topology=topo,
+        topology=topology,
         cal=cal,
-        kinds=tuple(kinds),
-        layer_kind=tuple(layer_kind),
+        kinds=kinds,
+        layer_kind=layer_kind,
         kind_prefix=tuple(
             tuple(sum(1 for x in layer_kind[:i] if x == k) for i in range(len(layer_kind) + 1))
             for k in range(len(kinds))
@@ -234,12 +214,74 @@ def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
         d_qk=d_qk,
         d_v=d_v,
         mla_up_params=mla_up_projection_params(model),
-        gemm_peak_flops=gemm_peak,
+        gemm_peak_flops=gemm_peak * clock,
         gemm_efficiency=eff * cal.gemm_training_fraction,
-        bf16_peak_flops=bf16,
-        mfu_peak_flops=nominal_peak,
+        bf16_peak_flops=bf16 * clock,
+        mfu_peak_flops=gemm_peak,  # MFU is always against the datasheet dense peak
         attention_kernel=kernel,
         attention_efficiency=attention_efficiency(cal, gpu, kernel, cat),
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
     )
+
+
+def _topology(job: JobSpec, gpu: GpuEntry, network: NetworkEntry, cal: Calibration) -> Topology:
+    """The job's network tiers: from its nodes (``cluster.topology``), else from the cluster's sizes."""
+    c = job.cluster
+    assert c.gpus_per_node and c.nvlink_domain_size and c.nics_per_node
+    assert c.leaf_span_gpus and c.spine_oversubscription
+    if c.topology is not None:
+        return node_topology(c, gpu, network, cal)
+    return build_topology(
+        num_gpus=c.resolved_num_gpus,
+        gpu=gpu,
+        network=network,
+        gpus_per_node=c.gpus_per_node,
+        nvlink_domain_size=c.nvlink_domain_size,
+        nics_per_node=c.nics_per_node,
+        leaf_span_gpus=c.leaf_span_gpus,
+        spine_oversubscription=c.spine_oversubscription,
+        cal=cal,
+    )
+
+
+def _layer_kinds(job: JobSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...]]:
+    """The model's distinct layer kinds, in order of first appearance, and each layer's index into them."""
+    model = job.model
+    kinds: list[LayerKind] = []
+    index: dict[LayerParams, int] = {}
+    layer_kind = []
+    for i in range(model.num_layers or 0):
+        p = layer_params(model, i)
+        if p not in index:
+            lf = layer_flops(model, i, job.training.seq_len)
+            index[p] = len(kinds)
+            kinds.append(LayerKind(p, lf.attn_proj, lf.attn_core, lf.mlp, p.num_routed_experts > 0))
+        layer_kind.append(index[p])
+    return tuple(kinds), tuple(layer_kind)
+
+
+def _gemm_peak_and_efficiency(job: JobSpec, gpu: GpuEntry) -> tuple[float, float]:
+    """The datasheet dense GEMM peak at the training precision and the catalog's fraction of it
+    large GEMMs reach. Raises ``InvalidLayout`` when the GPU has no tensor cores for the precision."""
+    precision = job.training.precision
+    name = job.cluster.gpu
+    if precision == "fp8":
+        if gpu.fp8_dense_flops is None:
+            raise InvalidLayout("training.precision", f"fp8 needs FP8 tensor cores; {name} has none (use bf16)")
+        return gpu.fp8_dense_flops.value, (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
+    if precision == "fp4":
+        if gpu.fp4_dense_flops is None:
+            raise InvalidLayout("training.precision", f"fp4 needs FP4 tensor cores; {name} has none (use fp8 or bf16)")
+        # No published FP4 large-GEMM measurement: the FP8 fraction of peak (a plan note says so).
+        return gpu.fp4_dense_flops.value, (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
+    peak = gpu.bf16_dense_flops.value if precision == "bf16" else gpu.fp16_dense_flops.value
+    return peak, gpu.gemm_efficiency_bf16.value
+
+
+def _power_clock(job: JobSpec, gpu: GpuEntry, cal: Calibration) -> float:
+    """The clock fraction a power cap below the GPU's TDP leaves (``cluster.gpu_power_limit_w``)."""
+    limit = job.cluster.gpu_power_limit_w
+    if limit is not None and limit < gpu.tdp_w.value:
+        return float((limit / gpu.tdp_w.value) ** cal.power_clock_exponent)
+    return 1.0

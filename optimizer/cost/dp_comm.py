@@ -4,8 +4,11 @@ of the step (``dp_exposed_s``)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.comm import (
     Level,
     flat_ring_levels,
@@ -22,6 +25,21 @@ from optimizer.cost.stage_layout import StageLayout
 from optimizer.cost.topology import AxisGroups, GroupGeometry
 
 
+class DpGroupsKey(NamedTuple):
+    """All ``_dp_levels`` reads of a rank order: the dense and the expert data-parallel groups'
+    geometries (they hash by identity: a cheap key)."""
+
+    dp_cp: GroupGeometry
+    edp: GroupGeometry
+
+
+def dp_groups_key(groups: AxisGroups) -> DpGroupsKey:
+    return tuple.__new__(DpGroupsKey, (groups.dp_cp, groups.edp))
+
+
+DP_LEVELS = Memo[DpGroupsKey, tuple[tuple[Level, ...], tuple[Level, ...]]]("dp_levels")
+
+
 def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
     """The levels the dense (``dp x cp``) and expert data-parallel collectives run over
     (``training.dp_collectives``).
@@ -31,10 +49,11 @@ def _dp_levels(ctx: JobContext, groups: AxisGroups) -> tuple[tuple[Level, ...], 
     pays the expert groups' latency, which keeps every data-parallel time affine in the stage's
     parameters (``split_floor_s`` bounds stages by their average).
     """
-    key = ("dp-levels", groups.dp_cp, groups.edp)  # geometries hash by identity: a cheap key
-    levels = ctx.memo.get(key)
+    key = dp_groups_key(groups)
+    table = ctx.caches[DP_LEVELS]
+    levels = table.get(key)
     if levels is None:
-        levels = ctx.memo[key] = (dp_ring(ctx, groups.dp_cp), expert_dp_ring(ctx, groups.edp))
+        levels = table[key] = (dp_ring(ctx, key.dp_cp), expert_dp_ring(ctx, key.edp))
     return levels
 
 

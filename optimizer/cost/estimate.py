@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast, overload
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.comm import p2p_time_s
 from optimizer.cost.context import JobContext
 from optimizer.cost.flops import recompute_flops_per_token
@@ -30,8 +31,10 @@ from optimizer.cost.memory import StageMemory, stage_memory
 from optimizer.cost.num import Num, select
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import (
+    SplitKey,
     StageTerms,
     layout_kind_costs,
+    split_key,
     split_kind_counts,
     stage_core_cached,
     stage_fixed_cached,
@@ -148,15 +151,18 @@ def step_breakdown(lay: StageLayout, slowest: StageTerms, dp_comm: Num, optimize
     }
 
 
+DISTINCT_STAGES = Memo[SplitKey, list[tuple[bool, bool, tuple[int, ...]]]]("distinct_stages")
+
+
 def distinct_stages(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[bool, bool, tuple[int, ...]]]:
     """The distinct ``(first, last, kind counts)`` of the stages, in order of first occurrence
-    (memoised per split). Stages that share them have the same time terms."""
-    key = ("distinct", lay.pp, lay.stage_layers)
-    cached = ctx.memo.get(key)
+    (memoised per ``SplitKey``). Stages that share them have the same time terms."""
+    key = split_key(lay)
+    table = ctx.caches[DISTINCT_STAGES]
+    cached = table.get(key)
     if cached is None:
-        counts = _stage_kind_counts(ctx, lay)
-        cached = list(dict.fromkeys((s == 0, s == lay.pp - 1, counts[s]) for s in range(lay.pp)))
-        ctx.memo[key] = cached
+        counts = split_kind_counts(ctx, key.pp, key.stage_layers)
+        cached = table[key] = list(dict.fromkeys((s == 0, s == key.pp - 1, counts[s]) for s in range(key.pp)))
     return cached
 
 

@@ -1,6 +1,6 @@
 """One pipeline stage's share of the step (``StageTerms``): compute, exposed TP / CP / EP
 communication, exposed data-parallel time, optimizer step and memory, memoised per job; and the
-LM head's time. ``estimate`` composes the step from these, the search's split tables tabulate
+LM head's time is in ``cost.head``. ``estimate`` composes the step from these, the search's split tables tabulate
 them per layer count."""
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
-from optimizer.cost.layer import Dims, LayerCost, gemm_time_s, layer_cost
+from optimizer.cost.head import head_time_s
+from optimizer.cost.layer import Dims, LayerCost, layer_cost
 from optimizer.cost.memory import (
     ADAM_STEP_BYTES,
     StageMemory,
@@ -28,13 +30,28 @@ from optimizer.cost.memory import (
 from optimizer.cost.num import Num, maximum, minimum, select
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage_layout import StageLayout
-from optimizer.cost.topology import AxisGroups
+from optimizer.cost.topology import AxisGroups, GroupGeometry
+
+
+class SplitKey(NamedTuple):
+    """A layer split: all ``split_kind_counts`` and ``estimate.distinct_stages`` read of a layout."""
+
+    pp: int
+    stage_layers: tuple[int, ...]
+
+
+def split_key(lay: ResolvedLayout) -> SplitKey:
+    return tuple.__new__(SplitKey, (lay.pp, lay.stage_layers))
+
+
+SPLIT_KIND_COUNTS = Memo[SplitKey, list[tuple[int, ...]]]("split_kind_counts")
 
 
 def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Layers of each kind on each of ``pp`` stages under the chunk split ``stage_layers`` (memoised)."""
-    key = ("counts", pp, stage_layers)
-    cached = ctx.memo.get(key)
+    key = tuple.__new__(SplitKey, (pp, stage_layers))
+    table = ctx.caches[SPLIT_KIND_COUNTS]
+    cached = table.get(key)
     if cached is None:
         stage_chunks: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
         start = 0
@@ -46,7 +63,7 @@ def split_kind_counts(ctx: JobContext, pp: int, stage_layers: tuple[int, ...]) -
             tuple(sum(prefix[k][f + n] - prefix[k][f] for f, n in chunks) for k in range(len(prefix)))
             for chunks in stage_chunks
         ]
-        ctx.memo[key] = cached
+        table[key] = cached
     return cached
 
 
@@ -74,18 +91,51 @@ class StageTerms:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    return kind_costs(ctx, dims, groups)
+class LayerKey(NamedTuple):
+    """What a layer's cost (``layer.layer_cost``) reads of a layout and a rank order: the
+    ``Dims`` fields and the TP / CP / EP group geometries."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+
+
+def layer_key(dims: Dims, groups: AxisGroups) -> LayerKey:
+    return tuple.__new__(LayerKey, (dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
+                                    dims.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
+
+
+def layout_layer_key(lay: ResolvedLayout, groups: AxisGroups) -> LayerKey:
+    """``layer_key`` of the layout's ``Dims``."""
+    return tuple.__new__(LayerKey, (lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
+                                    lay.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
+
+
+KIND_COSTS = Memo[LayerKey, list[LayerCost]]("kind_costs")
 
 
 def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCost]:
-    """``layer_cost`` of every layer kind of the job (memoised per dims and TP / CP / EP geometry)."""
-    key = (dims, groups.tp, groups.cp, groups.ep)
-    kind_cost: list[LayerCost] | None = ctx.memo.get(key)
+    """``layer_cost`` of every layer kind of the job (memoised per ``layer_key``)."""
+    key = layer_key(dims, groups)
+    table = ctx.caches[KIND_COSTS]
+    kind_cost = table.get(key)
     if kind_cost is None:
-        kind_cost = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
-        ctx.memo[key] = kind_cost
+        kind_cost = table[key] = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+    return kind_cost
+
+
+def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
+    """``kind_costs`` of the layout's ``Dims`` (made only when not cached yet)."""
+    kind_cost = ctx.caches[KIND_COSTS].get(layout_layer_key(lay, groups))
+    if kind_cost is None:
+        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+        kind_cost = kind_costs(ctx, dims, groups)
     return kind_cost
 
 
@@ -126,37 +176,53 @@ def stage_memory_bytes(
     return cast(float, stage_memory(ctx, lay, stage, t.memory, stored, grads_bytes).total_bytes)
 
 
+class StageCoreKey(NamedTuple):
+    """What ``_stage_core`` reads: the layout but its interleaving depth (only the in-flight
+    count, added in ``stage_memory``, reads it) and layer split (``kind_counts`` is the stage's
+    share), the only geometries a stage's own terms depend on (the pipeline group's placement
+    does not enter), and the stage's position and layers."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    num_micro_batches: int
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+    dp_cp_group: GroupGeometry
+    edp_group: GroupGeometry
+    first: bool
+    last: bool
+    kind_counts: tuple[int, ...]
+
+
+def stage_core_key(
+    lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> StageCoreKey:
+    return tuple.__new__(StageCoreKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                        lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups.tp,
+                                        groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last,
+                                        kind_counts))  # fmt: skip
+
+
+STAGE_CORE = Memo[StageCoreKey, tuple[StageTerms, Num, Num]]("stage_core")
+
+
 def stage_core_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, Num, Num]:
-    """``_stage_core``, memoised per job."""
-    # the interleaving depth does not enter (only the in-flight count, added in stage_memory)
-    key = (
-        "stage",
-        lay.tp,
-        lay.pp,
-        lay.dp,
-        lay.cp,
-        lay.ep,
-        lay.micro_batch_size,
-        lay.zero_stage,
-        lay.recompute,
-        lay.sequence_parallel,
-        lay.num_micro_batches,
-        # the only geometries a stage's own terms depend on (pp placement does not enter)
-        groups.tp,
-        groups.cp,
-        groups.ep,
-        groups.dp_cp,
-        groups.edp,
-        first,
-        last,
-        kind_counts,
-    )
-    core = ctx.memo.get(key)
+    """``_stage_core``, memoised per ``stage_core_key``."""
+    key = stage_core_key(lay, groups, kind_counts, first, last)
+    table = ctx.caches[STAGE_CORE]
+    core = table.get(key)
     if core is None:
-        core = _stage_core(ctx, lay, groups, kind_counts, first, last)
-        ctx.memo[key] = core
+        core = table[key] = _stage_core(ctx, lay, groups, kind_counts, first, last)
     return core
 
 
@@ -176,36 +242,50 @@ def _stage_core(
     return terms, stored, grads_bytes
 
 
+class StageFixedKey(NamedTuple):
+    """What ``_stage_fixed`` reads: ``StageCoreKey`` without the micro-batch count and the data-
+    parallel groups (the in-flight activations are added in ``stage_memory``, the exposed
+    data-parallel time in ``_stage_core``), but whether the dense data-parallel group has more
+    than one rank (with the sizes, that completes ``memory_signature(groups)``)."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    tp_group: GroupGeometry
+    cp_group: GroupGeometry
+    ep_group: GroupGeometry
+    dp_cp_grouped: bool
+    first: bool
+    last: bool
+    kind_counts: tuple[int, ...]
+
+
+def stage_fixed_key(
+    lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
+) -> StageFixedKey:
+    return tuple.__new__(StageFixedKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
+                                         lay.recompute, lay.sequence_parallel, groups.tp, groups.cp, groups.ep,
+                                         groups.dp_cp.size > 1, first, last, kind_counts))  # fmt: skip
+
+
+STAGE_FIXED = Memo[StageFixedKey, tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]]("stage_fixed")
+
+
 def stage_fixed_cached(
     ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, kind_counts: tuple[int, ...], first: bool, last: bool
 ) -> tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]:
-    """``_stage_fixed``, memoised per job."""
-    # neither the interleaving depth nor the micro-batch count enters (the in-flight activations
-    # are added in stage_memory, the exposed data-parallel time in _stage_core)
-    key = (
-        "fixed",
-        lay.tp,
-        lay.pp,
-        lay.dp,
-        lay.cp,
-        lay.ep,
-        lay.micro_batch_size,
-        lay.zero_stage,
-        lay.recompute,
-        lay.sequence_parallel,
-        # with the sizes above, dp_cp.size > 1 completes memory_signature(groups)
-        groups.tp,
-        groups.cp,
-        groups.ep,
-        groups.dp_cp.size > 1,
-        first,
-        last,
-        kind_counts,
-    )
-    fixed = ctx.memo.get(key)
+    """``_stage_fixed``, memoised per ``stage_fixed_key``."""
+    key = stage_fixed_key(lay, groups, kind_counts, first, last)
+    table = ctx.caches[STAGE_FIXED]
+    fixed = table.get(key)
     if fixed is None:
-        fixed = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
-        ctx.memo[key] = fixed
+        fixed = table[key] = _stage_fixed(ctx, lay, groups, kind_counts, first, last)
     return fixed
 
 
@@ -290,27 +370,3 @@ def stage_fixed_terms(
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)
-
-
-def head_time_s(ctx: JobContext, lay: ResolvedLayout) -> float:
-    """Forward and backward of the LM head and loss for one micro-batch (memoised per job)."""
-    return head_time_at_s(ctx, lay.tp, lay.cp, lay.micro_batch_size)
-
-
-def head_time_at_s(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
-    """``head_time_s`` of a layout with these sizes (the only fields it reads; memoised per job)."""
-    key = ("head", tp, cp, micro_batch_size)
-    t = ctx.memo.get(key)
-    if t is None:
-        t = ctx.memo[key] = _head_time_uncached(ctx, tp, cp, micro_batch_size)
-    return t
-
-
-def _head_time_uncached(ctx: JobContext, tp: int, cp: int, micro_batch_size: int) -> float:
-    model = ctx.job.model
-    h = float(model.hidden_size or 0)
-    vocab = float(model.vocab_size or 0)
-    tokens = micro_batch_size * ctx.job.training.seq_len / cp
-    t = 3.0 * gemm_time_s(ctx, 2.0 * tokens * h * vocab / tp, tokens, vocab / tp, h)
-    t += 3.0 * tokens * vocab / tp * ctx.logit_bytes / ctx.hbm_bytes_per_s
-    return t

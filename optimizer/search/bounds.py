@@ -22,9 +22,9 @@ from typing import cast
 import numpy as np
 
 from optimizer.cost.context import JobContext
+from optimizer.cost.head import head_time_s
 from optimizer.cost.memory import optimizer_shards
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.stage import head_time_s
 from optimizer.search.lower_bounds import (
     bound_at_vpp,
     bound_terms,

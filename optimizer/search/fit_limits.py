@@ -4,7 +4,9 @@ any layer split of a layout can fit at all (``some_split_may_fit``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.estimate import Estimate
 from optimizer.cost.memory import memory_signature
@@ -22,6 +24,25 @@ from optimizer.search.split_mixes import (
 )
 
 
+class FitKey(NamedTuple):
+    """What ``signature_fit_limits`` reads: the whole layout, the memory signature of the rank
+    order (memory takes nothing else from it, see ``memory_signature``: every order of a layout
+    with that signature shares the limits) and the memory cap."""
+
+    layout: ResolvedLayout
+    signature: tuple[bool, ...]
+    cap_bytes: float
+
+
+def fit_key(lay: ResolvedLayout, groups: AxisGroups, cap_bytes: float) -> FitKey:
+    return tuple.__new__(FitKey, (lay, memory_signature(groups), cap_bytes))
+
+
+FIT_LIMITS = Memo[FitKey, tuple[int, ...]]("stage_fit_limits")
+FIT_ADMITS = Memo[FitKey, bool]("some_split_may_fit")
+"""Whether the limits of ``FIT_LIMITS`` (``some_split_may_fit`` stops early when they cannot) admit a split."""
+
+
 def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -> bool:
     """False when no layer split of ``lay`` in any of its rank orders fits within ``cap_bytes``
     per GPU: for every memory signature of its orders, some stage cannot hold one layer per chunk
@@ -34,13 +55,14 @@ def some_split_may_fit(ctx: JobContext, lay: ResolvedLayout, cap_bytes: float) -
         if sig in seen:
             continue
         seen.add(sig)
-        key = ("fit-admits", lay, sig, cap_bytes)
-        admits = ctx.memo.get(key)
+        key = fit_key(lay, g, cap_bytes)
+        admitted = ctx.caches[FIT_ADMITS]
+        admits = admitted.get(key)
         if admits is None:
             limits = signature_fit_limits(ctx, lay, g, cap_bytes, needed=total)
             if limits is not None:  # computed in full: the per-pair test reads them
-                ctx.memo[_fit_limits_key(lay, sig, cap_bytes)] = tuple(limits)
-            admits = ctx.memo[key] = limits is not None and limits_admit_split(limits, lay.vpp, total)
+                ctx.caches[FIT_LIMITS][key] = tuple(limits)
+            admits = admitted[key] = limits is not None and limits_admit_split(limits, lay.vpp, total)
         if admits:
             return True
     return False
@@ -52,19 +74,14 @@ def limits_admit_split(limits: Sequence[int], vpp: int, num_layers: int) -> bool
     return min(limits) >= vpp and sum(limits) >= num_layers
 
 
-def _fit_limits_key(lay: ResolvedLayout, signature: tuple[bool, ...], cap: float) -> tuple:
-    # memory takes nothing else from the rank order (see memory_signature): every geometry of a
-    # layout shares its limits
-    return ("fit-limits", lay, signature, cap)
-
-
 def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
-    key = _fit_limits_key(lay, memory_signature(groups), cap)
-    cached = ctx.memo.get(key)
+    key = fit_key(lay, groups, cap)
+    table = ctx.caches[FIT_LIMITS]
+    cached = table.get(key)
     if cached is None:
         limits = signature_fit_limits(ctx, lay, groups, cap)
         assert limits is not None
-        cached = ctx.memo[key] = tuple(limits)
+        cached = table[key] = tuple(limits)
     return cached
 
 

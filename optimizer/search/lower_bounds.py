@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.comm import p2p_time_s
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import (
@@ -21,8 +22,10 @@ from optimizer.cost.dp_comm import (
     last_bucket_s,
 )
 from optimizer.cost.estimate import pp_comm_from_p2p_s, pp_message_bytes
+from optimizer.cost.head import head_time_s
 from optimizer.cost.layer import (
     Dims,
+    LayerCost,
     attention_core_times_s,
     cp_comm_s,
     ep_comm_s,
@@ -37,8 +40,7 @@ from optimizer.cost.memory import (
 )
 from optimizer.cost.num import Num
 from optimizer.cost.rules import ResolvedLayout, divisors
-from optimizer.cost.stage import head_time_s
-from optimizer.cost.topology import GRID_AXES, AxisGroups, GroupGeometry, group_geometry
+from optimizer.cost.topology import AxisGroups, GroupGeometry, group_geometry
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
 
@@ -234,27 +236,60 @@ def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> lis
     return out
 
 
+class TotalsKey(NamedTuple):
+    """All ``_lower_bound_totals`` reads of a layout: the fields of its layers' ``Dims``."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+LOWER_BOUND_TOTALS = Memo[TotalsKey, tuple[float, float, float, float, float, float]]("lower_bound_layer_totals")
+
+
 def lower_bound_layer_totals(
     ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
 ) -> tuple[float, float, float, float, float, float]:
-    """``_lower_bound_totals``, memoised on the layout fields it reads."""
-    key = ("lb", tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
-    totals = ctx.memo.get(key)
+    """``_lower_bound_totals``, memoised per ``TotalsKey``."""
+    key = tuple.__new__(TotalsKey, (tp, cp, ep, micro_batch_size, sequence_parallel, recompute))
+    table = ctx.caches[LOWER_BOUND_TOTALS]
+    totals = table.get(key)
     if totals is None:
-        totals = ctx.memo[key] = _lower_bound_totals(
-            ctx, Dims(tp, cp, ep, micro_batch_size, sequence_parallel, recompute)
-        )
+        dims = Dims(key.tp, key.cp, key.ep, key.micro_batch_size, key.sequence_parallel, key.recompute)
+        totals = table[key] = _lower_bound_totals(ctx, dims)
     return totals
 
 
+class P2PKey(NamedTuple):
+    """All ``_p2p_floor_s`` reads of a layout: the pipeline depth (the group's geometries) and
+    what sets the message size (``pp_message_bytes``: TP divides it only with sequence parallelism)."""
+
+    pp: int
+    micro_batch_size: int
+    cp: int
+    sp_tp: int
+    """``tp`` with sequence parallelism, else 1."""
+
+
+def p2p_key(lay: ResolvedLayout) -> P2PKey:
+    return tuple.__new__(P2PKey, (lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1))
+
+
+P2P_FLOOR = Memo[P2PKey, float]("p2p_floor_s")
+
+
 def p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
-    """``_p2p_floor_s`` memoised (0 without pipelining)."""
+    """``_p2p_floor_s`` memoised per ``P2PKey`` (0 without pipelining)."""
     if lay.pp == 1:
         return 0.0
-    key = ("lb-p2p", lay.pp, lay.micro_batch_size, lay.cp, lay.tp if lay.sequence_parallel else 1)
-    p2p = ctx.memo.get(key)
+    key = p2p_key(lay)
+    table = ctx.caches[P2P_FLOOR]
+    p2p = table.get(key)
     if p2p is None:
-        p2p = ctx.memo[key] = _p2p_floor_s(ctx, lay)
+        p2p = table[key] = _p2p_floor_s(ctx, lay)
     return p2p
 
 
@@ -267,6 +302,10 @@ def _p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     )
 
 
+AXIS_GEOMETRIES = Memo[int, tuple[GroupGeometry, ...]]("axis_geometries")
+"""Keyed by the group's size: all ``_axis_geometries`` reads (with the job's topology)."""
+
+
 def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     """Every distinct geometry a ``size``-rank group can have: one per stride dividing
     ``num_gpus / size`` (a superset of what the rank orders give).
@@ -274,9 +313,9 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     Locality is not always cheaper under the cost model: a flat NVLink ring pays ``2(N-1)``
     latency steps where a group split over two tiers pays fewer, a partial scale-up mesh gets a
     fraction of the bandwidth, and a job spread over NVLink domains of 37 GPUs puts a 2-rank group
-    at stride 1 across two domains but at stride 2 inside one."""
-    key = ("axis-geometries", size)
-    cached = ctx.memo.get(key)
+    at stride 1 across two domains but at stride 2 inside one. Memoised per ``size``."""
+    table = ctx.caches[AXIS_GEOMETRIES]
+    cached = table.get(size)
     if cached is None:
         topo = ctx.topology
         rest = topo.num_gpus // size
@@ -284,9 +323,31 @@ def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
         for stride in divisors(rest):
             geo = group_geometry(topo, stride, size)
             seen.setdefault(geo.levels, geo)
-        cached = tuple(seen.values())
-        ctx.memo[key] = cached
+        cached = table[size] = tuple(seen.values())
     return cached
+
+
+class KindDimsKey(NamedTuple):
+    """What ``_lower_bound_totals``'s per-kind terms read: the layer kind (its index in
+    ``ctx.kinds``) and the ``Dims`` fields it is costed under (its groups are fixed: one rank
+    each for the layer's cost, every geometry of the axis for the TP and CP floors)."""
+
+    kind: int
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+def kind_dims_key(kind: int, dims: Dims) -> KindDimsKey:
+    return tuple.__new__(KindDimsKey, (kind, dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
+                                       dims.recompute))  # fmt: skip
+
+
+LB_LAYER_COST = Memo[KindDimsKey, LayerCost]("lower_bound_layer_cost")
+LB_TP_CP_FLOOR = Memo[KindDimsKey, float]("lower_bound_tp_cp_floor")
 
 
 def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float, float]:
@@ -299,8 +360,8 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     geometries the axis can have bounds every rank order."""
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(GRID_AXES, one, one, one, one, one, one, one)
-    memo = ctx.memo
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
+    layer_costs, tp_cp_floors = ctx.caches[LB_LAYER_COST], ctx.caches[LB_TP_CP_FLOOR]
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).
     no_ep = Dims(dims.tp, dims.cp, 1, dims.micro_batch_size, dims.sequence_parallel, dims.recompute)
@@ -308,10 +369,12 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     costs = []
     for i, kind in enumerate(ctx.kinds):
         kd = dims if kind.is_moe else no_ep
-        c = memo.get(("lb-layer", i, kd))
+        key = kind_dims_key(i, kd)
+        c = layer_costs.get(key)
         if c is None:
-            c = memo[("lb-layer", i, kd)] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
-        tp_cp = memo.get(("lb-tp-cp", i, no_ep))
+            c = layer_costs[key] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
+        key = kind_dims_key(i, no_ep)
+        tp_cp = tp_cp_floors.get(key)
         if tp_cp is None:
             tp_cp = 0.0
             if dims.tp > 1:
@@ -319,7 +382,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
             if dims.cp > 1:
                 t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
                 tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in _axis_geometries(ctx, dims.cp))
-            memo[("lb-tp-cp", i, no_ep)] = tp_cp
+            tp_cp_floors[key] = tp_cp
         t = c.fwd_s + c.bwd_s + tp_cp
         if kind.is_moe and dims.ep > 1:
             t += min(ep_comm_s(ctx, kind, dims, g) for g in _axis_geometries(ctx, dims.ep))

@@ -3,10 +3,14 @@ the search's floors and split tables iterate over."""
 
 from __future__ import annotations
 
+from optimizer.cost import SizesKey, sizes_key
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.stage import layout_kind_costs
+from optimizer.cost.stage import LayerKey, layout_kind_costs, layout_layer_key
 from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
+
+ORDER_GEOMETRIES = Memo[SizesKey, tuple[list[AxisGroups], list[AxisGroups], list[AxisGroups]]]("order_geometries")
 
 
 def order_geometries(
@@ -15,11 +19,12 @@ def order_geometries(
     """One rank order's groups per distinct (tp, cp, ep) geometry, which is all the per-layer
     costs read; per distinct (dp x cp, expert-dp, pp) geometry, which is all the exposed
     data-parallel and pipeline communication read; and per distinct pair of the two, which is
-    all a whole step reads (memoised per axis sizes)."""
-    key = ("order_geometries", lay.tp, lay.cp, lay.dp, lay.pp, lay.ep)
-    reps = ctx.memo.get(key)
+    all a whole step reads (memoised per ``SizesKey``)."""
+    key = sizes_key(lay)
+    table = ctx.caches[ORDER_GEOMETRIES]
+    reps = table.get(key)
     if reps is None:
-        sizes = lay.sizes()
+        sizes = key.sizes()
         layer: dict[tuple, AxisGroups] = {}
         comm: dict[tuple, AxisGroups] = {}
         both: dict[tuple, AxisGroups] = {}
@@ -28,8 +33,7 @@ def order_geometries(
             layer.setdefault((g.tp, g.cp, g.ep), g)
             comm.setdefault((g.dp_cp, g.edp, g.pp), g)
             both.setdefault((g.tp, g.cp, g.ep, g.dp_cp, g.edp, g.pp), g)
-        reps = (list(layer.values()), list(comm.values()), list(both.values()))
-        ctx.memo[key] = reps
+        reps = table[key] = (list(layer.values()), list(comm.values()), list(both.values()))
     return reps
 
 
@@ -39,14 +43,17 @@ def any_order_groups(ctx: JobContext, lay: ResolvedLayout) -> AxisGroups:
     return order_geometries(ctx, lay)[0][0]
 
 
+KIND_TIMES = Memo[LayerKey, tuple[float, ...]]("kind_times")
+
+
 def kind_times(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> tuple[float, ...]:
-    """Per layer kind, ``LayerCost.time_s`` under the groups' (tp, cp, ep) geometry (memoised)."""
-    key = ("times", lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute,
-           groups.tp, groups.cp, groups.ep)  # fmt: skip
-    times = ctx.memo.get(key)
+    """Per layer kind, ``LayerCost.time_s`` under the groups' (tp, cp, ep) geometry (memoised per
+    ``layout_layer_key``)."""
+    key = layout_layer_key(lay, groups)
+    table = ctx.caches[KIND_TIMES]
+    times = table.get(key)
     if times is None:
-        times = tuple(c.time_s for c in layout_kind_costs(ctx, lay, groups))
-        ctx.memo[key] = times
+        times = table[key] = tuple(c.time_s for c in layout_kind_costs(ctx, lay, groups))
     return times
 
 

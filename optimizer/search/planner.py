@@ -15,7 +15,6 @@ from optimizer.results import SolverInfo
 from optimizer.search.beyond import BeyondGroup, smallest_bound
 from optimizer.search.bounds import SpaceBounds
 from optimizer.search.explain import memory_explanation, no_layout_explanation
-from optimizer.search.floors import split_floor_at_vpp_s, split_floor_s
 from optimizer.search.framework_space import Targets, space_frameworks
 from optimizer.search.ranking import BestTimes, family_key, pick
 from optimizer.search.result import SearchResult, SearchStatus
@@ -29,6 +28,7 @@ from optimizer.search.space import (
     count_layouts,
     layout_blocks,
 )
+from optimizer.search.split_floors import split_floor_at_vpp_s, split_floor_s
 from optimizer.search.splits import POOL_MARGIN_S, SOLVE_WORK_LIMIT, SplitBudget, SplitOutcome, layout_key, solve_splits
 from optimizer.search.steps import (
     POOL_EXTRA,

@@ -5,9 +5,11 @@ tables and fit limits enumerate these."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
 
@@ -18,11 +20,23 @@ def counts_at(ctx: JobContext, start: int, n: int) -> tuple[int, ...]:
     return tuple(prefix[k][start + n] - prefix[k][start] for k in range(len(prefix)))
 
 
+class MixesKey(NamedTuple):
+    """All ``consecutive_mixes`` reads (with the job's layer kinds): the run length and the starts."""
+
+    n: int
+    start: int
+    stop: int
+
+
+CONSECUTIVE_MIXES = Memo[MixesKey, frozenset[tuple[int, ...]]]("consecutive_mixes")
+
+
 def consecutive_mixes(ctx: JobContext, starts: range, n: int) -> frozenset[tuple[int, ...]]:
     """The distinct layer-kind mixes of ``n`` consecutive layers starting anywhere in ``starts``
-    (memoised per job)."""
-    key = ("mixes", n, starts.start, starts.stop)
-    mixes = ctx.memo.get(key)
+    (a step-1 range; memoised per ``MixesKey``)."""
+    key = tuple.__new__(MixesKey, (n, starts.start, starts.stop))
+    table = ctx.caches[CONSECUTIVE_MIXES]
+    mixes = table.get(key)
     if mixes is None:
         found: set[tuple[int, ...]] = set()
         if len(starts):
@@ -35,8 +49,7 @@ def consecutive_mixes(ctx: JobContext, starts: range, n: int) -> frozenset[tuple
                     counts[out] -= 1
                     counts[add] += 1
                     found.add(tuple(counts))
-        mixes = frozenset(found)
-        ctx.memo[key] = mixes
+        mixes = table[key] = frozenset(found)
     return mixes
 
 
@@ -62,6 +75,16 @@ def mix_vectors(n: int, totals: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+class ChunkMixesKey(NamedTuple):
+    """All ``chunk_sum_mixes`` reads (with the job's layer kinds)."""
+
+    vpp: int
+    most: int
+
+
+CHUNK_SUM_MIXES = Memo[ChunkMixesKey, frozenset[tuple[int, ...]]]("chunk_sum_mixes")
+
+
 def chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[int, ...]]:
     """Every layer-kind mix (layers of each kind) that ``vpp`` runs of consecutive layers, each
     of at least one layer and together at most ``most``, can add up to (memoised per job).
@@ -72,16 +95,16 @@ def chunk_sum_mixes(ctx: JobContext, vpp: int, most: int) -> frozenset[tuple[int
     so a stage of ``n`` layers holds within ``vpp / 2`` of ``n / 2``: of the ``n + 1`` mixes a
     stage of ``n`` layers could otherwise hold, at most ``vpp + 1`` remain.
     """
-    key = ("chunk_sum_mixes", vpp, most)
-    found = ctx.memo.get(key)
+    key = tuple.__new__(ChunkMixesKey, (vpp, most))
+    table = ctx.caches[CHUNK_SUM_MIXES]
+    found = table.get(key)
     if found is None:
         layers = len(ctx.layer_kind)
         longest = most - (vpp - 1)
         runs = set().union(
             *(consecutive_mixes(ctx, range(layers - n + 1), n) for n in range(1, min(longest, layers) + 1))
         )
-        found = sums_of_runs(runs, vpp, most, len(ctx.kinds))
-        ctx.memo[key] = found
+        found = table[key] = sums_of_runs(runs, vpp, most, len(ctx.kinds))
     return found
 
 

@@ -7,7 +7,7 @@ the pool's layouts in their uniform-best order (the likeliest to improve the top
 the k-th best time and prunes the rest), then every other pair by ascending floor, until the next
 floor is above the k-th best time. A pair is settled without a model when no split fits in memory,
 when no split within the memory limits could reach the k-th best time in whole layers
-(``floors.split_may_reach``), or when its tables' cheapest fitting entries already exceed it.
+(``split_floors.split_may_reach``), or when its tables' cheapest fitting entries already exceed it.
 Picking the layout is a minimum over the solved optima: the
 same answer as one joint model (``SplitModel`` takes any number of candidates) with
 forbid-and-resolve for the top-k, at a fraction of the time.
@@ -28,13 +28,13 @@ from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import AxisGroups, axis_groups
 from optimizer.search.cpsat import Candidate, SplitModel
 from optimizer.search.fit_limits import limits_admit_split, some_split_may_fit, stage_fit_limits
-from optimizer.search.floors import (
+from optimizer.search.orders import geometry_key
+from optimizer.search.split_floors import (
     layers_floor_s,
     order_split_floors,
     split_floor_s,
     split_may_reach,
 )
-from optimizer.search.orders import geometry_key
 from optimizer.search.split_tables import SplitTables, certified_split_range, split_tables
 
 POOL_MARGIN_S = 2e-9

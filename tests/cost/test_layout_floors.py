@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
-from optimizer.cost.stage import head_time_s
+from optimizer.cost.head import head_time_s
 from optimizer.cost.topology import candidate_orders
 from optimizer.search.lower_bounds import (
     dp_exposed_floor_s,

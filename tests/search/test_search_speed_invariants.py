@@ -24,10 +24,11 @@ from optimizer.cost import best_estimate, build_context, estimate
 from optimizer.cost.estimate import step_time_s
 from optimizer.cost.stage import layout_kind_costs
 from optimizer.cost.topology import axis_groups, candidate_orders
-from optimizer.search.floors import kind_time_floor, split_floor_s, step_floor_exceeds, step_floor_s
+from optimizer.search.floors import kind_time_floor, step_floor_exceeds, step_floor_s
 from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
 from optimizer.search.screen import screen_memory
 from optimizer.search.space import enumerate_layouts
+from optimizer.search.split_floors import split_floor_s
 from optimizer.specs import JobSpec, PlanRequest
 
 pytestmark = pytest.mark.slow
@@ -287,8 +288,8 @@ def test_split_floor_at_a_depth_is_the_members_floor(name: str) -> None:
     without resolving it: the search leaves deeper layouts above the k-th best time unresolved)
     is bit-identical to ``split_floor_s`` of the resolved layout at that depth. Both share one
     memo entry, so each is computed from an empty memo."""
-    from optimizer.search.floors import split_floor_at_vpp_s
     from optimizer.search.space import layout_families
+    from optimizer.search.split_floors import split_floor_at_vpp_s
 
     req = PlanRequest.model_validate({**JOBS[name], "search": {"allow": {"vpp": list(range(1, 9))}}})
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
@@ -296,9 +297,9 @@ def test_split_floor_at_a_depth_is_the_members_floor(name: str) -> None:
     checked = 0
     for fam in list(layout_families(job, req.search))[::STRIDE]:
         for member in fam.expand(job):
-            ctx.memo.clear()
+            ctx.caches.clear()
             expected = split_floor_s(ctx, member)
-            ctx.memo.clear()
+            ctx.caches.clear()
             assert split_floor_at_vpp_s(ctx, fam.first, member.vpp) == expected
             checked += 1
     assert checked > 20
