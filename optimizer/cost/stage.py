@@ -75,8 +75,7 @@ class StageTerms:
 
 
 def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> list[LayerCost]:
-    dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    return kind_costs(ctx, dims, groups)
+    return kind_costs(ctx, lay.dims, groups)
 
 
 def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCost]:

@@ -108,10 +108,7 @@ class LayoutFamily(NamedTuple):
         lay = self.first
         for vpp in self.more_vpps:
             try:
-                out.append(resolve(
-                    job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp, micro_batch_size=lay.micro_batch_size,
-                    zero_stage=lay.zero_stage, recompute=lay.recompute, sequence_parallel=lay.sequence_parallel,
-                ))  # fmt: skip
+                out.append(lay.at_depth(job, vpp))
             except InvalidLayout:
                 continue
         return out
