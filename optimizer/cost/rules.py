@@ -111,6 +111,22 @@ class ResolvedLayout:
         )
 
 
+def with_knobs(fields: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
+    """A resolved layout (``fields``: its ``__dict__``) with another ZeRO stage and recompute mode
+    (one the rules accept for the job: ``moe`` only for MoE models).
+
+    Neither changes validity or any derived number, so the fields are copied as they are rather
+    than passed through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field), which was most of the time spent enumerating the larger search spaces.
+    """
+    lay = object.__new__(ResolvedLayout)
+    values = lay.__dict__
+    values.update(fields)
+    values["zero_stage"] = zero_stage
+    values["recompute"] = recompute
+    return lay
+
+
 def divisors(n: int) -> list[int]:
     """Every divisor of ``n``, ascending (the sizes a parallel axis of ``n`` ranks can take)."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]

@@ -18,7 +18,7 @@ from optimizer import service
 from optimizer.cost import build_context, distinct_orders, estimate
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.layer import Dims
-from optimizer.cost.rules import ResolvedLayout, resolve, resolve_layout, tensor_parallel_reason
+from optimizer.cost.rules import ResolvedLayout, resolve, resolve_layout, tensor_parallel_reason, with_knobs
 from optimizer.errors import InvalidLayout
 from optimizer.search.fixed_values import CHECKS
 from optimizer.search.ranking import family_key
@@ -107,6 +107,9 @@ def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, Resolv
     assert lay.dims == Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     assert lay.family == family_key(lay) == (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep)
     assert lay.sizes() == {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep}
+    knobs = with_knobs(lay.__dict__, 0, "full")
+    assert knobs == dataclasses.replace(lay, zero_stage=0, recompute="full")
+    assert knobs.dims == dataclasses.replace(lay.dims, recompute="full")
     spec = lay.to_spec()
     assert spec == _old_spec(lay)
     assert ResolvedLayout.from_spec(spec, job) == lay
