@@ -81,7 +81,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
-    launch_args = build_launch(job.model, training, config, fields) if launch else None
+    launch_args = build_launch(job.model, training, lay, fields) if launch else None
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)
         config = config.model_copy(update={"recompute": own or lay.recompute})

@@ -1,6 +1,6 @@
 """The layout value (``ResolvedLayout``): frozen and hashable, built only by the layout rules,
-and every view of it (``dims``, ``family``, ``sizes()``, ``at_depth``, ``to_spec``, the numpy
-columns and their rows) equal to the field-by-field construction it replaces."""
+and every view of it (``dims``, ``family``, ``sizes()``, ``at_depth``, ``to_spec``, the launch
+geometry, the numpy columns and their rows) equal to the field-by-field construction it replaces."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.layer import Dims
 from optimizer.cost.rules import ResolvedLayout, resolve, resolve_layout, tensor_parallel_reason, with_knobs
 from optimizer.errors import InvalidLayout
+from optimizer.launch.common import Geometry, geometry
+from optimizer.layer_split import even_split
 from optimizer.search.fixed_values import CHECKS
 from optimizer.search.ranking import family_key
 from optimizer.search.space import enumerate_layouts
@@ -112,6 +114,12 @@ def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, Resolv
     assert knobs.dims == dataclasses.replace(lay.dims, recompute="full")
     spec = lay.to_spec()
     assert spec == _old_spec(lay)
+    assert geometry(job.training, lay) == Geometry(
+        tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp, dp=lay.dp, mbs=lay.micro_batch_size,
+        nmb=(job.training.global_batch_size or 0) // (lay.dp * lay.micro_batch_size), gbs=job.training.global_batch_size,
+        seq=job.training.seq_len, sp=lay.sequence_parallel and lay.tp > 1,
+        chunks=tuple(even_split(job.model.num_layers or 0, lay.pp * lay.vpp)),
+    )  # fmt: skip
     assert ResolvedLayout.from_spec(spec, job) == lay
     for vpp in (1, 2, 4):
         try:
