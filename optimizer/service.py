@@ -12,7 +12,7 @@ from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.context import attention_kernel_class
 from optimizer.cost.flops import MEGATRON_SELECTIVE
-from optimizer.cost.layer import Dims, expert_gemm_times_s, routed_tokens_per_gpu
+from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import StageMemory, shard_group_sizes
 from optimizer.cost.num import Num
 from optimizer.error_bands import plan_ranges
@@ -33,7 +33,7 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.search import SearchResult, search
-from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
+from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
 
@@ -63,21 +63,7 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
 def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     """The contract's ``Plan`` for an estimate (numbers straight from the cost model)."""
     lay = est.layout
-    config = Layout(
-        tp=lay.tp,
-        pp=lay.pp,
-        dp=lay.dp,
-        cp=lay.cp,
-        ep=lay.ep,
-        vpp=lay.vpp,
-        micro_batch_size=lay.micro_batch_size,
-        zero_stage=lay.zero_stage,  # type: ignore[arg-type]
-        recompute=lay.recompute,  # type: ignore[arg-type]
-        sequence_parallel=lay.sequence_parallel,
-        num_micro_batches=lay.num_micro_batches,
-        stage_layers=list(lay.stage_layers),
-        placement=None,
-    )
+    config = lay.to_spec()
     n = job.cluster.resolved_num_gpus
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = _memory_breakdown(est)
@@ -95,7 +81,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
-    launch_args = build_launch(job.model, training, config, fields) if launch else None
+    launch_args = build_launch(job.model, training, lay, fields) if launch else None
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)
         config = config.model_copy(update={"recompute": own or lay.recompute})
@@ -273,7 +259,7 @@ def _host_bound_experts_note(job: JobSpec, est: Estimate) -> list[str]:
     if kind is None:  # every layer dense (moe.first_dense_layers = num_layers)
         return []
     lay = est.layout
-    d = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
+    d = lay.dims
     gpu_s, host_s = expert_gemm_times_s(ctx, kind, d)
     if host_s <= gpu_s:
         return []

@@ -1,7 +1,8 @@
 """The cost model: one pure function family that every entry point calls.
 
 - ``context.build_context(job)``: per-job facts (model FLOPs, layer kinds, hardware, tiers).
-- ``rules.resolve_layout(job, layout)``: validity rules, derived numbers.
+- ``rules.ResolvedLayout.from_spec(layout, job)`` (``rules.resolve`` on plain numbers): the layout
+  value, built only by the validity rules, with its derived numbers and views.
 - ``estimate.estimate(ctx, layout, order)``: step time, memory, MFU for one rank order.
 - ``best_estimate(ctx, layout, placement)``: the best rank order (or the one matching a placement).
 """

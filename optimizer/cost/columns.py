@@ -25,6 +25,7 @@ from optimizer.cost.head import head_time_at_s
 from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.memory import memory_signature, stage_memory
 from optimizer.cost.pipeline import even_split
+from optimizer.cost.rules import ResolvedLayout, resolve
 from optimizer.cost.stage import (
     StageTerms,
     kind_costs,
@@ -32,6 +33,7 @@ from optimizer.cost.stage import (
     stage_fixed_terms,
 )
 from optimizer.cost.topology import AxisGroups
+from optimizer.specs import JobSpec
 
 _LAYER_FIELDS = tuple(f.name for f in fields(LayerCost))
 
@@ -78,6 +80,29 @@ class LayoutColumns:
         return cls(tp, pp, dp, cp, ep, zero_stage, column(micro_batch_size, np.int64),
                    column(sequence_parallel, bool), tuple(recompute), column(vpp, np.int64),
                    column(num_micro_batches, np.int64))  # fmt: skip
+
+    @classmethod
+    def of_layouts(cls, layouts: Sequence[ResolvedLayout]) -> LayoutColumns:
+        """The columns of ``layouts`` (one family at one ZeRO stage, uniform layer splits): the
+        one conversion from layout values; ``layout_at`` converts a row back."""
+        first = layouts[0]
+        if any(x.family != first.family or x.zero_stage != first.zero_stage for x in layouts):
+            raise ValueError("a batch of layouts shares its parallel sizes and ZeRO stage")
+        return cls.of(
+            first.family, first.zero_stage, [x.micro_batch_size for x in layouts],
+            [x.sequence_parallel for x in layouts], [x.recompute for x in layouts], [x.vpp for x in layouts],
+            [x.num_micro_batches for x in layouts],
+        )  # fmt: skip
+
+    def layout_at(self, job: JobSpec, row: int, zero_stage: int | None = None) -> ResolvedLayout:
+        """Row ``row`` as a layout value (at ``zero_stage``, default the batch's), resolved for ``job``."""
+        return resolve(
+            job, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, vpp=int(self.vpp[row, 0]),
+            micro_batch_size=int(self.micro_batch_size[row, 0]),
+            zero_stage=self.zero_stage if zero_stage is None else zero_stage, recompute=self.recompute[row],
+            sequence_parallel=bool(self.sequence_parallel[row, 0]), dp=self.dp,
+            num_micro_batches=int(self.num_micro_batches[row, 0]),
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.recompute)

@@ -1,4 +1,4 @@
-"""The per-layer cost's shared vocabulary: the layout numbers it depends on (``Dims``), its result
+"""The per-layer cost's shared vocabulary: the layout numbers it depends on (``Dims``, a view of the layout value: ``ResolvedLayout.dims``), its result
 (``LayerCost``), the GEMM time at a shape, and the per-rank widths the compute, communication
 and activation terms share."""
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.rules import Dims as Dims  # the layout value's view, kept importable from here
 from optimizer.modes import RecomputeMode
 
 ACT_BYTES = 2.0
@@ -18,18 +19,6 @@ ATTENTION_CORE_RECOMPUTED = frozenset(
     {RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.FULL, MEGATRON_SELECTIVE}
 )
 """Recompute modes that re-run the attention core in backward (``op`` keeps its output)."""
-
-
-@dataclass(frozen=True)
-class Dims:
-    """The layout numbers the per-layer cost depends on."""
-
-    tp: int
-    cp: int
-    ep: int
-    micro_batch_size: int
-    sequence_parallel: bool
-    recompute: str
 
 
 @dataclass(frozen=True)

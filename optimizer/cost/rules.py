@@ -1,4 +1,10 @@
-"""Validity rules of a layout for a job; each failure names the field and the reason."""
+"""The layout value (``ResolvedLayout``) and the validity rules of a layout for a job.
+
+``resolve`` is the one place the rules live (each failure names the field and the reason) and the
+one way to build a ``ResolvedLayout``; ``ResolvedLayout.from_spec`` resolves a request's
+``Layout``. What other code needs of a layout is a view of the value: ``dims`` (what a layer's
+cost depends on), ``family`` (its parallel sizes), ``sizes()`` (per axis), ``at_depth`` (the same
+layout interleaved deeper) and ``to_spec`` (back to the request type)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,21 @@ from optimizer.specs import JobSpec, Layout
 
 
 @dataclass(frozen=True)
+class Dims:
+    """The layout numbers the per-layer cost depends on (``ResolvedLayout.dims``)."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+
+
+@dataclass(frozen=True)
 class ResolvedLayout:
-    """A valid layout with every derived number filled in."""
+    """A valid layout with every derived number filled in: built by ``resolve`` (or
+    ``from_spec``), frozen and hashable."""
 
     tp: int
     pp: int
@@ -33,7 +52,79 @@ class ResolvedLayout:
         return len(set(self.stage_layers)) == 1
 
     def sizes(self) -> dict[str, int]:
+        """The size of each parallel axis."""
         return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp, Axis.EP: self.ep}
+
+    @property
+    def family(self) -> tuple[int, int, int, int, int]:
+        """The parallel sizes ``(tp, pp, dp, cp, ep)``: the layout's family in the search."""
+        return (self.tp, self.pp, self.dp, self.cp, self.ep)
+
+    @property
+    def dims(self) -> Dims:
+        """The numbers the per-layer cost depends on."""
+        return Dims(self.tp, self.cp, self.ep, self.micro_batch_size, self.sequence_parallel, self.recompute)
+
+    @classmethod
+    def from_spec(cls, layout: Layout, job: JobSpec) -> ResolvedLayout:
+        """``layout`` checked against ``job``; raises :class:`InvalidLayout` naming the failing field."""
+        return resolve(
+            job,
+            tp=layout.tp,
+            pp=layout.pp,
+            cp=layout.cp,
+            ep=layout.ep,
+            vpp=layout.vpp,
+            micro_batch_size=layout.micro_batch_size,
+            zero_stage=layout.zero_stage,
+            recompute=layout.recompute,
+            sequence_parallel=bool(layout.sequence_parallel),
+            dp=layout.dp,
+            num_micro_batches=layout.num_micro_batches,
+            stage_layers=layout.stage_layers,
+        )
+
+    def at_depth(self, job: JobSpec, vpp: int) -> ResolvedLayout:
+        """The same layout at interleaving depth ``vpp`` with the even layer split (resolved:
+        raises :class:`InvalidLayout` when the rules reject that depth)."""
+        return resolve(
+            job, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, vpp=vpp, micro_batch_size=self.micro_batch_size,
+            zero_stage=self.zero_stage, recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+        )  # fmt: skip
+
+    def to_spec(self) -> Layout:
+        """The request type of this layout (every derived number set; no placement)."""
+        return Layout(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            vpp=self.vpp,
+            micro_batch_size=self.micro_batch_size,
+            zero_stage=self.zero_stage,  # type: ignore[arg-type]
+            recompute=self.recompute,  # type: ignore[arg-type]
+            sequence_parallel=self.sequence_parallel,
+            num_micro_batches=self.num_micro_batches,
+            stage_layers=list(self.stage_layers),
+            placement=None,
+        )
+
+
+def with_knobs(fields: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
+    """A resolved layout (``fields``: its ``__dict__``) with another ZeRO stage and recompute mode
+    (one the rules accept for the job: ``moe`` only for MoE models).
+
+    Neither changes validity or any derived number, so the fields are copied as they are rather
+    than passed through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field), which was most of the time spent enumerating the larger search spaces.
+    """
+    lay = object.__new__(ResolvedLayout)
+    values = lay.__dict__
+    values.update(fields)
+    values["zero_stage"] = zero_stage
+    values["recompute"] = recompute
+    return lay
 
 
 def divisors(n: int) -> list[int]:
@@ -43,22 +134,8 @@ def divisors(n: int) -> list[int]:
 
 
 def resolve_layout(job: JobSpec, layout: Layout) -> ResolvedLayout:
-    """Check ``layout`` against ``job``; raise :class:`InvalidLayout` naming the failing field."""
-    return resolve(
-        job,
-        tp=layout.tp,
-        pp=layout.pp,
-        cp=layout.cp,
-        ep=layout.ep,
-        vpp=layout.vpp,
-        micro_batch_size=layout.micro_batch_size,
-        zero_stage=layout.zero_stage,
-        recompute=layout.recompute,
-        sequence_parallel=bool(layout.sequence_parallel),
-        dp=layout.dp,
-        num_micro_batches=layout.num_micro_batches,
-        stage_layers=layout.stage_layers,
-    )
+    """``ResolvedLayout.from_spec(layout, job)``."""
+    return ResolvedLayout.from_spec(layout, job)
 
 
 def resolve(
@@ -77,7 +154,8 @@ def resolve(
     num_micro_batches: int | None = None,
     stage_layers: list[int] | tuple[int, ...] | None = None,
 ) -> ResolvedLayout:
-    """The layout rules on plain numbers (the search calls this directly)."""
+    """The layout rules on plain numbers: the one constructor of a ``ResolvedLayout`` (the search
+    calls this directly; ``ResolvedLayout.from_spec`` for a request's ``Layout``)."""
     model = job.model
     n = job.cluster.resolved_num_gpus
     layers = model.num_layers or 0
@@ -107,17 +185,24 @@ def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
     return dp
 
 
-def _check_tensor_parallel(job: JobSpec, tp: int) -> None:
+def tensor_parallel_reason(job: JobSpec, tp: int) -> str | None:
+    """Why the model's heads or FFN cannot be split ``tp`` ways (None when they can)."""
     model = job.model
     heads = model.num_attention_heads or 0
     kv = model.num_kv_heads or 0
     if heads % tp:
-        raise InvalidLayout("config.tp", f"num_attention_heads ({heads}) is not divisible by tp ({tp})")
+        return f"num_attention_heads ({heads}) is not divisible by tp ({tp})"
     if model.mla is None and kv % tp and tp % kv:
-        raise InvalidLayout("config.tp", f"num_kv_heads ({kv}) and tp ({tp}) must divide one another")
+        return f"num_kv_heads ({kv}) and tp ({tp}) must divide one another"
     ffn = model.ffn_hidden_size or 0
     if ffn % tp:
-        raise InvalidLayout("config.tp", f"ffn_hidden_size ({ffn}) is not divisible by tp ({tp})")
+        return f"ffn_hidden_size ({ffn}) is not divisible by tp ({tp})"
+    return None
+
+
+def _check_tensor_parallel(job: JobSpec, tp: int) -> None:
+    if (reason := tensor_parallel_reason(job, tp)) is not None:
+        raise InvalidLayout("config.tp", reason)
 
 
 def _check_experts(job: JobSpec, tp: int, dp: int, cp: int, ep: int, recompute: str) -> None:

@@ -134,8 +134,7 @@ def layout_kind_costs(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) 
     """``kind_costs`` of the layout's ``Dims`` (made only when not cached yet)."""
     kind_cost = ctx.caches[KIND_COSTS].get(layout_layer_key(lay, groups))
     if kind_cost is None:
-        dims = Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-        kind_cost = kind_costs(ctx, dims, groups)
+        kind_cost = kind_costs(ctx, lay.dims, groups)
     return kind_cost
 
 

@@ -1,10 +1,11 @@
 """Launch settings for a planned layout, for four training frameworks.
 
-``build_launch(model, training, layout)`` is a pure function: it turns one planned layout into
-Megatron-LM command-line arguments, a torchtitan TOML fragment, a DeepSpeed config JSON and
-Megatron-Bridge recipe overrides. Only the settings the layout decides are emitted (parallel
-degrees, batch geometry, pipeline split, optimizer sharding, recompute, precision); model
-architecture, data, optimizer hyper-parameters and checkpoint paths stay with the user.
+``build_launch(model, training, layout)`` is a pure function: it turns one planned layout (the
+layout value, ``optimizer.cost.rules.ResolvedLayout``) into Megatron-LM command-line arguments, a
+torchtitan TOML fragment, a DeepSpeed config JSON and Megatron-Bridge recipe overrides. Only the
+settings the layout decides are emitted (parallel degrees, batch geometry, pipeline split,
+optimizer sharding, recompute, precision); model architecture, data, optimizer hyper-parameters
+and checkpoint paths stay with the user.
 
 Where each framework's names come from (read in the framework's own repository):
 
@@ -42,6 +43,7 @@ Where each framework's names come from (read in the framework's own repository):
 
 from __future__ import annotations
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import default_stage_layers, geometry
 from optimizer.launch.deepspeed import deepspeed_config
 from optimizer.launch.megatron import (
@@ -55,7 +57,7 @@ from optimizer.launch.megatron import (
 from optimizer.launch.nemo import nemo_overrides
 from optimizer.launch.torchtitan import torchtitan_toml
 from optimizer.results import LaunchArgs
-from optimizer.specs import Layout, ModelSpec, TrainingSpec
+from optimizer.specs import ModelSpec, TrainingSpec
 
 __all__ = [
     "ALL_LAUNCH_FIELDS",
@@ -71,12 +73,12 @@ ALL_LAUNCH_FIELDS = ("megatron", "torchtitan", "deepspeed", "nemo")
 
 
 def build_launch(
-    model: ModelSpec, training: TrainingSpec, layout: Layout, fields: tuple[str, ...] = ALL_LAUNCH_FIELDS
+    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, fields: tuple[str, ...] = ALL_LAUNCH_FIELDS
 ) -> LaunchArgs:
-    """Launch settings for ``layout`` (``layout.dp`` and ``layout.num_micro_batches`` set; recompute
-    in the cost model's names), for the ``LaunchArgs`` ``fields`` named (the frameworks that run
-    the plan as costed); the others stay empty."""
-    geo = geometry(model, training, layout)
+    """Launch settings for ``layout`` (the layout value, recompute in the cost model's names), for
+    the ``LaunchArgs`` ``fields`` named (the frameworks that run the plan as costed); the others
+    stay empty."""
+    geo = geometry(training, layout)
     split = megatron_split(geo)
     builders = {
         "megatron": lambda: megatron_args(model, training, layout, geo, split),

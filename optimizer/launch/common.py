@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.layer_split import even_split
-from optimizer.specs import Layout, ModelSpec, TrainingSpec
+from optimizer.specs import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -42,29 +43,10 @@ def default_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
     return even_split(num_layers, pp * vpp)
 
 
-def geometry(model: ModelSpec, training: TrainingSpec, layout: Layout) -> Geometry:
-    if layout.dp is None:
-        raise ValueError("layout.dp must be set before building launch settings")
-    gbs = training.global_batch_size
-    assert gbs is not None and model.num_layers is not None  # set by the spec validators
-    nmb = layout.num_micro_batches
-    if nmb is None:
-        nmb = gbs // (layout.dp * layout.micro_batch_size)
-    if layout.micro_batch_size * nmb * layout.dp != gbs:
-        raise ValueError(
-            f"micro_batch_size ({layout.micro_batch_size}) * num_micro_batches ({nmb}) * dp "
-            f"({layout.dp}) != global_batch_size ({gbs})"
-        )
-    n = layout.pp * layout.vpp
-    if layout.stage_layers is None:
-        chunks = default_stage_layers(model.num_layers, layout.pp, layout.vpp)
-    else:
-        chunks = list(layout.stage_layers)
-        if len(chunks) != n or sum(chunks) != model.num_layers or min(chunks) < 0:
-            raise ValueError(
-                f"stage_layers {chunks} must have pp*vpp = {n} non-negative entries summing to "
-                f"num_layers = {model.num_layers}"
-            )
+def geometry(training: TrainingSpec, layout: ResolvedLayout) -> Geometry:
+    """The batch and pipeline geometry of ``layout`` (a valid layout: the rules have derived and
+    checked its data-parallel size, micro-batch count and layer split)."""
+    assert training.global_batch_size is not None  # set by the spec validators
     return Geometry(
         tp=layout.tp,
         pp=layout.pp,
@@ -73,11 +55,11 @@ def geometry(model: ModelSpec, training: TrainingSpec, layout: Layout) -> Geomet
         vpp=layout.vpp,
         dp=layout.dp,
         mbs=layout.micro_batch_size,
-        nmb=nmb,
-        gbs=gbs,
+        nmb=layout.num_micro_batches,
+        gbs=training.global_batch_size,
         seq=training.seq_len,
-        sp=bool(layout.sequence_parallel) and layout.tp > 1,
-        chunks=tuple(chunks),
+        sp=layout.sequence_parallel,
+        chunks=layout.stage_layers,
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
 from optimizer.params import layer_params
-from optimizer.specs import Layout, ModelSpec, TrainingSpec
+from optimizer.specs import ModelSpec, TrainingSpec
 
 _DEEPSPEED_PREFETCH_DEFAULT = 50_000_000
 """DeepSpeed's ``stage3_prefetch_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
@@ -22,7 +23,7 @@ def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
     return math.ceil(max(sum(layer_params(model, i).on_rank(tp, ep)) for i in range(model.num_layers)))
 
 
-def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: Geometry) -> str:
+def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
     zero: dict[str, object] = {"stage": layout.zero_stage, "overlap_comm": training.dp_comm_overlap}
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers

@@ -7,8 +7,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry, dp_overlapped
-from optimizer.specs import Layout, ModelSpec, TrainingSpec
+from optimizer.specs import ModelSpec, TrainingSpec
 
 MEGATRON_FLAGS: frozenset[str] = frozenset(
     {
@@ -140,7 +141,7 @@ def _megatron_layout_string(chunks: tuple[int, ...]) -> str:
     return "|".join(stages)
 
 
-def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: Geometry, split: Split) -> str:
+def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, split: Split) -> str:
     """Megatron-LM command-line arguments for the layout (the settings it decides)."""
     args: list[str] = [
         "--tensor-model-parallel-size", str(geo.tp),
@@ -219,7 +220,7 @@ def _megatron_pipeline_args(training: TrainingSpec, geo: Geometry, split: Split)
     return args
 
 
-def _megatron_recompute_args(model: ModelSpec, layout: Layout) -> list[str]:
+def _megatron_recompute_args(model: ModelSpec, layout: ResolvedLayout) -> list[str]:
     args: list[str] = []
     if layout.recompute in ("selective", "op", "moe", "core_attn"):  # op: torchtitan's policy; Megatron's nearest
         args += ["--recompute-granularity", "selective"]

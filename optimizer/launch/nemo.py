@@ -3,9 +3,10 @@ overrides; Megatron-Core's field names)."""
 
 from __future__ import annotations
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry, dp_overlapped
 from optimizer.launch.megatron import ATTENTION_BACKEND, MEGATRON_FSDP_STRATEGY, Split, megatron_recompute_modules
-from optimizer.specs import Layout, ModelSpec, TrainingSpec
+from optimizer.specs import ModelSpec, TrainingSpec
 
 
 def _hydra(value: object) -> str:
@@ -16,7 +17,9 @@ def _hydra(value: object) -> str:
     return str(value)
 
 
-def nemo_overrides(model: ModelSpec, training: TrainingSpec, layout: Layout, geo: Geometry, split: Split) -> str:
+def nemo_overrides(
+    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, split: Split
+) -> str:
     vpp = geo.vpp if geo.pp > 1 and geo.vpp > 1 else None
     over: list[tuple[str, object]] = [
         ("model.tensor_model_parallel_size", geo.tp),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
-from optimizer.specs import Layout, TrainingSpec
+from optimizer.specs import TrainingSpec
 
 
 def _torchtitan_fqns(chunks: tuple[int, ...]) -> list[list[str]]:
@@ -37,7 +38,7 @@ def _toml_value(value: object) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def torchtitan_toml(training: TrainingSpec, layout: Layout, geo: Geometry) -> str:
+def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
     """A torchtitan TOML job-config fragment for the layout, with a comment where torchtitan runs it
     differently from the plan."""
     parallelism, shard, async_tp, local_batch = _torchtitan_parallelism(training, layout, geo)
@@ -75,7 +76,7 @@ def torchtitan_toml(training: TrainingSpec, layout: Layout, geo: Geometry) -> st
 
 
 def _torchtitan_parallelism(
-    training: TrainingSpec, layout: Layout, geo: Geometry
+    training: TrainingSpec, layout: ResolvedLayout, geo: Geometry
 ) -> tuple[dict[str, object], int, bool, int]:
     """The ``[parallelism]`` section, the FSDP shard degree, whether async TP is on, and the local
     batch size."""
@@ -113,7 +114,7 @@ def _torchtitan_parallelism(
 
 
 def _torchtitan_parallelism_comments(
-    training: TrainingSpec, layout: Layout, geo: Geometry, shard: int
+    training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, shard: int
 ) -> dict[str, list[str]]:
     """Comments for the ``[activation_checkpoint]`` and ``[parallelism]`` sections."""
     comments: dict[str, list[str]] = {}
@@ -186,7 +187,7 @@ def _torchtitan_training(
         )
 
 
-def _torchtitan_sharding_comments(layout: Layout, geo: Geometry) -> list[str]:
+def _torchtitan_sharding_comments(layout: ResolvedLayout, geo: Geometry) -> list[str]:
     """Where torchtitan's DDP / FSDP2 differ from the plan's ZeRO stage (PyTorch
     ``torch/distributed/pipelining/stage.py``, ``backward_maybe_with_nosync``: with pp > 1, FSDP2
     modules neither reshard nor reduce gradients until a step's last backward)."""

@@ -20,7 +20,7 @@ import numpy as np
 from optimizer.cost import distinct_orders
 from optimizer.cost.columns import LayoutColumns, cost_columns
 from optimizer.cost.context import JobContext
-from optimizer.cost.rules import ResolvedLayout, resolve
+from optimizer.cost.rules import ResolvedLayout
 from optimizer.search.space import LayoutBlock, Reach, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -69,8 +69,7 @@ def exhaustive_best(
     """Cost the whole regular space of ``job`` (as ``search`` restricts it) exactly, as arrays."""
     by_sizes: dict[tuple[int, int, int, int, int, tuple[tuple[int, str], ...]], list[LayoutBlock]] = {}
     for block in layout_blocks(job, search, Reach.ALL):
-        b = block.base
-        by_sizes.setdefault((b.tp, b.pp, b.dp, b.cp, b.ep, block.variants), []).append(block)
+        by_sizes.setdefault((*block.base.family, block.variants), []).append(block)
     usable = ctx.usable_bytes(headroom_bytes)
     layouts = fitting = costed = 0
     best_step, best_row = math.inf, None
@@ -106,12 +105,8 @@ def exhaustive_best(
                 r = int(np.argmin(step))
                 if step[r] < best_step:
                     best_step = float(step[r])
-                    best_row = (sizes, zero, rows, r, orders[int(order_index[r])][0])
+                    best_row = (cols, zero, r, orders[int(order_index[r])][0])
     if best_row is None:
         return ExhaustiveBest(layouts, fitting, costed, None, None, math.inf)
-    (tp, pp, _, cp, ep), zero, rows, r, order = best_row
-    layout = resolve(
-        job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=rows.vpp[r], micro_batch_size=rows.micro_batch_size[r],
-        zero_stage=zero, recompute=rows.recompute[r], sequence_parallel=rows.sequence_parallel[r],
-    )  # fmt: skip
-    return ExhaustiveBest(layouts, fitting, costed, layout, order, best_step)
+    best_cols, zero, r, order = best_row
+    return ExhaustiveBest(layouts, fitting, costed, best_cols.layout_at(job, r, zero), order, best_step)

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optimizer.cost.rules import resolve
+from optimizer.cost.rules import resolve, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
 
 def _tp(job: JobSpec, tp: int) -> str | None:
-    m, n = job.model, job.cluster.resolved_num_gpus
+    n = job.cluster.resolved_num_gpus
     if n % tp:
         return f"tp ({tp}) does not divide num_gpus ({n})"
-    if (m.num_attention_heads or 0) % tp:
-        return f"num_attention_heads ({m.num_attention_heads}) is not divisible by tp ({tp})"
-    kv = m.num_kv_heads or 0
-    if m.mla is None and kv % tp and tp % kv:
-        return f"num_kv_heads ({kv}) and tp ({tp}) must divide one another"
-    if (m.ffn_hidden_size or 0) % tp:
-        return f"ffn_hidden_size ({m.ffn_hidden_size}) is not divisible by tp ({tp})"
-    return None
+    return tensor_parallel_reason(job, tp)
 
 
 def _pp(job: JobSpec, pp: int) -> str | None:

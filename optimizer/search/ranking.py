@@ -32,7 +32,7 @@ LEAST_RECOMPUTE = (
 
 def family_key(lay: ResolvedLayout) -> tuple:
     """A layout family: its parallel sizes."""
-    return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep)
+    return lay.family
 
 
 class BestTimes:

@@ -14,7 +14,7 @@ from enum import Enum
 from itertools import product
 from typing import NamedTuple
 
-from optimizer.cost.rules import ResolvedLayout, divisors, resolve
+from optimizer.cost.rules import ResolvedLayout, divisors, resolve, with_knobs
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.modes import RecomputeMode
 from optimizer.search.framework_space import block_variants, costed_recompute_choices, space_frameworks
@@ -42,21 +42,6 @@ run (``framework_space``; ``moe`` only for MoE models), plus, with no framework 
 def astuple_shallow(lay: ResolvedLayout) -> tuple:
     """The layout's fields in declaration order (no deep copy, unlike ``dataclasses.astuple``)."""
     return tuple(getattr(lay, f.name) for f in dataclass_fields(lay))
-
-
-def _variant(base: dict, zero_stage: int, recompute: str) -> ResolvedLayout:
-    """``base`` (a resolved layout's ``__dict__``) with another ZeRO stage and recompute.
-
-    Neither changes validity or any derived number, so the fields are copied as they are rather
-    than passed through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
-    field), which was most of the time spent enumerating the larger spaces.
-    """
-    lay = object.__new__(ResolvedLayout)
-    fields = lay.__dict__
-    fields.update(base)
-    fields["zero_stage"] = zero_stage
-    fields["recompute"] = recompute
-    return lay
 
 
 class Reach(Enum):
@@ -108,10 +93,7 @@ class LayoutFamily(NamedTuple):
         lay = self.first
         for vpp in self.more_vpps:
             try:
-                out.append(resolve(
-                    job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp, micro_batch_size=lay.micro_batch_size,
-                    zero_stage=lay.zero_stage, recompute=lay.recompute, sequence_parallel=lay.sequence_parallel,
-                ))  # fmt: skip
+                out.append(lay.at_depth(job, vpp))
             except InvalidLayout:
                 continue
         return out
@@ -137,7 +119,7 @@ class LayoutBlock(NamedTuple):
     def family(self, index: int) -> LayoutFamily:
         """The ``index``-th family of the block (in ``variants`` order)."""
         zero, rc = self.variants[index]
-        return LayoutFamily(_variant(self.base.__dict__, zero, rc), self.more_vpps, self.skipped_vpps)
+        return LayoutFamily(with_knobs(self.base.__dict__, zero, rc), self.more_vpps, self.skipped_vpps)
 
     def families(self) -> Iterator[LayoutFamily]:
         for i in range(len(self.variants)):

@@ -10,10 +10,12 @@ import tomllib
 
 import pytest
 
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.errors import InvalidLayout
 from optimizer.launch import MEGATRON_FLAGS, build_launch, default_stage_layers
 from optimizer.params import layer_params
 from optimizer.results import LaunchArgs
-from optimizer.specs import Layout, ModelSpec, MoEConfig, TrainingSpec
+from optimizer.specs import ClusterSpec, JobSpec, Layout, ModelSpec, MoEConfig, TrainingSpec
 
 LLAMA3_70B = ModelSpec(
     name="llama3-70b",
@@ -144,8 +146,17 @@ ALL_CASES = {
 }
 
 
+def resolved(model: ModelSpec, training: TrainingSpec, layout: Layout) -> ResolvedLayout:
+    """The layout value of ``layout`` on as many H100s as its sizes need."""
+    assert layout.dp is not None
+    num_gpus = layout.tp * layout.pp * layout.dp * layout.cp
+    job = JobSpec(model=model, training=training, cluster=ClusterSpec(preset="dgx-h100", num_gpus=num_gpus))
+    return ResolvedLayout.from_spec(layout, job)
+
+
 def launch(case: tuple[ModelSpec, TrainingSpec, Layout]) -> LaunchArgs:
-    return build_launch(*case)
+    model, training, layout = case
+    return build_launch(model, training, resolved(model, training, layout))
 
 
 def megatron_flags(args: str) -> list[str]:
@@ -288,7 +299,7 @@ def test_megatron_default_split_when_layers_do_not_divide():
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     model = DENSE_40L.model_copy(update={"num_layers": 30})
     layout = Layout(tp=1, pp=4, dp=8, micro_batch_size=1, num_micro_batches=8)
-    args = build_launch(model, training, layout).megatron
+    args = launch((model, training, layout)).megatron
     assert megatron_value(args, "--decoder-first-pipeline-num-layers") == "7"
     assert megatron_value(args, "--decoder-last-pipeline-num-layers") == "7"
 
@@ -569,34 +580,28 @@ def test_default_stage_layers():
         assert max(split) - min(split) <= 1
 
 
-def test_rejects_missing_dp_and_inconsistent_batch():
+def test_launch_takes_the_layout_values_derived_numbers():
+    """``build_launch`` takes the layout value: its data-parallel size, micro-batch count and layer
+    split are the rules' (``ResolvedLayout.from_spec``), which reject an inconsistent batch or split."""
     model, training, layout = llama_case()
-    with pytest.raises(ValueError, match="dp"):
-        build_launch(model, training, layout.model_copy(update={"dp": None}))
-    with pytest.raises(ValueError, match="global_batch_size"):
-        build_launch(model, training, layout.model_copy(update={"num_micro_batches": 31}))
-
-
-def test_num_micro_batches_derived_when_unset():
-    model, training, layout = llama_case()
-    derived = build_launch(model, training, layout.model_copy(update={"num_micro_batches": None}))
-    assert derived == build_launch(model, training, layout)
-
-
-def test_rejects_malformed_stage_layers():
+    assert launch((model, training, layout.model_copy(update={"num_micro_batches": None}))) == launch(
+        (model, training, layout)
+    )
+    with pytest.raises(InvalidLayout, match="global_batch_size"):
+        resolved(model, training, layout.model_copy(update={"num_micro_batches": 31}))
     model, training, layout = uneven_case([10, 10, 10, 9])
-    with pytest.raises(ValueError, match="stage_layers"):
-        build_launch(model, training, layout)
+    with pytest.raises(InvalidLayout, match="stage_layers"):
+        resolved(model, training, layout)
     model, training, layout = uneven_case([10, 10, 20])
-    with pytest.raises(ValueError, match="stage_layers"):
-        build_launch(model, training, layout)
+    with pytest.raises(InvalidLayout, match="stage_layers"):
+        resolved(model, training, layout)
 
 
 def test_build_launch_is_pure():
     model, training, layout = mixtral_case()
-    before = layout.model_dump()
-    assert build_launch(model, training, layout) == build_launch(model, training, layout)
-    assert layout.model_dump() == before
+    lay = resolved(model, training, layout)
+    assert build_launch(model, training, lay) == build_launch(model, training, lay)
+    assert lay == resolved(model, training, layout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -678,7 +683,7 @@ def test_tp_comm_overlap_flags():
 
 def test_tp_comm_overlap_needs_sequence_parallel():
     model, training, layout = tp_overlap_case()
-    out = build_launch(model, training, layout.model_copy(update={"sequence_parallel": False}))
+    out = launch((model, training, layout.model_copy(update={"sequence_parallel": False})))
     assert "--tp-comm-overlap" not in megatron_flags(out.megatron)
     assert "enable_async_tensor_parallel" not in tomllib.loads(out.torchtitan)["parallelism"]
     assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(out.nemo)
@@ -704,7 +709,7 @@ def test_ep_comm_overlap_flags():
 
 def test_ep_comm_overlap_needs_expert_parallelism():
     model, training, layout = ep_overlap_case()
-    out = build_launch(model, training, layout.model_copy(update={"ep": 1}))
+    out = launch((model, training, layout.model_copy(update={"ep": 1})))
     assert "--overlap-moe-expert-parallel-comm" not in megatron_flags(out.megatron)
     assert "comm_overlap.overlap_moe_expert_parallel_comm" not in nemo_overrides(out.nemo)
 
