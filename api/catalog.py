@@ -9,10 +9,10 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, create_model
 
 from api.errors import MessageBody
-from hardware_catalog import load_catalog
 from hardware_catalog.schema import ClusterEntry, GpuEntry, NetworkEntry
 from optimizer.errors import UnknownCatalogId
-from optimizer.presets import ModelPreset, load_model_presets
+from optimizer.presets import ModelPreset
+from optimizer.reference import current
 
 router = APIRouter(tags=["catalog"])
 
@@ -60,13 +60,13 @@ def _not_found(kind: str) -> dict[int | str, dict[str, Any]]:
 @router.get("/gpus", response_model=GpuList, operation_id="list_gpus", summary="List accelerators")
 async def list_gpus() -> list[dict[str, Any]]:
     """Accelerators: dense peak FLOP/s per precision, memory, scale-up links, with sources."""
-    return catalog_items(load_catalog().gpus)
+    return catalog_items(current().catalog.gpus)
 
 
 @router.get("/gpus/{gpu_id}", response_model=GpuItem, operation_id="get_gpu", responses=_not_found("gpu"))
 async def get_gpu(gpu_id: str) -> dict[str, Any]:
     """One accelerator by id."""
-    return _one("gpu", load_catalog().gpus, gpu_id)
+    return _one("gpu", current().catalog.gpus, gpu_id)
 
 
 @router.get(
@@ -77,7 +77,7 @@ async def get_gpu(gpu_id: str) -> dict[str, Any]:
 )
 async def list_networks() -> list[dict[str, Any]]:
     """Scale-out fabrics: line rate, latency and achievable bus bandwidth, with sources."""
-    return catalog_items(load_catalog().networks)
+    return catalog_items(current().catalog.networks)
 
 
 @router.get(
@@ -88,7 +88,7 @@ async def list_networks() -> list[dict[str, Any]]:
 )
 async def get_network(network_id: str) -> dict[str, Any]:
     """One scale-out fabric by id."""
-    return _one("network", load_catalog().networks, network_id)
+    return _one("network", current().catalog.networks, network_id)
 
 
 @router.get(
@@ -99,7 +99,7 @@ async def get_network(network_id: str) -> dict[str, Any]:
 )
 async def list_clusters() -> list[dict[str, Any]]:
     """Cluster presets: GPU, node size, NVLink domain, NICs and network tiers, with sources."""
-    return catalog_items(load_catalog().clusters)
+    return catalog_items(current().catalog.clusters)
 
 
 @router.get(
@@ -110,7 +110,7 @@ async def list_clusters() -> list[dict[str, Any]]:
 )
 async def get_cluster(cluster_id: str) -> dict[str, Any]:
     """One cluster preset by id."""
-    return _one("cluster", load_catalog().clusters, cluster_id)
+    return _one("cluster", current().catalog.clusters, cluster_id)
 
 
 @router.get(
@@ -121,7 +121,7 @@ async def get_cluster(cluster_id: str) -> dict[str, Any]:
 )
 async def list_models() -> list[dict[str, Any]]:
     """Model presets: published architectures with their source and published parameter counts."""
-    return catalog_items(load_model_presets())
+    return catalog_items(current().presets)
 
 
 @router.get(
@@ -132,4 +132,4 @@ async def list_models() -> list[dict[str, Any]]:
 )
 async def get_model(model_id: str) -> dict[str, Any]:
     """One model preset by id."""
-    return _one("model", load_model_presets(), model_id)
+    return _one("model", current().presets, model_id)

@@ -25,10 +25,9 @@ from api.errors import validation_items
 from api.planning import apply_search_limits
 from api.settings import Settings
 from api.topology_cli import add_topology_commands
-from hardware_catalog import load_catalog
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
-from optimizer.presets import load_model_presets
+from optimizer.reference import current
 from optimizer.results import CompareResponse, Plan, PlanResponse
 from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 from optimizer.units import GB, GIB, TB, TFLOPS, US
@@ -243,8 +242,8 @@ _CATALOG_COLUMNS: dict[str, tuple[Sequence[str], Callable[[str, Any], list[objec
 
 def _catalog_entries(which: str) -> Mapping[str, BaseModel]:
     if which == "models":
-        return load_model_presets()
-    entries: Mapping[str, BaseModel] = getattr(load_catalog(), which)
+        return current().presets
+    entries: Mapping[str, BaseModel] = getattr(current().catalog, which)
     return entries
 
 

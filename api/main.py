@@ -9,12 +9,12 @@ from fastapi import FastAPI
 
 from api import catalog, meta, planning, sweeps
 from api.errors import install_error_handlers
-from api.middleware import RequestContextMiddleware, configure_logging
+from api.middleware import ReferenceMiddleware, RequestContextMiddleware, configure_logging
 from api.pool import SolverPool
 from api.settings import Settings
 from api.web import install_web
-from hardware_catalog import load_catalog
 from optimizer.presets import load_model_presets
+from optimizer.reference import ReferenceData, shipped
 
 DESCRIPTION = """
 Plans and scores parallel layouts (TP x PP x DP x CP x EP, ZeRO, recompute, placement on
@@ -37,11 +37,13 @@ TAGS = [
 ]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, reference: ReferenceData | None = None) -> FastAPI:
     """Build the app.
 
     Args:
         settings: Service settings; default: read from the ``PPLAN_*`` environment.
+        reference: The catalog, model presets and capacity catalog requests are validated and
+            costed with (``optimizer.reference``); default: the package's own.
 
     Returns:
         A FastAPI app whose lifespan loads (and so validates) the catalogs at start-up.
@@ -49,13 +51,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_rate_per_s)
     pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
-    sweep_manager = sweeps.SweepManager(workers=settings.sweep_workers, max_running=settings.max_sweeps_running)
+    sweep_manager = sweeps.SweepManager(
+        workers=settings.sweep_workers, max_running=settings.max_sweeps_running, reference=reference
+    )
     evaluate_pool = SolverPool(workers=settings.evaluate_workers, max_queue=settings.max_queue)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        load_catalog()  # a broken catalog stops start-up instead of failing requests
-        load_model_presets()
+        if reference is None:  # a broken catalog stops start-up instead of failing requests
+            shipped()
+            load_model_presets()
         try:
             yield
         finally:
@@ -76,7 +81,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.solver_pool = pool
     app.state.sweeps = sweep_manager
     app.state.evaluate_pool = evaluate_pool
+    app.state.reference = reference
     install_error_handlers(app)
+    if reference is not None:
+        app.add_middleware(ReferenceMiddleware, reference=reference)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -8,7 +8,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from hardware_catalog import load_catalog
+from optimizer.reference import current
 
 DISTRIBUTION = "parallelism-planner"
 
@@ -45,4 +45,4 @@ async def healthz() -> Health:
     summary="Package and catalog versions",
 )
 async def version() -> VersionInfo:
-    return VersionInfo(version=package_version(), catalog_version=load_catalog().version)
+    return VersionInfo(version=package_version(), catalog_version=current().catalog.version)

@@ -18,6 +18,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.documents import MAX_DEPTH, json_depth
+from optimizer.reference import ReferenceData, using
 
 LOGGER_NAME = "pplan"
 access_log = logging.getLogger(f"{LOGGER_NAME}.access")
@@ -231,3 +232,16 @@ class RequestContextMiddleware:
                     "request_id": request_id,
                 },
             )
+
+
+class ReferenceMiddleware:
+    """Runs every request with the app's reference data (``optimizer.reference.using``): the
+    catalog and presets its body is validated with, and its plans costed with."""
+
+    def __init__(self, app: ASGIApp, reference: ReferenceData) -> None:
+        self.app = app
+        self.reference = reference
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with using(self.reference):
+            await self.app(scope, receive, send)

@@ -8,6 +8,7 @@ taken off the queue and answered 503 instead of being run late.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import threading
 from collections.abc import Callable
@@ -82,7 +83,8 @@ class SolverPool:
         executor = self._get_executor()
         self._acquire()
         try:
-            future = executor.submit(fn, *args)
+            # the caller's context (the request's reference data) goes with the call
+            future = executor.submit(contextvars.copy_context().run, fn, *args)
         except BaseException:
             self._release(Future())
             raise

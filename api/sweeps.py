@@ -39,6 +39,7 @@ from optimizer.capacity.sweep import (
     point_requests,
 )
 from optimizer.presets import load_model_presets
+from optimizer.reference import ReferenceData, install
 from optimizer.results import Plan
 from optimizer.specs import PlanRequest
 
@@ -62,8 +63,12 @@ def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | Non
     return "done", answer.plans[0], None
 
 
-def warm_worker() -> None:
-    """Load the catalogs and the planner once per worker process, before the first point."""
+def warm_worker(reference: ReferenceData | None = None) -> None:
+    """Load the catalogs and the planner once per worker process, before the first point; plan
+    with ``reference`` when the app was given its own (``api.main.create_app``)."""
+    if reference is not None:
+        install(reference)
+        return
     load_catalog()
     load_capacity_catalog()
     load_model_presets()
@@ -92,7 +97,10 @@ class _Sweep:
 class SweepManager:
     """Runs sweep points on ``workers`` processes; keeps at most ``max_kept`` sweeps in memory."""
 
-    def __init__(self, workers: int, max_running: int, max_kept: int = MAX_KEPT) -> None:
+    def __init__(
+        self, workers: int, max_running: int, max_kept: int = MAX_KEPT, reference: ReferenceData | None = None
+    ) -> None:
+        self.reference = reference
         self.workers = workers
         self.max_running = max_running
         self.max_kept = max_kept
@@ -103,7 +111,10 @@ class SweepManager:
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=warm_worker
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=warm_worker,
+                initargs=(self.reference,),
             )
         return self._executor
 

@@ -27,7 +27,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from hardware_catalog import load_catalog
+from optimizer.reference import current
 from optimizer.specs import JobSpec
 
 _DATA_PACKAGE = "optimizer"
@@ -139,7 +139,7 @@ def precision_class(precision: str) -> PrecisionClass:
 
 
 def generation_of(gpu_id: str) -> str:
-    generation = load_catalog().gpus[gpu_id].generation
+    generation = current().catalog.gpus[gpu_id].generation
     return GENERATION_FAMILY.get(generation, generation)
 
 

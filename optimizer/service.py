@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import cast
 
-from hardware_catalog import load_catalog
 from optimizer.capacity.annotate import annotate, resolve_inputs
 from optimizer.capacity.plans import finish
 from optimizer.compare import compare_plans
@@ -23,6 +22,7 @@ from optimizer.frameworks import running_frameworks
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
+from optimizer.reference import current
 from optimizer.results import (
     CompareResponse,
     LaunchArgs,
@@ -69,7 +69,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
     notes = _estimate_notes(job, est, ranges.note)
-    gpu = load_catalog().gpus[job.cluster.gpu]  # type: ignore[index]
+    gpu = current().catalog.gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
     if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:
         notes.append(

@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hardware_catalog import load_catalog
-from hardware_catalog.capacity import load_capacity_catalog
 from optimizer.capacity import formulas as f
 from optimizer.cost.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
 from optimizer.params import count_params
+from optimizer.reference import current
 from optimizer.results import Goodput, Plan, TimeToTrain
 from optimizer.specs import JobSpec, Objective
 
@@ -45,15 +44,15 @@ def price_per_gpu_hour_usd(job: JobSpec) -> float | None:
     GPU (None: neither)."""
     if job.costs.price_per_gpu_hour_usd is not None:
         return job.costs.price_per_gpu_hour_usd
-    catalog_price = load_capacity_catalog().gpus[job.cluster.gpu].price_per_gpu_hour_usd  # type: ignore[index]
+    catalog_price = current().capacity.gpus[job.cluster.gpu].price_per_gpu_hour_usd  # type: ignore[index]
     return None if catalog_price is None else catalog_price.value
 
 
 def resolve_inputs(job: JobSpec) -> CapacityInputs:
-    cap = load_capacity_catalog()
+    cap = current().capacity
     d = cap.defaults
     gpu_id = job.cluster.gpu
-    gpu = load_catalog().gpus[gpu_id]  # type: ignore[index]
+    gpu = current().catalog.gpus[gpu_id]  # type: ignore[index]
     gcap = cap.gpus[gpu_id]  # type: ignore[index]
     rel, costs = job.reliability, job.costs
     price = price_per_gpu_hour_usd(job)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from hardware_catalog import load_catalog
 from hardware_catalog.loader import Catalog
 from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
@@ -21,6 +20,7 @@ from optimizer.params import (
     lm_head_params,
     mla_up_projection_params,
 )
+from optimizer.reference import ReferenceData, current
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
 
@@ -153,8 +153,9 @@ def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
     """The context of ``job`` under ``cal``, with new, empty caches (``JobContext.caches``): build
     it once per request (one search, one evaluation) and pass it down. The job's facts are
     computed once per (job, calibration) and shared between calls (``_build_context_cached``);
-    they are immutable, so only the caches need to be new."""
-    return replace(_build_context_cached(job.model_dump_json(), cal), caches=Caches())
+    they are immutable, so only the caches need to be new. The GPU and network numbers come from
+    the current reference data (``optimizer.reference.current``)."""
+    return replace(_build_context_cached(job.model_dump_json(), cal, current()), caches=Caches())
 
 
 def clear_context_cache() -> None:
@@ -163,26 +164,26 @@ def clear_context_cache() -> None:
 
 
 @lru_cache(maxsize=256)
-def _build_context_cached(job_json: str, cal: Calibration) -> JobContext:
+def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceData) -> JobContext:
     """The facts of the job ``job_json`` under ``cal``: model, hardware, tiers, layer kinds, peaks.
 
     Reads: ``model`` (every architecture field: layers, sizes, heads, MoE, MLA, vocabulary),
     ``training.seq_len``, ``precision`` and ``attention_kernel``, and ``cluster`` (GPU, network,
     GPU count or nodes, node / NVLink / NIC sizes, leaf span, oversubscription, power limit,
-    memory override); the catalog, loaded once per process from the package's data; ``cal``.
+    memory override); the catalog of ``reference`` (the current reference data); ``cal``.
     And it keeps the job itself (``JobContext.job``), from which the cost model reads the rest
     of ``training`` per layout.
 
     Cache key: the whole ``JobSpec`` as JSON (``model``, ``training`` and ``cluster``, every
     field with its default filled in; a request's ``search`` section is not part of it) and the
-    calibration (a frozen dataclass, hashed by value). That is everything above, so it is safe:
+    calibration (a frozen dataclass, hashed by value) and the reference data (by identity). That is everything above, so it is safe:
     two calls share a context only when every field of their jobs is equal, and jobs that differ
     in a field nothing reads only miss the cache. Kept whole rather than narrowed to the fields
     above because the context hands on the job, so a narrower key would go stale as soon as a
     cost reads a new field of it. The caches of the context kept here are never handed out:
     ``build_context`` gives each call its own."""
     job = JobSpec.model_validate_json(job_json)
-    cat = load_catalog()
+    cat = reference.catalog
     c = job.cluster
     assert c.gpu and c.network
     gpu = cat.gpus[c.gpu]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from hardware_catalog import load_catalog
 from optimizer.errors import UnknownCatalogId
+from optimizer.reference import current
 from optimizer.specs.common import MAX_NUM_GPUS
 from optimizer.strict_model import Strict
 from optimizer.topology_spec import ClusterTopology
@@ -65,7 +65,7 @@ class ClusterSpec(Strict):
 
     @model_validator(mode="after")
     def _resolve(self) -> ClusterSpec:
-        cat = load_catalog()
+        cat = current().catalog
         if self.preset is not None:
             if self.preset not in cat.clusters:
                 raise ValueError(str(UnknownCatalogId("cluster preset", self.preset, list(cat.clusters))))

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
-from optimizer.preset_file import read_model_presets
+from optimizer.reference import current
 from optimizer.specs.common import MAX_HIDDEN, MAX_LAYERS, Activation
 from optimizer.strict_model import Strict
 
@@ -117,7 +117,7 @@ class ModelSpec(Strict):
     def _apply_preset(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("preset") is None:
             return data
-        presets = read_model_presets()
+        presets = current().presets
         preset_id = data["preset"]
         if not isinstance(preset_id, str):
             raise ValueError(f"preset must be a string (a model preset id), not {type(preset_id).__name__}")
