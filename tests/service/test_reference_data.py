@@ -29,9 +29,7 @@ def custom_reference() -> ReferenceData:
     usable = base.memory_usable_bytes.model_copy(update={"value": CUSTOM_USABLE_BYTES})
     gpu = base.model_copy(update={"memory_usable_bytes": usable})
     catalog = dataclasses.replace(ref.catalog, gpus={**ref.catalog.gpus, CUSTOM_GPU: gpu})
-    capacity = ref.capacity.model_copy(
-        update={"gpus": {**ref.capacity.gpus, CUSTOM_GPU: ref.capacity.gpus[BASE_GPU]}}
-    )
+    capacity = ref.capacity.model_copy(update={"gpus": {**ref.capacity.gpus, CUSTOM_GPU: ref.capacity.gpus[BASE_GPU]}})
     return ReferenceData(catalog, ref.presets, capacity)
 
 
