@@ -5,6 +5,7 @@ the validators read."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -90,3 +91,10 @@ def test_an_app_plans_with_the_data_it_is_given() -> None:
         assert response.status_code == 422
         assert CUSTOM_GPU in response.text
         assert CUSTOM_GPU not in [g["id"] for g in client.get("/gpus").json()]
+
+
+def test_the_data_reaches_sweep_worker_processes() -> None:
+    """Sweep workers get the app's data through the pool's initializer, pickled."""
+    copy = pickle.loads(pickle.dumps(CUSTOM))
+    assert CUSTOM_GPU in copy.catalog.gpus
+    assert copy.catalog.gpus[CUSTOM_GPU].memory_usable_bytes.value == CUSTOM_USABLE_BYTES
