@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.search_latency import JOBS, vectorised_bounds_s
 from optimizer.cost import build_context
-from optimizer.cost.context import _build_context_cached
+from optimizer.cost.context import clear_context_cache
 from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
 from optimizer.search.space import layout_families
 from optimizer.specs import JobSpec, PlanRequest
@@ -39,7 +39,7 @@ def _job(body: dict) -> tuple[JobSpec, PlanRequest]:
 
 
 def per_family(body: dict) -> tuple[float, int]:
-    _build_context_cached.cache_clear()
+    clear_context_cache()
     t0 = time.perf_counter()
     job, req = _job(body)
     ctx = build_context(job)

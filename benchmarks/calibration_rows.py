@@ -430,7 +430,7 @@ def map_moe_dispatcher(row: dict[str, Any]) -> str:
     return "alltoall"
 
 
-def _names_deepspeed(row: dict[str, Any]) -> bool:
+def names_deepspeed(row: dict[str, Any]) -> bool:
     """The row's source, ``config.other`` or notes name DeepSpeed."""
     text = f"{json.dumps(row.get('source', {}))} {row['config'].get('other') or ''} {row.get('notes') or ''}"
     return "deepspeed" in text.lower()
@@ -439,7 +439,7 @@ def _names_deepspeed(row: dict[str, Any]) -> bool:
 def map_pp_comm_overlap(row: dict[str, Any]) -> bool:
     """Runs on DeepSpeed's pipeline engine (MT-NLG, Megatron-DeepSpeed for BLOOM) send and
     receive activations with blocking calls: no pipeline communication overlap."""
-    return not _names_deepspeed(row)
+    return not names_deepspeed(row)
 
 
 def map_dp_collectives(row: dict[str, Any]) -> str:
@@ -450,7 +450,7 @@ def map_dp_collectives(row: dict[str, Any]) -> str:
     175B), hierarchical gathers at an eighth of that. Rows of later DeepSpeed versions and every
     other stack in the set run hierarchical collectives."""
     year = str(row.get("source", {}).get("date") or "")[:4]
-    deepspeed_2021 = _names_deepspeed(row) and year.isdigit() and int(year) <= 2021
+    deepspeed_2021 = names_deepspeed(row) and year.isdigit() and int(year) <= 2021
     return "flat" if row["config"].get("zero_stage") == 3 and deepspeed_2021 else "hierarchical"
 
 
@@ -469,7 +469,7 @@ def map_fused_kernels(row: dict[str, Any]) -> bool:
     """torchtitan runs without ``torch.compile`` in ``config.other`` are eager (unfused); every
     other stack in the set fuses its elementwise kernels (Megatron / Transformer Engine, DeepSpeed
     with Megatron's fused kernels)."""
-    return not _is_torchtitan(row) or "compile" in str(row["config"].get("other") or "").lower()
+    return not is_torchtitan(row) or "compile" in str(row["config"].get("other") or "").lower()
 
 
 def map_attention_kernel(row: dict[str, Any]) -> str:
@@ -483,7 +483,7 @@ def map_attention_kernel(row: dict[str, Any]) -> str:
     year = int(m.group(0)) if m else 0
     if year and year <= 2022:
         return "unfused"
-    return "flash3" if year >= 2025 and not _is_torchtitan(row) else "flash2"
+    return "flash3" if year >= 2025 and not is_torchtitan(row) else "flash2"
 
 
 def map_precision(text: str | None) -> tuple[str, list[str]]:
@@ -525,7 +525,7 @@ def map_zero_stage(cfg: dict[str, Any]) -> int | None:
     return None
 
 
-def _is_torchtitan(row: dict[str, Any]) -> bool:
+def is_torchtitan(row: dict[str, Any]) -> bool:
     return "torchtitan" in row["id"] or "torchtitan" in json.dumps(row.get("source", {})).lower()
 
 
@@ -535,7 +535,7 @@ def global_batch_size(row: dict[str, Any], seq: int) -> tuple[int, list[str]]:
         return int(cfg["global_batch_size"]), []
     if cfg.get("global_batch_tokens"):
         return int(cfg["global_batch_tokens"]) // seq, []
-    ga = cfg.get("grad_accum_steps") or (1 if _is_torchtitan(row) else None)
+    ga = cfg.get("grad_accum_steps") or (1 if is_torchtitan(row) else None)
     if cfg.get("micro_batch_size") and cfg.get("dp") and ga:
         gbs = int(cfg["micro_batch_size"]) * int(cfg["dp"]) * int(ga)
         return gbs, [f"global batch {gbs} = local batch x dp x grad-accum {ga} (not stated)"]
@@ -574,7 +574,7 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
     if mbs is not None:
         mbs = int(mbs)
         if pp > 1 and gbs // max(1, dp * mbs) < pp:
-            if _is_torchtitan(row):
+            if is_torchtitan(row):
                 local_batch = mbs  # set below from the virtual stages (torchtitan's default split)
             else:
                 grid["micro_batch_size"] = tuple(v for v in MBS_GRID if v <= mbs and mbs % v == 0)
@@ -591,7 +591,7 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
     rc = map_recompute(cfg.get("activation_recompute"))
     if rc is None:
         grid["recompute"] = RECOMPUTE_GRID
-    elif rc == "selective" and _is_torchtitan(row):
+    elif rc == "selective" and is_torchtitan(row):
         # torchtitan's selective checkpointing is its op-level policy (llama3 train configs:
         # selective_ac_option = "op")
         fixed["recompute"] = "op"
@@ -641,7 +641,7 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
 
     # optimizer sharding
     zero = map_zero_stage(cfg)
-    if zero == 3 and pp > 1 and _is_torchtitan(row):
+    if zero == 3 and pp > 1 and is_torchtitan(row):
         # PyTorch's pipeline schedule keeps FSDP2 weights gathered and gradients unsharded until a
         # step's last backward (torchtitan's FSDP with PP runs as ZeRO-1; docs/launch.md)
         zero = 1
@@ -788,7 +788,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     notes += n_net
     hw = row["hardware"]
     gpn = int(hw.get("gpus_per_node") or 8)
-    titan = _is_torchtitan(row)
+    titan = is_torchtitan(row)
     try:
         training = TrainingSpec(
             seq_len=int(seq),

@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.cost.context import _build_context_cached
+from optimizer.cost.context import clear_context_cache
 from optimizer.service import search_plans
 from optimizer.specs import ModelSpec, PlanRequest
 
@@ -62,7 +62,7 @@ def plan(body: dict[str, Any], old_rule: bool) -> tuple[float, str, float | None
     if old_rule:  # uneven depths left out above the count for every model that mixes kinds
         ModelSpec.alternates_layer_kinds = property(lambda self: self.mixes_layer_kinds)  # type: ignore[method-assign]
     try:
-        _build_context_cached.cache_clear()
+        clear_context_cache()
         t0 = time.perf_counter()
         response = search_plans(PlanRequest.model_validate(body))
         elapsed = time.perf_counter() - t0

@@ -192,7 +192,7 @@ def _class_rows(residuals: list[Residual], bands: dict[BandClass, ErrorBand], he
     return out
 
 
-def _md_table(head: list[str], body: list[list[str]]) -> str:
+def md_table(head: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
 
@@ -237,7 +237,7 @@ def render_markdown(residuals: list[Residual], bands: dict[BandClass, ErrorBand]
         "",
         f"Fitted on {len(residuals)} rows.",
         "",
-        _md_table(["class", "rows", "q10 log(meas/pred)", "q90 log(meas/pred)", "throughput factors"],
+        md_table(["class", "rows", "q10 log(meas/pred)", "q90 log(meas/pred)", "throughput factors"],
                   _band_rows(bands)),
         "",
         "## Coverage (leave one source out)",
@@ -248,16 +248,16 @@ def render_markdown(residuals: list[Residual], bands: dict[BandClass, ErrorBand]
         "",
         "By class (band used: the band that class gets from all rows):",
         "",
-        _md_table(["class", "rows", "band used", "covered", "coverage"], _class_rows(residuals, bands, held)),
+        md_table(["class", "rows", "band used", "covered", "coverage"], _class_rows(residuals, bands, held)),
         "",
         "By held-out source:",
         "",
-        _md_table(["source", "rows", "covered", "coverage"],
+        md_table(["source", "rows", "covered", "coverage"],
                   [[k, str(c.n), str(c.covered), _pct(c.fraction)] for k, c in by_source.items()]),
         "",
         "Rows outside their held-out range:",
         "",
-        _md_table(["id", "class", "log(meas/pred)", "held-out band"],
+        md_table(["id", "class", "log(meas/pred)", "held-out band"],
                   [[h.residual.id, h.residual.cls.label, f"{h.residual.log_ratio:+.3f}",
                     f"{h.band.cls.label} [{min(h.band.log_low, 0):+.3f}, {max(h.band.log_high, 0):+.3f}]"]
                    for h in misses]),

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.calibration_rows import load_rows, map_all
-from benchmarks.validation import _md_table, _text_table, evaluate_row
+from benchmarks.validation import evaluate_row, md_table, text_table
 from optimizer.calibration import DEFAULT
 
 DATA_PATH = ROOT / "benchmarks" / "data" / "published_memory.json"
@@ -136,14 +136,14 @@ def render_markdown(rows: list[MemoryRow], summary: MemorySummary, published: di
         "",
         "## Runs",
         "",
-        _md_table(*_table(rows)),
+        md_table(*_table(rows)),
         "",
     ]
     return "\n".join(lines)
 
 
 def render_text(rows: list[MemoryRow], summary: MemorySummary) -> str:
-    return "\n".join([_text_table(*_table(rows)), "", *_summary_lines(summary, len(rows))])
+    return "\n".join([text_table(*_table(rows)), "", *_summary_lines(summary, len(rows))])
 
 
 def main(argv: list[str] | None = None) -> int:

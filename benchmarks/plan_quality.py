@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.calibration_rows import MappedRow, _is_torchtitan, _names_deepspeed, map_all  # noqa: E402
+from benchmarks.calibration_rows import MappedRow, is_torchtitan, map_all, names_deepspeed  # noqa: E402
 from optimizer.errors import InvalidLayout  # noqa: E402
 from optimizer.frameworks import profile  # noqa: E402
 from optimizer.results import Plan  # noqa: E402
@@ -41,9 +41,9 @@ LARGE = 1.15
 
 def framework_of(row: dict[str, Any]) -> str | None:
     """The row's framework, from its id, source and notes (None: not known)."""
-    if _is_torchtitan(row):
+    if is_torchtitan(row):
         return "torchtitan"
-    if _names_deepspeed(row):
+    if names_deepspeed(row):
         return "deepspeed"
     text = f"{row['id']} {json.dumps(row.get('source', {}))}".lower()
     if "nemo" in text or "bridge" in text:

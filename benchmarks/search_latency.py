@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from optimizer.cost import build_context
-from optimizer.cost.context import _build_context_cached
+from optimizer.cost.context import clear_context_cache
 from optimizer.search import bound_space, cyclic_gc_paused
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, layout_blocks
@@ -174,7 +174,7 @@ class Row:
 def _fresh_context() -> None:
     """Empty per-job caches, and collect the previous measurement's garbage so that its cycles are
     not collected on the next one's clock."""
-    _build_context_cached.cache_clear()
+    clear_context_cache()
     gc.collect()
 
 

@@ -498,14 +498,14 @@ def _worst_table(rep: ValidationReport) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def _text_table(head: list[str], body: list[list[str]]) -> str:
+def text_table(head: list[str], body: list[list[str]]) -> str:
     widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     return "\n".join(lines)
 
 
-def _md_table(head: list[str], body: list[list[str]]) -> str:
+def md_table(head: list[str], body: list[list[str]]) -> str:
     def esc(c: str) -> str:
         return c.replace("|", "\\|")
 
@@ -548,9 +548,9 @@ def _subset_lines(rep: ValidationReport) -> list[str]:
 
 
 def render_text(rep: ValidationReport) -> str:
-    out = [_text_table(*_row_table(rep)), "", "Summary", *("  " + x for x in _headline(rep)), ""]
-    out += [_text_table(*_summary_table(rep)), "", _text_table(*_group_table(rep)), ""]
-    out += ["Worst rows", _text_table(*_worst_table(rep)), ""]
+    out = [text_table(*_row_table(rep)), "", "Summary", *("  " + x for x in _headline(rep)), ""]
+    out += [text_table(*_summary_table(rep)), "", text_table(*_group_table(rep)), ""]
+    out += ["Worst rows", text_table(*_worst_table(rep)), ""]
     if rep.flop_checks:
         out.append("FLOP-definition check (TFLOP/s implied by measured tokens/s / reported TFLOP/s - 1)")
         out += [f"  {i}: {x:+.1%}  [{d}]" for i, d, x in rep.flop_checks]
@@ -594,11 +594,11 @@ def render_markdown(rep: ValidationReport) -> str:
         "",
         *("- " + x for x in _headline(rep)),
         "",
-        _md_table(*_summary_table(rep)),
+        md_table(*_summary_table(rep)),
         "",
         "## Worst rows",
         "",
-        _md_table(*_worst_table(rep)),
+        md_table(*_worst_table(rep)),
         "",
         "## Ranking within comparison groups",
         "",
@@ -607,7 +607,7 @@ def render_markdown(rep: ValidationReport) -> str:
         "orders the same way. Groups whose rows have the same inputs (one layout measured on two",
         "software releases) have no predicted order (`-`).",
         "",
-        _md_table(*_group_table(rep)),
+        md_table(*_group_table(rep)),
         "",
         "## Error bands",
         "",
@@ -626,7 +626,7 @@ def render_markdown(rep: ValidationReport) -> str:
         "gated MLPs and MoE; non-causal attention), Megatron-Core 2025 (MoE ModelZoo) the same with",
         "causal attention halved.",
         "",
-        _md_table(*_row_table(rep)),
+        md_table(*_row_table(rep)),
         "",
     ]
     if rep.flop_checks:
@@ -636,14 +636,14 @@ def render_markdown(rep: ValidationReport) -> str:
             "Rows that report both TFLOP/s and tokens/s (or a step time): TFLOP/s implied by the",
             "measured tokens/s and the definition above, relative to the reported TFLOP/s.",
             "",
-            _md_table(
+            md_table(
                 ["id", "definition", "implied / reported - 1"], [[i, d, f"{x:+.1%}"] for i, d, x in rep.flop_checks]
             ),
             "",
         ]
     notes = [(r.id, "; ".join(r.notes)) for r in rep.rows if r.notes]
     if notes:
-        md += ["## Mapping notes", "", _md_table(["id", "notes"], [[i, n] for i, n in notes]), ""]
+        md += ["## Mapping notes", "", md_table(["id", "notes"], [[i, n] for i, n in notes]), ""]
     md += ["## Skipped rows", ""]
     md += [f"- `{x.id}`: {x.reason}" for x in rep.skipped] or ["None."]
     md.append("")
