@@ -59,6 +59,8 @@ class LayoutColumns:
     arithmetic, which takes the layer costs instead."""
     vpp: np.ndarray
     num_micro_batches: np.ndarray
+    etp: int = 1
+    """Expert tensor-parallel size (the search's batches keep experts whole)."""
 
     @classmethod
     def of(
@@ -130,7 +132,7 @@ def _dims_rows(cols: LayoutColumns) -> tuple[list[Dims], np.ndarray]:
     mbs = cols.micro_batch_size[:, 0].tolist()
     sp = cols.sequence_parallel[:, 0].tolist()
     distinct, index = _rows_of(list(zip(mbs, sp, cols.recompute, strict=True)))
-    return [Dims(cols.tp, cols.cp, cols.ep, b, s, r) for b, s, r in distinct], index
+    return [Dims(cols.tp, cols.cp, cols.ep, b, s, r, cols.etp) for b, s, r in distinct], index
 
 
 def _layer_columns(ctx: JobContext, dims_rows: tuple[list[Dims], np.ndarray], groups: AxisGroups) -> list[LayerCost]:

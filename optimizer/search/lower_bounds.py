@@ -360,7 +360,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     geometries the axis can have bounds every rank order."""
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one, one, one)
     layer_costs, tp_cp_floors = ctx.caches[LB_LAYER_COST], ctx.caches[LB_TP_CP_FLOOR]
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).

@@ -33,7 +33,17 @@ class Layout(Strict):
         default=1,
         ge=1,
         le=MAX_NUM_GPUS,
-        description="Expert-parallel size (expert TP = 1): must divide tp*dp*cp and num_experts.",
+        description="Expert-parallel size: ep*etp must divide tp*dp*cp, and ep must divide num_experts.",
+    )
+    etp: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NUM_GPUS,
+        description=(
+            "Expert tensor-parallel size: each routed expert's FFN split etp ways (Megatron-Core's "
+            "expert_tensor_parallel_size; MoE models only; 1: experts whole). ep*etp must divide tp*dp*cp "
+            "and etp the expert FFN width."
+        ),
     )
     vpp: int = Field(
         default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none)."

@@ -108,7 +108,7 @@ def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, Resolv
     job, lay = case
     assert lay.dims == Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
     assert lay.family == family_key(lay) == (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep)
-    assert lay.sizes() == {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep}
+    assert lay.sizes() == {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep, "etp": lay.etp}
     knobs = with_knobs(lay.__dict__, 0, "full")
     assert knobs == dataclasses.replace(lay, zero_stage=0, recompute="full")
     assert knobs.dims == dataclasses.replace(lay.dims, recompute="full")
