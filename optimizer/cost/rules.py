@@ -62,9 +62,9 @@ class ResolvedLayout:
                 ETP: self.etp}  # fmt: skip
 
     @property
-    def family(self) -> tuple[int, int, int, int, int]:
-        """The parallel sizes ``(tp, pp, dp, cp, ep)``: the layout's family in the search."""
-        return (self.tp, self.pp, self.dp, self.cp, self.ep)
+    def family(self) -> tuple[int, int, int, int, int, int]:
+        """The parallel sizes ``(tp, pp, dp, cp, ep, etp)``: the layout's family in the search."""
+        return (self.tp, self.pp, self.dp, self.cp, self.ep, self.etp)
 
     @property
     def dims(self) -> Dims:

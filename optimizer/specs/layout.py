@@ -88,6 +88,9 @@ class LayoutFix(Strict):
     dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the data-parallel size.")
     cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the context-parallel size.")
     ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert-parallel size.")
+    etp: int | None = Field(
+        default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert tensor-parallel size (MoE models)."
+    )
     vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the virtual pipeline chunks per stage.")
     micro_batch_size: int | None = Field(
         default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences)."
@@ -110,6 +113,13 @@ class LayoutAllow(Strict):
     dp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Data-parallel sizes to search.")  # type: ignore[valid-type]
     cp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Context-parallel sizes to search.")  # type: ignore[valid-type]
     ep: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Expert-parallel sizes to search.")  # type: ignore[valid-type]
+    etp: _allowed(MAX_NUM_GPUS) | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description=(
+            "Expert tensor-parallel sizes to search (any the layout rules allow). Default for MoE models: 1 and, "
+            "with tp > 1, tp (where a target framework runs it)."
+        ),
+    )
     vpp: _allowed(MAX_LAYERS) | None = Field(  # type: ignore[valid-type]
         default=None,
         description=(
