@@ -112,19 +112,30 @@ _PLAN_HEADERS = (
 )  # fmt: skip
 
 
+def _with_etp(plans: Sequence[Plan]) -> bool:
+    """Whether a table shows the expert tensor-parallel column: some plan splits experts."""
+    return any(p.config.etp > 1 for p in plans)
+
+
+def _headers(etp: bool) -> tuple[str, ...]:
+    """``_PLAN_HEADERS``, with ``etp`` after ``ep`` when ``etp``."""
+    return (*_PLAN_HEADERS[:6], "etp", *_PLAN_HEADERS[6:]) if etp else _PLAN_HEADERS
+
+
 def _placement(plan: Plan) -> str:
     degrees = plan.config.model_dump()
     shown = [f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1]
     return " ".join(shown) or "-"
 
 
-def _plan_row(rank: int, plan: Plan) -> list[object]:
+def _plan_row(rank: int, plan: Plan, etp: bool = False) -> list[object]:
+    """One table row (``etp``: with the expert tensor-parallel column after ``ep``)."""
     c, mem = plan.config, plan.memory_gib
     memory = f"{mem.total:.1f}/{mem.usable:.1f}" + ("" if plan.fits_memory else " OOM")
     return [
-        rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
-        c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",
-        memory, plan.bottleneck,
+        rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, *([c.etp] if etp else []), c.vpp,
+        c.micro_batch_size, c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}",
+        f"{plan.mfu:.1%}", memory, plan.bottleneck,
     ]  # fmt: skip
 
 
@@ -136,7 +147,8 @@ def plan_table(response: PlanResponse) -> str:
         head += ", proved optimal"
     parts = [head + "\n"]
     if response.plans:
-        parts.append(_table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)]))
+        etp = _with_etp(response.plans)
+        parts.append(_table(_headers(etp), [_plan_row(i, p, etp) for i, p in enumerate(response.plans, start=1)]))
     if response.plans and response.plans[0].assignment is not None:
         a = response.plans[0].assignment
         parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
@@ -156,8 +168,9 @@ def plan_table(response: PlanResponse) -> str:
 def compare_table(response: CompareResponse) -> str:
     """One row per compared layout (index 0 is the reference) with its step-time delta, then
     each layout's summary of what differs, its notes and the warnings."""
-    headers = ("layout", *_PLAN_HEADERS[1:], "delta_s")
-    rows = [[*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)]
+    etp = _with_etp([e.plan for e in response.entries])
+    headers = ("layout", *_headers(etp)[1:], "delta_s")
+    rows = [[*_plan_row(i, e.plan, etp), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)]
     parts = [_table(headers, rows)]
     parts.extend(f"{e.summary}\n" for e in response.entries)
     for i, e in enumerate(response.entries):
@@ -183,7 +196,8 @@ def _capacity_line(plan: Plan) -> str:
 
 def evaluate_table(plan: Plan) -> str:
     """One-row table of an evaluated layout, then its time and memory breakdowns."""
-    parts = [_table(_PLAN_HEADERS, [_plan_row(1, plan)])]
+    etp = _with_etp([plan])
+    parts = [_table(_headers(etp), [_plan_row(1, plan, etp)])]
     times = plan.time_breakdown_s.model_dump()
     parts.append("time_s: " + "  ".join(f"{k}={v:.3f}" for k, v in times.items()) + "\n")
     mem = plan.memory_gib
