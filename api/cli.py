@@ -22,6 +22,7 @@ from api import sweep_cli
 from api.catalog import catalog_items
 from api.documents import DocumentError, parse_json, parse_yaml
 from api.errors import validation_items
+from api.plan_rows import plan_headers, plan_row, table, with_etp
 from api.planning import apply_search_limits
 from api.settings import Settings
 from api.topology_cli import add_topology_commands
@@ -97,36 +98,6 @@ def _dump(data: Any, fmt: str) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines) + "\n"
-
-
-_PLAN_HEADERS = (
-    "rank", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute",
-    "placement", "step_s", "mfu", "mem_gib", "bottleneck",
-)  # fmt: skip
-
-
-def _placement(plan: Plan) -> str:
-    degrees = plan.config.model_dump()
-    shown = [f"{axis}:{tier}" for axis, tier in plan.placement.items() if (degrees.get(axis) or 1) > 1]
-    return " ".join(shown) or "-"
-
-
-def _plan_row(rank: int, plan: Plan) -> list[object]:
-    c, mem = plan.config, plan.memory_gib
-    memory = f"{mem.total:.1f}/{mem.usable:.1f}" + ("" if plan.fits_memory else " OOM")
-    return [
-        rank, c.tp, c.pp, c.dp if c.dp is not None else "-", c.cp, c.ep, c.vpp, c.micro_batch_size,
-        c.zero_stage, c.recompute, _placement(plan), f"{plan.step_time_s:.3f}", f"{plan.mfu:.1%}",
-        memory, plan.bottleneck,
-    ]  # fmt: skip
-
-
 def plan_table(response: PlanResponse) -> str:
     """A ranked table of the plans, with the solver status and any explanation or warnings."""
     solver = response.solver
@@ -135,7 +106,8 @@ def plan_table(response: PlanResponse) -> str:
         head += ", proved optimal"
     parts = [head + "\n"]
     if response.plans:
-        parts.append(_table(_PLAN_HEADERS, [_plan_row(i, p) for i, p in enumerate(response.plans, start=1)]))
+        etp = with_etp(response.plans)
+        parts.append(table(plan_headers(etp), [plan_row(i, p, etp) for i, p in enumerate(response.plans, start=1)]))
     if response.plans and response.plans[0].assignment is not None:
         a = response.plans[0].assignment
         parts.append(f"nodes (plan 1, rank order): {' '.join(a.nodes)}\nslurm: {a.slurm.sbatch}\n")
@@ -155,9 +127,10 @@ def plan_table(response: PlanResponse) -> str:
 def compare_table(response: CompareResponse) -> str:
     """One row per compared layout (index 0 is the reference) with its step-time delta, then
     each layout's summary of what differs, its notes and the warnings."""
-    headers = ("layout", *_PLAN_HEADERS[1:], "delta_s")
-    rows = [[*_plan_row(i, e.plan), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)]
-    parts = [_table(headers, rows)]
+    etp = with_etp([e.plan for e in response.entries])
+    headers = ("layout", *plan_headers(etp)[1:], "delta_s")
+    rows = [[*plan_row(i, e.plan, etp), f"{e.step_time_delta_s:+.3f}"] for i, e in enumerate(response.entries)]
+    parts = [table(headers, rows)]
     parts.extend(f"{e.summary}\n" for e in response.entries)
     for i, e in enumerate(response.entries):
         parts.extend(f"layout {i} note: {n}\n" for n in e.plan.notes)
@@ -182,7 +155,8 @@ def _capacity_line(plan: Plan) -> str:
 
 def evaluate_table(plan: Plan) -> str:
     """One-row table of an evaluated layout, then its time and memory breakdowns."""
-    parts = [_table(_PLAN_HEADERS, [_plan_row(1, plan)])]
+    etp = with_etp([plan])
+    parts = [table(plan_headers(etp), [plan_row(1, plan, etp)])]
     times = plan.time_breakdown_s.model_dump()
     parts.append("time_s: " + "  ".join(f"{k}={v:.3f}" for k, v in times.items()) + "\n")
     mem = plan.memory_gib
@@ -299,7 +273,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     entries = _catalog_entries(args.which)
     if args.format == "table":
         headers, row = _CATALOG_COLUMNS[args.which]
-        _write(_table(headers, [row(entry_id, entry) for entry_id, entry in entries.items()]))
+        _write(table(headers, [row(entry_id, entry) for entry_id, entry in entries.items()]))
     else:
         _write(_dump(catalog_items(entries), args.format))
     return EXIT_OK

@@ -555,11 +555,11 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
     notes: list[str] = []
     if cfg.get("tp") is None or cfg.get("pp") is None:
         raise Unmappable("tp / pp not stated")
-    if cfg.get("etp") not in (None, 1):
-        raise Unmappable(f"expert tensor parallel etp={cfg['etp']} not modelled (experts not tensor-split)")
     fixed: dict[str, Any] = {"tp": int(cfg["tp"]), "pp": int(cfg["pp"])}
     fixed["cp"] = int(cfg.get("cp") or 1)
     fixed["ep"] = int(cfg.get("ep") or 1)
+    if cfg.get("etp") is not None:  # the row's expert tensor parallelism, when stated (else experts whole)
+        fixed["etp"] = int(cfg["etp"])
     if cfg.get("dp") is not None:
         fixed["dp"] = int(cfg["dp"])
     grid: dict[str, tuple[Any, ...]] = {}

@@ -188,6 +188,8 @@ def describe(plan) -> str:
         parts.append(f"CP{c.cp}")
     if c.ep > 1:
         parts.append(f"EP{c.ep}")
+    if c.etp > 1:
+        parts.append(f"ETP{c.etp}")
     split = "" if len(set(c.stage_layers or [])) <= 1 else " non-uniform split"
     return f"{' '.join(parts)}, mbs {c.micro_batch_size}, ZeRO-{c.zero_stage}, {c.recompute} recompute{split}"
 

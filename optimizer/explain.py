@@ -51,7 +51,7 @@ def explain(job: JobSpec, plans: list[Plan], solver: SolverInfo) -> Explanation 
 
 def describe(plan: Plan) -> str:
     c = plan.config
-    sizes = " ".join(f"{k.upper()}{getattr(c, k)}" for k in ("tp", "pp", "dp", "cp", "ep") if getattr(c, k) != 1)
+    sizes = " ".join(f"{k.upper()}{getattr(c, k)}" for k in ("tp", "pp", "dp", "cp", "ep", "etp") if getattr(c, k) != 1)
     vpp = f" VPP{c.vpp}" if c.vpp > 1 else ""
     return f"{sizes or 'DP1'}{vpp}, micro-batch {c.micro_batch_size}, ZeRO-{c.zero_stage}, recompute {c.recompute}"
 

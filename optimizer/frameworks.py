@@ -61,6 +61,9 @@ class Parallelism:
     ddp_only_without_other_parallelism: Fact
     sharded_below_zero3_needs_one_micro_batch: Fact
     ep_multiple_of_tp_cp: Fact
+    etp: Fact
+    """Expert tensor-parallel sizes it runs: ``any`` (every size the layout rules allow),
+    ``one_or_tp`` (1 or the dense tp), ``one`` (experts whole)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,19 @@ class FrameworkProfile:
             return f"{self.name} always runs sequence parallelism with TP ({par.sequence_parallel_optional.source})"
         return None
 
+    def etp_problem(self, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:
+        """Why the framework does not split experts ``etp`` ways in this layout (None: it does)."""
+        fact = self.parallelism.etp
+        if etp == 1 or fact.value == "any":
+            return None
+        if fact.value == "one":
+            return f"{self.name} keeps routed experts whole: etp 1 only ({fact.source})"
+        if etp != tp:
+            return f"{self.name} runs etp 1 or tp ({tp}) only ({fact.source})"
+        if dp % ep or cp > 1:
+            return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
+        return None
+
     def stack_problem(self, training: Any) -> str | None:
         """The first ``training`` knob whose value the framework does not run (None: all run)."""
         for knob, spec in self.stack.items():
@@ -132,6 +148,9 @@ def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | N
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
+    if problem is not None:
+        return problem
+    problem = profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1))
     if problem is not None:
         return problem
     return profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)

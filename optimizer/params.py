@@ -77,7 +77,7 @@ class LayerParams:
     def on_rank(self, tp: int, ep: int) -> tuple[float, float]:
         """(dense, routed-expert) parameters one GPU holds of this layer: attention, dense MLP and
         shared experts split over ``tp`` (router and norms replicated), the routed experts over
-        ``ep`` (not tensor-split)."""
+        ``ep`` (pass ``ep * etp`` for experts tensor-split ``etp`` ways)."""
         dense = (self.attention + self.mlp_dense + self.shared_experts) / tp + self.router + self.norms
         expert = self.routed_expert_each * self.num_routed_experts / ep if self.num_routed_experts else 0.0
         return dense, expert

@@ -59,14 +59,15 @@ class SizesKey(NamedTuple):
     dp: int
     pp: int
     ep: int
+    etp: int
 
     def sizes(self) -> dict[str, int]:
         """``ResolvedLayout.sizes`` of the layouts of this key."""
-        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep}
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep, "etp": self.etp}
 
 
 def sizes_key(lay: ResolvedLayout) -> SizesKey:
-    return tuple.__new__(SizesKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep))
+    return tuple.__new__(SizesKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.etp))
 
 
 DISTINCT_ORDERS = Memo[SizesKey, list[tuple[tuple[str, ...], AxisGroups]]]("distinct_orders")
@@ -84,7 +85,8 @@ def distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[st
         sizes = key.sizes()
         for order in candidate_orders(sizes):
             groups = axis_groups(ctx.topology, order, sizes)
-            signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp)
+            signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp, groups.etp,
+                         groups.tp_ep)  # fmt: skip
             if signature in seen:  # another order already gave every axis the same groups
                 continue
             seen.add(signature)

@@ -59,11 +59,13 @@ class LayoutColumns:
     arithmetic, which takes the layer costs instead."""
     vpp: np.ndarray
     num_micro_batches: np.ndarray
+    etp: int = 1
+    """Expert tensor-parallel size (the search's batches keep experts whole)."""
 
     @classmethod
     def of(
         cls,
-        sizes: tuple[int, int, int, int, int],
+        sizes: tuple[int, int, int, int, int] | tuple[int, int, int, int, int, int],
         zero_stage: int,
         micro_batch_size: Sequence[int],
         sequence_parallel: Sequence[bool],
@@ -71,15 +73,16 @@ class LayoutColumns:
         vpp: Sequence[int],
         num_micro_batches: Sequence[int],
     ) -> LayoutColumns:
-        """From ``(tp, pp, dp, cp, ep)``, the ZeRO stage and one value per layout of the rest."""
-        tp, pp, dp, cp, ep = sizes
+        """From ``(tp, pp, dp, cp, ep[, etp])``, the ZeRO stage and one value per layout of the rest."""
+        tp, pp, dp, cp, ep = sizes[:5]
+        etp = sizes[5] if len(sizes) > 5 else 1
 
         def column(values: Sequence, dtype: type) -> np.ndarray:
             return np.asarray(values, dtype=dtype).reshape(-1, 1)
 
         return cls(tp, pp, dp, cp, ep, zero_stage, column(micro_batch_size, np.int64),
                    column(sequence_parallel, bool), tuple(recompute), column(vpp, np.int64),
-                   column(num_micro_batches, np.int64))  # fmt: skip
+                   column(num_micro_batches, np.int64), etp)  # fmt: skip
 
     @classmethod
     def of_layouts(cls, layouts: Sequence[ResolvedLayout]) -> LayoutColumns:
@@ -101,7 +104,7 @@ class LayoutColumns:
             micro_batch_size=int(self.micro_batch_size[row, 0]),
             zero_stage=self.zero_stage if zero_stage is None else zero_stage, recompute=self.recompute[row],
             sequence_parallel=bool(self.sequence_parallel[row, 0]), dp=self.dp,
-            num_micro_batches=int(self.num_micro_batches[row, 0]),
+            num_micro_batches=int(self.num_micro_batches[row, 0]), etp=self.etp,
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -130,7 +133,7 @@ def _dims_rows(cols: LayoutColumns) -> tuple[list[Dims], np.ndarray]:
     mbs = cols.micro_batch_size[:, 0].tolist()
     sp = cols.sequence_parallel[:, 0].tolist()
     distinct, index = _rows_of(list(zip(mbs, sp, cols.recompute, strict=True)))
-    return [Dims(cols.tp, cols.cp, cols.ep, b, s, r) for b, s, r in distinct], index
+    return [Dims(cols.tp, cols.cp, cols.ep, b, s, r, cols.etp) for b, s, r in distinct], index
 
 
 def _layer_columns(ctx: JobContext, dims_rows: tuple[list[Dims], np.ndarray], groups: AxisGroups) -> list[LayerCost]:

@@ -74,7 +74,8 @@ def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[floa
     micro-batch, forward (fc1 and fc2 of each local expert; backward is twice each).
 
     The GPU time is the grouped GEMM at its tokens per expert and shape
-    (``grouped_gemm.grouped_gemm_gpu_s``). The host's: the per-expert split sizes come from the
+    (``grouped_gemm.grouped_gemm_gpu_s``; with expert tensor parallelism ``d.etp`` times the
+    rows and ``1/etp`` of each expert's width, the FLOPs unchanged). The host's: the per-expert split sizes come from the
     router on the device, so the host waits for them (a device-to-host sync) and then issues each
     expert's GEMMs in turn, ``cal.expert_gemm_host_s`` each, with the GPU idle until it catches up
     (0 when ``training.expert_gemm_host_splits`` is false: the stack keeps the host out of the
@@ -85,7 +86,10 @@ def expert_gemm_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[floa
     each = kind.params.routed_expert_each
     routed = routed_tokens_per_gpu(ctx, d)
     local_experts = moe.num_experts / d.ep
-    gpu = grouped_gemm_gpu_s(ctx, 2 * routed * each, routed / local_experts, h, each / (2 * h))
+    # expert TP: each rank runs its 1/etp slice of every local expert on the etp ranks' tokens
+    # (same FLOPs, etp x the rows, 1/etp the width)
+    rows = routed * d.etp
+    gpu = grouped_gemm_gpu_s(ctx, 2 * routed * each, rows / local_experts, h, each / (2 * h * d.etp))
     return gpu, expert_gemm_host_s(ctx, local_experts)
 
 
@@ -155,10 +159,10 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     # ---- communication (each term depends only on its own axis's group) --------------------
     tp_s = tp_comm_s(ctx, kind, d, groups.tp)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
-    ep_s = ep_comm_s(ctx, kind, d, groups.ep)
+    ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
     stored, working = activation_bytes(ctx, kind, d, tokens, mla_up_kept, moe_block)
     # ---- parameters on this GPU --------------------------------------------------------------
-    dense, expert = p.on_rank(tp, ep)
+    dense, expert = p.on_rank(tp, ep * d.etp)
     return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)
 
 
@@ -209,7 +213,7 @@ def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> 
         # output projections; MLP: fc1 and fc2, gated or not).
         cast_elems = tokens * (2 * h + p.attention / tp / h)
         if kind.is_moe:
-            cast_elems += routed_tokens * (2 * h + p.routed_expert_each / h)
+            cast_elems += routed_tokens * (2 * h * d.etp + p.routed_expert_each / h)
             if p.shared_experts:
                 cast_elems += tokens * (2 * h + p.shared_experts / tp / h)
         else:

@@ -44,7 +44,8 @@ def activation_bytes(
         moe = model.moe
         assert moe is not None
         f_e = p.routed_expert_each / (3 * h if gated else 2 * h)
-        per_routed = h + (2 * f_e if gated else f_e)  # expert input + fc1 output
+        # expert input (etp x the copies after the expert-TP all-gather) + fc1 output (1/etp wide)
+        per_routed = h * d.etp + (2 * f_e if gated else f_e)
         act_out_routed = f_e
         routed_share = moe.top_k * routing_load(ctx) / tp  # routed copies per token on this GPU
         mlp_keep = routed_share * per_routed

@@ -7,7 +7,8 @@ from typing import cast
 
 from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
-from optimizer.cost.dispatch import dispatch_time_s
+from optimizer.cost.dispatch import DEDUPLICATING_DISPATCHERS, dispatch_time_s
+from optimizer.cost.expert_tp import etp_collectives_fwd_s
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, kv_width_local
 from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
@@ -69,14 +70,24 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
 
 
-def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+def ep_comm_s(
+    ctx: JobContext,
+    kind: LayerKind,
+    d: Dims,
+    geo: GroupGeometry,
+    etp_geo: GroupGeometry | None = None,
+    block: GroupGeometry | None = None,
+) -> float:
     """Exposed expert-parallel dispatch and combine time of one MoE layer and micro-batch
     (``dispatch.dispatch_time_s`` for the job's ``training.moe_dispatcher``): forward dispatch and
     combine, their bf16 mirrors in backward, and forward again when the block is recomputed
     (``op`` saves the all-to-all outputs). Nothing of it overlaps the same micro-batch's compute
     (Megatron-Core's dispatchers make the compute stream wait for them); batch-level overlap
-    (``training.ep_comm_overlap``) hides ``cal.ep_comm_overlap_batched`` of it."""
-    if not kind.is_moe or d.ep <= 1:
+    (``training.ep_comm_overlap``) hides ``cal.ep_comm_overlap_batched`` of it.
+
+    With expert tensor parallelism (``d.etp > 1``; ``etp_geo`` the expert-TP group, ``block`` the
+    ``etp x ep`` one) the dispatchers run as ``expert_tp`` describes."""
+    if not kind.is_moe or d.ep * d.etp <= 1:
         return 0.0
     cal = ctx.cal
     moe = ctx.job.model.moe
@@ -86,8 +97,22 @@ def ep_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
     fp8 = training.precision in ("fp8", "fp4")
     dispatcher = training.moe_dispatcher
-    disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+    recomputed = d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
+    etp_fwd = 0.0
+    if d.etp > 1 and dispatcher != "alltoall":
+        # one transfer over the etp x ep block (flex: every token to all etp shards)
+        assert block is not None
+        tokens = tok_gpu * d.etp if dispatcher in DEDUPLICATING_DISPATCHERS else tok_gpu
+        disp, comb = dispatch_time_s(dispatcher, tokens, h, moe.top_k, block.levels, fp8, routing_load(ctx))
+    else:
+        disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+        if d.etp > 1:
+            assert etp_geo is not None
+            routed = tok_gpu * moe.top_k * routing_load(ctx)
+            etp_fwd = etp_collectives_fwd_s(routed, h, d.etp, etp_geo.levels)
     # backward sends bf16 gradients both ways: two combine-sized transfers
-    total = disp + 3 * comb + (disp + comb if d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE) else 0.0)
+    total = disp + 3 * comb + (disp + comb if recomputed else 0.0)
+    if etp_fwd:
+        total += 2 * etp_fwd + (etp_fwd if recomputed else 0.0)
     hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
     return total * exposed_fraction(ctx, hidden)

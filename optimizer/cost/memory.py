@@ -55,7 +55,7 @@ def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:
     The dense data-parallel group is ``cp x dp`` only when the two axes are adjacent in the
     order, so with ``dp = 1`` and ``cp > 1`` it differs between orders; otherwise it does not.
     """
-    return tuple(g.size > 1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp))
+    return tuple(g.size > 1 for g in (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.pp, groups.etp))
 
 
 def weight_bytes_per_param(ctx: JobContext) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.cost.pipeline import even_split
+from optimizer.cost.topology import ETP
 from optimizer.errors import InvalidLayout
 from optimizer.modes import Axis, RecomputeMode
 from optimizer.specs import JobSpec, Layout
@@ -26,6 +27,8 @@ class Dims:
     micro_batch_size: int
     sequence_parallel: bool
     recompute: str
+    etp: int = 1
+    """Expert tensor-parallel size (each routed expert split ``etp`` ways)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class ResolvedLayout:
     num_micro_batches: int
     stage_layers: tuple[int, ...]
     """Layers per chunk in schedule order (``pp * vpp`` entries)."""
+    etp: int = 1
+    """Expert tensor-parallel size: routed experts split ``etp`` ways (1: whole)."""
 
     @property
     def uniform_split(self) -> bool:
@@ -53,17 +58,18 @@ class ResolvedLayout:
 
     def sizes(self) -> dict[str, int]:
         """The size of each parallel axis."""
-        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp, Axis.EP: self.ep}
+        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp, Axis.EP: self.ep,
+                ETP: self.etp}  # fmt: skip
 
     @property
-    def family(self) -> tuple[int, int, int, int, int]:
-        """The parallel sizes ``(tp, pp, dp, cp, ep)``: the layout's family in the search."""
-        return (self.tp, self.pp, self.dp, self.cp, self.ep)
+    def family(self) -> tuple[int, int, int, int, int, int]:
+        """The parallel sizes ``(tp, pp, dp, cp, ep, etp)``: the layout's family in the search."""
+        return (self.tp, self.pp, self.dp, self.cp, self.ep, self.etp)
 
     @property
     def dims(self) -> Dims:
         """The numbers the per-layer cost depends on."""
-        return Dims(self.tp, self.cp, self.ep, self.micro_batch_size, self.sequence_parallel, self.recompute)
+        return Dims(self.tp, self.cp, self.ep, self.micro_batch_size, self.sequence_parallel, self.recompute, self.etp)
 
     @classmethod
     def from_spec(cls, layout: Layout, job: JobSpec) -> ResolvedLayout:
@@ -82,6 +88,7 @@ class ResolvedLayout:
             dp=layout.dp,
             num_micro_batches=layout.num_micro_batches,
             stage_layers=layout.stage_layers,
+            etp=layout.etp,
         )
 
     def at_depth(self, job: JobSpec, vpp: int) -> ResolvedLayout:
@@ -90,6 +97,7 @@ class ResolvedLayout:
         return resolve(
             job, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, vpp=vpp, micro_batch_size=self.micro_batch_size,
             zero_stage=self.zero_stage, recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+            etp=self.etp,
         )  # fmt: skip
 
     def to_spec(self) -> Layout:
@@ -100,6 +108,7 @@ class ResolvedLayout:
             dp=self.dp,
             cp=self.cp,
             ep=self.ep,
+            etp=self.etp,
             vpp=self.vpp,
             micro_batch_size=self.micro_batch_size,
             zero_stage=self.zero_stage,  # type: ignore[arg-type]
@@ -153,6 +162,7 @@ def resolve(
     dp: int | None = None,
     num_micro_batches: int | None = None,
     stage_layers: list[int] | tuple[int, ...] | None = None,
+    etp: int = 1,
 ) -> ResolvedLayout:
     """The layout rules on plain numbers: the one constructor of a ``ResolvedLayout`` (the search
     calls this directly; ``ResolvedLayout.from_spec`` for a request's ``Layout``)."""
@@ -163,13 +173,14 @@ def resolve(
     dp = _data_parallel(n, tp, pp, cp, dp)
     _check_tensor_parallel(job, tp)
     _check_experts(job, tp, dp, cp, ep, recompute)
+    _check_expert_tensor_parallel(job, tp, dp, cp, ep, etp)
     _check_context_parallel(job, cp)
     mbs = micro_batch_size
     m = _micro_batches(gbs, dp, mbs, num_micro_batches)
     _check_pipeline(layers, pp, vpp, m)
     split = _stage_split(layers, pp * vpp, stage_layers)
     sp = sequence_parallel and tp > 1
-    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split))
+    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split), etp)
 
 
 def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
@@ -217,6 +228,31 @@ def _check_experts(job: JobSpec, tp: int, dp: int, cp: int, ep: int, recompute: 
             raise InvalidLayout("config.ep", f"ep ({ep}) must divide tp*dp*cp ({tp * dp * cp})")
         if model.moe.num_experts % ep:
             raise InvalidLayout("config.ep", f"num_experts ({model.moe.num_experts}) is not divisible by ep ({ep})")
+
+
+def expert_tensor_parallel_reason(job: JobSpec, tp: int, dp: int, cp: int, ep: int, etp: int) -> str | None:
+    """Why routed experts cannot be split ``etp`` ways in this layout (None when they can): as
+    Megatron-Core builds its expert groups (``parallel_state.initialize_model_parallel``: the
+    expert ranks ``etp x ep x edp`` tile each stage's ``tp x cp x dp`` ranks) and splits each
+    expert's FFN (``divide(ffn, etp)`` in the grouped linear layers)."""
+    if etp < 1:
+        return f"etp ({etp}) must be at least 1"
+    if etp == 1:
+        return None
+    moe = job.model.moe
+    if moe is None:
+        return "etp > 1 splits routed experts and needs an MoE model"
+    if (tp * dp * cp) % (etp * ep):
+        return f"ep*etp ({ep}*{etp}) must divide tp*dp*cp ({tp * dp * cp})"
+    ffn = moe.expert_ffn_hidden_size
+    if ffn % etp:
+        return f"moe.expert_ffn_hidden_size ({ffn}) is not divisible by etp ({etp})"
+    return None
+
+
+def _check_expert_tensor_parallel(job: JobSpec, tp: int, dp: int, cp: int, ep: int, etp: int) -> None:
+    if (reason := expert_tensor_parallel_reason(job, tp, dp, cp, ep, etp)) is not None:
+        raise InvalidLayout("config.etp", reason)
 
 
 def _check_context_parallel(job: JobSpec, cp: int) -> None:

@@ -104,17 +104,22 @@ class LayerKey(NamedTuple):
     tp_group: GroupGeometry
     cp_group: GroupGeometry
     ep_group: GroupGeometry
+    etp: int
+    etp_group: GroupGeometry
+    tp_ep_group: GroupGeometry
 
 
 def layer_key(dims: Dims, groups: AxisGroups) -> LayerKey:
     return tuple.__new__(LayerKey, (dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
-                                    dims.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
+                                    dims.recompute, groups.tp, groups.cp, groups.ep, dims.etp, groups.etp,
+                                    groups.tp_ep))  # fmt: skip
 
 
 def layout_layer_key(lay: ResolvedLayout, groups: AxisGroups) -> LayerKey:
     """``layer_key`` of the layout's ``Dims``."""
     return tuple.__new__(LayerKey, (lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel,
-                                    lay.recompute, groups.tp, groups.cp, groups.ep))  # fmt: skip
+                                    lay.recompute, groups.tp, groups.cp, groups.ep, lay.etp, groups.etp,
+                                    groups.tp_ep))  # fmt: skip
 
 
 KIND_COSTS = Memo[LayerKey, list[LayerCost]]("kind_costs")
@@ -199,6 +204,9 @@ class StageCoreKey(NamedTuple):
     first: bool
     last: bool
     kind_counts: tuple[int, ...]
+    etp: int
+    etp_group: GroupGeometry
+    tp_ep_group: GroupGeometry
 
 
 def stage_core_key(
@@ -207,7 +215,7 @@ def stage_core_key(
     return tuple.__new__(StageCoreKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
                                         lay.recompute, lay.sequence_parallel, lay.num_micro_batches, groups.tp,
                                         groups.cp, groups.ep, groups.dp_cp, groups.edp, first, last,
-                                        kind_counts))  # fmt: skip
+                                        kind_counts, lay.etp, groups.etp, groups.tp_ep))  # fmt: skip
 
 
 STAGE_CORE = Memo[StageCoreKey, tuple[StageTerms, Num, Num]]("stage_core")
@@ -263,6 +271,9 @@ class StageFixedKey(NamedTuple):
     first: bool
     last: bool
     kind_counts: tuple[int, ...]
+    etp: int
+    etp_group: GroupGeometry
+    tp_ep_group: GroupGeometry
 
 
 def stage_fixed_key(
@@ -270,7 +281,8 @@ def stage_fixed_key(
 ) -> StageFixedKey:
     return tuple.__new__(StageFixedKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
                                          lay.recompute, lay.sequence_parallel, groups.tp, groups.cp, groups.ep,
-                                         groups.dp_cp.size > 1, first, last, kind_counts))  # fmt: skip
+                                         groups.dp_cp.size > 1, first, last, kind_counts, lay.etp, groups.etp,
+                                         groups.tp_ep))  # fmt: skip
 
 
 STAGE_FIXED = Memo[StageFixedKey, tuple[StageTerms, Num, Num, tuple[Num, Num, Num, Num, Num, Num, Num]]]("stage_fixed")
@@ -341,8 +353,9 @@ def stage_fixed_terms(
         dense += last * (ctx.lm_head_params / lay.tp)
     else:  # tied embeddings: the last stage keeps its own copy unless it is also the first
         dense += (last * (1 - first)) * (ctx.embedding_params / lay.tp)
-    dp_shard, ep_shard = shard_group_sizes(lay.dp, lay.cp, lay.tp, lay.ep)
-    opt_dense_shard, opt_expert_shard = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
+    expert_block = lay.ep * lay.etp  # ranks that split the experts (the expert-data-parallel group is the rest)
+    dp_shard, ep_shard = shard_group_sizes(lay.dp, lay.cp, lay.tp, expert_block)
+    opt_dense_shard, opt_expert_shard = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, expert_block)
 
     # ---- optimizer step (memory-bound Adam on the local shard) ----------------------------------
     opt_params = dense / opt_dense_shard + expert / opt_expert_shard

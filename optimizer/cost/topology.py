@@ -21,6 +21,9 @@ from optimizer.cost.comm import Level
 from optimizer.modes import Axis
 from optimizer.units import bits_to_bytes_per_s
 
+ETP = "etp"
+"""The expert tensor-parallel size's key in a layout's sizes (``rules.ResolvedLayout.sizes``)."""
+
 GRID_AXES: tuple[str, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """Axes that tile the rank grid. EP groups re-tile the ``tp x cp x dp`` ranks."""
 
@@ -167,11 +170,15 @@ class AxisGroups:
     dp: GroupGeometry
     pp: GroupGeometry
     ep: GroupGeometry
-    """Expert-parallel group (innermost ``ep`` ranks of the tp x cp x dp grid)."""
+    """Expert-parallel group (``ep`` ranks at stride ``etp`` inside the tp x cp x dp grid)."""
     dp_cp: GroupGeometry
     """The combined data-parallel x context-parallel group (distributed-optimizer sharding)."""
     edp: GroupGeometry
-    """Expert-data-parallel group: ranks holding the same experts (tp*cp*dp / ep)."""
+    """Expert-data-parallel group: ranks holding the same expert shards (tp*cp*dp / (etp*ep))."""
+    etp: GroupGeometry
+    """Expert tensor-parallel group: the innermost ``etp`` ranks of the tp x cp x dp grid."""
+    tp_ep: GroupGeometry
+    """The ``etp x ep`` expert block (contiguous): the flex and all-gather dispatchers' group."""
 
     def placement(self) -> dict[str, str]:
         return {
@@ -191,18 +198,23 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
         stride[axis] = s
         s *= sizes[axis]
     geo = {a: group_geometry(topo, stride[a], sizes[a]) for a in GRID_AXES}
-    # Experts are not tensor-split (expert TP = 1), so as in Megatron-Core the expert grid
-    # re-tiles the tp x cp x dp ranks: EP groups take the innermost ``ep`` of those ranks and the
-    # expert-data-parallel group the rest.
+    # As in Megatron-Core (expert order etp-ep-edp-pp), the expert grid re-tiles the tp x cp x dp
+    # ranks: expert-TP groups take the innermost ``etp`` of those ranks, EP groups stride ``etp``,
+    # and the expert-data-parallel group the rest (stride ``etp * ep``).
     inner = min(stride[a] for a in (Axis.TP, Axis.CP, Axis.DP))
     ep = sizes[Axis.EP]
-    ep_geo = group_geometry(topo, inner, ep)
-    edp_geo = group_geometry(topo, inner * ep, sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // ep)
+    etp = sizes.get(ETP, 1)
+    ep_geo = group_geometry(topo, inner * etp, ep)
+    edp_geo = group_geometry(topo, inner * etp * ep, sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // (etp * ep))
+    etp_geo = group_geometry(topo, inner, etp)
+    tp_ep_geo = group_geometry(topo, inner, etp * ep)
     # Dense data-parallel sharding group: cp x dp (contiguous when the two axes are adjacent).
     adjacent = abs(order.index(Axis.CP) - order.index(Axis.DP)) == 1
     data_stride = min(stride[Axis.CP], stride[Axis.DP]) if adjacent else stride[Axis.DP]
     dp_cp_geo = group_geometry(topo, data_stride, sizes[Axis.CP] * sizes[Axis.DP]) if adjacent else geo[Axis.DP]
-    return AxisGroups(order, geo[Axis.TP], geo[Axis.CP], geo[Axis.DP], geo[Axis.PP], ep_geo, dp_cp_geo, edp_geo)
+    return AxisGroups(
+        order, geo[Axis.TP], geo[Axis.CP], geo[Axis.DP], geo[Axis.PP], ep_geo, dp_cp_geo, edp_geo, etp_geo, tp_ep_geo
+    )
 
 
 def candidate_orders(sizes: dict[str, int]) -> list[tuple[str, ...]]:

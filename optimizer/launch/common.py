@@ -26,6 +26,8 @@ class Geometry:
     sp: bool
     chunks: tuple[int, ...]
     """Layers per pipeline chunk in schedule (model) order; chunk i runs on rank i % pp."""
+    etp: int = 1
+    """Expert tensor-parallel size (routed experts split ``etp`` ways; 1: whole)."""
 
     @property
     def has_dp_group(self) -> bool:
@@ -60,6 +62,7 @@ def geometry(training: TrainingSpec, layout: ResolvedLayout) -> Geometry:
         seq=training.seq_len,
         sp=layout.sequence_parallel,
         chunks=layout.stage_layers,
+        etp=layout.etp,
     )
 
 

@@ -14,6 +14,14 @@ _DEEPSPEED_PREFETCH_DEFAULT = 50_000_000
 """DeepSpeed's ``stage3_prefetch_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
 
 
+DEEPSPEED_ETP_NOTE = (
+    "DeepSpeed splits experts over the tensor-parallel group with the model code's "
+    "deepspeed.moe.layer.MoE(..., enable_expert_tensor_parallelism=True) (etp = tp; no config key)"
+)
+"""The plan's line for a DeepSpeed plan with ``etp = tp > 1``: the switch is an argument of the
+model's MoE layers (``deepspeed/moe/layer.py``), not of the config JSON."""
+
+
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
     """Parameters of the largest layer on one rank, as the cost model holds them
     (``LayerParams.on_rank``): what a ZeRO-3 prefetch must hold to gather the next layer while the
@@ -29,7 +37,7 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute
         zero["stage3_prefetch_bucket_size"] = max(
-            _DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep)
+            _DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep * geo.etp)
         )
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,

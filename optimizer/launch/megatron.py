@@ -184,9 +184,9 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
 def _megatron_moe_args(training: TrainingSpec, geo: Geometry) -> list[str]:
     """Expert parallelism, the dispatcher and the expert GEMMs of an MoE model."""
     args: list[str] = []
-    # The cost model keeps experts whole (expert tensor parallelism 1: expert parallelism spans
-    # tp x dp x cp); Megatron's default would split them over the tensor-parallel group.
-    args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", "1"]
+    # The plan's expert tensor parallelism, always explicit: unset, Megatron splits experts over
+    # the tensor-parallel size (--expert-tensor-parallel-size defaults to tp).
+    args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", str(geo.etp)]
     # the plan's dispatcher (training.moe_dispatcher) and one grouped GEMM per layer; Megatron
     # defaults to an all-gather dispatcher and a loop of per-expert GEMMs
     args += [*_megatron_dispatcher_args(training.moe_dispatcher), "--moe-grouped-gemm"]

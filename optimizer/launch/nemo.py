@@ -29,7 +29,7 @@ def nemo_overrides(
     ]
     if model.is_moe:
         over.append(("model.expert_model_parallel_size", geo.ep))
-        over.append(("model.expert_tensor_parallel_size", 1))
+        over.append(("model.expert_tensor_parallel_size", geo.etp))  # unset: 1 with ep > 1, tp otherwise
         flex = training.moe_dispatcher in ("deepep", "hybridep")
         over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
         if flex:

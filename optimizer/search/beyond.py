@@ -35,7 +35,7 @@ from optimizer.search.space import MAX_MICRO_BATCH, LayoutBlock
 
 def _sizes(block: LayoutBlock) -> tuple:
     lay = block.base
-    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.sequence_parallel)
+    return (lay.tp, lay.pp, lay.cp, lay.ep, lay.sequence_parallel, lay.etp)
 
 
 def beyond_micro_batch(block: LayoutBlock) -> bool:
@@ -77,7 +77,9 @@ def group_bound(ctx: JobContext, blocks: Sequence[LayoutBlock]) -> float:
     hi = max(b.base.micro_batch_size for b in blocks)
     lo = min(b.base.micro_batch_size for b in blocks)
     deepest = max(max((b.base.vpp, *b.more_vpps)) for b in blocks)
-    time_s = lower_bound_layer_totals(ctx, lay.tp, lay.cp, lay.ep, hi, lay.sequence_parallel, RecomputeMode.NONE)[0]
+    time_s = lower_bound_layer_totals(
+        ctx, lay.tp, lay.cp, lay.ep, hi, lay.sequence_parallel, RecomputeMode.NONE, lay.etp
+    )[0]
     a = time_s / (hi * lay.pp)
     per_replica = lay.num_micro_batches * lay.micro_batch_size
     return per_replica * a + (lay.pp - 1) / deepest * lo * a

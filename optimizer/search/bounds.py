@@ -166,7 +166,7 @@ def _group_bounds(
     rcs = list(dict.fromkeys(r for _, r in variants))
     nb, nz, nr = len(blocks), len(zeros), len(rcs)
     totals = np.empty((6, nb, nr))
-    ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep
+    ints = np.empty((7, nb), dtype=np.int64)  # pp, m, vpp, dp, cp, tp, ep * etp
     p2p = np.empty(nb)
     head = np.empty(nb)
     for b, block in enumerate(blocks):
@@ -175,9 +175,10 @@ def _group_bounds(
         lay = block.base
         for r, rc in enumerate(rcs):
             totals[:, b, r] = lower_bound_layer_totals(
-                ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, rc
+                ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, rc, lay.etp
             )
-        ints[:, b] = (lay.pp, lay.num_micro_batches, lay.vpp, lay.dp, lay.cp, lay.tp, lay.ep)
+        # the ranks that split the experts (ep x etp): the expert state is sharded over the rest
+        ints[:, b] = (lay.pp, lay.num_micro_batches, lay.vpp, lay.dp, lay.cp, lay.tp, lay.ep * lay.etp)
         p2p[b] = p2p_floor_s(ctx, lay)
         head[b] = head_time_s(ctx, lay)
     pp, m, vpp, dp, cp, tp, ep = (a[:, None] for a in ints)  # block x zero stage

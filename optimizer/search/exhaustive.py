@@ -67,14 +67,14 @@ def exhaustive_best(
     ctx: JobContext, job: JobSpec, search: SearchSpec, headroom_bytes: float | None = None
 ) -> ExhaustiveBest:
     """Cost the whole regular space of ``job`` (as ``search`` restricts it) exactly, as arrays."""
-    by_sizes: dict[tuple[int, int, int, int, int, tuple[tuple[int, str], ...]], list[LayoutBlock]] = {}
+    by_sizes: dict[tuple[int, int, int, int, int, int, tuple[tuple[int, str], ...]], list[LayoutBlock]] = {}
     for block in layout_blocks(job, search, Reach.ALL):
         by_sizes.setdefault((*block.base.family, block.variants), []).append(block)
     usable = ctx.usable_bytes(headroom_bytes)
     layouts = fitting = costed = 0
     best_step, best_row = math.inf, None
     for key, blocks in by_sizes.items():
-        sizes, variants = key[:5], key[5]
+        sizes, variants = key[:6], key[6]
         orders = distinct_orders(ctx, blocks[0].base)
         # the blocks of a group share their variants (some of product(zero stages, recompute modes))
         zeros = list(dict.fromkeys(z for z, _ in blocks[0].variants))

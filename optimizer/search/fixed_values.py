@@ -62,6 +62,17 @@ def _ep(job: JobSpec, ep: int) -> str | None:
     return None
 
 
+def _etp(job: JobSpec, etp: int) -> str | None:
+    moe, n = job.model.moe, job.cluster.resolved_num_gpus
+    if moe is None:
+        return None if etp == 1 else "etp > 1 splits routed experts and needs an MoE model"
+    if moe.expert_ffn_hidden_size % etp:
+        return f"moe.expert_ffn_hidden_size ({moe.expert_ffn_hidden_size}) is not divisible by etp ({etp})"
+    if n % etp:
+        return f"etp ({etp}) does not divide num_gpus ({n})"
+    return None
+
+
 def _vpp(job: JobSpec, vpp: int) -> str | None:
     layers = job.model.num_layers or 0
     if vpp > 1 and 2 * vpp > layers:
@@ -78,6 +89,7 @@ def _micro_batch_size(job: JobSpec, mbs: int) -> str | None:
 
 CHECKS: dict[str, Callable[[JobSpec, int], str | None]] = {
     "tp": _tp, "pp": _pp, "cp": _cp, "dp": _dp, "ep": _ep, "vpp": _vpp, "micro_batch_size": _micro_batch_size,
+    "etp": _etp,
 }  # fmt: skip
 """Per layout field: why a value cannot be taken by any layout of the job (None when it can)."""
 

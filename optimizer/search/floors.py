@@ -31,11 +31,12 @@ class KindFloorKey(NamedTuple):
     micro_batch_size: int
     sequence_parallel: bool
     recompute: str
+    etp: int
 
 
 def kind_floor_key(lay: ResolvedLayout) -> KindFloorKey:
     return tuple.__new__(KindFloorKey, (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.micro_batch_size,
-                                        lay.sequence_parallel, lay.recompute))  # fmt: skip
+                                        lay.sequence_parallel, lay.recompute, lay.etp))  # fmt: skip
 
 
 KIND_TIME_FLOOR = Memo[KindFloorKey, tuple[float, ...]]("kind_time_floor")

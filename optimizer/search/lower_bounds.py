@@ -28,7 +28,6 @@ from optimizer.cost.layer import (
     LayerCost,
     attention_core_times_s,
     cp_comm_s,
-    ep_comm_s,
     layer_cost,
     tp_comm_s,
 )
@@ -39,8 +38,9 @@ from optimizer.cost.memory import (
     static_memory_bytes,
 )
 from optimizer.cost.num import Num
-from optimizer.cost.rules import ResolvedLayout, divisors
-from optimizer.cost.topology import AxisGroups, GroupGeometry, group_geometry
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.cost.topology import AxisGroups, group_geometry
+from optimizer.search.ep_floor import ep_comm_floor_s, group_geometries
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
 
@@ -166,7 +166,7 @@ def dp_exposed_floor_s(
     layer count), so the slowest stage's is at least the average stage's: every layer, the
     embedding, and for ZeRO-3's overlap the LM head, over ``pp``. It does not decrease in the
     collective parts, so it is at least its value at each part's smallest over every geometry
-    its group can have (``_axis_geometries``): the dense ``dp x cp`` group (``dp`` alone when a
+    its group can have (``group_geometries``): the dense ``dp x cp`` group (``dp`` alone when a
     rank order separates the two axes) and the expert ``tp x cp x dp / ep`` group. ``zero_stage``
     is a number; the rest numbers or numpy arrays of one shape (the answer is then an array)."""
     arrays = (dp, cp, tp, ep, pp, m, head, *totals)
@@ -182,7 +182,7 @@ def dp_exposed_floor_s(
         best = np.full(sizes.shape, np.inf)
         for size in np.unique(sizes):
             sel = sizes == size
-            for geo in _axis_geometries(ctx, int(size)):
+            for geo in group_geometries(ctx, int(size)):
                 best[sel] = np.minimum(best[sel], cost(ring(ctx, geo), sel, g[sel]))
         return best
 
@@ -226,10 +226,11 @@ def lower_bound_terms(ctx: JobContext, layouts: Sequence[ResolvedLayout]) -> lis
     out = []
     for lay in layouts:
         totals = lower_bound_layer_totals(
-            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute, lay.etp
         )
-        shards = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep)
-        dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
+        block = lay.ep * lay.etp  # the ranks that split the experts: shards are over the rest
+        shards = optimizer_shards(lay.zero_stage, lay.dp, lay.cp, lay.tp, block)
+        dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, block, lay.pp,
                                       lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
         terms = bound_terms(ctx, totals, lay.pp, lay.num_micro_batches, *shards, p2p_floor_s(ctx, lay), dp_floor)
         out.append(cast("tuple[float, float, float, float]", terms))  # numbers for one layout
@@ -245,20 +246,28 @@ class TotalsKey(NamedTuple):
     micro_batch_size: int
     sequence_parallel: bool
     recompute: str
+    etp: int
 
 
 LOWER_BOUND_TOTALS = Memo[TotalsKey, tuple[float, float, float, float, float, float]]("lower_bound_layer_totals")
 
 
 def lower_bound_layer_totals(
-    ctx: JobContext, tp: int, cp: int, ep: int, micro_batch_size: int, sequence_parallel: bool, recompute: str
+    ctx: JobContext,
+    tp: int,
+    cp: int,
+    ep: int,
+    micro_batch_size: int,
+    sequence_parallel: bool,
+    recompute: str,
+    etp: int = 1,
 ) -> tuple[float, float, float, float, float, float]:
     """``_lower_bound_totals``, memoised per ``TotalsKey``."""
-    key = tuple.__new__(TotalsKey, (tp, cp, ep, micro_batch_size, sequence_parallel, recompute))
+    key = tuple.__new__(TotalsKey, (tp, cp, ep, micro_batch_size, sequence_parallel, recompute, etp))
     table = ctx.caches[LOWER_BOUND_TOTALS]
     totals = table.get(key)
     if totals is None:
-        dims = Dims(key.tp, key.cp, key.ep, key.micro_batch_size, key.sequence_parallel, key.recompute)
+        dims = Dims(key.tp, key.cp, key.ep, key.micro_batch_size, key.sequence_parallel, key.recompute, key.etp)
         totals = table[key] = _lower_bound_totals(ctx, dims)
     return totals
 
@@ -298,33 +307,8 @@ def _p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     msg = pp_message_bytes(ctx, lay)
     return min(
         p2p_time_s(msg, g.levels[-1].beta_bytes_per_s, g.levels[-1].alpha_s) if g.levels else 0.0
-        for g in _axis_geometries(ctx, lay.pp)
+        for g in group_geometries(ctx, lay.pp)
     )
-
-
-AXIS_GEOMETRIES = Memo[int, tuple[GroupGeometry, ...]]("axis_geometries")
-"""Keyed by the group's size: all ``_axis_geometries`` reads (with the job's topology)."""
-
-
-def _axis_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
-    """Every distinct geometry a ``size``-rank group can have: one per stride dividing
-    ``num_gpus / size`` (a superset of what the rank orders give).
-
-    Locality is not always cheaper under the cost model: a flat NVLink ring pays ``2(N-1)``
-    latency steps where a group split over two tiers pays fewer, a partial scale-up mesh gets a
-    fraction of the bandwidth, and a job spread over NVLink domains of 37 GPUs puts a 2-rank group
-    at stride 1 across two domains but at stride 2 inside one. Memoised per ``size``."""
-    table = ctx.caches[AXIS_GEOMETRIES]
-    cached = table.get(size)
-    if cached is None:
-        topo = ctx.topology
-        rest = topo.num_gpus // size
-        seen: dict[tuple, GroupGeometry] = {}
-        for stride in divisors(rest):
-            geo = group_geometry(topo, stride, size)
-            seen.setdefault(geo.levels, geo)
-        cached = table[size] = tuple(seen.values())
-    return cached
 
 
 class KindDimsKey(NamedTuple):
@@ -339,11 +323,12 @@ class KindDimsKey(NamedTuple):
     micro_batch_size: int
     sequence_parallel: bool
     recompute: str
+    etp: int
 
 
 def kind_dims_key(kind: int, dims: Dims) -> KindDimsKey:
     return tuple.__new__(KindDimsKey, (kind, dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
-                                       dims.recompute))  # fmt: skip
+                                       dims.recompute, dims.etp))  # fmt: skip
 
 
 LB_LAYER_COST = Memo[KindDimsKey, LayerCost]("lower_bound_layer_cost")
@@ -360,7 +345,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     geometries the axis can have bounds every rank order."""
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one)
+    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one, one, one)
     layer_costs, tp_cp_floors = ctx.caches[LB_LAYER_COST], ctx.caches[LB_TP_CP_FLOOR]
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).
@@ -378,14 +363,14 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
         if tp_cp is None:
             tp_cp = 0.0
             if dims.tp > 1:
-                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in _axis_geometries(ctx, dims.tp))
+                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in group_geometries(ctx, dims.tp))
             if dims.cp > 1:
                 t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
-                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in _axis_geometries(ctx, dims.cp))
+                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in group_geometries(ctx, dims.cp))
             tp_cp_floors[key] = tp_cp
         t = c.fwd_s + c.bwd_s + tp_cp
-        if kind.is_moe and dims.ep > 1:
-            t += min(ep_comm_s(ctx, kind, dims, g) for g in _axis_geometries(ctx, dims.ep))
+        if kind.is_moe and dims.ep * dims.etp > 1:
+            t += ep_comm_floor_s(ctx, kind, dims, one)
         costs.append(c)
         times.append(t)
     per_layer_total = sum(ctx.kind_prefix[k][-1] * t for k, t in enumerate(times))

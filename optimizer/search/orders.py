@@ -30,9 +30,9 @@ def order_geometries(
         both: dict[tuple, AxisGroups] = {}
         for o in candidate_orders(sizes):
             g = axis_groups(ctx.topology, o, sizes)
-            layer.setdefault((g.tp, g.cp, g.ep), g)
+            layer.setdefault((g.tp, g.cp, g.ep, g.etp, g.tp_ep), g)
             comm.setdefault((g.dp_cp, g.edp, g.pp), g)
-            both.setdefault((g.tp, g.cp, g.ep, g.dp_cp, g.edp, g.pp), g)
+            both.setdefault((g.tp, g.cp, g.ep, g.etp, g.tp_ep, g.dp_cp, g.edp, g.pp), g)
         reps = table[key] = (list(layer.values()), list(comm.values()), list(both.values()))
     return reps
 
@@ -59,4 +59,4 @@ def kind_times(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> tupl
 
 def geometry_key(groups: AxisGroups) -> tuple:
     """What a step reads of a rank order: the groups' geometries, not the order's name."""
-    return (groups.tp, groups.cp, groups.ep, groups.dp_cp, groups.edp, groups.pp)
+    return (groups.tp, groups.cp, groups.ep, groups.etp, groups.tp_ep, groups.dp_cp, groups.edp, groups.pp)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve, with_knobs
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.modes import RecomputeMode
-from optimizer.search.framework_space import block_variants, costed_recompute_choices, space_frameworks
+from optimizer.search.framework_space import Targets, block_variants, costed_recompute_choices, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
 
 MAX_TP = 64
@@ -231,7 +231,9 @@ def layout_blocks(
         yield from blocks
         return
     listed = list(blocks)
-    if sum(len(b.variants) * len(b.skipped_vpps) for b in listed) > UNEVEN_DEPTHS_DEFAULT_MAX:
+    # counted over whole experts (etp 1) only: expert tensor parallelism, which doubles an MoE
+    # space, does not push the uneven depths of the etp = 1 layouts out
+    if sum(len(b.variants) * len(b.skipped_vpps) for b in listed if b.base.etp == 1) > UNEVEN_DEPTHS_DEFAULT_MAX:
         yield from listed
         return
     for block in listed:
@@ -337,32 +339,53 @@ def blocks_with_uneven_depths_apart(
                     ([v for v in vpps if v > MAX_VPP], (), True),
                 ]
             for ep, sp in product(eps, _choices("sequence_parallel", [tp > 1], search)):
-                variants = block_variants(targets, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
-                if not variants:
-                    continue
-                for part_vpps, part_skipped, beyond in parts:
-                    block = _block(job, variants, (tp, pp, cp, ep, mbs, sp), part_vpps, part_skipped, beyond)
-                    if block is not None:
-                        yield block
+                for etp, runs in _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep):
+                    variants = block_variants(runs, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
+                    if not variants:
+                        continue
+                    for part_vpps, part_skipped, beyond in parts:
+                        block = _block(job, variants, (tp, pp, cp, ep, mbs, sp, etp), part_vpps, part_skipped, beyond)
+                        if block is not None:
+                            yield block
+
+
+def _etp_choices(
+    job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, dp: int, cp: int, ep: int
+) -> list[tuple[int, Targets]]:
+    """The expert tensor-parallel sizes to search with these sizes, each with the target
+    frameworks that run it: by default 1 and, for an MoE model with ``tp > 1``, ``tp``; when
+    ``search.fix`` / ``search.allow`` name values, any the layout rules allow. Sizes no target
+    framework runs are left out."""
+    moe = job.model.moe
+    if moe is None:
+        return [(1, targets)] if _choices("etp", [1], search) else []
+    rule = [d for d in divisors(tp * dp * cp // ep) if moe.expert_ffn_hidden_size % d == 0]
+    default = [1] + ([tp] if tp > 1 and tp in rule else [])
+    out = []
+    for etp in _choices("etp", default, search, rule):
+        runs = tuple(p for p in targets.profiles if p.etp_problem(tp, cp, dp, ep, etp) is None)
+        if runs:
+            out.append((etp, targets if etp == 1 else targets._replace(profiles=runs)))
+    return out
 
 
 def _block(
     job: JobSpec,
     variants: tuple[tuple[int, str], ...],
-    sizes: tuple[int, int, int, int, int, bool],
+    sizes: tuple[int, int, int, int, int, bool, int],
     vpps: list[int],
     skipped: tuple[int, ...],
     beyond: bool,
 ) -> LayoutBlock | None:
-    """The block of ``sizes`` (tp, pp, cp, ep, micro-batch, sequence parallel) at the depths
+    """The block of ``sizes`` (tp, pp, cp, ep, micro-batch, sequence parallel, etp) at the depths
     ``vpps``, headed by the first the rules accept; None when they accept none."""
-    tp, pp, cp, ep, mbs, sp = sizes
+    tp, pp, cp, ep, mbs, sp, etp = sizes
     zero, rc = variants[0]
     for i, vpp in enumerate(vpps):
         try:
             base = resolve(
                 job, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs, zero_stage=zero, recompute=rc,
-                sequence_parallel=sp,
+                sequence_parallel=sp, etp=etp,
             )  # fmt: skip
         except InvalidLayout as err:
             if err.field == "config.vpp":

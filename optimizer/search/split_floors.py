@@ -144,11 +144,12 @@ class FamilyKey(NamedTuple):
     zero_stage: int
     recompute: str
     sequence_parallel: bool
+    etp: int
 
 
 def family_key(lay: ResolvedLayout) -> FamilyKey:
     return tuple.__new__(FamilyKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-                                     lay.recompute, lay.sequence_parallel))  # fmt: skip
+                                     lay.recompute, lay.sequence_parallel, lay.etp))  # fmt: skip
 
 
 class SplitFloorsKey(NamedTuple):
@@ -165,11 +166,13 @@ class SplitFloorsKey(NamedTuple):
     sequence_parallel: bool
     vpp: int
     num_micro_batches: int
+    etp: int
 
 
 def split_floors_key(lay: ResolvedLayout, vpp: int) -> SplitFloorsKey:
     return tuple.__new__(SplitFloorsKey, (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch_size, lay.zero_stage,
-                                          lay.recompute, lay.sequence_parallel, vpp, lay.num_micro_batches))  # fmt: skip
+                                          lay.recompute, lay.sequence_parallel, vpp, lay.num_micro_batches,
+                                          lay.etp))  # fmt: skip
 
 
 ORDER_SPLIT_FLOORS = Memo[SplitFloorsKey, list[tuple[float, AxisGroups]]]("order_split_floors")

@@ -252,7 +252,7 @@ def _geometry_of(ctx: JobContext, est: Estimate) -> tuple:
 def layout_key(lay: ResolvedLayout) -> tuple:
     """A layout's identity without its layer split."""
     return (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute,
-            lay.sequence_parallel)  # fmt: skip
+            lay.sequence_parallel, lay.etp)  # fmt: skip
 
 
 def _kth_smallest(values, k: int) -> float:

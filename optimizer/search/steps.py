@@ -28,7 +28,7 @@ def rank_key(est: Estimate) -> tuple:
         round(est.step_time_s, 9),
         round(est.peak_memory_bytes / GIB, 3),
         inter_node,
-        (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute),
+        (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage, lay.recompute, lay.etp),
         lay.stage_layers,
     )
 

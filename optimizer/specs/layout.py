@@ -33,7 +33,17 @@ class Layout(Strict):
         default=1,
         ge=1,
         le=MAX_NUM_GPUS,
-        description="Expert-parallel size (expert TP = 1): must divide tp*dp*cp and num_experts.",
+        description="Expert-parallel size: ep*etp must divide tp*dp*cp, and ep must divide num_experts.",
+    )
+    etp: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NUM_GPUS,
+        description=(
+            "Expert tensor-parallel size: each routed expert's FFN split etp ways (Megatron-Core's "
+            "expert_tensor_parallel_size; MoE models only; 1: experts whole). ep*etp must divide tp*dp*cp "
+            "and etp the expert FFN width."
+        ),
     )
     vpp: int = Field(
         default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none)."
@@ -78,6 +88,9 @@ class LayoutFix(Strict):
     dp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the data-parallel size.")
     cp: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the context-parallel size.")
     ep: int | None = Field(default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert-parallel size.")
+    etp: int | None = Field(
+        default=None, ge=1, le=MAX_NUM_GPUS, description="Pin the expert tensor-parallel size (MoE models)."
+    )
     vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the virtual pipeline chunks per stage.")
     micro_batch_size: int | None = Field(
         default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences)."
@@ -100,6 +113,13 @@ class LayoutAllow(Strict):
     dp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Data-parallel sizes to search.")  # type: ignore[valid-type]
     cp: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Context-parallel sizes to search.")  # type: ignore[valid-type]
     ep: _allowed(MAX_NUM_GPUS) | None = Field(default=None, description="Expert-parallel sizes to search.")  # type: ignore[valid-type]
+    etp: _allowed(MAX_NUM_GPUS) | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description=(
+            "Expert tensor-parallel sizes to search (any the layout rules allow). Default for MoE models: 1 and, "
+            "with tp > 1, tp (where a target framework runs it)."
+        ),
+    )
     vpp: _allowed(MAX_LAYERS) | None = Field(  # type: ignore[valid-type]
         default=None,
         description=(

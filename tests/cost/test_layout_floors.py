@@ -89,11 +89,12 @@ def test_floors_are_below_every_rank_order_and_split(name: str) -> None:
     for z in range(4):
         for lay in rng.sample(by_zero[z], min(SAMPLES // 3, len(by_zero[z]))):
             totals = lower_bound_layer_totals(
-                ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+                ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute, lay.etp
             )
-            dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp,
+            block = lay.ep * lay.etp  # the ranks that split the experts
+            dp_floor = dp_exposed_floor_s(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, block, lay.pp,
                                           lay.num_micro_batches, totals, head_time_s(ctx, lay))  # fmt: skip
-            memory_floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, totals)
+            memory_floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, block, lay.pp, totals)
             chunks = len(lay.stage_layers)
             splits = [lay] + [replace(lay, stage_layers=_random_split(rng, layers, chunks)) for _ in range(2)
                               if lay.pp > 1]  # fmt: skip

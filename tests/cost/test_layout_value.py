@@ -99,16 +99,16 @@ def _old_spec(lay: ResolvedLayout) -> Layout:
                   micro_batch_size=lay.micro_batch_size, zero_stage=lay.zero_stage,  # type: ignore[arg-type]
                   recompute=lay.recompute,  # type: ignore[arg-type]
                   sequence_parallel=lay.sequence_parallel, num_micro_batches=lay.num_micro_batches,
-                  stage_layers=list(lay.stage_layers), placement=None)  # fmt: skip
+                  stage_layers=list(lay.stage_layers), placement=None, etp=lay.etp)  # fmt: skip
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from([(DENSE, lay) for lay in DENSE_LAYOUTS] + [(MOE, lay) for lay in MOE_LAYOUTS]))
 def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, ResolvedLayout]) -> None:
     job, lay = case
-    assert lay.dims == Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute)
-    assert lay.family == family_key(lay) == (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep)
-    assert lay.sizes() == {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep}
+    assert lay.dims == Dims(lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute, lay.etp)
+    assert lay.family == family_key(lay) == (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.etp)
+    assert lay.sizes() == {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep, "etp": lay.etp}
     knobs = with_knobs(lay.__dict__, 0, "full")
     assert knobs == dataclasses.replace(lay, zero_stage=0, recompute="full")
     assert knobs.dims == dataclasses.replace(lay.dims, recompute="full")
@@ -118,14 +118,14 @@ def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, Resolv
         tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp, dp=lay.dp, mbs=lay.micro_batch_size,
         nmb=(job.training.global_batch_size or 0) // (lay.dp * lay.micro_batch_size), gbs=job.training.global_batch_size,
         seq=job.training.seq_len, sp=lay.sequence_parallel and lay.tp > 1,
-        chunks=tuple(even_split(job.model.num_layers or 0, lay.pp * lay.vpp)),
+        chunks=tuple(even_split(job.model.num_layers or 0, lay.pp * lay.vpp)), etp=lay.etp,
     )  # fmt: skip
     assert ResolvedLayout.from_spec(spec, job) == lay
     for vpp in (1, 2, 4):
         try:
             old = resolve(job, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=vpp,
                           micro_batch_size=lay.micro_batch_size, zero_stage=lay.zero_stage, recompute=lay.recompute,
-                          sequence_parallel=lay.sequence_parallel)  # fmt: skip
+                          sequence_parallel=lay.sequence_parallel, etp=lay.etp)  # fmt: skip
         except InvalidLayout as err:
             with pytest.raises(InvalidLayout) as again:
                 lay.at_depth(job, vpp)

@@ -83,9 +83,10 @@ def test_array_bounds_are_the_scalar_bounds(name: str) -> None:
         assert float(bounds.first[f]) == compute_lower_bound_s(ctx, fam.first)
         lay = fam.first
         totals = lower_bound_layer_totals(
-            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute
+            ctx, lay.tp, lay.cp, lay.ep, lay.micro_batch_size, lay.sequence_parallel, lay.recompute, lay.etp
         )
-        floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, totals)
+        block = lay.ep * lay.etp  # the ranks that split the experts
+        floor = memory_floor_bytes(ctx, lay.zero_stage, lay.dp, lay.cp, lay.tp, block, lay.pp, totals)
         assert float(bounds.memory_floor[f]) == floor
         assert all(bounds.member_bound(ctx, f, m) == compute_lower_bound_s(ctx, m) for m in fam.expand(job)[:2])
         assert bool(bounds.has_deeper[f]) == bool(fam.more_vpps)

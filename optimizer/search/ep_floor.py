@@ -1,0 +1,56 @@
+"""The geometries a group of a given size can have, and the expert-parallel communication floor of
+an MoE layer over them (the search's lower bounds)."""
+
+from __future__ import annotations
+
+from optimizer.cost.caches import Memo
+from optimizer.cost.context import JobContext, LayerKind
+from optimizer.cost.layer import Dims, ep_comm_s
+from optimizer.cost.rules import divisors
+from optimizer.cost.topology import GroupGeometry, group_geometry
+
+AXIS_GEOMETRIES = Memo[int, tuple[GroupGeometry, ...]]("axis_geometries")
+"""Keyed by the group's size: all ``group_geometries`` reads (with the job's topology)."""
+
+
+def group_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
+    """Every distinct geometry a ``size``-rank group can have: one per stride dividing
+    ``num_gpus / size`` (a superset of what the rank orders give).
+
+    Locality is not always cheaper under the cost model: a flat NVLink ring pays ``2(N-1)``
+    latency steps where a group split over two tiers pays fewer, a partial scale-up mesh gets a
+    fraction of the bandwidth, and a job spread over NVLink domains of 37 GPUs puts a 2-rank group
+    at stride 1 across two domains but at stride 2 inside one. Memoised per ``size``."""
+    table = ctx.caches[AXIS_GEOMETRIES]
+    cached = table.get(size)
+    if cached is None:
+        topo = ctx.topology
+        rest = topo.num_gpus // size
+        seen: dict[tuple, GroupGeometry] = {}
+        for stride in divisors(rest):
+            geo = group_geometry(topo, stride, size)
+            seen.setdefault(geo.levels, geo)
+        cached = table[size] = tuple(seen.values())
+    return cached
+
+
+def ep_comm_floor_s(
+    ctx: JobContext,
+    kind: LayerKind,
+    dims: Dims,
+    one: GroupGeometry,
+) -> float:
+    """The smallest ``ep_comm_s`` of an MoE layer over every geometry its groups can have
+    (``group_geometries``; ``one``: the one-rank group).
+
+    With expert tensor parallelism the ``alltoall`` dispatcher's EP all-to-all and expert-TP
+    collectives each at their cheapest geometry (they add up); the other dispatchers' one transfer
+    over the ``etp x ep`` block at that block's cheapest geometry."""
+    if dims.etp == 1:
+        return min(ep_comm_s(ctx, kind, dims, g) for g in group_geometries(ctx, dims.ep))
+    if ctx.job.training.moe_dispatcher == "alltoall":
+        # the EP all-to-all and the expert-TP collectives each at their cheapest (the two add up)
+        geos = group_geometries(ctx, dims.ep) if dims.ep > 1 else (one,)
+        a2a = min(ep_comm_s(ctx, kind, dims, g, one, one) for g in geos)
+        return a2a + min(ep_comm_s(ctx, kind, dims, one, e, one) for e in group_geometries(ctx, dims.etp))
+    return min(ep_comm_s(ctx, kind, dims, one, one, b) for b in group_geometries(ctx, dims.ep * dims.etp))
