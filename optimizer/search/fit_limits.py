@@ -74,7 +74,7 @@ def limits_admit_split(limits: Sequence[int], vpp: int, num_layers: int) -> bool
     return min(limits) >= vpp and sum(limits) >= num_layers
 
 
-def _cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
+def cached_fit_limits(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups, cap: float) -> tuple[int, ...]:
     key = fit_key(lay, groups, cap)
     table = ctx.caches[FIT_LIMITS]
     cached = table.get(key)
@@ -95,7 +95,7 @@ def stage_fit_limits(ctx: JobContext, est: Estimate) -> list[int]:
     as the stage's chunks may add up to any mix)."""
     lay = est.layout
     groups = axis_groups(ctx.topology, est.order, lay.sizes())
-    return list(_cached_fit_limits(ctx, lay, groups, est.capacity_bytes - est.headroom_bytes))
+    return list(cached_fit_limits(ctx, lay, groups, est.capacity_bytes - est.headroom_bytes))
 
 
 def signature_fit_limits(

@@ -244,7 +244,7 @@ def layout_blocks(
             yield block
 
 
-def _zero_choices(search: SearchSpec) -> list[int]:
+def zero_choices(search: SearchSpec) -> list[int]:
     """The ZeRO stages ``search.fix`` / ``search.allow`` admit. Per block, ZeRO-1 is dropped where
     ZeRO-2 is in (``framework_space.block_variants``): ZeRO-2 (gradients sharded too) has ZeRO-1's
     communication and step time and never more memory; plans report the lowest stage that runs
@@ -252,7 +252,7 @@ def _zero_choices(search: SearchSpec) -> list[int]:
     return _choices("zero_stage", list(ZERO_STAGES), search)
 
 
-def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
+def recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
     """Cost-model recompute modes to search: those the target frameworks run (with a framework
     named, ``search.fix`` / ``search.allow`` use its names), plus, with none named, any mode they
     name."""
@@ -262,9 +262,9 @@ def _recompute_choices(job: JobSpec, search: SearchSpec) -> list[str]:
 def empty_choice(job: JobSpec, search: SearchSpec) -> str | None:
     """The knob that ``search.fix`` / ``search.allow`` leave without a value the space searches
     (ZeRO stage or recompute mode), if any: then no layout is enumerated whatever the sizes."""
-    if not _zero_choices(search):
+    if not zero_choices(search):
         return "zero_stage"
-    if not _recompute_choices(job, search):
+    if not recompute_choices(job, search):
         return "recompute"
     return None
 
@@ -295,7 +295,7 @@ def blocks_with_uneven_depths_apart(
         "cp", [d for d in cp_rule if d <= MAX_CP and (d == 1 or seq // (2 * d) >= MIN_CP_CHUNK)], search, cp_rule
     )
     experts = model.moe.num_experts if model.moe else 1
-    zeros, rcs = _zero_choices(search), _recompute_choices(job, search)
+    zeros, rcs = zero_choices(search), recompute_choices(job, search)
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     vpp_named, mbs_named = _named("vpp", search), _named("micro_batch_size", search)
     vpp_unbounded = vpp_named or reach is Reach.ALL

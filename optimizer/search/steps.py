@@ -12,7 +12,7 @@ from optimizer.search.bounds import SpaceBounds, space_bounds
 from optimizer.search.floors import step_floor_exceeds
 from optimizer.search.ranking import BestTimes, pick, simplest
 from optimizer.search.screen import Screen, Unfit, screen_memory
-from optimizer.search.space import LayoutBlock, _recompute_choices, _zero_choices
+from optimizer.search.space import LayoutBlock, recompute_choices, zero_choices
 from optimizer.search.splits import POOL_MARGIN_S, layout_key
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import GIB
@@ -46,7 +46,7 @@ def solver_status(proved_optimal: bool, cp_status: str, found: bool) -> str:
 def final_top_k(ctx, job: JobSpec, spec: SearchSpec, ranked: list[Estimate], headroom: float | None) -> list[Estimate]:
     """The top-k of ``ranked`` in their simplest form (``ranking.simplest``), each layout once,
     one per family when ``search.diverse``."""
-    zeros, rcs = _zero_choices(spec), _recompute_choices(job, spec)
+    zeros, rcs = zero_choices(spec), recompute_choices(job, spec)
     chosen = [simplest(ctx, job, e, zeros, rcs, headroom) for e in pick(ranked, spec.top_k + POOL_EXTRA, spec.diverse)]
     unique: dict[tuple, Estimate] = {}
     for est in chosen:

@@ -183,3 +183,37 @@ def f():
 """
     assert imports_of("p.sub.c", source, False, known) == {"p.sub.d", "p.sub", "q", "p.b", "p.a"}
     assert imports_of("p.sub", "from . import c\nfrom .. import b\n", True, known) == {"p.sub.c", "p.b"}
+
+
+def private_imports(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """``from module import _name`` of the project's own modules from outside the module's package
+    (a private name another package depends on), as ``file: module._name``."""
+    found = []
+    for path in paths:
+        package = ".".join(path.relative_to(root).parent.parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or (node.module or "").split(".")[0] not in PROJECT_PACKAGES:
+                continue
+            if node.module.rpartition(".")[0] == package:  # type: ignore[union-attr]
+                continue  # a package's own helpers
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
+    return found
+
+
+PROJECT_PACKAGES = ("optimizer", "api", "hardware_catalog", "benchmarks")
+
+
+def test_no_private_names_are_imported() -> None:
+    paths = [p for d in (*PROJECT_PACKAGES, "tests") for p in sorted((ROOT / d).rglob("*.py"))]
+    assert private_imports(paths) == []
+
+
+def test_private_import_check_flags_one(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "m.py").write_text("from optimizer.cost.context import _build_context_cached\n")
+    (tmp_path / "optimizer").mkdir()
+    (tmp_path / "optimizer" / "n.py").write_text("from optimizer.helpers import _shared\n")
+    found = private_imports([tmp_path / "tests" / "m.py", tmp_path / "optimizer" / "n.py"], tmp_path)
+    assert found == ["tests/m.py: optimizer.cost.context._build_context_cached"]

@@ -30,7 +30,7 @@ from optimizer.cost.caches import MEMOS, Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import axis_groups
-from optimizer.search.fit_limits import _cached_fit_limits, some_split_may_fit
+from optimizer.search.fit_limits import cached_fit_limits, some_split_may_fit
 from optimizer.search.floors import step_floor_s
 from optimizer.search.lower_bounds import lower_bound_terms
 from optimizer.search.planner import Planner
@@ -136,7 +136,7 @@ def _exercise(ctx: JobContext, lay: ResolvedLayout, order: tuple[str, ...], flip
     for floor, cap in zip(floors[::-1] if flip else floors, caps[::-1] if flip else caps, strict=True):
         floor()
         some_split_may_fit(ctx, lay, cap)
-        _cached_fit_limits(ctx, lay, groups, cap)
+        cached_fit_limits(ctx, lay, groups, cap)
     layers = len(ctx.layer_kind)
     for vpp in (3, 2, 1) if flip else (1, 2, 3):
         if layers - (lay.pp - 1) * vpp >= 0:  # the layers a chunk sum can hold (none left: not asked)
