@@ -147,10 +147,13 @@ def _same(a: object, b: object) -> bool:
     return a == b or repr(a) == repr(b)  # repr: bit-identical floats, NaN included
 
 
-def _conflicts(sample: tuple[ResolvedLayout, ...]) -> tuple[dict[Memo[Any, Any], list[str]], dict[Memo, int]]:
+def _conflicts(
+    sample: tuple[ResolvedLayout, ...], until: Memo[Any, Any] | None = None
+) -> tuple[dict[Memo[Any, Any], list[str]], dict[Memo, int]]:
     """Per memo, the keys under which two (layout, order) pairs, each computing from empty
     caches, filed different values; and per memo how many entries repeated a key filed by an
-    earlier pair (cache hits across pairs: what makes the check bite)."""
+    earlier pair (cache hits across pairs: what makes the check bite). With ``until``: stop at
+    the first conflict in that memo."""
     job, _, _ = _job()
     ctx = build_context(job)
     seen: dict[Memo[Any, Any], dict[Any, tuple[Any, ResolvedLayout]]] = {}
@@ -172,6 +175,8 @@ def _conflicts(sample: tuple[ResolvedLayout, ...]) -> tuple[dict[Memo[Any, Any],
                     first, first_lay = filed[key]
                     if not _same(first, value):
                         conflicts.setdefault(memo, []).append(f"{key}: {first_lay} / {lay} {order}")
+            if until is not None and until in conflicts:
+                return conflicts, repeats
     return conflicts, repeats
 
 
@@ -247,7 +252,7 @@ def test_a_key_missing_a_field_is_caught(
     tried on the functions that compute from their key alone, such as ``distinct_stages``,
     ``_min_max_stage_floor_s`` or the LM head's time: they cannot read what their key lacks.)"""
     monkeypatch.setattr(module, name, _dropping(getattr(module, name), field))
-    conflicts, _ = _conflicts(_sample())
+    conflicts, _ = _conflicts(_sample(), until=memo)
     assert memo in conflicts, sorted(m.name for m in conflicts)
 
 
