@@ -50,7 +50,7 @@ JOBS: dict[str, dict[str, Any]] = {
         "cluster": {"preset": "gb200-nvl72", "num_gpus": 288},
     },
 }
-STRIDE = 79
+STRIDE = 101
 """Check every STRIDE-th layout (the spaces have thousands; the sample still spans every knob, etp
 included: a prime stride, so it does not follow the enumeration's period)."""
 
