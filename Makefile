@@ -35,10 +35,8 @@ run: $(STAMP)
 
 # -n auto: one pytest-xdist worker per core. --dist worksteal splits the tests (the long ones first,
 # see tests/conftest.py) and lets an idle worker take the unstarted tail of another's share.
-# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: the xdist workers then share one
-# compilation (and pytest's assertion rewrite) of every module instead of each redoing it.
 test: $(STAMP) browser
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist worksteal
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 # The browser tests (tests/web) drive Debian's chromium with its chromium-driver; as root on a
 # Debian-like machine this installs both when missing.
