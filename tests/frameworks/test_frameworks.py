@@ -249,15 +249,17 @@ def test_plans_are_in_their_simplest_form() -> None:
 
 
 def _suite_jobs() -> dict[str, dict[str, Any]]:
-    """The job sets of the search and cost tests, by name."""
+    """The job sets of the search and cost tests, by name; a job several of them share (the same
+    document) once, named after all of them."""
     from tests.cost import test_columns, test_layout_floors
     from tests.search import test_search_bounds, test_search_speed_invariants
 
-    jobs: dict[str, dict[str, Any]] = {}
+    named: dict[str, tuple[list[str], dict[str, Any]]] = {}
     for module in (test_columns, test_layout_floors, test_search_bounds, test_search_speed_invariants):
         for name, job in module.JOBS.items():
-            jobs[f"{module.__name__.rsplit('.', 1)[-1]}: {name}"] = job
-    return jobs
+            modules, _ = named.setdefault(json.dumps(job, sort_keys=True), ([], job))
+            modules.append(f"{module.__name__.rsplit('.', 1)[-1]}: {name}")
+    return {" = ".join(modules): job for modules, job in named.values()}
 
 
 SUITE_JOBS = _suite_jobs()
