@@ -545,6 +545,25 @@ def global_batch_size(row: dict[str, Any], seq: int) -> tuple[int, list[str]]:
 # ---------------------------------------------------------------------------------------- layout
 
 
+def map_expert_tp(row: dict[str, Any], tp: int, ep: int) -> int | None:
+    """The row's expert tensor parallelism: as stated; else its stack's value. Megatron-Core
+    shards experts over ``tensor_model_parallel_size`` unless told otherwise (``arguments.py``:
+    ``--expert-tensor-parallel-size`` defaults to ``--tensor-model-parallel-size``; before
+    expert parallel folding, Nov. 2024, experts always split over the TP group), so a recipe that
+    names no expert TP (the DGX Cloud NeMo 24.11 Grok-1 YAML) runs ``etp = tp``. The
+    Megatron-Bridge performance configs and the Megatron-MoE model zoo set
+    ``expert_tensor_parallel_size = 1`` (``qwen3_workload_base_configs.py``,
+    ``deepseek_workload_base_configs.py``, ``gpt_oss_workload_base_configs.py``; the zoo's
+    YAMLs): 1 there. None for dense rows (no experts)."""
+    cfg = row["config"]
+    if cfg.get("etp") is not None:
+        return int(cfg["etp"])
+    if ep <= 1 and row["model"].get("type") != "moe":
+        return None
+    source = row["id"].split("-")[0]
+    return 1 if source in ("mbridge", "modelzoo") or is_torchtitan(row) else tp
+
+
 def _divisors_up_to(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
@@ -558,8 +577,11 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
     fixed: dict[str, Any] = {"tp": int(cfg["tp"]), "pp": int(cfg["pp"])}
     fixed["cp"] = int(cfg.get("cp") or 1)
     fixed["ep"] = int(cfg.get("ep") or 1)
-    if cfg.get("etp") is not None:  # the row's expert tensor parallelism, when stated (else experts whole)
-        fixed["etp"] = int(cfg["etp"])
+    etp = map_expert_tp(row, fixed["tp"], fixed["ep"])
+    if etp is not None:
+        fixed["etp"] = etp
+        if row["config"].get("etp") is None and etp > 1:
+            notes.append(f"expert TP {etp} = TP (not stated; Megatron-Core's default)")
     if cfg.get("dp") is not None:
         fixed["dp"] = int(cfg["dp"])
     grid: dict[str, tuple[Any, ...]] = {}
