@@ -455,13 +455,13 @@ def map_dp_collectives(row: dict[str, Any]) -> str:
 
 
 def map_dp_comm_overlap(row: dict[str, Any]) -> bool:
-    """DeepSpeed's ZeRO-3 of 2021 (the SC'21 Table 2 baseline) does not overlap its data-parallel
-    collectives with compute: its parameter prefetch is capped at ``stage3_prefetch_bucket_size``
-    elements, 5e7 by default, under 3% of one GPT-3 175B layer (1.8e9) and 1% of one 530B layer,
-    so each module's weights are gathered when it runs. The rows at one micro-batch per GPU (1,536
-    and 2,240 GPUs) measure 66.8 s and 183 s per step against 65 s and 189 s for compute plus the
-    gathers in sequence; overlapped they would take 51 s and 150 s. Every other stack in the set
-    overlaps them (Megatron's overlapped gradient reduction and parameter gather, FSDP2)."""
+    """DeepSpeed's ZeRO-3 of 2021 (the SC'21 Table 2 baseline) gathers weights on demand: its
+    parameter prefetch is capped at ``stage3_prefetch_bucket_size`` elements, 5e7 by default,
+    under 3% of one GPT-3 175B layer (1.8e9) and 1% of one 530B layer, so each module's weights
+    are gathered when it runs; its gradient reduce-scatters overlap backward (``overlap_comm``,
+    on by default at stage 3 since ZeRO-3's release in March 2021). Costed with
+    ``training.dp_comm_overlap`` false, which means exactly that for ZeRO-3. Every other stack in
+    the set overlaps both (Megatron's overlapped gradient reduction and parameter gather, FSDP2)."""
     return map_dp_collectives(row) != "flat"
 
 

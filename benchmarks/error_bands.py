@@ -3,8 +3,8 @@
 Every calibration row ``benchmarks/validation.py`` scores gives one residual,
 ``log(measured / predicted)`` tokens/s/GPU, in the class of its job (``optimizer.error_bands``:
 dense / MoE, GPU generation, 16-bit / FP8-class precision). Each class, and each parent class
-(precision merged, then generation, then kind), with at least ``MIN_ROWS`` rows gets the 10th and
-90th percentiles of its residuals; the root class (all rows) always does. Plans of a class
+(precision merged, then generation, then kind), with at least ``MIN_ROWS`` rows gets the 10% and
+90% split-conformal quantiles of its residuals (``quantile_pair``); the root class (all rows) always does. Plans of a class
 without its own band use the nearest parent's.
 
 Coverage is checked leave-one-source-out: for each source (a row's publication,
@@ -88,9 +88,16 @@ def residuals_from(rep: ValidationReport, raw_rows: list[dict[str, Any]]) -> lis
 def quantile_pair(
     values: Iterable[float], q_low: float = QUANTILE_LOW, q_high: float = QUANTILE_HIGH
 ) -> tuple[float, float]:
-    """Empirical quantiles (numpy's linear interpolation between order statistics)."""
-    arr = np.asarray(list(values), dtype=float)
-    return float(np.quantile(arr, q_low)), float(np.quantile(arr, q_high))
+    """Split-conformal order statistics of ``n`` values: the ``floor((n + 1) q_low)``-th and the
+    ``ceil((n + 1) q_high)``-th smallest (clamped to 1 and ``n``). When a new run's residual is
+    exchangeable with the class's, each tail holds it with probability at most ``q_low`` (resp.
+    ``1 - q_high``): a finite-sample guarantee that plain percentiles (numpy's interpolation)
+    lack, and slightly wider than them at the class sizes here."""
+    arr = np.sort(np.asarray(list(values), dtype=float))
+    n = arr.size
+    low = max(1, math.floor((n + 1) * q_low))
+    high = min(n, math.ceil((n + 1) * q_high))
+    return float(arr[low - 1]), float(arr[high - 1])
 
 
 def fit_bands(residuals: list[Residual], min_rows: int = MIN_ROWS) -> dict[BandClass, ErrorBand]:
@@ -217,8 +224,9 @@ def render_markdown(residuals: list[Residual], bands: dict[BandClass, ErrorBand]
         "   tokens/s/GPU (negative: the model was optimistic).",
         "2. Rows are classed by model kind (dense / MoE), GPU generation (Ampere / Hopper / Blackwell;",
         "   Blackwell Ultra counts as Blackwell) and precision (16-bit: bf16, fp16; FP8-class: fp8, fp4).",
-        f"3. A class with at least {MIN_ROWS} rows gets the {QUANTILE_LOW:.0%} and {QUANTILE_HIGH:.0%} empirical percentiles",
-        "   of its residuals (numpy's linear interpolation). A class with fewer rows is merged",
+        f"3. A class with at least {MIN_ROWS} rows gets the {QUANTILE_LOW:.0%} and {QUANTILE_HIGH:.0%} split-conformal quantiles",
+        "   of its n residuals: the floor((n + 1) x 0.1)-th and ceil((n + 1) x 0.9)-th smallest, so a",
+        "   new run like the class's lands in each tail at most 10% of the time. A class with fewer rows is merged",
         "   into its parent: precision is dropped first, then GPU generation, then model kind, down to",
         "   all rows. A job's band is its own class's, else the nearest parent's.",
         "4. A plan's range is `predicted x [exp(min(q10, 0)), exp(max(q90, 0))]` tokens/s/GPU; the step",

@@ -3,8 +3,8 @@
 The band of a job comes from the validation residuals of comparable published runs: the
 calibration rows ``benchmarks/validation.py`` scores, split into classes by model kind (dense /
 MoE), GPU generation (Ampere / Hopper / Blackwell) and precision (16-bit / FP8-class). For each
-class with enough rows, ``benchmarks/error_bands.py`` stores the 10th and 90th percentiles of
-``log(measured / predicted)`` tokens/s/GPU in ``optimizer/data/error_bands.toml``; a class with
+class with enough rows, ``benchmarks/error_bands.py`` stores the 10% and 90% split-conformal
+quantiles (order statistics) of ``log(measured / predicted)`` tokens/s/GPU in ``optimizer/data/error_bands.toml``; a class with
 too few rows uses its parent's band (precision merged first, then GPU generation, then model
 kind). This module reads that file and turns a band into ranges around a prediction::
 

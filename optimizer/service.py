@@ -241,11 +241,16 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
     if slower < DP_OVERLAP_NOTE_MIN:
         return []
     hidden_s = blocking.breakdown_s["dp_comm"] - est.breakdown_s["dp_comm"]
+    asks = (
+        "Megatron --overlap-param-gather, DeepSpeed a stage3_prefetch_bucket_size of one layer; "
+        "the weights of each layer are otherwise gathered on demand"
+        if est.layout.zero_stage == 3
+        else "Megatron --overlap-grad-reduce --overlap-param-gather, DeepSpeed overlap_comm"
+    )
     note = (
         f"{hidden_s:.2f} s of data-parallel communication per step is hidden under compute "
-        "(training.dp_comm_overlap); the launch arguments ask for that overlap (Megatron --overlap-grad-reduce "
-        "--overlap-param-gather, DeepSpeed overlap_comm); without it the step takes "
-        f"{blocking.step_time_s:.3f} s ({100 * slower:.0f}% slower)"
+        f"(training.dp_comm_overlap); the launch arguments ask for that overlap ({asks}); without it "
+        f"the step takes {blocking.step_time_s:.3f} s ({100 * slower:.0f}% slower)"
     )
     return [note]
 

@@ -120,6 +120,8 @@ def dp_exposed_from_parts_s(
     dense, expert = parts
     if zero_stage == 3:
         per_mb = n_layers * (dense + expert)
+        if ctx.dp_overlap == 0.0:
+            return zero3_on_demand_s(ctx, m * per_mb, m * bwd)
         return contended(ctx, maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute), m * per_mb)
     t_b = dense + expert
     exposed = contended(ctx, maximum(unhidden, t_b - ctx.dp_overlap * bwd), t_b)
@@ -127,6 +129,23 @@ def dp_exposed_from_parts_s(
         t_g = t_b if gather is None else gather
         exposed = exposed + contended(ctx, maximum(unhidden, t_g - ctx.dp_overlap * fwd), t_g)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
+
+
+def zero3_reduce_share(grad_bytes: float) -> float:
+    """The gradient reduce-scatter's share of ZeRO-3's per-layer collectives (two weight gathers
+    of ``WEIGHT_BYTES`` and one reduce-scatter of ``grad_bytes`` a parameter), by bytes."""
+    return grad_bytes / (2.0 * WEIGHT_BYTES + grad_bytes)
+
+
+def zero3_on_demand_s(ctx: JobContext, total: Num, bwd: Num) -> Num:
+    """Exposed ZeRO-3 time when weights are gathered on demand (``training.dp_comm_overlap``
+    false): each layer's weight gathers block its compute, while the gradient reduce-scatters
+    run on their own stream under the backward's compute (DeepSpeed's ``overlap_comm``, on by
+    default at stage 3; Megatron's ``--overlap-grad-reduce`` without ``--overlap-param-gather``).
+    ``total`` is the step's ZeRO-3 collective time, ``bwd`` its backward compute."""
+    reduce = total * zero3_reduce_share(ctx.grad_bytes)
+    hidden_window = ctx.cal.dp_overlap * bwd
+    return (total - reduce) + contended(ctx, maximum(0.0, reduce - hidden_window), reduce)
 
 
 def gather_scale(ctx: JobContext, zero_stage: int) -> float | None:

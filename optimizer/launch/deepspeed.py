@@ -32,7 +32,11 @@ def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
 
 
 def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
-    zero: dict[str, object] = {"stage": layout.zero_stage, "overlap_comm": training.dp_comm_overlap}
+    # overlap_comm: gradient reduce-scatters under backward (stage 3's default, as costed there)
+    zero: dict[str, object] = {
+        "stage": layout.zero_stage,
+        "overlap_comm": training.dp_comm_overlap or layout.zero_stage == 3,
+    }
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute

@@ -115,8 +115,11 @@ class TrainingSpec(Strict):
             "gathering the next layer's weights while the current one computes (Megatron "
             "--overlap-grad-reduce --overlap-param-gather, FSDP2's prefetch, DeepSpeed overlap_comm "
             "with a stage3_prefetch_bucket_size of at least one layer). False: every data-parallel "
-            "collective blocks compute (DeepSpeed ZeRO-3 with its default prefetch bucket of 5e7 "
-            "elements, under 3% of one GPT-3 175B layer, gathers each module's weights on demand)."
+            "collective blocks compute, except ZeRO-3's gradient reduce-scatters, which still run "
+            "under backward: ZeRO-3 then gathers each layer's weights on demand (DeepSpeed's default "
+            "prefetch bucket of 5e7 elements is under 3% of one GPT-3 175B layer; its overlap_comm "
+            "is on by default at stage 3; Megatron --overlap-grad-reduce without "
+            "--overlap-param-gather)."
         ),
     )
     grad_reduce_in_fp32: bool = Field(

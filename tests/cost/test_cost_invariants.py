@@ -724,14 +724,20 @@ def test_fp32_gradients_double_gradient_memory_and_never_speed_a_step(req):
 def test_fp32_gradients_cost_zero3_one_gradient_reduce_scatter_more():
     """ZeRO-3 gathers each layer's 16-bit weights twice and reduce-scatters its gradients once per
     micro-batch: with fp32 gradients the bytes of that triple grow from 3 x 2 to 2 x 2 + 4 per
-    parameter, so the blocking data-parallel time grows by 4/3 less the ring latency, which does
-    not grow (383 hops a collective here)."""
+    parameter. Gathered on demand (``dp_comm_overlap`` false) the two gathers block and do not
+    grow; the reduce-scatter hides under the 44 s of backward (GPT-3 175B on 384 A100) and costs
+    only its contention, ``c`` of its time: the exposed time grows from ``2 + c`` to ``2 + 2c``
+    gathers' worth (less the ring latency, which does not grow)."""
+    from optimizer.calibration import DEFAULT
+
     training = {"seq_len": 2048, "global_batch_size": 1536, "dp_collectives": "flat", "dp_comm_overlap": False}
     layout = {"tp": 1, "pp": 1, "micro_batch_size": 4, "zero_stage": 3}
     half = _scored("gpt3-175b", "dgx-a100", 384, training, recompute="full", **layout)[1]
     fp32 = _scored("gpt3-175b", "dgx-a100", 384, {**training, "grad_reduce_in_fp32": True}, recompute="full",
                    **layout)[1]  # fmt: skip
-    assert 1.32 < fp32.breakdown_s["dp_comm"] / half.breakdown_s["dp_comm"] < 4 / 3
+    c = DEFAULT.overlap_contention
+    grown = (2 + 2 * c) / (2 + c)  # 1.038; 1.034 with the latency
+    assert 1 + 0.85 * (grown - 1) < fp32.breakdown_s["dp_comm"] / half.breakdown_s["dp_comm"] <= grown
     stage = fp32.memory[fp32.peak_stage]
     assert stage.gradients_bytes == pytest.approx(2 * half.memory[half.peak_stage].gradients_bytes, rel=REL)
 
@@ -739,8 +745,12 @@ def test_fp32_gradients_cost_zero3_one_gradient_reduce_scatter_more():
 def test_blocking_zero3_gathers_add_to_compute_and_order_sc21_table2():
     """SC'21 Table 2 at its smallest GPU count (GPT-3 175B, batch 1536, 384 A100): DeepSpeed's
     ZeRO-3 of 2021 (flat rings, prefetch too small to gather a layer ahead) measured 100 TFLOP/s a
-    GPU against PTD-P's 107. Overlapped, its gathers (3 x 350 GB a step over each GPU's NIC) would
-    hide under the 59 s of compute and ZeRO-3 would win; blocking, they add to it and PTD-P wins."""
+    GPU against PTD-P's 107. Its collectives move 3 x 350 GB a step over each GPU's NIC.
+    Overlapped, they would hide under the 59 s of compute and ZeRO-3 would win; gathered on
+    demand, the two weight gathers add to compute (the reduce-scatter still hides under backward,
+    at its contention's cost) and PTD-P wins."""
+    from optimizer.calibration import DEFAULT
+
     nic_bytes_per_s = 22.5e9  # dgx-a100: HDR 200 Gb/s at the catalog's 90% bus efficiency
     n = 384
     layout = {"tp": 1, "pp": 1, "micro_batch_size": 4, "zero_stage": 3}
@@ -749,17 +759,17 @@ def test_blocking_zero3_gathers_add_to_compute_and_order_sc21_table2():
     blocking = _scored("gpt3-175b", "dgx-a100", n, {"seq_len": 2048, "global_batch_size": 1536,
                        "dp_collectives": "flat", "dp_comm_overlap": False}, recompute="full", **layout)[1]  # fmt: skip
     ptd = _gpt3_on_a100(n, "hierarchical", tp=8, pp=12, vpp=2, micro_batch_size=1, zero_stage=1)
-    gathered_s = 3 * (n - 1) / n * 2 * 174.566e9 / nic_bytes_per_s
-    from optimizer.calibration import DEFAULT
-
-    # overlapped, the gathers cost only the SM share they take from compute (overlap_contention)
-    hidden_cost_s = 1.1 * DEFAULT.overlap_contention * gathered_s
+    collectives_s = 3 * (n - 1) / n * 2 * 174.566e9 / nic_bytes_per_s
+    c = DEFAULT.overlap_contention
+    # overlapped, the collectives cost only the SM share they take from compute (overlap_contention)
+    hidden_cost_s = 1.1 * c * collectives_s
+    gathers_s = 2 / 3 * collectives_s
     assert (
         overlapped.breakdown_s["dp_comm"]
         < hidden_cost_s
-        < gathered_s
+        < gathers_s
         < blocking.breakdown_s["dp_comm"]
-        < 1.05 * gathered_s
+        < 1.05 * (gathers_s + c * collectives_s / 3)
     )
     assert blocking.step_time_s == pytest.approx(
         blocking.breakdown_s["compute"] + blocking.breakdown_s["dp_comm"], rel=1e-3
@@ -974,12 +984,13 @@ def test_unfused_cross_entropy_holds_twelve_bytes_a_logit():
     assert unfused.step_time_s > fused.step_time_s  # the loss also moves twice the bytes
 
 
-@pytest.mark.parametrize(("zero_stage", "ratio"), [(0, 2.0), (1, 1.5), (2, 1.5), (3, 4 / 3)])
+@pytest.mark.parametrize(("zero_stage", "ratio"), [(0, 2.0), (1, 1.5), (2, 1.5)])
 def test_fp32_gradients_leave_the_weight_gathers_16_bit(zero_stage, ratio):
     """Blocking data-parallel time with fp32 gradients over 16-bit ones, Llama 3 8B on 64 H100:
     ZeRO-0 all-reduces gradients only (x2); ZeRO-1/2 reduce-scatter gradients and all-gather
-    16-bit weights (2 + 4 over 2 + 2); ZeRO-3 gathers weights twice a layer (4/3); each a little
-    under its ratio by the ring latency, which does not grow."""
+    16-bit weights (2 + 4 over 2 + 2); each a little under its ratio by the ring latency, which
+    does not grow. (ZeRO-3 keeps its reduce-scatter under backward even then:
+    ``test_fp32_gradients_cost_zero3_one_gradient_reduce_scatter_more``.)"""
 
     def dp_s(fp32: bool) -> float:
         training = {"seq_len": 8192, "global_batch_size": 64, "dp_comm_overlap": False, "grad_reduce_in_fp32": fp32}

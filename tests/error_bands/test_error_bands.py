@@ -28,6 +28,7 @@ from benchmarks.error_bands import (
     coverage_by,
     fit_bands,
     leave_one_source_out,
+    quantile_pair,
     residuals_from,
 )
 from benchmarks.validation import run_validation
@@ -161,24 +162,33 @@ def _res(source: str, value: float, cls: BandClass = DHB, i: int = 0) -> Residua
     return Residual(f"{source}-{i}-{value}", source, cls, value)
 
 
+def test_quantiles_are_split_conformal_order_statistics() -> None:
+    """n = 10: the floor(11 x 0.1) = 1st and ceil(11 x 0.9) = 10th smallest (the extremes; numpy's
+    interpolated percentiles would be 1.9 and 9.1); n = 20: the 2nd and 19th."""
+    assert quantile_pair([float(v) for v in range(10, 0, -1)]) == (1.0, 10.0)
+    assert quantile_pair([float(v) for v in range(1, 21)]) == (2.0, 19.0)
+    assert quantile_pair([3.0]) == (3.0, 3.0)
+
+
 def test_fit_merges_small_classes_into_parents() -> None:
     rows = [_res("a", v) for v in (-0.1, 0.0, 0.2)] + [_res("b", 0.4, MBF)]
     bands = fit_bands(rows, min_rows=3)
     # dense / hopper / 16-bit and its two dense parents have 3 rows each; the MoE row only the root
     assert set(bands) == {DHB, BandClass("dense", "hopper", ANY), BandClass("dense", ANY, ANY), ROOT_CLASS}
-    # sorted (-0.1, 0.0, 0.2): q10 at position 0.2 = -0.08; q90 at position 1.8 = 0.16
-    assert bands[DHB].log_low == pytest.approx(-0.08) and bands[DHB].log_high == pytest.approx(0.16)
-    # root: (-0.1, 0.0, 0.2, 0.4): q10 at position 0.3 = -0.07; q90 at 2.7 = 0.2 + 0.7 x 0.2 = 0.34
+    # sorted (-0.1, 0.0, 0.2), n = 3: the floor(0.4) -> 1st and ceil(3.6) = 4th -> 3rd smallest
+    assert bands[DHB].log_low == pytest.approx(-0.1) and bands[DHB].log_high == pytest.approx(0.2)
+    # root: (-0.1, 0.0, 0.2, 0.4), n = 4: floor(0.5) -> 1st, ceil(4.5) = 5th -> 4th smallest
     assert bands[ROOT_CLASS].rows == 4
-    assert bands[ROOT_CLASS].log_low == pytest.approx(-0.07) and bands[ROOT_CLASS].log_high == pytest.approx(0.34)
+    assert bands[ROOT_CLASS].log_low == pytest.approx(-0.1) and bands[ROOT_CLASS].log_high == pytest.approx(0.4)
 
 
 def test_leave_one_source_out_coverage_matches_a_hand_count() -> None:
     rows = [_res("a", -0.1), _res("a", 0.0), _res("b", 0.1), _res("b", 0.2), _res("c", 0.5)]
     held = leave_one_source_out(rows, min_rows=2)
-    # without a: (0.1, 0.2, 0.5) -> [0.12, 0.44], clamped [0, 0.44]: -0.1 out, 0.0 in
-    # without b: (-0.1, 0.0, 0.5) -> [-0.08, 0.40]: 0.1 and 0.2 in
-    # without c: (-0.1, 0.0, 0.1, 0.2) -> [-0.07, 0.17]: 0.5 out
+    # n = 3: the 1st and 3rd smallest; n = 4: the 1st and 4th
+    # without a: (0.1, 0.2, 0.5) -> [0.1, 0.5], clamped [0, 0.5]: -0.1 out, 0.0 in
+    # without b: (-0.1, 0.0, 0.5) -> [-0.1, 0.5]: 0.1 and 0.2 in
+    # without c: (-0.1, 0.0, 0.1, 0.2) -> [-0.1, 0.2]: 0.5 out
     got = {h.residual.id: h.covered for h in held}
     assert got == {"a-0--0.1": False, "a-0-0.0": True, "b-0-0.1": True, "b-0-0.2": True, "c-0-0.5": False}
     by_source = coverage_by(held, lambda h: h.residual.source)
@@ -186,7 +196,7 @@ def test_leave_one_source_out_coverage_matches_a_hand_count() -> None:
     total = coverage_by(held, lambda h: "all")["all"]
     assert (total.covered, total.n) == (3, 5) and total.fraction == pytest.approx(0.6)
     band_b = next(h for h in held if h.residual.source == "b").band
-    assert (band_b.log_low, band_b.log_high) == pytest.approx((-0.08, 0.40))
+    assert (band_b.log_low, band_b.log_high) == pytest.approx((-0.1, 0.5))
 
 
 def test_held_out_rows_use_the_parent_when_their_class_is_left_too_small() -> None:
@@ -237,8 +247,9 @@ def test_cli_evaluate_table_shows_the_ranges() -> None:
     st.lists(st.tuples(st.sampled_from("abcd"), st.floats(-1.0, 1.0, allow_nan=False)), min_size=2, max_size=30)
 )
 def test_leave_one_source_out_agrees_with_a_brute_force_count(rows: list[tuple[str, float]]) -> None:
-    """One class (min_rows 1): each row is covered when it lies in the clamped 10-90% quantile range
-    of the other sources' values, counted here with numpy directly."""
+    """One class (min_rows 1): each row is covered when it lies in the clamped 10-90% split-conformal
+    range of the other sources' values (their floor((n+1)/10)-th and ceil(9(n+1)/10)-th smallest),
+    counted here directly."""
     residuals = [_res(src, v, i=i) for i, (src, v) in enumerate(rows)]
     held = {h.residual.id: h.covered for h in leave_one_source_out(residuals, min_rows=1)}
     for r in residuals:
@@ -246,5 +257,7 @@ def test_leave_one_source_out_agrees_with_a_brute_force_count(rows: list[tuple[s
         if others.size == 0:
             assert r.id not in held
             continue
-        lo, hi = min(np.quantile(others, 0.1), 0.0), max(np.quantile(others, 0.9), 0.0)
+        ordered, n = np.sort(others), others.size
+        low, high = ordered[max(1, int(np.floor((n + 1) * 0.1))) - 1], ordered[min(n, int(np.ceil((n + 1) * 0.9))) - 1]
+        lo, hi = min(low, 0.0), max(high, 0.0)
         assert held[r.id] == (lo <= r.log_ratio <= hi)

@@ -432,7 +432,7 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert cfg["gradient_accumulation_steps"] == layout.num_micro_batches
     zero = cfg["zero_optimization"]
     assert zero["stage"] == layout.zero_stage
-    assert zero["overlap_comm"] is training.dp_comm_overlap
+    assert zero["overlap_comm"] is (training.dp_comm_overlap or layout.zero_stage == 3)
     if layout.zero_stage == 3 and training.dp_comm_overlap:  # a whole layer gathered ahead, as costed
         on_rank = max(sum(layer_params(_model, i).on_rank(layout.tp, layout.ep)) for i in range(_model.num_layers))
         assert zero["stage3_prefetch_bucket_size"] == max(50_000_000, math.ceil(on_rank))
@@ -495,9 +495,18 @@ def test_megatron_no_overlap_flags_without_data_parallelism():
 
 
 def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
+    # ZeRO-3 without the overlap gathers weights on demand and still reduces gradients under
+    # backward (DeepSpeed's stage-3 default overlap_comm), as the cost model has it
     case = _blocking_dp(zero3_case())
-    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": False}
+    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": True}
     over = nemo_overrides(launch(case).nemo)
+    assert over["ddp.overlap_grad_reduce"] == "true" and over["ddp.overlap_param_gather"] == "false"
+    flags = megatron_flags(launch(case).megatron)
+    assert "--overlap-grad-reduce" in flags and "--overlap-param-gather" not in flags
+    model, training, layout = _blocking_dp(zero3_case())
+    zero1 = (model, training, layout.model_copy(update={"zero_stage": 1}))
+    assert json.loads(launch(zero1).deepspeed)["zero_optimization"] == {"stage": 1, "overlap_comm": False}
+    over = nemo_overrides(launch(zero1).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
     assert "# torchtitan always overlaps data-parallel collectives" in launch(case).torchtitan
     assert "always overlaps" not in launch(zero3_case()).torchtitan
