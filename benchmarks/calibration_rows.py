@@ -104,6 +104,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.mbridge_recipes import recipe_moe
 from optimizer.params import count_params
 from optimizer.specs import (
     ClusterSpec,
@@ -403,31 +404,23 @@ def map_tp_comm_overlap(other: str | None) -> bool:
 
 
 def map_ep_comm_overlap(row: dict[str, Any]) -> bool:
-    """The row's config or notes name a batch-level (1F1B) all-to-all overlap."""
+    """The row's config or notes name a batch-level (1F1B) all-to-all overlap, or its
+    Megatron-Bridge recipe sets one (``mbridge_recipes``)."""
     t = f"{row['config'].get('other') or ''} {row.get('notes') or ''}".lower()
-    return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t
-
-
-FLEX_DISPATCHER_RECIPES = ("qwen3-30b", "deepseek-v3")
-"""Megatron-Bridge performance recipes that run the flex dispatcher on H100 (DeepEP backend):
-``scripts/performance/configs/qwen/qwen3_llm_pretrain.py`` sets ``moe_token_dispatcher_type``
-"flex" for Qwen3-30B-A3B and "alltoall" for Qwen3-235B-A22B (H100 and B200); the DeepSeek-V3
-recipes set the flex backend from their workload configs."""
+    recipe = recipe_moe(row)
+    return "a2a overlap" in t or "overlap-moe-expert-parallel-comm" in t or (recipe is not None and recipe.a2a_overlap)
 
 
 def map_moe_dispatcher(row: dict[str, Any]) -> str:
     """The row's ``config.moe_dispatcher`` (DeepEP -> deepep, HybridEP -> hybridep, else the name);
-    unstated: deepep for the Megatron-Bridge recipes of ``FLEX_DISPATCHER_RECIPES``, else
-    alltoall (Megatron-Core's all-to-all dispatcher, the NeMo and Megatron-Bridge default with
-    expert parallelism)."""
+    unstated: the Megatron-Bridge recipe's (``mbridge_recipes``), else alltoall (Megatron-Core's
+    all-to-all dispatcher, the NeMo and Megatron-Bridge default with expert parallelism)."""
     stated = str(row["config"].get("moe_dispatcher") or "").lower()
     for name in ("deepep", "hybridep", "allgather", "alltoall"):
         if name in stated.replace("-", "").replace("_", ""):
             return name
-    text = f"{row['id']} {row['model'].get('name') or ''}".lower().replace(" ", "-")
-    if row["id"].startswith("mbridge") and any(r in text for r in FLEX_DISPATCHER_RECIPES):
-        return "deepep"
-    return "alltoall"
+    recipe = recipe_moe(row)
+    return recipe.dispatcher if recipe is not None else "alltoall"
 
 
 def names_deepspeed(row: dict[str, Any]) -> bool:
@@ -804,6 +797,10 @@ def map_row(row: dict[str, Any]) -> MappedRow:
     precision, n_prec = map_precision(row["config"].get("precision"))
     notes += n_prec
     tp_overlap = map_tp_comm_overlap(row["config"].get("other"))
+    recipe = recipe_moe(row)
+    if recipe is not None and recipe.tp_comm_overlap is not None:
+        tp_overlap = recipe.tp_comm_overlap
+    token_drop = recipe is not None and recipe.token_drop
     gpu, gpu_class, n_gpu = map_gpu(row)
     notes += n_gpu
     network, nics, n_net = map_network(row, gpu_class)
@@ -824,6 +821,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
             moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
+            # padded to capacity 1.0: static expert token counts, no host synchronisation
+            moe_capacity_factor=1.0 if token_drop else None,
+            expert_gemm_host_splits=not token_drop,
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",

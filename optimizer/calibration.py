@@ -107,11 +107,10 @@ class Calibration:
     MoE training's three walls, and that device-initiated grouped GEMMs and CUDA graphs remove.
     Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
     expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.88x and
-    1.42x too fast without it, 7% slow and 1.16x fast with it). The whole set's median is
-    smallest at 70 us (5.0%; 5.3% at 75 us, 5.4% at 60 us, 5.5% at 80 us); 75 us is kept, the value whose
-    MoE rows have the smallest p90 with their median within 10% (p90 18.3% and median 9.8%,
-    against 20.6% and 9.2% at 70 us and 16.2% and 10.5% at 80 us:
-    ``benchmarks/grouped_gemm_check.py``), since MoE predictions erred fast. Layouts with 2,048 tokens or more per expert
+    1.42x too fast without it, 7% slow and 1.16x fast with it). Over the whole set, 75 us gives
+    the smallest p90 (16.9%, against 18.3% at 60-70 us and 16.9% at 80 us) with the median within
+    0.1 point of its smallest (5.4%; 5.4% at 70 us, 5.7% at 80 us): ``benchmarks/grouped_gemm_check.py``.
+    Layouts with 2,048 tokens or more per expert
     GEMM are GPU bound or nearly so and move by under 2% (docs/cost-model.md). No published
     measurement gives this time per GEMM: a Transformer Engine grouped linear forward takes
     about 1 ms in a DeepSeek-V2-Lite timeline on 8 H800, mostly host overhead by its

@@ -1,0 +1,59 @@
+"""What the Megatron-Bridge performance recipes behind the calibration's H100 MoE rows ran.
+
+The performance summary (``docs/performance-summary-archive.md``) prints the layout of each
+row but not the MoE settings; the recipe of the same release does. Read from the
+NVIDIA-NeMo/Megatron-Bridge repository at the tag of each container's release:
+
+- NeMo 25.09 (``v0.1.0rc4``, Oct. 2025): ``scripts/performance/run_script.py`` applies
+  ``apply_moe_token_drop`` to Qwen3-30B-A3B and Qwen3-235B-A22B (capacity factor 1.0, inputs
+  padded to capacity; ``moe_token_drop.py`` asserts the all-to-all dispatcher) with
+  ``CommOverlapConfig(tp_comm_overlap=True)``; DeepSeek-V3 on H100 runs DeepEP with forced load
+  balancing and the 1F1B all-to-all overlap (``A2A_1F1B``: ``overlap_moe_expert_parallel_comm``
+  and ``delay_wgrad_compute``).
+- NeMo 25.11 (``v0.2.0``, Nov. 2025): ``scripts/performance/configs/qwen3/workload_base_configs.py``
+  sets ``moe_a2a_overlap=True`` for both Qwen3 models on H100 and no flex-dispatcher backend
+  (the all-to-all dispatcher); ``qwen3_llm_pretrain.py`` forces load balancing (dropless) and
+  sets ``tp_comm_overlap`` false for Qwen3-235B-A22B on H100. GPT-OSS 120B on H100
+  (``configs/gpt_oss``) sets no overlap and no flex backend.
+
+Padding to capacity fixes every expert's token count on the host (Megatron-Core's all-to-all
+dispatcher then needs no device-to-host synchronisation: ``cuda_sync_point = "no_sync"``), so the
+expert GEMMs of those runs are not host bound (``training.expert_gemm_host_splits`` false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RecipeMoE:
+    """The MoE settings of one Megatron-Bridge performance recipe."""
+
+    dispatcher: str
+    a2a_overlap: bool
+    token_drop: bool
+    tp_comm_overlap: bool | None = None
+    """None: the recipe's value is not read here (the row's own mapping stands)."""
+
+
+_RECIPES: dict[tuple[str, str], RecipeMoE] = {
+    ("25.09", "qwen3-30b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=True, tp_comm_overlap=True),
+    ("25.09", "qwen3-235b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=True, tp_comm_overlap=True),
+    ("25.09", "dsv3"): RecipeMoE("deepep", a2a_overlap=True, token_drop=False),
+    ("25.11", "qwen3-30b"): RecipeMoE("alltoall", a2a_overlap=True, token_drop=False, tp_comm_overlap=True),
+    ("25.11", "qwen3-235b"): RecipeMoE("alltoall", a2a_overlap=True, token_drop=False, tp_comm_overlap=False),
+    ("25.11", "gptoss-120b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=False),
+}
+
+
+def recipe_moe(row: dict[str, Any]) -> RecipeMoE | None:
+    """The recipe of a Megatron-Bridge H100 MoE row (``mbridge-<release>-<model>-h100-...``), or
+    None for every other row."""
+    parts = str(row.get("id", "")).split("-")
+    if len(parts) < 4 or parts[0] != "mbridge" or "h100" not in parts:
+        return None
+    release = parts[1]
+    model = "-".join(parts[2 : parts.index("h100")])
+    return _RECIPES.get((release, model))
