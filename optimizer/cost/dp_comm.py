@@ -131,10 +131,11 @@ def dp_exposed_from_parts_s(
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
 
 
-def zero3_reduce_share(grad_bytes: float) -> float:
-    """The gradient reduce-scatter's share of ZeRO-3's per-layer collectives (two weight gathers
-    of ``WEIGHT_BYTES`` and one reduce-scatter of ``grad_bytes`` a parameter), by bytes."""
-    return grad_bytes / (2.0 * WEIGHT_BYTES + grad_bytes)
+ZERO3_REDUCE_SHARE = 1.0 / 3.0
+"""The gradient reduce-scatter's share of ZeRO-3's three per-layer collectives (two weight gathers
+and one reduce-scatter of as many bytes). With wider (fp32) gradients the extra bytes are counted
+with the blocking gathers: an upper estimate that keeps the exposed time non-decreasing in every
+collective's bytes (the per-collective latency makes an exact split by bytes decrease it)."""
 
 
 def zero3_on_demand_s(ctx: JobContext, total: Num, bwd: Num) -> Num:
@@ -143,7 +144,7 @@ def zero3_on_demand_s(ctx: JobContext, total: Num, bwd: Num) -> Num:
     run on their own stream under the backward's compute (DeepSpeed's ``overlap_comm``, on by
     default at stage 3; Megatron's ``--overlap-grad-reduce`` without ``--overlap-param-gather``).
     ``total`` is the step's ZeRO-3 collective time, ``bwd`` its backward compute."""
-    reduce = total * zero3_reduce_share(ctx.grad_bytes)
+    reduce = total * ZERO3_REDUCE_SHARE
     hidden_window = ctx.cal.dp_overlap * bwd
     return (total - reduce) + contended(ctx, maximum(0.0, reduce - hidden_window), reduce)
 
