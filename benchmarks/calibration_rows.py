@@ -821,9 +821,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             dp_collectives=map_dp_collectives(row),  # type: ignore[arg-type]
             dp_comm_overlap=map_dp_comm_overlap(row),
             moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
-            # padded to capacity 1.0: static expert token counts, no host synchronisation
+            # padded to capacity 1.0 (the host still issues every expert's GEMMs in turn)
             moe_capacity_factor=1.0 if token_drop else None,
-            expert_gemm_host_splits=not token_drop,
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",

@@ -28,6 +28,7 @@ GRID: dict[str, list[float]] = {
     "pp_comm_exposed": [0.25, 0.5, 1.0],
     "cp_overlap": [0.0, 0.5, 1.0],
     "expert_gemm_host_s": [0.0, 50e-6, 60e-6, 70e-6, 80e-6, 100e-6],
+    "scale_out_all_to_all_efficiency": [0.5, 0.6, 0.63, 0.7, 0.77, 0.85, 1.0],
     "ep_load_imbalance": [1.0, 1.1, 1.25, 1.5],
     "ep_comm_overlap_batched": [0.3, 0.4, 0.5, 0.6, 0.75],
     "overlap_contention": [0.0, 0.05, 0.08, 0.12, 0.15, 0.2],

@@ -97,6 +97,18 @@ class Calibration:
     dispatchers make the compute stream wait for them (DeepEP's ``async_finish`` is off in
     ``fused_a2a.py``). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and DeepEP
     measured without and with the overlap (19.7 s and 17.6 s a step, 1.12x): 0.4 predicts 1.13x."""
+    scale_out_all_to_all_efficiency: float = 0.7
+    """Share of a scale-out link's collective bandwidth (the catalog's ring ``busbw_fraction``)
+    that MoE dispatch and combine traffic leaving a node gets, with NCCL's all-to-all and with
+    DeepEP's RDMA stage alike. Every rank sends to every other node at once: flows collide at the
+    receiving NICs and in the fabric (incast, ECMP collisions), which a ring's neighbour-to-
+    neighbour traffic does not see, and an all-to-all cannot spread one GPU's traffic over the
+    node's other NICs (NCCL's maintainers in nccl-tests issue 267). Fitted to the calibration
+    set's cross-node expert-parallel rows, as each ran (Qwen3-235B EP32 on 256 H100 with DeepEP
+    and with NCCL's all-to-all, with and without the 1F1B overlap; DeepSeek-V3 EP64 on 1,024 H100):
+    at 1.0 they are predicted 11-25% fast; the set's median and p90 are flat from 0.63 to 0.77
+    (``benchmarks/fit_calibration.py``). Expert-parallel groups inside one NVLink domain are not
+    affected."""
     expert_gemm_host_s: float = 75.0 * US
     """Host (CPU) time to issue one routed-expert GEMM. Dropless MoE layers size each local
     expert's GEMM from the router's token counts, which the host reads back from the device (a

@@ -28,6 +28,8 @@ Routing is taken as balanced (the published runs force-balance it), with each of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimizer.cost.comm import Level, all_to_all_time_s, hierarchical_allgather_time_s
 
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
@@ -48,6 +50,17 @@ def distinct_other_groups(top_k: int, groups: int) -> float:
     return (groups - 1) * (1.0 - (1.0 - 1.0 / groups) ** top_k)
 
 
+def scale_out_derated(levels: tuple[Level, ...], efficiency: float) -> tuple[Level, ...]:
+    """``levels`` with the scale-out ones (those sharing the rank's NIC) at ``efficiency`` of their
+    bandwidth: what an all-to-all's many-peer traffic across nodes gets of it
+    (``Calibration.scale_out_all_to_all_efficiency``)."""
+    if efficiency == 1.0:
+        return levels
+    return tuple(
+        lv if lv.own_links else replace(lv, beta_bytes_per_s=lv.beta_bytes_per_s * efficiency) for lv in levels
+    )
+
+
 def dispatch_time_s(
     dispatcher: str,
     tokens: float,
@@ -56,16 +69,21 @@ def dispatch_time_s(
     levels: tuple[Level, ...],
     fp8: bool,
     imbalance: float = 1.0,
+    scale_out_efficiency: float = 1.0,
 ) -> tuple[float, float]:
     """(dispatch, combine) time of one MoE layer's ``tokens`` (this rank's, ``hidden`` wide) over an
     expert-parallel group spread over ``levels`` (innermost first). ``fp8``: the job trains in
-    FP8 (DeepEP and HybridEP then dispatch FP8). ``imbalance``: busiest rank's volume / mean."""
+    FP8 (DeepEP and HybridEP then dispatch FP8). ``imbalance``: busiest rank's volume / mean.
+    ``scale_out_efficiency``: the share of a scale-out level's bandwidth the all-to-all dispatchers
+    get (``scale_out_derated``; the all-gather dispatcher's collectives run at the full rate)."""
     ranks = 1
     for lv in levels:
         ranks *= lv.ranks
     if ranks <= 1:
         return 0.0, 0.0
     row = tokens * hidden * imbalance  # elements of this rank's tokens
+    if dispatcher != "allgather":
+        levels = scale_out_derated(levels, scale_out_efficiency)
     if dispatcher == "alltoall":
         one = all_to_all_time_s(row * top_k * ACT_BYTES * (ranks - 1) / ranks, levels)
         return one, one

@@ -98,14 +98,15 @@ def ep_comm_s(
     fp8 = training.precision in ("fp8", "fp4")
     dispatcher = training.moe_dispatcher
     recomputed = d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
+    a2a_eff = cal.scale_out_all_to_all_efficiency
     etp_fwd = 0.0
     if d.etp > 1 and dispatcher != "alltoall":
         # one transfer over the etp x ep block (flex: every token to all etp shards)
         assert block is not None
         tokens = tok_gpu * d.etp if dispatcher in DEDUPLICATING_DISPATCHERS else tok_gpu
-        disp, comb = dispatch_time_s(dispatcher, tokens, h, moe.top_k, block.levels, fp8, routing_load(ctx))
+        disp, comb = dispatch_time_s(dispatcher, tokens, h, moe.top_k, block.levels, fp8, routing_load(ctx), a2a_eff)
     else:
-        disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx))
+        disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx), a2a_eff)
         if d.etp > 1:
             assert etp_geo is not None
             routed = tok_gpu * moe.top_k * routing_load(ctx)
