@@ -240,7 +240,8 @@ def test_stage_fit_limits_of_interleaved_stages(name: str) -> None:
     job = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
     ctx = build_context(job)
     rng = random.Random(1)
-    layouts = rng.sample([lay for lay in enumerate_layouts(job, req.search) if lay.vpp > 1], 24)
+    # 16 interleaved layouts at random (memory binds on most of them: asserted below)
+    layouts = rng.sample([lay for lay in enumerate_layouts(job, req.search) if lay.vpp > 1], 16)
     layers = len(ctx.layer_kind)
     binding = fitting = 0
     for lay in layouts:
@@ -284,7 +285,7 @@ def test_some_split_may_fit_is_exact(name: str) -> None:
     rng = random.Random(2)
     pipelined = [lay for lay in enumerate_layouts(job, req.search) if lay.pp > 1]
     at_share = admitted = 0
-    for lay in rng.sample(pipelined, min(150, len(pipelined))):
+    for lay in rng.sample(pipelined, min(100, len(pipelined))):  # 100 at random: some at the share, some admitted
         cap = ctx.capacity_bytes - ctx.cal.memory_headroom_bytes
         full = [signature_fit_limits(ctx, lay, g, cap) for g in order_geometries(ctx, lay)[2]]
         expected = any(min(r) >= lay.vpp and sum(r) >= layers for r in full)
