@@ -35,8 +35,13 @@ run: $(STAMP)
 
 # -n auto: one pytest-xdist worker per core. --dist worksteal splits the tests (the long ones first,
 # see tests/conftest.py) and lets an idle worker take the unstarted tail of another's share.
+# Plugins are named rather than autoloaded: autoloading also has pytest rewrite the asserts of
+# every module of their packages (about 350 of schemathesis, hypothesis and anyio), some 2 s of
+# each worker's start. These are the installed ones (xdist's looponfail aside); a new plugin
+# needs its -p here.
+TEST_PLUGINS := -p xdist.plugin -p _hypothesis_pytestplugin -p schemathesis.pytest.plugin -p anyio.pytest_plugin
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -n auto --dist worksteal
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest $(TEST_PLUGINS) -n auto --dist worksteal
 
 # The browser tests (tests/web) drive Debian's chromium with its chromium-driver; as root on a
 # Debian-like machine this installs both when missing.

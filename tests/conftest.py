@@ -63,7 +63,9 @@ def module_client() -> Iterator[TestClient]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the ``slow`` tests first (each group keeps its order): under ``make test`` (pytest-xdist,
-    ``--dist worksteal``) the long tests start at once and the short ones fill the gaps, instead
-    of one worker finishing a long test alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Run the ``serial`` tests first, then the ``slow`` ones (each group keeps its order): under
+    ``make test`` (pytest-xdist, ``--dist worksteal``) the first worker starts with the serial
+    tests, which wait only for the other worker's first test (a short one) instead of a long one
+    midway; the long tests then start early and the short ones fill the gaps, instead of one
+    worker finishing a long test alone at the end."""
+    items.sort(key=lambda item: (item.get_closest_marker("serial") is None, item.get_closest_marker("slow") is None))

@@ -85,12 +85,13 @@ def test_columns_give_the_floats_estimate_gives(name: str) -> None:
                                 [x.num_micro_batches for x in rows])  # fmt: skip
         orders = distinct_orders(ctx, rows[0])
         by_zero = cost_columns(ctx, cols, [groups for _, groups in orders], zeros)
+        by_knobs: dict[tuple, Any] = {}  # each row's first layout in enumeration order at each ZeRO stage
+        for x in lays:
+            by_knobs.setdefault((x.zero_stage, x.micro_batch_size, x.sequence_parallel, x.recompute, x.vpp), x)
         for zero, costs in zip(zeros, by_zero, strict=True):
             for (order, groups), cost in zip(orders, costs, strict=True):
                 for i, row in enumerate(rows):
-                    lay = next(x for x in lays if x.zero_stage == zero and (x.micro_batch_size, x.sequence_parallel,
-                               x.recompute, x.vpp) == (row.micro_batch_size, row.sequence_parallel, row.recompute,
-                               row.vpp))  # fmt: skip
+                    lay = by_knobs[zero, row.micro_batch_size, row.sequence_parallel, row.recompute, row.vpp]
                     est = estimate(ctx, lay, order, None, groups)
                     assert cost.step_time_s[i] == est.step_time_s, (lay, order)
                     assert cost.peak_memory_bytes[i] == est.peak_memory_bytes, (lay, order)
@@ -120,10 +121,12 @@ SMALL_JOBS: dict[str, dict[str, Any]] = {
         "cluster": {"preset": "dgx-h100", "num_gpus": 16},
         "search": {"allow": {"zero_stage": [0, 1, 3]}},
     },
-    "mixtral variant, 16 H100": {
+    # 8 GPUs, not 16: 12,020 layouts (3,034 fit) costed one estimate at a time instead of 23,956,
+    # a quarter of the time; the best layout still splits context and experts (CP2, EP8)
+    "mixtral variant, 8 H100": {
         "model": {"preset": "mixtral-8x7b", "moe": {"num_experts": 8, "top_k": 2, "layer_frequency": 2}},
         "training": {"seq_len": 4096, "global_batch_size": 32},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
     },
 }
 
