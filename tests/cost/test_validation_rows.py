@@ -27,7 +27,7 @@ from benchmarks.calibration_rows import (
     map_row,
     source_flops_per_token,
 )
-from benchmarks.validation import evaluate_row, pairwise_agreement, run_validation, spearman
+from benchmarks.validation import ValidationReport, evaluate_row, pairwise_agreement, run_validation, spearman
 from optimizer.calibration import DEFAULT
 from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.specs import EvaluateRequest, Layout, TrainingSpec
@@ -36,6 +36,12 @@ from optimizer.specs import EvaluateRequest, Layout, TrainingSpec
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict]:
     return {r["id"]: r for r in load_rows()}
+
+
+@pytest.fixture(scope="module")
+def default_report() -> ValidationReport:
+    """The shipped calibration scored once for the tests of this module that read it."""
+    return run_validation(DEFAULT)
 
 
 def test_data_copy_is_self_contained() -> None:
@@ -201,8 +207,8 @@ def test_alternative_calibration_is_used(rows) -> None:
 
 
 @pytest.mark.slow
-def test_run_validation_summary_is_finite() -> None:
-    rep = run_validation()
+def test_run_validation_summary_is_finite(default_report: ValidationReport) -> None:
+    rep = default_report
     s = rep.summary
     assert s.rows_used >= 60
     assert s.rows_used == len(rep.rows)
@@ -233,12 +239,12 @@ def test_fp8_speedup_matches_published_pairs(rows, bf16_id: str, fp8_id: str) ->
     assert predicted == pytest.approx(measured, rel=0.05), (measured, predicted)
 
 
-def test_validation_headline_numbers() -> None:
+def test_validation_headline_numbers(default_report: ValidationReport) -> None:
     """Regression guard on the published-run validation (docs/validation.md has the full table):
     the median and p90 targets hold, no layout that ran is predicted out of memory, and a spread of
     well-documented runs (Megatron-LM, NeMo, SC'21 PTD-P, Korthikanti et al., torchtitan,
     Megatron-MoE) stays within 10% of measured tokens/s/GPU."""
-    rep = run_validation(DEFAULT)
+    rep = default_report
     assert rep.summary.overall.median_abs_pct <= 6.0  # 4.5%
     assert rep.summary.overall.p90_abs_pct <= 15.0  # 13.6%
     moe = rep.summary.by_kind["moe"]
@@ -419,10 +425,10 @@ def test_only_deepspeed_zero3_rows_of_2021_run_flat_blocking_collectives(rows) -
         assert mapped[row_id].dp_collectives == "hierarchical" and mapped[row_id].dp_comm_overlap
 
 
-def test_fp32_gradient_what_if_fits_the_published_runs_worse() -> None:
+def test_fp32_gradient_what_if_fits_the_published_runs_worse(default_report: ValidationReport) -> None:
     """The rows are costed with 16-bit gradients; fp32 ones in every bf16 row (Megatron-LM's
     default with --bf16) fit them worse (docs/cost-model.md quotes the numbers)."""
-    base = run_validation().summary
+    base = default_report.summary
     fp32 = run_validation(fp32_gradients=True).summary
     assert fp32.overall.median_abs_pct > base.overall.median_abs_pct + 0.3
     assert fp32.overall.p90_abs_pct > base.overall.p90_abs_pct + 3.0
@@ -446,12 +452,12 @@ def test_memory_matches_what_torchtitan_published() -> None:
     assert s.passes() and s.median_abs_pct < 5.0 and s.worst_under_pct > -20.0
 
 
-def test_qwen3_235b_layouts_on_256_h100_are_ordered_as_measured() -> None:
+def test_qwen3_235b_layouts_on_256_h100_are_ordered_as_measured(default_report: ValidationReport) -> None:
     """The five published Qwen3-235B layouts on 256 H100 (same batch): measured 1,862 (TP2 EP32
     with A2A overlap; TP2 EP8 FSDP), 1,663, 1,354 (PP32 EP8) and 1,130 (TP4 EP8) tokens/s/GPU.
     The last two give each of their 16 local experts 1,024 and 512 tokens per GEMM and are host
     bound; without the host floor they are predicted 1.42x and 1.88x too fast."""
-    rows = {r.id: r for r in run_validation(DEFAULT).rows}
+    rows = {r.id: r for r in default_report.rows}
     ids = [f"modelzoo-qwen3-235b-256gpu-cfg{i}" for i in range(1, 6)]
     err = {i[-4:]: rows[i].error_pct for i in ids}
     assert abs(err["cfg5"]) <= 5.0 and abs(err["cfg4"]) <= 20.0, err  # 2.2% slow, 18.5% fast
