@@ -70,6 +70,9 @@ class SplitOutcome:
     open_floor: float | None = None
     """The smallest split floor of a pair that was not (exactly) solved: a bound on what it hides."""
     models_solved: int = 0
+    stopped: list[tuple[float, Estimate, float, str]] = field(default_factory=list)
+    """Pairs whose model stopped at its limit: (floor, uniform estimate, threshold it ran with,
+    CP-SAT status)."""
 
     @property
     def proved(self) -> bool:
@@ -102,7 +105,9 @@ def solve_splits(
         if cand is None:
             assert g is not None
             cand = estimate(ctx, lay, g.order, headroom_bytes=budget.headroom_bytes, groups=g)  # uniform split
-        est = _solve_pair(ctx, cand, floor, threshold, remaining, budget, out)
+        # a split slower than its own layout's (family's) best so far changes nothing either
+        own = min(threshold, best_time.get(key_of(lay), float("inf")))
+        est = _solve_pair(ctx, cand, floor, own, remaining, budget, out)
         if est is not None:
             out.results.append(est)
             if est.fits_memory:
@@ -110,7 +115,33 @@ def solve_splits(
                 best_time[k] = min(best_time.get(k, est.step_time_s), est.step_time_s)
     if work.timed_out:
         _note_open(out, work.smallest_key())
+    kth_final = min(kth, _kth_smallest(best_time.values(), budget.top_k))
+    _retry_stopped(ctx, out, lambda lay: min(kth_final, best_time.get(key_of(lay), float("inf"))), budget)
     return out
+
+
+def _retry_stopped(
+    ctx: JobContext, out: SplitOutcome, final: Callable[[ResolvedLayout], float], budget: SplitBudget
+) -> None:
+    """Solve again, against its final bound (``final``: the k-th best time, or its layout's or
+    family's best if lower), each pair whose model stopped at its limit while that bound was
+    larger: a tighter bound prunes more and usually proves. A pair whose floor is above it cannot
+    change the answer; one that stops again stays open (its floor bounds what it hides)."""
+    stopped, out.stopped = out.stopped, []
+    for floor, cand, threshold, status in stopped:
+        remaining = budget.deadline - time.perf_counter()
+        kth = final(cand.layout)
+        if floor > kth + POOL_MARGIN_S:
+            continue
+        if kth >= threshold or remaining <= 0:
+            out.stopped.append((floor, cand, threshold, status))
+            continue
+        est = _solve_pair(ctx, cand, floor, kth, remaining, budget, out)
+        if est is not None:
+            out.results.append(est)
+    for floor, _, _, status in out.stopped:
+        out.status = status
+        _note_open(out, floor)
 
 
 class _Work:
@@ -216,8 +247,7 @@ def _solve_pair(
         [], min(remaining, SOLVE_LIMIT_S), threshold + POOL_MARGIN_S, work_limit=SOLVE_WORK_LIMIT
     )
     if res.status not in ("OPTIMAL", "INFEASIBLE"):
-        out.status = res.status
-        _note_open(out, floor)  # stopped at its limit: not a proof, the pair's floor bounds it
+        out.stopped.append((floor, cand, threshold, res.status))  # not a proof: solved again at the end
     if res.choice is None:
         return None
     return _rescore(ctx, cand, res.choice.stage_layers, budget.headroom_bytes)

@@ -122,6 +122,24 @@ def test_alternating_moe_plans_optimal() -> None:
     assert best.config.vpp == 8
 
 
+@pytest.mark.slow
+def test_a_fixed_layout_of_the_optimum_is_proved_too() -> None:
+    """The same job with ``fix`` TP1 PP4 EP8 (the optimum's sizes): fewer than top-k families
+    fit, so the k-th best time stays infinite and bounded nothing; the split models ran without a
+    bound, stopped at their limit and the answer was `feasible`, a slower VPP7 split (3.0551 s).
+    Each model is now bounded by its own layout's best as well: the same optimum, proved."""
+    response = search_plans(PlanRequest.model_validate({
+        "model": {"preset": "mixtral-8x22b", "moe": {"num_experts": 8, "top_k": 2,
+                  "expert_ffn_hidden_size": 16384, "layer_frequency": 2, "first_dense_layers": 1}},
+        "training": {"seq_len": 4096, "global_batch_size": 512},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"time_limit_s": 60, "fix": {"tp": 1, "pp": 4, "ep": 8}},
+    }))  # fmt: skip
+    assert response.status == "optimal", response.solver
+    assert response.plans[0].step_time_s == pytest.approx(3.0499, abs=1e-4)
+    assert response.plans[0].config.vpp == 8
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     runs=st.sets(

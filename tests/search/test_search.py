@@ -519,29 +519,64 @@ def test_splits_without_exact_tables_are_not_claimed_optimal(monkeypatch: pytest
     assert response.solver.objective_bound <= oracle[0].step_time_s <= response.plans[0].step_time_s
 
 
-def test_a_split_model_stopped_at_its_limit_is_not_claimed_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A split model that ends UNKNOWN (its time limit) proves nothing: the answer is `feasible`,
-    with a warning and a bound no higher than the true optimum."""
+def _best_pair_times_out(monkeypatch: pytest.MonkeyPatch, req: PlanRequest, retries_too: bool) -> list[str]:
+    """Make the split models of the best plan's layout end UNKNOWN (their limit): its first solve,
+    or every one when ``retries_too``; returns the statuses those solves returned."""
     from optimizer.search import cpsat
     from optimizer.search.cpsat import SolveResult
 
+    best = search_plans(req).plans[0].config
     solve = cpsat.SplitModel.solve
-    calls = 0
+    seen: list[str] = []
 
-    def first_one_times_out(self, *args, **kwargs):
-        nonlocal calls
-        calls += 1
-        return SolveResult(None, "UNKNOWN", None) if calls == 1 else solve(self, *args, **kwargs)
+    def times_out(self, *args, **kwargs):
+        lay = self.candidates[0].estimate.layout
+        mine = (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.micro_batch_size, lay.zero_stage) == (
+            best.tp,
+            best.pp,
+            best.cp,
+            best.ep,
+            best.vpp,
+            best.micro_batch_size,
+            best.zero_stage,
+        ) and str(lay.recompute) == best.recompute
+        if mine and (retries_too or not seen):
+            seen.append("UNKNOWN")
+            return SolveResult(None, "UNKNOWN", None)
+        result = solve(self, *args, **kwargs)
+        if mine:
+            seen.append(result.status)
+        return result
 
-    monkeypatch.setattr(cpsat.SplitModel, "solve", first_one_times_out)
+    monkeypatch.setattr(cpsat.SplitModel, "solve", times_out)
+    return seen
+
+
+def test_a_split_model_stopped_at_its_limit_is_not_claimed_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split model that ends UNKNOWN (its time limit), again when solved against the final
+    k-th best time, proves nothing: the answer is `feasible`, with a warning and a bound no
+    higher than the true optimum."""
     req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
+    seen = _best_pair_times_out(monkeypatch, req, retries_too=True)
     response = search_plans(req)
     oracle = best_per_layout(brute_force(req))
-    assert calls >= 1
+    assert seen and set(seen) == {"UNKNOWN"}
     assert response.status == "feasible", response.solver
     assert any("stopped at its" in w for w in response.warnings), response.warnings
     assert response.solver.objective_bound is not None
     assert response.solver.objective_bound <= oracle[0].step_time_s
+
+
+def test_a_split_model_stopped_early_is_solved_again_against_the_final_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The best plan's split model, stopped once: solved again at the end against the final k-th
+    best time (or its layout's best), it proves, and the answer is the brute-force optimum."""
+    req = _request(JOB_SEVERAL_KINDS_INTERLEAVED)
+    seen = _best_pair_times_out(monkeypatch, req, retries_too=False)
+    response = search_plans(req)
+    oracle = best_per_layout(brute_force(req))
+    assert seen[0] == "UNKNOWN" and "OPTIMAL" in seen[1:], seen
+    assert response.status == "optimal", response.solver
+    assert response.plans[0].step_time_s == pytest.approx(oracle[0].step_time_s, rel=1e-9)
 
 
 # ---- named jobs --------------------------------------------------------------------------------
