@@ -25,14 +25,14 @@ that issue time exceeds the GPU's, so ``training.expert_gemm_host_splits`` keeps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
 class RecipeMoE:
     """The MoE settings of one Megatron-Bridge performance recipe."""
 
-    dispatcher: str
+    dispatcher: Literal["alltoall", "deepep"]
     a2a_overlap: bool
     token_drop: bool
     tp_comm_overlap: bool | None = None
