@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, Literal
 
@@ -60,6 +60,8 @@ class Parallelism:
     sequence_parallel_optional: Fact
     ddp_only_without_other_parallelism: Fact
     sharded_below_zero3_needs_one_micro_batch: Fact
+    zero_stages_always_overlapped: Fact
+    """ZeRO stages whose data-parallel collectives it overlaps whatever it is told."""
     ep_multiple_of_tp_cp: Fact
     etp: Fact
     """Expert tensor-parallel sizes it runs: ``any`` (every size the layout rules allow),
@@ -198,10 +200,30 @@ def stack_defaults(fid: str) -> dict[str, Any]:
 
 
 def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job's knobs: of the named one, or of all four."""
+    """The frameworks whose stack runs the job's knobs: of the named one, or of all four. With
+    ``training.dp_comm_overlap`` false, without the ZeRO stages a framework always overlaps."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(p for p in profiles if p.stack_problem(training) is None)
+    runs = tuple(p for p in profiles if p.stack_problem(training) is None)
+    if getattr(training, "dp_comm_overlap", True):
+        return runs
+    return tuple(_without_overlapped_stages(p) for p in runs)
+
+
+def _without_overlapped_stages(prof: FrameworkProfile) -> FrameworkProfile:
+    """``prof`` running none of the ZeRO stages it always overlaps (a job that blocks them)."""
+    par = prof.parallelism
+    always = par.zero_stages_always_overlapped
+    if not always.value:
+        return prof
+
+    def drop(fact: Fact) -> Fact:
+        kept = tuple(z for z in fact.value if z not in always.value)
+        return Fact(kept, f"{fact.source}; without {list(always.value)} when they block ({always.source})")
+
+    narrowed = replace(par, zero_stages_without_pp=drop(par.zero_stages_without_pp),
+                       zero_stages_with_pp=drop(par.zero_stages_with_pp))  # fmt: skip
+    return replace(prof, parallelism=narrowed)
 
 
 __all__ = [

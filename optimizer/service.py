@@ -242,8 +242,8 @@ def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
         return []
     hidden_s = blocking.breakdown_s["dp_comm"] - est.breakdown_s["dp_comm"]
     asks = (
-        "Megatron --overlap-param-gather, DeepSpeed a stage3_prefetch_bucket_size of one layer; "
-        "the weights of each layer are otherwise gathered on demand"
+        "DeepSpeed: a stage3_prefetch_bucket_size of one layer, without which each layer's weights are "
+        "gathered on demand; Megatron-FSDP and FSDP2 always overlap them"
         if est.layout.zero_stage == 3
         else "Megatron --overlap-grad-reduce --overlap-param-gather, DeepSpeed overlap_comm"
     )
