@@ -40,7 +40,9 @@ def test_megatron_blocking_runs_no_sharded_gradients() -> None:
 def test_a_blocking_zero3_layout_runs_on_deepspeed_not_megatron() -> None:
     def frameworks(framework: str) -> list[str]:
         training = {**GPT3["training"], "framework": framework, "dp_comm_overlap": False}
-        return service.evaluate(EvaluateRequest.model_validate({**GPT3, "training": training, "config": ZERO3})).frameworks
+        return service.evaluate(
+            EvaluateRequest.model_validate({**GPT3, "training": training, "config": ZERO3})
+        ).frameworks
 
     assert frameworks("deepspeed") == ["deepspeed"]
     assert frameworks("megatron-lm") == []
