@@ -138,15 +138,15 @@ with the blocking gathers: an upper estimate that keeps the exposed time non-dec
 collective's bytes (the per-collective latency makes an exact split by bytes decrease it)."""
 
 
-def zero3_on_demand_s(ctx: JobContext, total: Num, bwd: Num) -> Num:
+def zero3_on_demand_s(ctx: JobContext, total_s: Num, bwd_s: Num) -> Num:
     """Exposed ZeRO-3 time when weights are gathered on demand (``training.dp_comm_overlap``
     false): each layer's weight gathers block its compute, while the gradient reduce-scatters
     run on their own stream under the backward's compute (DeepSpeed's ``overlap_comm``, on by
-    default at stage 3; Megatron's ``--overlap-grad-reduce`` without ``--overlap-param-gather``).
-    ``total`` is the step's ZeRO-3 collective time, ``bwd`` its backward compute."""
-    reduce = total * ZERO3_REDUCE_SHARE
-    hidden_window = ctx.cal.dp_overlap * bwd
-    return (total - reduce) + contended(ctx, maximum(0.0, reduce - hidden_window), reduce)
+    default at stage 3). ``total_s`` is the step's ZeRO-3 collective time, ``bwd_s`` its
+    backward compute."""
+    reduce_s = total_s * ZERO3_REDUCE_SHARE
+    hidden_window_s = ctx.cal.dp_overlap * bwd_s
+    return (total_s - reduce_s) + contended(ctx, maximum(0.0, reduce_s - hidden_window_s), reduce_s)
 
 
 def gather_scale(ctx: JobContext, zero_stage: int) -> float | None:
