@@ -200,18 +200,25 @@ def stack_defaults(fid: str) -> dict[str, Any]:
 
 
 def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job's knobs: of the named one, or of all four. With
-    ``training.dp_comm_overlap`` false, without the ZeRO stages a framework always overlaps."""
+    """The frameworks whose stack runs the job's knobs: of the named one, or of all four, each as
+    it runs the job (``as_run_for``)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    runs = tuple(p for p in profiles if p.stack_problem(training) is None)
+    return tuple(as_run_for(p, training) for p in profiles if p.stack_problem(training) is None)
+
+
+def as_run_for(prof: FrameworkProfile, training: Any) -> FrameworkProfile:
+    """``prof`` as it runs a job with ``training``: with ``training.dp_comm_overlap`` false,
+    without the ZeRO stages it always overlaps (it would not run them as costed)."""
     if getattr(training, "dp_comm_overlap", True):
-        return runs
-    return tuple(_without_overlapped_stages(p) for p in runs)
+        return prof
+    return _blocking_profile(prof.id)
 
 
-def _without_overlapped_stages(prof: FrameworkProfile) -> FrameworkProfile:
-    """``prof`` running none of the ZeRO stages it always overlaps (a job that blocks them)."""
+@functools.cache
+def _blocking_profile(fid: str) -> FrameworkProfile:
+    """Profile ``fid`` without the ZeRO stages it always overlaps (a job that blocks them)."""
+    prof = profile(fid)
     par = prof.parallelism
     always = par.zero_stages_always_overlapped
     if not always.value:
@@ -227,8 +234,8 @@ def _without_overlapped_stages(prof: FrameworkProfile) -> FrameworkProfile:
 
 
 __all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "candidate_frameworks", "layout_problem", "load_profiles",
-    "profile", "stack_defaults",
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "candidate_frameworks", "layout_problem",
+    "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip
 
 

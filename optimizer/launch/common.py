@@ -70,10 +70,3 @@ def dp_overlapped(training: TrainingSpec, geo: Geometry) -> bool:
     """The plan overlaps data-parallel collectives (``training.dp_comm_overlap``) and has them
     (a ``dp x cp`` group)."""
     return training.dp_comm_overlap and geo.has_dp_group
-
-
-def grads_overlapped(training: TrainingSpec, zero_stage: int, geo: Geometry) -> bool:
-    """Gradient reductions run under backward: when the plan overlaps data-parallel collectives,
-    and under ZeRO-3 always (with ``training.dp_comm_overlap`` false only the weight gathers
-    block: ``cost.dp_comm.zero3_on_demand_s``)."""
-    return geo.has_dp_group and (training.dp_comm_overlap or zero_stage == 3)

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.common import Geometry, dp_overlapped, grads_overlapped
+from optimizer.launch.common import Geometry, dp_overlapped
 from optimizer.specs import ModelSpec, TrainingSpec
 
 MEGATRON_FLAGS: frozenset[str] = frozenset(
@@ -163,11 +163,11 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
             args.append("--tp-comm-overlap")  # userbuffers; needs sequence parallelism
     if layout.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
-    # Megatron issues data-parallel collectives after backward unless asked (both default off)
-    if grads_overlapped(training, layout.zero_stage, geo):
+    if dp_overlapped(training, geo):
+        # Megatron issues data-parallel collectives after backward unless asked (both default off)
         args.append("--overlap-grad-reduce")
-    if dp_overlapped(training, geo) and layout.zero_stage >= 1:
-        args.append("--overlap-param-gather")
+        if layout.zero_stage >= 1:
+            args.append("--overlap-param-gather")
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         args += [
             "--use-megatron-fsdp",

@@ -4,7 +4,7 @@ overrides; Megatron-Core's field names)."""
 from __future__ import annotations
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.common import Geometry, dp_overlapped, grads_overlapped
+from optimizer.launch.common import Geometry, dp_overlapped
 from optimizer.launch.megatron import ATTENTION_BACKEND, MEGATRON_FSDP_STRATEGY, Split, megatron_recompute_modules
 from optimizer.specs import ModelSpec, TrainingSpec
 
@@ -55,7 +55,7 @@ def nemo_overrides(
         ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
         ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
-        ("ddp.overlap_grad_reduce", grads_overlapped(training, layout.zero_stage, geo)),
+        ("ddp.overlap_grad_reduce", dp_overlapped(training, geo)),
         ("ddp.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
     ]
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from optimizer.frameworks import FrameworkProfile, candidate_frameworks, load_profiles, profile
+from optimizer.frameworks import FrameworkProfile, as_run_for, candidate_frameworks, load_profiles, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
@@ -36,7 +36,8 @@ def target_profiles(training: TrainingSpec) -> tuple[tuple[FrameworkProfile, ...
     if profiles:
         return profiles, True
     framework = training.framework
-    return ((profile(framework),) if framework is not None else tuple(load_profiles().values())), False
+    profiles = (profile(framework),) if framework is not None else tuple(load_profiles().values())
+    return tuple(as_run_for(p, training) for p in profiles), False
 
 
 def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:

@@ -93,6 +93,11 @@ def solve_splits(
     out = SplitOutcome()
     key_of = budget.key or layout_key
     best_time = {key_of(e.layout): e.step_time_s for e in pool}  # per layout (or family), as answers come in
+
+    def best_of(lay: ResolvedLayout) -> float:
+        """The best time of ``lay``'s layout (family) so far: a split no faster changes nothing."""
+        return best_time.get(key_of(lay), float("inf"))
+
     work = _Work(ctx, pool, pipelined, ctx.usable_bytes(budget.headroom_bytes), budget.deadline)
     while (item := work.next(min(kth, _kth_smallest(best_time.values(), budget.top_k)))) is not None:
         floor, cand, lay, g, threshold = item
@@ -100,14 +105,12 @@ def solve_splits(
         if remaining <= 0:
             _note_open(out, min(floor, work.smallest_key()))
             break
-        if budget.key is not None and floor > best_time.get(key_of(lay), float("inf")) + POOL_MARGIN_S:
+        if budget.key is not None and floor > best_of(lay) + POOL_MARGIN_S:
             continue  # no split of it beats its family's best so far (which only falls): it cannot change the answer
         if cand is None:
             assert g is not None
             cand = estimate(ctx, lay, g.order, headroom_bytes=budget.headroom_bytes, groups=g)  # uniform split
-        # a split slower than its own layout's (family's) best so far changes nothing either
-        own = min(threshold, best_time.get(key_of(lay), float("inf")))
-        est = _solve_pair(ctx, cand, floor, own, remaining, budget, out)
+        est = _solve_pair(ctx, cand, floor, min(threshold, best_of(lay)), remaining, budget, out)
         if est is not None:
             out.results.append(est)
             if est.fits_memory:
@@ -116,7 +119,7 @@ def solve_splits(
     if work.timed_out:
         _note_open(out, work.smallest_key())
     kth_final = min(kth, _kth_smallest(best_time.values(), budget.top_k))
-    _retry_stopped(ctx, out, lambda lay: min(kth_final, best_time.get(key_of(lay), float("inf"))), budget)
+    _retry_stopped(ctx, out, lambda lay: min(kth_final, best_of(lay)), budget)
     return out
 
 
