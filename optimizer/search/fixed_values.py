@@ -125,7 +125,7 @@ def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:
             job, tp=values["tp"], pp=values["pp"], cp=values["cp"], ep=values["ep"], vpp=values["vpp"],
             micro_batch_size=values["micro_batch_size"],
             zero_stage=fix.zero_stage or 1, recompute=fix.recompute or RecomputeMode.SELECTIVE,
-            sequence_parallel=(values["tp"] > 1), dp=fix.dp,
+            sequence_parallel=values["tp"] > 1 if fix.sequence_parallel is None else fix.sequence_parallel, dp=fix.dp,
         )  # fmt: skip
     except InvalidLayout as err:
         shown = ", ".join(f"{k}={getattr(fix, k)}" for k in (*sizes, "dp") if getattr(fix, k) is not None)

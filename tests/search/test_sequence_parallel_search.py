@@ -1,0 +1,74 @@
+"""Sequence parallelism in the search: on by default with tensor parallelism; ``search.allow`` /
+``search.fix`` name it off (or on) for any TP size, as the layout rules and the target frameworks
+allow, and the planner then returns such layouts (Megatron-LM runs TP without it; torchtitan does
+not)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.search.space import Reach, enumerate_layouts
+from optimizer.service import search_plans as search
+from optimizer.specs import JobSpec, PlanRequest
+from tests.search.test_search import check_against_oracle
+
+JOB: dict[str, Any] = {
+    "model": {"name": "d", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "ffn_hidden_size": 1024,
+              "vocab_size": 1024},
+    "training": {"seq_len": 1024, "global_batch_size": 16},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+    "search": {"top_k": 3, "allow": {"vpp": [1], "recompute": ["none"], "zero_stage": [1]}},
+}  # fmt: skip
+
+
+def _job(framework: str | None = None, **search_changes: Any) -> dict[str, Any]:
+    job = {**JOB, "search": {**JOB["search"], **search_changes}}
+    job["search"]["allow"] = {**JOB["search"]["allow"], **search_changes.get("allow", {})}
+    if framework is not None:
+        job["training"] = {**JOB["training"], "framework": framework}
+    return job
+
+
+def _request(framework: str | None = None, **search_changes: Any) -> PlanRequest:
+    return PlanRequest.model_validate(_job(framework, **search_changes))
+
+
+def _space(req: PlanRequest) -> list:
+    spec = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
+    return list(enumerate_layouts(spec, req.search, Reach.ALL))
+
+
+def _sp_by_tp(req: PlanRequest) -> set[tuple[int, bool]]:
+    return {(lay.tp, lay.sequence_parallel) for lay in _space(req)}
+
+
+def test_default_space_runs_sequence_parallel_with_every_tp_above_one() -> None:
+    assert _sp_by_tp(_request()) == {(1, False), (2, True), (4, True), (8, True)}
+
+
+def test_allow_off_keeps_every_tp_size_without_sequence_parallel() -> None:
+    assert _sp_by_tp(_request(allow={"sequence_parallel": [False]})) == {(1, False), (2, False), (4, False), (8, False)}
+
+
+def test_allow_both_doubles_the_tp_layouts() -> None:
+    both = _sp_by_tp(_request(allow={"sequence_parallel": [False, True]}))
+    assert both == {(1, False)} | {(t, sp) for t in (2, 4, 8) for sp in (False, True)}
+
+
+def test_allow_on_leaves_tp_one_out() -> None:
+    assert _sp_by_tp(_request(allow={"sequence_parallel": [True]})) == {(2, True), (4, True), (8, True)}
+
+
+def test_fix_off_with_tp_pinned_is_planned() -> None:
+    result = search(_request(fix={"tp": 4, "sequence_parallel": False}))
+    assert result.status == "optimal"
+    assert {(p.config.tp, p.config.sequence_parallel) for p in result.plans} == {(4, False)}
+
+
+def test_torchtitan_never_runs_tp_without_sequence_parallel() -> None:
+    assert _sp_by_tp(_request("torchtitan", allow={"sequence_parallel": [False]})) == {(1, False)}
+    assert _sp_by_tp(_request("megatron-lm", allow={"sequence_parallel": [False]})) >= {(8, False)}
+
+
+def test_off_space_agrees_with_the_oracle() -> None:
+    check_against_oracle(_job(allow={"sequence_parallel": [False, True]}, top_k=5))
