@@ -604,7 +604,11 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
 
     # recompute
     rc = map_recompute(cfg.get("activation_recompute"))
-    if rc is None:
+    recipe = recipe_moe(row)
+    if rc is None and recipe is not None and recipe.recompute is not None:
+        fixed["recompute"] = recipe.recompute
+        notes.append(f"recompute {recipe.recompute!r}: the release's Megatron-Bridge recipe")
+    elif rc is None:
         grid["recompute"] = RECOMPUTE_GRID
     elif rc == "selective" and is_torchtitan(row):
         # torchtitan's selective checkpointing is its op-level policy (llama3 train configs:
@@ -826,6 +830,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
             grad_reduce_in_fp32=titan,
             cross_entropy="unfused" if titan else "fused",
+            # torchao's float8 linears keep their 16-bit inputs, Transformer Engine's the fp8 ones
+            fp8_saved_inputs=not titan,
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

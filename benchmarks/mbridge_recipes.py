@@ -16,6 +16,15 @@ NVIDIA-NeMo/Megatron-Bridge repository at the tag of each container's release:
   sets ``tp_comm_overlap`` false for Qwen3-235B-A22B on H100. GPT-OSS 120B on H100
   (``configs/gpt_oss``) sets no overlap and no flex backend.
 
+Recompute, from the same files: in 25.09, ``configs/qwen3/qwen3_*_llm_pretrain.yaml`` set
+``recompute_granularity: null`` (none) and ``configs/deepseek/deepseek_v3_llm_pretrain.yaml``
+``"selective"`` with the recipe's default modules (``recipes/deepseek/deepseek_v3.py``:
+``recompute_modules`` None, Megatron-Core's ``[core_attn]``: the cost model's ``core_attn``); in
+25.11, ``qwen3_llm_pretrain.py`` sets ``recompute_granularity = None``. GPT-OSS's
+``workload_base_configs.py`` sets ``recompute_modules=["layernorm", "moe_act"]`` with a
+micro-batch of 1, but the summary's row prints a micro-batch of 4 (and a gradient accumulation
+that matches neither), so its recompute stays searched.
+
 Padding to capacity fixes every expert's token count on the host (Megatron-Core's all-to-all
 dispatcher then needs no device-to-host synchronisation: ``cuda_sync_point = "no_sync"``), but the
 host still issues each local expert's GEMMs in turn; with Qwen3-30B-A3B's 16 small local experts
@@ -37,14 +46,17 @@ class RecipeMoE:
     token_drop: bool
     tp_comm_overlap: bool | None = None
     """None: the recipe's value is not read here (the row's own mapping stands)."""
+    recompute: str | None = None
+    """The recipe's activation recompute in the cost model's names (None: not read here)."""
 
 
 _RECIPES: dict[tuple[str, str], RecipeMoE] = {
-    ("25.09", "qwen3-30b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=True, tp_comm_overlap=True),
-    ("25.09", "qwen3-235b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=True, tp_comm_overlap=True),
-    ("25.09", "dsv3"): RecipeMoE("deepep", a2a_overlap=True, token_drop=False),
-    ("25.11", "qwen3-30b"): RecipeMoE("alltoall", a2a_overlap=True, token_drop=False, tp_comm_overlap=True),
-    ("25.11", "qwen3-235b"): RecipeMoE("alltoall", a2a_overlap=True, token_drop=False, tp_comm_overlap=False),
+    ("25.09", "qwen3-30b"): RecipeMoE("alltoall", False, True, tp_comm_overlap=True, recompute="none"),
+    ("25.09", "qwen3-235b"): RecipeMoE("alltoall", False, True, tp_comm_overlap=True, recompute="none"),
+    ("25.09", "dsv3"): RecipeMoE("deepep", a2a_overlap=True, token_drop=False, recompute="core_attn"),
+    ("25.11", "qwen3-30b"): RecipeMoE("alltoall", True, False, tp_comm_overlap=True, recompute="none"),
+    ("25.11", "qwen3-235b"): RecipeMoE("alltoall", True, False, tp_comm_overlap=False, recompute="none"),
+    # recompute not read: the row's micro-batch (4) is not the recipe's (1), so which ran is unknown
     ("25.11", "gptoss-120b"): RecipeMoE("alltoall", a2a_overlap=False, token_drop=False),
 }
 

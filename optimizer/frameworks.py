@@ -22,8 +22,12 @@ FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan"
 STACK_KNOBS: tuple[str, ...] = (
     "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap",
     "pp_comm_overlap", "dp_comm_overlap", "ep_comm_overlap", "expert_gemm_host_splits", "dp_collectives",
+    "fp8_saved_inputs",
 )  # fmt: skip
 """The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
+PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": ("fp8", "fp4")}
+"""Stack knobs that act only at some ``training.precision`` values: at any other, a framework
+runs the job whatever the knob says."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class FrameworkProfile:
         """The first ``training`` knob whose value the framework does not run (None: all run)."""
         for knob, spec in self.stack.items():
             value = getattr(training, knob)
+            if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
+                continue  # the knob does nothing at this precision
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
         return None

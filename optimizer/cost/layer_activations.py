@@ -40,6 +40,7 @@ def activation_bytes(
         mla_up_out = 0.0
     core_out = heads * ctx.d_v / tp
     gated = model.activation == "swiglu"
+    routed_share = 0.0
     if kind.is_moe:
         moe = model.moe
         assert moe is not None
@@ -64,6 +65,12 @@ def activation_bytes(
     recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
     always = ln_inputs + attn_inner + core_out + mlp_keep
     full_elems = always + recomputable
+    # GEMM inputs among them (kept quantized by fp8_saved_inputs stacks): the routed experts'
+    # inputs; the norm outputs feeding a linear layer (an MoE layer's second norm feeds the router
+    # and the dispatcher); the activation-function outputs (fc2's input)
+    gemm_in_always = routed_share * h * d.etp if kind.is_moe else 0.0
+    gemm_in_recomputable = hid + (0.0 if kind.is_moe else mlp_in) + mlp_act_out
+    quantized_elems = 0.0
     if d.recompute == RecomputeMode.FULL:
         stored_elems = hid  # only the layer input
     elif moe_block:
@@ -74,12 +81,16 @@ def activation_bytes(
         stored_elems = _op_saved_elems(ctx, d, hid, core_out, f_local, gated)
     elif d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP):
         stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
+        quantized_elems = gemm_in_always
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems
+        quantized_elems = gemm_in_always + gemm_in_recomputable
     if not mla_up_kept:
         stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
     per_token_bytes = ACT_BYTES * tokens
     stored = stored_elems * per_token_bytes
+    if _keeps_quantized_inputs(ctx):
+        stored -= (ACT_BYTES - QUANTIZED_INPUT_BYTES) * quantized_elems * tokens
     working = full_elems * per_token_bytes
     if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
         # materialised scores, kept for backward unless the attention core is recomputed
@@ -88,6 +99,19 @@ def activation_bytes(
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * score_elements(ctx, kind, d)
     return stored, working
+
+
+QUANTIZED_INPUT_BYTES = 1.0
+"""Bytes per element of a GEMM input kept quantized for backward: fp8 data (MXFP8 adds one scale
+byte per 32 elements, not counted); with fp4 GEMMs an upper bound (NVFP4: half a byte plus
+scales)."""
+
+
+def _keeps_quantized_inputs(ctx: JobContext) -> bool:
+    """Whether the stack keeps GEMM inputs for backward in the GEMMs' 8- or 4-bit format
+    (``training.fp8_saved_inputs`` with fp8 or fp4 GEMMs)."""
+    training = ctx.job.training
+    return training.fp8_saved_inputs and training.precision in ("fp8", "fp4")
 
 
 def _op_saved_elems(ctx: JobContext, d: Dims, hid: float, core_out: float, f_local: float, gated: bool) -> float:

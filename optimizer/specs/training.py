@@ -107,6 +107,16 @@ class TrainingSpec(Strict):
             "device-initiated grouped GEMM, CUDA graphs over the experts). MoE models only."
         ),
     )
+    fp8_saved_inputs: bool = Field(
+        default=True,
+        description=(
+            "With fp8 or fp4 GEMMs, the stack keeps each GEMM's quantized input for backward, 1 byte an "
+            "element instead of 2 (Transformer Engine's Linear, LayerNormLinear and GroupedLinear: the "
+            "norm outputs, the activation-function output and the routed experts' inputs). False: the "
+            "16-bit inputs are kept and re-quantized in backward (torchao's Float8Linear in torchtitan). "
+            "Ignored with bf16 or fp16 GEMMs."
+        ),
+    )
     dp_comm_overlap: bool = Field(
         default=True,
         description=(

@@ -822,10 +822,12 @@ def test_op_level_recompute_keeps_the_attention_core_outputs():
 
 def _deepseek_v3_h800(recompute: str, **training: Any) -> tuple[JobContext, Estimate]:
     """DeepSeek-V3's published pre-training layout (report section 3.2: 2,048 H800, PP16, EP64
-    over 8 nodes, ZeRO-1 data parallel; 4k sequences, batch 15,360, FP8 GEMMs)."""
+    over 8 nodes, ZeRO-1 data parallel; 4k sequences, batch 15,360, FP8 GEMMs), with 16-bit
+    activations kept for backward."""
     job = JobSpec(
         model={"preset": "deepseek-v3"},
-        training={"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", **training},
+        training={"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", "fp8_saved_inputs": False,
+                  **training},  # fmt: skip
         cluster={"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 2048},
     )
     ctx = build_context(job)
