@@ -47,7 +47,8 @@ Training
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; torchtitan runs keep
     and reduce gradients in fp32 (``grad_reduce_in_fp32``: FSDP2's ``mixed_precision_reduce`` takes
     only float32) and compute the loss with PyTorch's fp32 cross-entropy (``cross_entropy``
-    unfused), every other run 16-bit gradients and a fused loss; ``attention_kernel``
+    unfused), every other run 16-bit gradients and a fused loss; fp8 runs keep their GEMM inputs
+    for backward in fp8 (``fp8_saved_inputs``: Transformer Engine) except torchtitan's (torchao); ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
     the rest (FlashAttention-2 era; torchtitan's PyTorch SDPA flash backend).
@@ -75,7 +76,8 @@ Layout
     account-for-embedding-and-loss one (the ModelZoo Qwen3-235B PP32 x VPP3 run: 96 chunks of one
     unit, the first holding only the embedding and the last only the output layer and loss).
   - Unstated knobs are searched (the fastest layout that fits memory is kept):
-    ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full}; ``vpp`` (pp > 1)
+    ``micro_batch_size`` in {1, 2, 4}; ``recompute`` in {none, selective, full} (a Megatron-Bridge
+    MoE row takes its release recipe's, ``benchmarks/mbridge_recipes.py``); ``vpp`` (pp > 1)
     in {1} + the divisors of ``layers / pp`` up to 8 (the schedule rule that micro-batches divide
     by pp is checked by the cost model); ``zero_stage`` = 1 (Megatron's distributed optimizer, which
     most of these runs used); ``sequence_parallel`` = ``tp > 1``, except on stacks that predate
