@@ -826,8 +826,13 @@ def _deepseek_v3_h800(recompute: str, **training: Any) -> tuple[JobContext, Esti
     activations kept for backward."""
     job = JobSpec(
         model={"preset": "deepseek-v3"},
-        training={"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", "fp8_saved_inputs": False,
-                  **training},  # fmt: skip
+        training={
+            "seq_len": 4096,
+            "global_batch_size": 15360,
+            "precision": "fp8",
+            "fp8_saved_inputs": False,
+            **training,
+        },  # fmt: skip
         cluster={"preset": "dgx-h100", "gpu": "h800-sxm-80gb", "num_gpus": 2048},
     )
     ctx = build_context(job)
