@@ -65,12 +65,6 @@ def activation_bytes(
     recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
     always = ln_inputs + attn_inner + core_out + mlp_keep
     full_elems = always + recomputable
-    # GEMM inputs among them (kept quantized by fp8_saved_inputs stacks): the routed experts'
-    # inputs; the norm outputs feeding a linear layer (an MoE layer's second norm feeds the router
-    # and the dispatcher); the activation-function outputs (fc2's input)
-    gemm_in_always = routed_share * h * d.etp if kind.is_moe else 0.0
-    gemm_in_recomputable = hid + (0.0 if kind.is_moe else mlp_in) + mlp_act_out
-    quantized_elems = 0.0
     if d.recompute == RecomputeMode.FULL:
         stored_elems = hid  # only the layer input
     elif moe_block:
@@ -81,16 +75,15 @@ def activation_bytes(
         stored_elems = _op_saved_elems(ctx, d, hid, core_out, f_local, gated)
     elif d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP):
         stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
-        quantized_elems = gemm_in_always
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems
-        quantized_elems = gemm_in_always + gemm_in_recomputable
     if not mla_up_kept:
         stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
     per_token_bytes = ACT_BYTES * tokens
-    stored = stored_elems * per_token_bytes
-    if _keeps_quantized_inputs(ctx):
-        stored -= (ACT_BYTES - QUANTIZED_INPUT_BYTES) * quantized_elems * tokens
+    # GEMM inputs: routed experts' inputs; norm outputs feeding a linear layer (not an MoE layer's
+    # second, which feeds the router and dispatcher) and activation outputs (fc2's input)
+    gemm_in = (routed_share * h * d.etp, hid + (0.0 if kind.is_moe else mlp_in) + mlp_act_out)
+    stored = stored_elems * per_token_bytes - _quantized_saving_bytes(ctx, kind, d, moe_block, gemm_in) * tokens
     working = full_elems * per_token_bytes
     if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
         # materialised scores, kept for backward unless the attention core is recomputed
@@ -112,6 +105,22 @@ def _keeps_quantized_inputs(ctx: JobContext) -> bool:
     (``training.fp8_saved_inputs`` with fp8 or fp4 GEMMs)."""
     training = ctx.job.training
     return training.fp8_saved_inputs and training.precision in ("fp8", "fp4")
+
+
+def _quantized_saving_bytes(
+    ctx: JobContext, kind: LayerKind, d: Dims, moe_block: bool, gemm_in: tuple[float, float]
+) -> float:
+    """Bytes per token a stack that keeps GEMM inputs quantized saves on one layer: one byte for
+    each GEMM input element the layer keeps under ``d.recompute``. ``gemm_in``: the GEMM input
+    elements per token kept by selective recompute, and those only kept without it."""
+    if not _keeps_quantized_inputs(ctx) or d.recompute == RecomputeMode.FULL or moe_block:
+        return 0.0
+    if d.recompute == RecomputeMode.OP and not kind.is_moe and ctx.job.model.mla is None:
+        return 0.0  # torchtitan's op-level policy keeps matmul outputs (its stack keeps 16-bit inputs)
+    always, recomputable = gemm_in
+    partial = (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP)
+    kept = always if d.recompute in partial else always + recomputable
+    return (ACT_BYTES - QUANTIZED_INPUT_BYTES) * kept
 
 
 def _op_saved_elems(ctx: JobContext, d: Dims, hid: float, core_out: float, f_local: float, gated: bool) -> float:
