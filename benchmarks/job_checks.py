@@ -9,13 +9,18 @@ TFLOP/s (its sources state it against the same peak). Rows that count hardware F
 included), or publish neither number, are left out. GPUs as ``calibration_rows.map_gpu`` maps
 them; the H800 (same die and clocks as the H100) and the A100 40 GB share their sibling's row.
 
-    .venv/bin/python benchmarks/job_checks.py          # table
-    .venv/bin/python benchmarks/job_checks.py --check  # exit 1 unless job_checks.toml holds it
+The same, per model shape (``optimizer.model_mfu.ModelShape``: the row's model as the
+calibration maps it), GPU, precision and sequence length, is ``optimizer/data/model_mfu.toml``.
+
+    .venv/bin/python benchmarks/job_checks.py          # tables
+    .venv/bin/python benchmarks/job_checks.py --write  # (re)write model_mfu.toml
+    .venv/bin/python benchmarks/job_checks.py --check  # exit 1 unless both data files hold them
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.calibration_rows import Unmappable, load_rows, map_gpu, map_precision  # noqa: E402
+from benchmarks.calibration_rows import Unmappable, load_rows, map_all, map_gpu, map_precision  # noqa: E402
 from hardware_catalog.loader import load_catalog  # noqa: E402
 from optimizer.job_warnings import load_job_checks  # noqa: E402
+from optimizer.model_mfu import DATA_PATH as MODEL_MFU_PATH  # noqa: E402
+from optimizer.model_mfu import ModelBest, load_model_bests, model_shape  # noqa: E402
 
 SHARED_GPUS = {
     "h100-sxm-80gb": ("h100-sxm-80gb", "h800-sxm-80gb"),
@@ -82,6 +89,64 @@ def best_published(rows: list[dict[str, Any]] | None = None) -> list[BestRun]:
     return sorted(best.values(), key=lambda b: (b.gpus, b.precision))
 
 
+def model_bests() -> list[ModelBest]:
+    """The best mapped row per (model shape, GPUs, precision, sequence length), ordered by model,
+    GPUs, precision and sequence length."""
+    best: dict[tuple, ModelBest] = {}
+    for mr in map_all()[0]:
+        found = row_mfu(mr.row)
+        if found is None:
+            continue
+        gpus, precision, mfu = found
+        shape = model_shape(mr.job.model)
+        key = (shape, gpus, precision, mr.job.training.seq_len)
+        if key not in best or mfu > best[key].mfu:
+            best[key] = ModelBest(
+                str(mr.row["model"]["name"]), shape, gpus, precision, round(mfu, 4), mr.id,
+                mr.job.cluster.resolved_num_gpus, mr.job.training.seq_len, str(mr.row["source"]["locator"]),
+            )  # fmt: skip
+    return sorted(best.values(), key=lambda b: (b.model, b.gpus, b.precision, b.seq_len))
+
+
+def model_mfu_toml(bests: list[ModelBest]) -> str:
+    """``optimizer/data/model_mfu.toml``'s text for ``bests``."""
+    lines = [
+        "# The best MFU published per model shape, GPU, training precision and sequence length",
+        "# (optimizer/model_mfu.py).",
+        "# Written by `.venv/bin/python benchmarks/job_checks.py --write` from the calibration set",
+        "# (benchmarks/data/published_runs.json); do not edit by hand. MFU: published model TFLOP/s a GPU",
+        "# (or the published MFU) over the catalog's dense peak at the row's precision; measured.",
+    ]
+    for b in bests:
+        shape = ", ".join(f"{k} = {v}" for k, v in b.shape._asdict().items())
+        lines += [
+            "",
+            "[[best]]",
+            f"model = {json.dumps(b.model)}",
+            f"shape = {{ {shape} }}",
+            f"gpus = {json.dumps(list(b.gpus))}",
+            f'precision = "{b.precision}"',
+            f"mfu = {b.mfu}",
+            f'run = "{b.run}"',
+            f"num_gpus = {b.num_gpus}",
+            f"seq_len = {b.seq_len}",
+            f"source = {json.dumps(b.source)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def model_mismatches() -> list[str]:
+    """How ``model_mfu.toml`` differs from ``model_bests``."""
+    shipped = {(b.shape, b.gpus, b.precision, b.seq_len): b for b in load_model_bests()}
+    wanted = {(b.shape, b.gpus, b.precision, b.seq_len): b for b in model_bests()}
+    problems = [f"model_mfu.toml {k[0]}: no published row" for k in shipped.keys() - wanted.keys()]
+    for key, want in wanted.items():
+        have = shipped.get(key)
+        if have is None or have.run != want.run or abs(have.mfu - want.mfu) > TOLERANCE:
+            problems.append(f"model_mfu.toml {want.model} {key[1:]}: best published {want.mfu:.4f} ({want.run})")
+    return problems
+
+
 def mismatches() -> list[str]:
     """How ``job_checks.toml``'s [[best]] tables differ from ``best_published``."""
     shipped = {(b.gpus, b.precision): b for b in load_job_checks().best_mfu}
@@ -98,12 +163,20 @@ def mismatches() -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 unless job_checks.toml holds the table")
+    parser.add_argument("--check", action="store_true", help="exit 1 unless the data files hold the tables")
+    parser.add_argument("--write", action="store_true", help="write optimizer/data/model_mfu.toml")
     args = parser.parse_args()
     print(f"{'GPUs':<32} {'precision':<9} {'MFU':>7}  run")
     for b in best_published():
         print(f"{', '.join(b.gpus):<32} {b.precision:<9} {b.mfu:>7.4f}  {b.run}")
-    problems = mismatches()
+    print(f"\n{'model':<48} {'GPUs':<28} {'precision':<9} {'seq':>7} {'MFU':>7}  run")
+    for m in model_bests():
+        print(f"{m.model[:48]:<48} {', '.join(m.gpus):<28} {m.precision:<9} {m.seq_len:>7} {m.mfu:>7.4f}  {m.run}")
+    if args.write:
+        MODEL_MFU_PATH.write_text(model_mfu_toml(model_bests()), encoding="utf-8")
+        load_model_bests.cache_clear()
+        print(f"wrote {MODEL_MFU_PATH.relative_to(Path(__file__).resolve().parent.parent)}")
+    problems = mismatches() + model_mismatches()
     for problem in problems:
         print("job_checks.toml:", problem)
     return 1 if args.check and problems else 0

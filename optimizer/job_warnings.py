@@ -1,6 +1,7 @@
 """Warnings for jobs that look wrong: a global batch that looks like tokens, GPUs that are not
 whole nodes, a batch too small for the GPU count, fewer micro-batches than the top plan's
-pipeline wants, a predicted MFU above the best published for that GPU and precision.
+pipeline wants, a predicted MFU above the best published for that model shape, or for that GPU
+and precision.
 
 The reference numbers (largest published batch, best published MFU) are data with sources:
 ``optimizer/data/job_checks.toml``.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from optimizer.model_mfu import best_for_model
 from optimizer.results import Plan
 from optimizer.specs import JobSpec
 
@@ -120,10 +122,20 @@ def _few_micro_batches(plan: Plan) -> str | None:
 
 
 def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
-    best = load_job_checks().best_for(job.cluster.gpu or "", job.training.precision)
+    """Above the best published run of the job's model shape on its GPU and precision, else above
+    the best published run of any model there."""
+    gpu, precision = job.cluster.gpu or "", job.training.precision
+    same = best_for_model(job.model, gpu, precision, job.training.seq_len)
+    if same is not None and plan.mfu > same.mfu:
+        return (
+            f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "
+            f"{precision} and {same.seq_len:,} tokens ({100 * same.mfu:.1f}%, {same.model} on {same.num_gpus:,} GPUs, "
+            f"published run {same.run}): treat the prediction as an upper estimate"
+        )
+    best = load_job_checks().best_for(gpu, precision)
     if best is None or plan.mfu <= best.mfu:
         return None
     return (
-        f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for {job.cluster.gpu} at "
-        f"{job.training.precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
+        f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for {gpu} at "
+        f"{precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
     )

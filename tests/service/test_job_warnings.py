@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from api.settings import Settings
+from optimizer import model_mfu
 from optimizer.job_warnings import load_job_checks
+from optimizer.specs import PlanRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -88,13 +90,14 @@ def test_fewer_micro_batches_than_the_pipeline_wants(client: TestClient) -> None
 
 
 def test_mfu_above_the_best_published_for_the_gpu_and_precision(client: TestClient) -> None:
+    # GPT-3 175B with 88 layers: no published run of that shape, so the GPU's best applies
     job = {
-        "model": {"preset": "gpt3-175b"},
+        "model": {"preset": "gpt3-175b", "num_layers": 88},
         "training": {"seq_len": 2048, "global_batch_size": 1536},
         "cluster": {"preset": "dgx-a100", "num_gpus": 1024},
     }
     mine = {"tp": 8, "pp": 8, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"}
-    yours = {"tp": 4, "pp": 8, "vpp": 12, "micro_batch_size": 2, "zero_stage": 2, "recompute": "none"}
+    yours = {"tp": 4, "pp": 8, "vpp": 11, "micro_batch_size": 2, "zero_stage": 2, "recompute": "none"}
     response = client.post("/compare", json={**job, "layouts": [mine, yours]}).json()
     mfus = [e["plan"]["mfu"] for e in response["entries"]]
     assert mfus[0] < 0.563 < mfus[1]
@@ -104,6 +107,44 @@ def test_mfu_above_the_best_published_for_the_gpu_and_precision(client: TestClie
     # fp16 shares the 16-bit row; a GPU without a published row gets no such warning
     assert load_job_checks().best_for("a100-sxm-40gb", "fp16").mfu == 0.563
     assert load_job_checks().best_for("mi300x", "bf16") is None
+
+
+def test_mfu_above_the_best_published_for_the_model_shape(client: TestClient) -> None:
+    """A job of a published model's shape (here Korthikanti et al.'s GPT 175B, 51.4% on 64 A100 at
+    2,048 tokens) is held to that model's best run, below the GPU's best (56.3%, the 1T model)."""
+    job = {
+        "model": {"preset": "gpt3-175b"},
+        "training": {"seq_len": 2048, "global_batch_size": 1536},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 1024},
+    }
+    layout = {"tp": 8, "pp": 8, "micro_batch_size": 1, "zero_stage": 1}
+    slow, fast = {**layout, "recompute": "full"}, {**layout, "recompute": "selective"}
+    response = client.post("/compare", json={**job, "layouts": [slow, fast]}).json()
+    mfus = [e["plan"]["mfu"] for e in response["entries"]]
+    assert mfus[0] < 0.514 < mfus[1] < 0.563
+    [warning] = response["warnings"]
+    assert warning.startswith(f"layout 1: predicted MFU {100 * mfus[1]:.1f}% is above the best published for this")
+    assert "model's shape on a100-sxm-80gb at bf16 and 2,048 tokens (51.4%, GPT 175B (Korthikanti" in warning
+    assert "published run korthikanti-175B-seqsel" in warning
+    # another sequence length has no run of its own: the GPU's best applies
+    longer = {**job, "training": {"seq_len": 4096, "global_batch_size": 768}}
+    assert not client.post("/compare", json={**longer, "layouts": [slow, fast]}).json()["warnings"]
+
+
+def test_best_published_mfus_per_model_shape_are_the_calibration_rows() -> None:
+    """model_mfu.toml holds the best MFU of each model shape, GPU, precision and sequence length in
+    the calibration set: Qwen3-235B-A22B at 4,096 tokens on H100 in bf16 is ModelZoo's best
+    practice layout (27.9%), its 128k-token run 39.3%."""
+    assert job_checks.model_mismatches() == []
+    bests = {(b.run, b.seq_len): b.mfu for b in model_mfu.load_model_bests()}
+    assert bests[("modelzoo-qwen3-235b-256gpu-cfg2", 4096)] == pytest.approx(0.279, abs=5e-4)
+    assert bests[("modelzoo-qwen3-235b-256gpu-seq128k", 131072)] == pytest.approx(0.3932, abs=5e-4)
+    qwen = PlanRequest.model_validate(
+        {**_job(2048, 256, 4096, "qwen3-235b-a22b"), "training": {"seq_len": 4096, "global_batch_size": 2048}}
+    ).model
+    assert model_mfu.best_for_model(qwen, "h800-sxm-80gb", "bf16", 4096).run == "modelzoo-qwen3-235b-256gpu-cfg2"
+    assert model_mfu.best_for_model(qwen, "h100-sxm-80gb", "fp8", 4096).precision == "fp8"
+    assert model_mfu.best_for_model(qwen, "a100-sxm-80gb", "bf16", 4096) is None
 
 
 def test_best_published_mfus_are_the_calibration_rows() -> None:
