@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ class Result:
     measured_tokens_per_s_per_gpu: float = 0.0
     year: int = 0
     """The year of the row's source: its stack's era (``CURRENT_STACKS``)."""
+    moe: bool = False
+    flagged: bool = False
+    """The planner's answer warns that its best plan's MFU is above the best published."""
 
     @property
     def ratio(self) -> float | None:
@@ -135,8 +139,10 @@ def run(limit: int | None) -> list[Result]:
             fixed = req.model_copy(update={"search": req.search.model_copy(update={"fix": LayoutFix(recompute=own)})})
             pinned_resp = plan(fixed)
             pinned = pinned_resp.plans[0] if pinned_resp.plans else None
+        flagged = any("above the best published" in w for w in resp.warnings)
         out.append(Result(mr.id, fw, expert, best, resp.status, seconds, pinned, job_key(mr),
-                          mr.measured_tokens_per_s_per_gpu, source_year(mr.row)))  # fmt: skip
+                          mr.measured_tokens_per_s_per_gpu, source_year(mr.row), job.model.moe is not None,
+                          flagged))  # fmt: skip
     return out
 
 
@@ -189,6 +195,27 @@ def _era_line(rated: list[Result]) -> str:
     )
 
 
+def _kind_line(rated: list[Result], moe: bool) -> str:
+    """Claims over the expert layouts and over the fastest measured layout of each job, for dense
+    or MoE rows, and how many of the planner's answers carry the MFU warning."""
+    rows = [r for r in rated if r.moe == moe and r.best is not None]
+    if not rows:
+        return ""
+    claims = sorted(r.ratio for r in rows if r.ratio is not None)
+    top: dict[tuple[Any, ...], float] = {}
+    for r in rows:
+        top[r.job_key] = max(top.get(r.job_key, 0.0), r.measured_tokens_per_s_per_gpu)
+    promised = sorted(r.best.tokens_per_s_per_gpu / top[r.job_key] for r in rows if r.best is not None)
+    flagged = sum(r.flagged for r in rows)
+    return (
+        f"{'MoE' if moe else 'Dense'} rows ({len(rows)}): the planner claims a median {statistics.median(claims):.2f}x "
+        f"over the expert layout (largest {claims[-1]:.2f}x); its best plan's predicted throughput over the fastest "
+        f"layout measured for the job is a median {statistics.median(promised):.2f}x (largest {promised[-1]:.2f}x); "
+        f"{flagged} of {len(rows)} answers warn that the best plan's MFU is above the best published (for the "
+        "model's shape where one was published, else for the GPU)."
+    )
+
+
 def render(results: list[Result]) -> str:
     rated = [r for r in results if r.ratio is not None]
     n, close, large = shares(results)
@@ -222,6 +249,10 @@ def render(results: list[Result]) -> str:
         f"({100 * j_close / max(j_n, 1):.0f}%), claims above 15% {j_large} ({100 * j_large / max(j_n, 1):.0f}%).",
         "",
         _era_line(rated),
+        "",
+        _kind_line(rated, moe=False),
+        "",
+        _kind_line(rated, moe=True),
         "",
         "Claims above 15%, by the breakdown term that falls most: "
         + ", ".join(f"{k} {v}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1]))
