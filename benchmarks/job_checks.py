@@ -9,8 +9,10 @@ TFLOP/s (its sources state it against the same peak). Rows that count hardware F
 included), or publish neither number, are left out. GPUs as ``calibration_rows.map_gpu`` maps
 them; the H800 (same die and clocks as the H100) and the A100 40 GB share their sibling's row.
 
-The same, per model shape (``optimizer.model_mfu.ModelShape``: the row's model as the
-calibration maps it), GPU, precision and sequence length, is ``optimizer/data/model_mfu.toml``.
+The same for MoE models, per model shape (``optimizer.model_mfu.ModelShape``: the row's model as
+the calibration maps it), GPU, precision and sequence length, is ``optimizer/data/model_mfu.toml``;
+there every mapped MoE row counts, its measured tokens/s turned into MFU with the planner's own FLOP
+count (``planner_mfu``), so that a plan's predicted MFU compares with it like for like.
 
     .venv/bin/python benchmarks/job_checks.py          # tables
     .venv/bin/python benchmarks/job_checks.py --write  # (re)write model_mfu.toml
@@ -28,11 +30,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.calibration_rows import Unmappable, load_rows, map_all, map_gpu, map_precision  # noqa: E402
+from benchmarks.calibration_rows import MappedRow, Unmappable, load_rows, map_all, map_gpu, map_precision  # noqa: E402
 from hardware_catalog.loader import load_catalog  # noqa: E402
+from optimizer.cost import build_context  # noqa: E402
 from optimizer.job_warnings import load_job_checks  # noqa: E402
 from optimizer.model_mfu import DATA_PATH as MODEL_MFU_PATH  # noqa: E402
-from optimizer.model_mfu import ModelBest, load_model_bests, model_shape  # noqa: E402
+from optimizer.model_mfu import ModelBest, load_model_bests, model_shape, precision_key  # noqa: E402
 
 SHARED_GPUS = {
     "h100-sxm-80gb": ("h100-sxm-80gb", "h800-sxm-80gb"),
@@ -89,20 +92,26 @@ def best_published(rows: list[dict[str, Any]] | None = None) -> list[BestRun]:
     return sorted(best.values(), key=lambda b: (b.gpus, b.precision))
 
 
+def planner_mfu(mr: MappedRow) -> float:
+    """A mapped row's measured throughput as MFU in the planner's own definition (its model FLOPs
+    per token over its dense peak at the row's precision), so that a plan's ``mfu`` compares with
+    it directly (sources count attention FLOPs their own ways)."""
+    ctx = build_context(mr.job)
+    return mr.measured_tokens_per_s_per_gpu * ctx.flops.model_per_token / ctx.mfu_peak_flops
+
+
 def model_bests() -> list[ModelBest]:
-    """The best mapped row per (model shape, GPUs, precision, sequence length), ordered by model,
-    GPUs, precision and sequence length."""
+    """The best mapped MoE row per (model shape, GPUs, precision, sequence length), ordered by
+    model, GPUs, precision and sequence length; MFU in the planner's definition (``planner_mfu``)."""
     best: dict[tuple, ModelBest] = {}
-    for mr in map_all()[0]:
-        found = row_mfu(mr.row)
-        if found is None:
-            continue
-        gpus, precision, mfu = found
-        shape = model_shape(mr.job.model)
-        key = (shape, gpus, precision, mr.job.training.seq_len)
+    for mr in (m for m in map_all()[0] if m.job.model.moe is not None):
+        gpu, precision = mr.job.cluster.gpu or "", mr.job.training.precision
+        gpus, key_precision = SHARED_GPUS.get(gpu, (gpu,)), precision_key(precision)
+        mfu, shape = planner_mfu(mr), model_shape(mr.job.model)
+        key = (shape, gpus, key_precision, mr.job.training.seq_len)
         if key not in best or mfu > best[key].mfu:
             best[key] = ModelBest(
-                str(mr.row["model"]["name"]), shape, gpus, precision, round(mfu, 4), mr.id,
+                str(mr.row["model"]["name"]), shape, gpus, key_precision, round(mfu, 4), mr.id,
                 mr.job.cluster.resolved_num_gpus, mr.job.training.seq_len, str(mr.row["source"]["locator"]),
             )  # fmt: skip
     return sorted(best.values(), key=lambda b: (b.model, b.gpus, b.precision, b.seq_len))
@@ -111,11 +120,12 @@ def model_bests() -> list[ModelBest]:
 def model_mfu_toml(bests: list[ModelBest]) -> str:
     """``optimizer/data/model_mfu.toml``'s text for ``bests``."""
     lines = [
-        "# The best MFU published per model shape, GPU, training precision and sequence length",
+        "# The best MFU published per MoE model shape, GPU, training precision and sequence length",
         "# (optimizer/model_mfu.py).",
         "# Written by `.venv/bin/python benchmarks/job_checks.py --write` from the calibration set",
-        "# (benchmarks/data/published_runs.json); do not edit by hand. MFU: published model TFLOP/s a GPU",
-        "# (or the published MFU) over the catalog's dense peak at the row's precision; measured.",
+        "# (benchmarks/data/published_runs.json); do not edit by hand. MFU: the measured tokens/s a GPU",
+        "# times the planner's model FLOPs per token, over the catalog's dense peak at the row's",
+        "# precision: the planner's own definition, so that a plan's predicted MFU compares with it.",
     ]
     for b in bests:
         shape = ", ".join(f"{k} = {v}" for k, v in b.shape._asdict().items())

@@ -212,7 +212,7 @@ def _kind_line(rated: list[Result], moe: bool) -> str:
         f"over the expert layout (largest {claims[-1]:.2f}x); its best plan's predicted throughput over the fastest "
         f"layout measured for the job is a median {statistics.median(promised):.2f}x (largest {promised[-1]:.2f}x); "
         f"{flagged} of {len(rows)} answers warn that the best plan's MFU is above the best published (for the "
-        "model's shape where one was published, else for the GPU)."
+        "GPU, or for an MoE model's shape; in-sample here: each job's own runs are in those tables)."
     )
 
 

@@ -1,7 +1,7 @@
 """Warnings for jobs that look wrong: a global batch that looks like tokens, GPUs that are not
 whole nodes, a batch too small for the GPU count, fewer micro-batches than the top plan's
-pipeline wants, a predicted MFU above the best published for that model shape, or for that GPU
-and precision.
+pipeline wants, a predicted MFU above the best published for that GPU and precision (for an MoE
+model: for its shape).
 
 The reference numbers (largest published batch, best published MFU) are data with sources:
 ``optimizer/data/job_checks.toml``.
@@ -122,10 +122,12 @@ def _few_micro_batches(plan: Plan) -> str | None:
 
 
 def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
-    """Above the best published run of the job's model shape on its GPU and precision, else above
-    the best published run of any model there."""
+    """Above the best published run of any model on the job's GPU and precision, or, for an MoE
+    model, of its own shape at its sequence length there: an MoE model's MFU depends on its expert
+    sizes and routing far more than a dense model's on its size, so the best dense runs that set
+    the GPU's bound say little about it."""
     gpu, precision = job.cluster.gpu or "", job.training.precision
-    same = best_for_model(job.model, gpu, precision, job.training.seq_len)
+    same = best_for_model(job.model, gpu, precision, job.training.seq_len) if job.model.moe else None
     if same is not None and plan.mfu > same.mfu:
         return (
             f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "

@@ -1,6 +1,6 @@
-"""The best MFU published for each model shape on each GPU, training precision and sequence
-length: a plan of the same shape and sequence length predicted above it gets a warning naming that
-run (MFU rises with the sequence length: attention's share of the FLOPs grows).
+"""The best MFU published for each MoE model shape on each GPU, training precision and sequence
+length: an MoE plan of the same shape and sequence length predicted above it gets a warning naming
+that run (MFU rises with the sequence length: attention's share of the FLOPs grows).
 
 A model's shape is its ``ModelShape`` (layers, hidden size, attention heads, FFN width, experts,
 experts per token), so a custom model of a published shape matches too. The numbers come from the

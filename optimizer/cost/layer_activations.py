@@ -80,9 +80,7 @@ def activation_bytes(
     if not mla_up_kept:
         stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
     per_token_bytes = ACT_BYTES * tokens
-    # GEMM inputs: routed experts' inputs; norm outputs feeding a linear layer (not an MoE layer's
-    # second, which feeds the router and dispatcher) and activation outputs (fc2's input)
-    gemm_in = (routed_share * h * d.etp, hid + (0.0 if kind.is_moe else mlp_in) + mlp_act_out)
+    gemm_in = _gemm_inputs(ctx, kind, d.etp * routed_share * h, hid, mlp_in, mlp_act_out)
     stored = stored_elems * per_token_bytes - _quantized_saving_bytes(ctx, kind, d, moe_block, gemm_in) * tokens
     working = full_elems * per_token_bytes
     if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
@@ -107,20 +105,35 @@ def _keeps_quantized_inputs(ctx: JobContext) -> bool:
     return training.fp8_saved_inputs and training.precision in ("fp8", "fp4")
 
 
+def _gemm_inputs(
+    ctx: JobContext, kind: LayerKind, routed_in: float, hid: float, mlp_in: float, mlp_act_out: float
+) -> tuple[float, float, float]:
+    """GEMM input elements per token of a layer that a stack may keep quantized: those selective
+    recompute keeps (the routed experts' inputs), those only kept without it (norm outputs feeding
+    one linear layer: not an MLA layer's first, which feeds two that keep a copy each, nor an MoE
+    layer's second, which feeds the router and the dispatcher; activation outputs, fc2's input),
+    and the extra quantized copy of an MoE layer's second norm output its shared experts keep."""
+    one_linear = (0.0 if ctx.job.model.mla is not None else hid) + (0.0 if kind.is_moe else mlp_in)
+    shared_copy = mlp_in if kind.is_moe and kind.params.shared_experts else 0.0
+    return routed_in, one_linear + mlp_act_out, shared_copy
+
+
 def _quantized_saving_bytes(
-    ctx: JobContext, kind: LayerKind, d: Dims, moe_block: bool, gemm_in: tuple[float, float]
+    ctx: JobContext, kind: LayerKind, d: Dims, moe_block: bool, gemm_in: tuple[float, float, float]
 ) -> float:
     """Bytes per token a stack that keeps GEMM inputs quantized saves on one layer: one byte for
-    each GEMM input element the layer keeps under ``d.recompute``. ``gemm_in``: the GEMM input
-    elements per token kept by selective recompute, and those only kept without it."""
+    each GEMM input element the layer keeps under ``d.recompute``, less the quantized copies it
+    adds. ``gemm_in``: the GEMM input elements per token kept by selective recompute, those only
+    kept without it, and the extra copy kept without it (norm outputs re-made under selective
+    are saved unquantized: Megatron-Core's ``set_save_original_input``)."""
     if not _keeps_quantized_inputs(ctx) or d.recompute == RecomputeMode.FULL or moe_block:
         return 0.0
     if d.recompute == RecomputeMode.OP and not kind.is_moe and ctx.job.model.mla is None:
         return 0.0  # torchtitan's op-level policy keeps matmul outputs (its stack keeps 16-bit inputs)
-    always, recomputable = gemm_in
-    partial = (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP)
-    kept = always if d.recompute in partial else always + recomputable
-    return (ACT_BYTES - QUANTIZED_INPUT_BYTES) * kept
+    always, recomputable, extra_copy = gemm_in
+    if d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP):
+        return (ACT_BYTES - QUANTIZED_INPUT_BYTES) * always
+    return (ACT_BYTES - QUANTIZED_INPUT_BYTES) * (always + recomputable) - QUANTIZED_INPUT_BYTES * extra_copy
 
 
 def _op_saved_elems(ctx: JobContext, d: Dims, hid: float, core_out: float, f_local: float, gated: bool) -> float:

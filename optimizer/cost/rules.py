@@ -180,7 +180,16 @@ def resolve(
     _check_pipeline(layers, pp, vpp, m)
     split = _stage_split(layers, pp * vpp, stage_layers)
     sp = sequence_parallel and tp > 1
+    if model.moe is not None and tp > 1 and not sp:
+        raise InvalidLayout("config.sequence_parallel", MOE_TP_NEEDS_SP)
     return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split), etp)
+
+
+MOE_TP_NEEDS_SP = (
+    "an MoE model with tp > 1 runs with sequence parallelism: each tensor-parallel rank routes its own share of "
+    "the tokens (Megatron-Core's MoE layer refuses tp > 1 without it in training, "
+    "megatron/core/transformer/moe/moe_layer.py)"
+)
 
 
 def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:

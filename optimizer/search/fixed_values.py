@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optimizer.cost.rules import resolve, tensor_parallel_reason
+from optimizer.cost.rules import MOE_TP_NEEDS_SP, resolve, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
+from optimizer.frameworks import profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
+from optimizer.specs.layout import LayoutFix
 
 
 def _tp(job: JobSpec, tp: int) -> str | None:
@@ -94,9 +96,27 @@ CHECKS: dict[str, Callable[[JobSpec, int], str | None]] = {
 """Per layout field: why a value cannot be taken by any layout of the job (None when it can)."""
 
 
+def _sequence_parallel_reason(job: JobSpec, fix: LayoutFix) -> str | None:
+    """Why ``search.fix.sequence_parallel`` cannot go with ``search.fix.tp`` (None when it can)."""
+    sp, tp = fix.sequence_parallel, fix.tp
+    if sp is None or tp is None:
+        return None
+    if sp and tp == 1:
+        return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1 (search.fix.tp is 1)"
+    if sp or tp == 1:
+        return None
+    if job.model.moe is not None:
+        return MOE_TP_NEEDS_SP
+    named = job.training.framework
+    return None if named is None else profile(named).sizes_problem(tp, 1, 1, 1, 1, False, False)
+
+
 def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take, and
     at ``search.allow.<field>`` when no allowed value can be taken, with the reason."""
+    if (reason := _sequence_parallel_reason(job, search.fix)) is not None:
+        raise InvalidLayout("search.fix.sequence_parallel", f"no layout can take sequence_parallel = "
+                            f"{search.fix.sequence_parallel} with tp = {search.fix.tp}: {reason}")  # fmt: skip
     for name, check in CHECKS.items():
         fixed = getattr(search.fix, name)
         if fixed is not None and (reason := check(job, fixed)) is not None:

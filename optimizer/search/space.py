@@ -338,7 +338,8 @@ def blocks_with_uneven_depths_apart(
                     ([v for v in vpps if v <= MAX_VPP], skipped, False),
                     ([v for v in vpps if v > MAX_VPP], (), True),
                 ]
-            sps = _choices("sequence_parallel", [tp > 1], search, [False, True] if tp > 1 else [False])
+            sp_rule = [tp > 1] if tp == 1 or model.moe is not None else [False, True]  # MoE: rules.MOE_TP_NEEDS_SP
+            sps = _choices("sequence_parallel", [tp > 1], search, sp_rule)
             for ep, sp in product(eps, sps):
                 for etp, runs in _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep):
                     variants = block_variants(runs, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)

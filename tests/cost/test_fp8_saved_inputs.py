@@ -108,3 +108,36 @@ def test_torchtitan_flags_the_knob_only_with_fp8_gemms() -> None:
     bf16 = TrainingSpec(seq_len=SEQ, global_batch_size=64, precision="bf16", **{**knobs, "fp8_saved_inputs": True})
     assert "fp8_saved_inputs" in (titan.stack_problem(fp8) or "")
     assert titan.stack_problem(bf16) is None
+
+
+def _layer_gap(model: dict[str, Any], recompute: str, moe_layer: bool) -> float:
+    """Stored bytes without quantized inputs minus with, for one layer of ``model`` (8 H100,
+    TP 1), per token."""
+    out = []
+    for saved in (False, True):
+        ctx = build_context(_job(model, "fp8", saved))
+        kind = next(k for k in ctx.kinds if k.is_moe == moe_layer)
+        groups = axis_groups(
+            ctx.topology, ("tp", "cp", "ep", "dp", "pp"), {"tp": 1, "cp": 1, "ep": 1, "dp": 8, "pp": 1}
+        )
+        out.append(layer_cost(ctx, kind, Dims(1, 1, 1, 1, False, recompute), groups).stored_act_bytes)
+    return (out[0] - out[1]) / SEQ
+
+
+def test_mla_layers_keep_the_first_norm_output_twice_quantized() -> None:
+    # DeepSeek-V3's dense layers: the q and kv down-projections are two linear layers, each keeping
+    # its own fp8 copy of the norm output (2 bytes, no saving); the second norm output (7,168) and
+    # the activation output (18,432) save a byte each
+    assert _layer_gap({"preset": "deepseek-v3"}, "none", moe_layer=False) == pytest.approx(7168 + 18432)
+
+
+def test_shared_experts_add_a_quantized_copy_of_the_second_norm_output() -> None:
+    # DeepSeek-V3's MoE layers: 8 routed copies (times the routing skew) of the 7,168-wide expert
+    # input and of the 2,048-wide activation output, the shared expert's 2,048-wide activation
+    # output, less the shared expert's own fp8 copy of the 7,168-wide norm output
+    ctx = build_context(_job({"preset": "deepseek-v3"}, "fp8", True))
+    routed = 8 * ctx.cal.ep_load_imbalance
+    gap = _layer_gap({"preset": "deepseek-v3"}, "none", moe_layer=True)
+    assert gap == pytest.approx(routed * (7168 + 2048) + 2048 - 7168)
+    # selective re-makes the norm outputs: only the routed inputs save, no extra copy
+    assert _layer_gap({"preset": "deepseek-v3"}, "selective", moe_layer=True) == pytest.approx(routed * 7168)

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from optimizer.cost import resolve_layout
+from optimizer.errors import InvalidLayout
 from optimizer.search.space import Reach, enumerate_layouts
 from optimizer.service import search_plans as search
-from optimizer.specs import JobSpec, PlanRequest
+from optimizer.specs import JobSpec, Layout, PlanRequest
 from tests.search.test_search import check_against_oracle
 
 JOB: dict[str, Any] = {
@@ -72,3 +76,50 @@ def test_torchtitan_never_runs_tp_without_sequence_parallel() -> None:
 
 def test_off_space_agrees_with_the_oracle() -> None:
     check_against_oracle(_job(allow={"sequence_parallel": [False, True]}, top_k=5))
+
+
+MOE_JOB: dict[str, Any] = {
+    "model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "ffn_hidden_size": 512,
+              "vocab_size": 1024, "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 512}},
+    "training": {"seq_len": 1024, "global_batch_size": 16},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+    "search": {"top_k": 3, "allow": {"vpp": [1], "recompute": ["none"], "zero_stage": [1]}},
+}  # fmt: skip
+
+
+def test_moe_models_keep_sequence_parallelism_with_tp() -> None:
+    """Megatron-Core's MoE layer refuses tp > 1 without sequence parallelism, and the cost model
+    routes each TP rank's own share of the tokens: allowing it off leaves only tp = 1."""
+    req = PlanRequest.model_validate({**MOE_JOB, "search": {**MOE_JOB["search"], "allow": {
+        **MOE_JOB["search"]["allow"], "sequence_parallel": [False]}}})  # fmt: skip
+    assert {(lay.tp, lay.sequence_parallel) for lay in _space(req)} == {(1, False)}
+    with pytest.raises(InvalidLayout) as err:
+        resolve_layout(JobSpec(model=req.model, training=req.training, cluster=req.cluster),
+                       Layout(tp=2, ep=2, sequence_parallel=False))  # fmt: skip
+    assert err.value.field == "config.sequence_parallel" and "moe_layer.py" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("job", "fix", "says"),
+    [
+        (JOB, {"tp": 1, "sequence_parallel": True}, "it needs tp > 1"),
+        (MOE_JOB, {"tp": 2, "sequence_parallel": False}, "an MoE model with tp > 1 runs with sequence parallelism"),
+        ({**JOB, "training": {**JOB["training"], "framework": "torchtitan"}}, {"tp": 2, "sequence_parallel": False},
+         "torchtitan always runs sequence parallelism with TP"),
+    ],
+)  # fmt: skip
+def test_a_pinned_pair_no_layout_takes_is_a_422_naming_the_reason(job: dict, fix: dict, says: str) -> None:
+    req = PlanRequest.model_validate({**job, "search": {**job["search"], "fix": fix}})
+    with pytest.raises(InvalidLayout) as err:
+        search(req)
+    assert err.value.field == "search.fix.sequence_parallel"
+    assert says in err.value.reason
+
+
+def test_megatron_runs_a_pinned_tp_without_sequence_parallelism() -> None:
+    job = {**JOB, "training": {**JOB["training"], "framework": "megatron-lm"}}
+    result = search(
+        PlanRequest.model_validate({**job, "search": {**job["search"], "fix": {"tp": 2, "sequence_parallel": False}}})
+    )
+    assert result.status == "optimal" and result.plans[0].frameworks == ["megatron-lm"]
+    assert "--sequence-parallel" not in result.plans[0].launch.megatron
