@@ -3,7 +3,8 @@ length: an MoE plan of the same shape and sequence length predicted above it get
 that run (MFU rises with the sequence length: attention's share of the FLOPs grows).
 
 A model's shape is its ``ModelShape`` (layers, hidden size, attention heads, FFN width, experts,
-experts per token), so a custom model of a published shape matches too. The numbers come from the
+experts per token, expert FFN width), so a custom model of a published shape matches too. The
+numbers come from the
 calibration set of published runs: ``benchmarks/job_checks.py --write`` writes
 ``optimizer/data/model_mfu.toml`` and ``--check`` fails when it differs.
 """
@@ -29,6 +30,7 @@ class ModelShape(NamedTuple):
     num_experts: int
     """0 for a dense model."""
     top_k: int
+    expert_ffn_hidden_size: int
 
 
 def model_shape(model: ModelSpec) -> ModelShape:
@@ -37,6 +39,7 @@ def model_shape(model: ModelSpec) -> ModelShape:
     return ModelShape(
         int(model.num_layers or 0), int(model.hidden_size or 0), int(model.num_attention_heads or 0),
         int(model.ffn_hidden_size or 0), moe.num_experts if moe else 0, moe.top_k if moe else 0,
+        moe.expert_ffn_hidden_size if moe else 0,
     )  # fmt: skip
 
 
