@@ -4,9 +4,8 @@ that run (MFU rises with the sequence length: attention's share of the FLOPs gro
 
 A model's shape is its ``ModelShape`` (layers, hidden size, attention heads, FFN width, experts,
 experts per token, expert FFN width), so a custom model of a published shape matches too. The
-numbers come from the
-calibration set of published runs: ``benchmarks/job_checks.py --write`` writes
-``optimizer/data/model_mfu.toml`` and ``--check`` fails when it differs.
+numbers come from the calibration set of published runs: ``benchmarks/job_checks.py --write``
+writes ``optimizer/data/model_mfu.toml`` and ``--check`` fails when it differs.
 """
 
 from __future__ import annotations
