@@ -103,18 +103,30 @@ def planner_mfu(mr: MappedRow) -> float:
 def model_bests() -> list[ModelBest]:
     """The best mapped MoE row per (model shape, GPUs, precision, sequence length), ordered by
     model, GPUs, precision and sequence length; MFU in the planner's definition (``planner_mfu``)."""
-    best: dict[tuple, ModelBest] = {}
+    top: dict[tuple, tuple[float, str, MappedRow]] = {}
     for mr in (m for m in map_all()[0] if m.job.model.moe is not None):
         gpu, precision = mr.job.cluster.gpu or "", mr.job.training.precision
         gpus, key_precision = SHARED_GPUS.get(gpu, (gpu,)), precision_key(precision)
-        mfu, shape = planner_mfu(mr), model_shape(mr.job.model)
-        key = (shape, gpus, key_precision, mr.job.training.seq_len)
-        if key not in best or mfu > best[key].mfu:
-            best[key] = ModelBest(
-                str(mr.row["model"]["name"]), shape, gpus, key_precision, round(mfu, 4), mr.id,
-                mr.job.cluster.resolved_num_gpus, mr.job.training.seq_len, str(mr.row["source"]["locator"]),
-            )  # fmt: skip
-    return sorted(best.values(), key=lambda b: (b.model, b.gpus, b.precision, b.seq_len))
+        key = (model_shape(mr.job.model), gpus, key_precision, mr.job.training.seq_len)
+        mfu = planner_mfu(mr)
+        # the highest unrounded MFU; an exact tie goes to the smaller id, whatever the rows' order
+        if key not in top or (mfu, top[key][1]) > (top[key][0], mr.id):
+            top[key] = (mfu, mr.id, mr)
+    best = [
+        ModelBest(
+            str(mr.row["model"]["name"]),
+            shape,
+            gpus,
+            key_precision,
+            round(mfu, 4),
+            mr.id,
+            mr.job.cluster.resolved_num_gpus,
+            seq,
+            str(mr.row["source"]["locator"]),
+        )  # fmt: skip
+        for (shape, gpus, key_precision, seq), (mfu, _, mr) in top.items()
+    ]
+    return sorted(best, key=lambda b: (b.model, b.gpus, b.precision, b.seq_len))
 
 
 def model_mfu_toml(bests: list[ModelBest]) -> str:

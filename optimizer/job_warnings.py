@@ -128,7 +128,9 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
     the GPU's bound say little about it."""
     gpu, precision = job.cluster.gpu or "", job.training.precision
     same = best_for_model(job.model, gpu, precision, job.training.seq_len) if job.model.moe else None
-    if same is not None and plan.mfu > same.mfu:
+    if same is not None:
+        if plan.mfu <= same.mfu:
+            return None  # the model's own bound, in the planner's FLOP count, replaces the GPU's
         return (
             f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "
             f"{precision} and {same.seq_len:,} tokens ({100 * same.mfu:.1f}%, {same.model} on {same.num_gpus:,} GPUs, "

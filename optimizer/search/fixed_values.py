@@ -14,7 +14,6 @@ from optimizer.errors import InvalidLayout
 from optimizer.frameworks import profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
-from optimizer.specs.layout import LayoutFix
 
 
 def _tp(job: JobSpec, tp: int) -> str | None:
@@ -96,13 +95,10 @@ CHECKS: dict[str, Callable[[JobSpec, int], str | None]] = {
 """Per layout field: why a value cannot be taken by any layout of the job (None when it can)."""
 
 
-def _sequence_parallel_reason(job: JobSpec, fix: LayoutFix) -> str | None:
-    """Why ``search.fix.sequence_parallel`` cannot go with ``search.fix.tp`` (None when it can)."""
-    sp, tp = fix.sequence_parallel, fix.tp
-    if sp is None or tp is None:
-        return None
+def _sequence_parallel_reason(job: JobSpec, tp: int, sp: bool) -> str | None:
+    """Why no layout runs ``tp`` with sequence parallelism ``sp`` (None when one can)."""
     if sp and tp == 1:
-        return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1 (search.fix.tp is 1)"
+        return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1"
     if sp or tp == 1:
         return None
     if job.model.moe is not None:
@@ -111,12 +107,26 @@ def _sequence_parallel_reason(job: JobSpec, fix: LayoutFix) -> str | None:
     return None if named is None else profile(named).sizes_problem(tp, 1, 1, 1, 1, False, False)
 
 
+def _check_sequence_parallel_pairs(job: JobSpec, search: SearchSpec) -> None:
+    """Raise ``InvalidLayout`` at the ``sequence_parallel`` field named when every pair of the
+    sequence-parallel settings and TP sizes that ``search.fix`` / ``search.allow`` name is one no
+    layout takes (with both named; the rest is the space's)."""
+    fix, allow = search.fix, search.allow
+    sps = [fix.sequence_parallel] if fix.sequence_parallel is not None else allow.sequence_parallel
+    tps = [fix.tp] if fix.tp is not None else allow.tp
+    if not sps or not tps:
+        return
+    reasons = [_sequence_parallel_reason(job, tp, sp) for tp in tps for sp in sps]
+    if any(r is None for r in reasons):
+        return
+    field = "search.fix.sequence_parallel" if fix.sequence_parallel is not None else "search.allow.sequence_parallel"
+    raise InvalidLayout(field, f"no layout takes sequence_parallel {sps} with tp {tps}: {reasons[0]}")
+
+
 def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take, and
-    at ``search.allow.<field>`` when no allowed value can be taken, with the reason."""
-    if (reason := _sequence_parallel_reason(job, search.fix)) is not None:
-        raise InvalidLayout("search.fix.sequence_parallel", f"no layout can take sequence_parallel = "
-                            f"{search.fix.sequence_parallel} with tp = {search.fix.tp}: {reason}")  # fmt: skip
+    at ``search.allow.<field>`` when no allowed value can be taken, with the reason; then at the
+    ``sequence_parallel`` field when it cannot go with any named TP size."""
     for name, check in CHECKS.items():
         fixed = getattr(search.fix, name)
         if fixed is not None and (reason := check(job, fixed)) is not None:
@@ -129,6 +139,7 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
                     f"search.allow.{name}",
                     f"no layout can take any of {name} = {allowed}: " + "; ".join(r for r in reasons if r is not None),
                 )
+    _check_sequence_parallel_pairs(job, search)
 
 
 def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:

@@ -100,20 +100,48 @@ def test_moe_models_keep_sequence_parallelism_with_tp() -> None:
 
 
 @pytest.mark.parametrize(
-    ("job", "fix", "says"),
+    ("job", "named", "field", "says"),
     [
-        (JOB, {"tp": 1, "sequence_parallel": True}, "it needs tp > 1"),
-        (MOE_JOB, {"tp": 2, "sequence_parallel": False}, "an MoE model with tp > 1 runs with sequence parallelism"),
-        ({**JOB, "training": {**JOB["training"], "framework": "torchtitan"}}, {"tp": 2, "sequence_parallel": False},
+        (JOB, {"fix": {"tp": 1, "sequence_parallel": True}}, "search.fix.sequence_parallel", "it needs tp > 1"),
+        (JOB, {"fix": {"sequence_parallel": True}, "allow": {"tp": [1]}}, "search.fix.sequence_parallel",
+         "it needs tp > 1"),
+        (MOE_JOB, {"fix": {"tp": 2, "sequence_parallel": False}}, "search.fix.sequence_parallel",
+         "an MoE model with tp > 1 runs with sequence parallelism"),
+        (MOE_JOB, {"fix": {"tp": 2}, "allow": {"sequence_parallel": [False]}}, "search.allow.sequence_parallel",
+         "an MoE model with tp > 1 runs with sequence parallelism"),
+        (MOE_JOB, {"fix": {"sequence_parallel": False}, "allow": {"tp": [2, 4]}}, "search.fix.sequence_parallel",
+         "an MoE model with tp > 1 runs with sequence parallelism"),
+        ({**JOB, "training": {**JOB["training"], "framework": "torchtitan"}},
+         {"fix": {"tp": 2, "sequence_parallel": False}}, "search.fix.sequence_parallel",
          "torchtitan always runs sequence parallelism with TP"),
+        # a TP size no layout takes is named first
+        (MOE_JOB, {"fix": {"tp": 3, "sequence_parallel": False}}, "search.fix.tp", "does not divide"),
     ],
 )  # fmt: skip
-def test_a_pinned_pair_no_layout_takes_is_a_422_naming_the_reason(job: dict, fix: dict, says: str) -> None:
-    req = PlanRequest.model_validate({**job, "search": {**job["search"], "fix": fix}})
+def test_named_pairs_no_layout_takes_are_a_422_naming_the_reason(job: dict, named: dict, field: str, says: str) -> None:
+    search_spec = {**job["search"], "fix": named.get("fix", {})}
+    search_spec["allow"] = {**job["search"]["allow"], **named.get("allow", {})}
+    req = PlanRequest.model_validate({**job, "search": search_spec})
     with pytest.raises(InvalidLayout) as err:
         search(req)
-    assert err.value.field == "search.fix.sequence_parallel"
+    assert err.value.field == field
     assert says in err.value.reason
+
+
+def test_a_pair_some_named_tp_takes_is_searched() -> None:
+    # sequence parallelism off with tp 1 or 2 allowed on an MoE model: tp 1 runs it
+    req = PlanRequest.model_validate(
+        {
+            **MOE_JOB,
+            "search": {
+                **MOE_JOB["search"],
+                "fix": {"sequence_parallel": False},
+                "allow": {**MOE_JOB["search"]["allow"], "tp": [1, 2]},
+            },
+        }
+    )
+    result = search(req)
+    assert result.status == "optimal" and {p.config.tp for p in result.plans} == {1}
 
 
 def test_megatron_runs_a_pinned_tp_without_sequence_parallelism() -> None:
