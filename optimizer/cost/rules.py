@@ -179,7 +179,12 @@ def resolve(
     m = _micro_batches(gbs, dp, mbs, num_micro_batches)
     _check_pipeline(layers, pp, vpp, m)
     split = _stage_split(layers, pp * vpp, stage_layers)
-    sp = sequence_parallel and tp > 1
+    if sequence_parallel and tp == 1:
+        raise InvalidLayout(
+            "config.sequence_parallel",
+            "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1",
+        )
+    sp = sequence_parallel
     if model.moe is not None and tp > 1 and not sp:
         raise InvalidLayout("config.sequence_parallel", MOE_TP_NEEDS_SP)
     return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split), etp)

@@ -57,7 +57,11 @@ class Layout(Strict):
         description="Activation recompute mode (docs/cost-model.md; framework names with training.framework).",
     )
     sequence_parallel: bool | None = Field(
-        default=None, description="Sequence parallelism for the TP group; default: tp > 1."
+        default=None,
+        description=(
+            "Sequence parallelism for the TP group; default: tp > 1. It needs tp > 1, and an MoE model with "
+            "tp > 1 needs it (422 at config.sequence_parallel otherwise)."
+        ),
     )
     num_micro_batches: int | None = Field(
         default=None, ge=1, description="Micro-batches per step; derived: gbs / (dp * micro_batch_size)."

@@ -151,3 +151,13 @@ def test_megatron_runs_a_pinned_tp_without_sequence_parallelism() -> None:
     )
     assert result.status == "optimal" and result.plans[0].frameworks == ["megatron-lm"]
     assert "--sequence-parallel" not in result.plans[0].launch.megatron
+
+
+def test_evaluate_names_sequence_parallelism_without_tp() -> None:
+    """/evaluate's layout rules: sequence parallelism with tp = 1 is a 422 naming the field, not a
+    layout quietly run without it."""
+    req = _request()
+    with pytest.raises(InvalidLayout) as err:
+        resolve_layout(JobSpec(model=req.model, training=req.training, cluster=req.cluster),
+                       Layout(tp=1, sequence_parallel=True))  # fmt: skip
+    assert err.value.field == "config.sequence_parallel" and "it needs tp > 1" in err.value.reason
