@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry, dp_overlapped
+from optimizer.modes import MoeLayers
 from optimizer.specs import ModelSpec, TrainingSpec
 
 MEGATRON_FLAGS: frozenset[str] = frozenset(
@@ -58,6 +59,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--accumulate-allreduce-grads-in-fp32",
         # _add_transformer_engine_args
         "--fp8-format",
+        "--fp8-recipe",  # tensorwise | delayed | mxfp8 | blockwise | custom
         "--fp4-format",
         "--fp4-recipe",
         "--attention-backend",  # AttnBackend: flash, fused, unfused, local, auto
@@ -76,6 +78,9 @@ MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 """``recompute="moe"``: Megatron-Core selective recompute modules (TransformerConfig.recompute_modules;
 'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
+MEGATRON_NORM_ACT_RECOMPUTE_MODULES = ("layernorm", "moe_act")
+"""``recompute="selective"`` on a model whose every layer is MoE: the norms and the MoE activation
+function re-run in backward (output-discarding checkpoints), attention kept."""
 
 
 def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
@@ -88,14 +93,27 @@ def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
 
 def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, ...] | None:
     """Megatron-Core ``recompute_modules`` for a selective-granularity plan (None: its default,
-    ``core_attn``). MLA models add ``mla_up_proj``: the plan's selective and moe recompute keep
-    the latents and re-make the per-head q, k, v (``cost.layer.MLA_UP_RECOMPUTED``)."""
+    ``core_attn``). The cost model's ``selective`` (norm and activation outputs re-made) on a
+    model whose every layer is MoE is ``layernorm moe_act``. MLA models add ``mla_up_proj``: the
+    plan's selective and moe recompute keep the latents and re-make the per-head q, k, v
+    (``cost.layer.MLA_UP_RECOMPUTED``)."""
     mla = ("mla_up_proj",) if model.mla is not None else ()
     if recompute == "moe":
         return MEGATRON_MOE_RECOMPUTE_MODULES + mla
+    if recompute == "selective" and model.moe_layers == MoeLayers.ALL:
+        return MEGATRON_NORM_ACT_RECOMPUTE_MODULES + mla
     if recompute in ("selective", "core_attn") and mla:
         return ("core_attn", *mla)
     return None
+
+
+def needs_current_scaling(model: ModelSpec, training: TrainingSpec, recompute: str) -> bool:
+    """Whether an fp8 plan's recompute modules rule out fp8 delayed scaling: Megatron-Core's
+    TransformerConfig refuses ``layernorm`` and ``moe_act`` recompute with it ("Delayed scaling
+    does not support moe_act and layernorm recompute for fp8"), so the launch asks for per-tensor
+    current scaling."""
+    modules = megatron_recompute_modules(model, recompute) or ()
+    return training.precision == "fp8" and bool({"layernorm", "moe_act"} & set(modules))
 
 
 @dataclass(frozen=True)
@@ -177,7 +195,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
         ]  # fmt: skip
     args += _megatron_recompute_args(model, layout)
     args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
-    args += _megatron_precision_args(training)
+    args += _megatron_precision_args(training, needs_current_scaling(model, training, layout.recompute))
     return " ".join(args)
 
 
@@ -236,7 +254,7 @@ def _megatron_recompute_args(model: ModelSpec, layout: ResolvedLayout) -> list[s
     return args
 
 
-def _megatron_precision_args(training: TrainingSpec) -> list[str]:
+def _megatron_precision_args(training: TrainingSpec, current_scaling: bool = False) -> list[str]:
     args: list[str] = []
     if training.precision == "fp16":
         args.append("--fp16")
@@ -247,7 +265,7 @@ def _megatron_precision_args(training: TrainingSpec) -> list[str]:
         if not training.grad_reduce_in_fp32:  # --bf16 keeps fp32 gradients by default
             args.append("--grad-reduce-in-bf16")
         if training.precision == "fp8":
-            args += ["--fp8-format", "hybrid"]
+            args += ["--fp8-format", "hybrid"] + (["--fp8-recipe", "tensorwise"] if current_scaling else [])
         elif training.precision == "fp4":
             args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return args

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry, dp_overlapped
-from optimizer.launch.megatron import ATTENTION_BACKEND, MEGATRON_FSDP_STRATEGY, Split, megatron_recompute_modules
+from optimizer.launch.megatron import (
+    ATTENTION_BACKEND,
+    MEGATRON_FSDP_STRATEGY,
+    Split,
+    megatron_recompute_modules,
+    needs_current_scaling,
+)
 from optimizer.specs import ModelSpec, TrainingSpec
 
 
@@ -51,7 +57,7 @@ def nemo_overrides(
         ("dataset.seq_length", geo.seq),
         ("train.micro_batch_size", geo.mbs),
         ("train.global_batch_size", geo.gbs),
-        ("mixed_precision", _NEMO_PRECISION[training.precision]),
+        ("mixed_precision", _nemo_precision(model, training, layout.recompute)),
         ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
         ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
@@ -87,6 +93,14 @@ def nemo_overrides(
     token = f"model.pipeline_model_parallel_layout={layout_value}"
     tokens.append(token if split.layout is None else f'"{token}"')
     return " ".join(tokens)
+
+
+def _nemo_precision(model: ModelSpec, training: TrainingSpec, recompute: str) -> str:
+    """The mixed-precision recipe: per-tensor current scaling where the recompute modules rule out
+    fp8 delayed scaling (``needs_current_scaling``)."""
+    if needs_current_scaling(model, training, recompute):
+        return "bf16_with_fp8_current_scaling_mixed"
+    return _NEMO_PRECISION[training.precision]
 
 
 # Megatron-Bridge mixed-precision recipes (``mixed_precision.py``); fp8 matches Megatron-LM's

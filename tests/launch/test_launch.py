@@ -89,6 +89,13 @@ def mixtral_moe_recompute_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training, layout.model_copy(update={"recompute": "moe"})
 
 
+def mixtral_norm_act_fp8_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """The cost model's selective recompute on a model whose every layer is MoE, in fp8: Megatron's
+    ``layernorm moe_act`` modules, which refuse fp8 delayed scaling."""
+    model, training, layout = mixtral_case()
+    return model, training.model_copy(update={"precision": "fp8"}), layout.model_copy(update={"recompute": "selective"})
+
+
 def tp_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     model, training, layout = llama_case()
     return model, training.model_copy(update={"tp_comm_overlap": True}), layout
@@ -118,6 +125,7 @@ ALL_CASES = {
     "mixtral-ep8": mixtral_case(),
     "mixtral-deepep": deepep_case(),  # the flex dispatcher's backend and capacity flags
     "mixtral-moe-recompute": mixtral_moe_recompute_case(),
+    "mixtral-norm-act-fp8": mixtral_norm_act_fp8_case(),
     "zero3": zero3_case(),
     "uneven-first-last": uneven_case([9, 10, 10, 11]),
     "uneven-layout": uneven_case([10, 9, 10, 11]),
@@ -643,11 +651,15 @@ def _mla_case(recompute: str) -> tuple[ModelSpec, TrainingSpec, Layout]:
 
 @pytest.mark.parametrize(
     ("recompute", "modules"),
-    [("selective", ["core_attn", "mla_up_proj"]), ("moe", ["core_attn", "layernorm", "moe", "mla_up_proj"])],
+    [
+        ("core_attn", ["core_attn", "mla_up_proj"]),
+        ("selective", ["layernorm", "moe_act", "mla_up_proj"]),  # every layer MoE: norms and act re-made
+        ("moe", ["core_attn", "layernorm", "moe", "mla_up_proj"]),
+    ],
 )
 def test_mla_recompute_names_the_up_projection_module(recompute, modules):
-    """The cost model's selective and moe recompute re-make MLA's per-head q, k, v from the
-    latents (``cost.layer.MLA_UP_RECOMPUTED``): Megatron and Bridge are told so."""
+    """The cost model's core_attn, selective and moe recompute re-make MLA's per-head q, k, v from
+    the latents (``cost.layer.MLA_UP_RECOMPUTED``): Megatron and Bridge are told so."""
     out = launch(_mla_case(recompute))
     args = shlex.split(out.megatron)
     i = args.index("--recompute-modules")
@@ -901,3 +913,23 @@ def test_torchtitan_says_its_loss_holds_more_than_a_fused_one():
     unfused = launch((model, training.model_copy(update={"cross_entropy": "unfused"}), layout)).torchtitan
     assert "12 bytes per logit on the last stage where this plan has 6" in fused
     assert "bytes per logit" not in unfused
+
+
+def test_norm_and_act_recompute_is_megatrons_layernorm_moe_act_with_current_scaling_in_fp8():
+    """On a model whose every layer is MoE the cost model's selective recompute (norm and
+    activation outputs re-made) is Megatron-Core's ``layernorm moe_act`` modules. TransformerConfig
+    refuses them with fp8 delayed scaling, so fp8 plans ask for per-tensor current scaling; so do
+    fp8 plans with the whole-MoE-block recompute (its modules include ``layernorm``)."""
+    out = launch(mixtral_norm_act_fp8_case())
+    args = shlex.split(out.megatron)
+    i = args.index("--recompute-modules")
+    assert args[i + 1 : i + 3] == ["layernorm", "moe_act"] and args[args.index("--fp8-recipe") + 1] == "tensorwise"
+    over = nemo_overrides(out.nemo)
+    assert over["model.recompute_modules"] == "[layernorm,moe_act]"
+    assert over["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    model, training, layout = mixtral_moe_recompute_case()
+    fp8_moe = launch((model, training.model_copy(update={"precision": "fp8"}), layout))
+    assert "--fp8-recipe tensorwise" in fp8_moe.megatron
+    # no layernorm or moe_act module: the default delayed scaling stays
+    assert "--fp8-recipe" not in launch(zero3_case()).megatron
+    assert nemo_overrides(launch(zero3_case()).nemo)["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
