@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import get_args
 
 from optimizer.cost.topology import GRID_AXES
+from optimizer.frameworks import load_profiles
 from optimizer.modes import Axis, RecomputeMode
 from optimizer.search.ranking import LEAST_RECOMPUTE
 from optimizer.search.space import RECOMPUTE
@@ -14,7 +15,10 @@ from optimizer.specs import AXES, Layout, Recompute
 
 def test_recompute_modes_are_the_contract_strings() -> None:
     assert [m.value for m in RecomputeMode] == ["none", "core_attn", "selective", "op", "moe", "full"]
-    assert set(get_args(Recompute)) == {m.value for m in RecomputeMode}
+    # the contract also takes every framework's own names (training.framework named)
+    own = {m.name for p in load_profiles().values() for m in p.recompute}
+    assert set(get_args(Recompute)) == {m.value for m in RecomputeMode} | own
+    assert own - {m.value for m in RecomputeMode} == {"layernorm_moe_act"}
 
 
 def test_axes_are_the_contract_strings() -> None:
