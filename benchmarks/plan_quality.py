@@ -131,8 +131,7 @@ def run(limit: int | None) -> list[Result]:
         best = resp.plans[0] if resp.plans else None
         seconds = time.perf_counter() - t0
         prof = profile(fw)
-        runs_here = expert.config.recompute in prof.costed_modes(job.model.moe_layers)
-        own = prof.own_recompute(expert.config.recompute) if runs_here else None
+        own = prof.own_recompute(expert.config.recompute)
         if own is None and prof.costed_recompute(expert.config.recompute) is not None:
             own = expert.config.recompute  # the calibration's ``selective``: the framework's selective
         pinned = None

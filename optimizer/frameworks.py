@@ -42,9 +42,7 @@ class RecomputeMode:
     """The framework's own name (what plans and ``/evaluate`` use when the framework is named)."""
     costed_as: str
     """The cost model's mode."""
-    needs: int
-    """The ``MoeLayers`` a model needs for this mode: 0 any, 1 some MoE layers (``moe_only``), 2
-    every layer an MoE layer (``all_moe_layers_only``)."""
+    moe_only: bool
     source: str
 
 
@@ -94,10 +92,8 @@ class FrameworkProfile:
         """The framework's name for the cost model's mode ``costed_as`` (None: it does not run it)."""
         return next((m.name for m in self.recompute if m.costed_as == costed_as), None)
 
-    def costed_modes(self, moe_layers: int) -> tuple[str, ...]:
-        """The cost model's modes the framework runs on a model with ``moe_layers`` (a
-        ``MoeLayers``; a bool reads as none / some)."""
-        return tuple(m.costed_as for m in self.recompute if m.needs <= moe_layers)
+    def costed_modes(self, is_moe: bool) -> tuple[str, ...]:
+        return tuple(m.costed_as for m in self.recompute if is_moe or not m.moe_only)
 
     def zero_problem(self, pp: int, dp: int, tp: int, cp: int, ep: int, nmb: int, zero: int) -> str | None:
         """Why the framework does not run ZeRO stage ``zero`` on this layout as costed (None: it does)."""
@@ -153,10 +149,10 @@ class FrameworkProfile:
         return None
 
 
-def layout_problem(profile: FrameworkProfile, lay: Any, moe_layers: int) -> str | None:
+def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | None:
     """Why ``profile`` does not run ``lay`` (a resolved layout, cost-model recompute names) as
-    costed on a model with ``moe_layers`` (a ``MoeLayers``); None when it does."""
-    if lay.recompute not in profile.costed_modes(moe_layers):
+    costed; None when it does."""
+    if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
@@ -173,15 +169,13 @@ def _fact(raw: dict, key: str) -> Fact:
     return Fact(tuple(item["value"]) if isinstance(item["value"], list) else item["value"], item["source"])
 
 
-def _needs(mode: dict) -> int:
-    """``RecomputeMode.needs`` of a ``[id.recompute.<name>]`` table."""
-    return 2 if mode.get("all_moe_layers_only") else 1 if mode.get("moe_only") else 0
-
-
 def _profile(fid: str, raw: dict) -> FrameworkProfile:
     par = raw["parallelism"]
     parallelism = Parallelism(**{name: _fact(par, name) for name in Parallelism.__dataclass_fields__})
-    modes = tuple(RecomputeMode(name, m["costed_as"], _needs(m), m["source"]) for name, m in raw["recompute"].items())
+    modes = tuple(
+        RecomputeMode(name, m["costed_as"], bool(m.get("moe_only", False)), m["source"])
+        for name, m in raw["recompute"].items()
+    )
     stack = {k: StackKnob(raw["stack"][k]["default"], tuple(raw["stack"][k]["runs"]), raw["stack"][k]["source"])
              for k in STACK_KNOBS}  # fmt: skip
     for knob in stack.values():
@@ -251,7 +245,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-def running_frameworks(training: Any, lay: Any, moe_layers: int) -> tuple[list[FrameworkProfile], list[str]]:
+def running_frameworks(training: Any, lay: Any, is_moe: bool) -> tuple[list[FrameworkProfile], list[str]]:
     """The frameworks that run ``lay`` (cost-model names) for a job with ``training`` as costed,
     and, when there are none, why (one reason per target framework)."""
     targets = candidate_frameworks(training)
@@ -262,7 +256,7 @@ def running_frameworks(training: Any, lay: Any, moe_layers: int) -> tuple[list[F
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = layout_problem(prof, lay, moe_layers)
+        problem = layout_problem(prof, lay, is_moe)
         if problem is None:
             runs.append(prof)
         else:

@@ -7,7 +7,7 @@ keys and messages read the same whichever of the two a value is.
 
 from __future__ import annotations
 
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 
 class RecomputeMode(StrEnum):
@@ -37,13 +37,3 @@ class Axis(StrEnum):
     def __repr__(self) -> str:
         """The string's repr, so that messages and lists read as they do with plain strings."""
         return repr(self.value)
-
-
-class MoeLayers(IntEnum):
-    """Which of a model's layers are MoE layers: none (dense), some (DeepSeek's first dense
-    layers, an MoE layer frequency above 1) or all. Ordered, and false only for none, so it reads
-    as the plain "is MoE" flag too."""
-
-    NONE = 0
-    SOME = 1
-    ALL = 2

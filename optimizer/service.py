@@ -22,7 +22,6 @@ from optimizer.frameworks import running_frameworks
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.launch.deepspeed import DEEPSPEED_ETP_NOTE
-from optimizer.modes import MoeLayers
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.reference import current
 from optimizer.results import (
@@ -80,7 +79,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     # launch arguments select the attention backend that was costed
     training = job.training.model_copy(update={"attention_kernel": kernel})
-    runs, why_not = running_frameworks(job.training, lay, job.model.moe_layers)
+    runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
     launch_args = build_launch(job.model, training, lay, fields) if launch else None
@@ -139,7 +138,7 @@ def _estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None) -> lis
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
-    if lay.recompute == "selective" and job.model.moe_layers != MoeLayers.ALL:  # else Megatron runs it
+    if lay.recompute == "selective":
         notes += _selective_recompute_note(job, est)
         notes += _recompute_elsewhere_note(
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"

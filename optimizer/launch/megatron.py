@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry, dp_overlapped
-from optimizer.modes import MoeLayers
 from optimizer.specs import ModelSpec, TrainingSpec
 
 MEGATRON_FLAGS: frozenset[str] = frozenset(
@@ -78,9 +77,6 @@ MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 """``recompute="moe"``: Megatron-Core selective recompute modules (TransformerConfig.recompute_modules;
 'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
-MEGATRON_NORM_ACT_RECOMPUTE_MODULES = ("layernorm", "moe_act")
-"""``recompute="selective"`` on a model whose every layer is MoE: the norms and the MoE activation
-function re-run in backward (output-discarding checkpoints), attention kept."""
 
 
 def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
@@ -93,15 +89,11 @@ def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
 
 def megatron_recompute_modules(model: ModelSpec, recompute: str) -> tuple[str, ...] | None:
     """Megatron-Core ``recompute_modules`` for a selective-granularity plan (None: its default,
-    ``core_attn``). The cost model's ``selective`` (norm and activation outputs re-made) on a
-    model whose every layer is MoE is ``layernorm moe_act``. MLA models add ``mla_up_proj``: the
-    plan's selective and moe recompute keep the latents and re-make the per-head q, k, v
-    (``cost.layer.MLA_UP_RECOMPUTED``)."""
+    ``core_attn``). MLA models add ``mla_up_proj``: the plan's selective and moe recompute keep
+    the latents and re-make the per-head q, k, v (``cost.layer.MLA_UP_RECOMPUTED``)."""
     mla = ("mla_up_proj",) if model.mla is not None else ()
     if recompute == "moe":
         return MEGATRON_MOE_RECOMPUTE_MODULES + mla
-    if recompute == "selective" and model.moe_layers == MoeLayers.ALL:
-        return MEGATRON_NORM_ACT_RECOMPUTE_MODULES + mla
     if recompute in ("selective", "core_attn") and mla:
         return ("core_attn", *mla)
     return None
@@ -111,7 +103,7 @@ def needs_current_scaling(model: ModelSpec, training: TrainingSpec, recompute: s
     """Whether an fp8 plan's recompute modules rule out fp8 delayed scaling: Megatron-Core's
     TransformerConfig refuses ``layernorm`` and ``moe_act`` recompute with it ("Delayed scaling
     does not support moe_act and layernorm recompute for fp8"), so the launch asks for per-tensor
-    current scaling."""
+    current scaling (the ``moe`` recompute's modules include ``layernorm``)."""
     modules = megatron_recompute_modules(model, recompute) or ()
     return training.precision == "fp8" and bool({"layernorm", "moe_act"} & set(modules))
 

@@ -13,7 +13,7 @@ import functools
 from typing import NamedTuple
 
 from optimizer.frameworks import FrameworkProfile, as_run_for, candidate_frameworks, load_profiles, profile
-from optimizer.modes import MoeLayers, RecomputeMode
+from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
 
@@ -52,17 +52,17 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     """The cost model's recompute modes to search, in ``order``: the target frameworks' modes,
     restricted by ``search.fix`` / ``search.allow`` (in the named framework's own names); with
     no framework named, the modes those name are searched as given."""
-    is_moe, moe_layers = job.model.moe is not None, job.model.moe_layers
+    is_moe = job.model.moe is not None
     fix, allow = search.fix.recompute, search.allow.recompute
     if job.training.framework is not None:
         prof = profile(job.training.framework)
-        modes = list(prof.costed_modes(moe_layers))
+        modes = list(prof.costed_modes(is_moe))
         if allow is not None:
             modes = [m for m in modes if prof.own_recompute(m) in allow]
         if fix is not None:
             modes = [m for m in modes if prof.own_recompute(m) == fix]
         return [m for m in order if m in modes]
-    runs = {m for p in space_frameworks(job, search).profiles for m in p.costed_modes(moe_layers)}
+    runs = {m for p in space_frameworks(job, search).profiles for m in p.costed_modes(is_moe)}
     if fix is not None:
         runs = {fix}
     elif allow is not None:
@@ -112,8 +112,7 @@ def _variants(
     for prof in (profile(i) for i in ids):
         if prof.sizes_problem(tp, pp, cp, ep, 1, False, not no_sp) is not None:
             continue
-        # rcs holds only modes some target runs on this model (costed_recompute_choices)
-        modes = set(rcs) if free_rc else set(prof.costed_modes(MoeLayers.ALL)) & set(rcs)
+        modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)
         for z in zeros:
             if free_zero or prof.zero_problem(pp, dp, tp, cp, ep, nmb, z) is None:
                 runs |= {(z, r) for r in modes}

@@ -96,8 +96,8 @@ def pick(ranked: list[Estimate], size: int, diverse: bool) -> list[Estimate]:
 def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], headroom: float | None) -> Estimate:
     """``est`` at the lowest ZeRO stage of ``zeros``, then the least recompute of ``recomputes``,
     that steps in the same time (to 1e-9 s), fits and runs on every framework ``est`` runs on."""
-    moe_layers = job.model.moe_layers
-    frameworks = _following(job, est.layout, moe_layers)
+    is_moe = job.model.moe is not None
+    frameworks = _following(job, est.layout, is_moe)
     for field, values in (
         ("zero_stage", sorted(zeros)),
         ("recompute", [r for r in LEAST_RECOMPUTE if r in recomputes]),
@@ -106,7 +106,7 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
             if value == getattr(est.layout, field):
                 break
             lay = replace(est.layout, **{field: value})  # type: ignore[arg-type]  # field is zero_stage or recompute, value of its type
-            if frameworks and not _following(job, lay, moe_layers) >= frameworks:
+            if frameworks and not _following(job, lay, is_moe) >= frameworks:
                 continue
             other = estimate(ctx, lay, est.order, headroom_bytes=headroom)
             if other.fits_memory and round(other.step_time_s, 9) == round(est.step_time_s, 9):
@@ -115,8 +115,8 @@ def simplest(ctx, job, est: Estimate, zeros: list[int], recomputes: list[str], h
     return est
 
 
-def _following(job, lay: ResolvedLayout, moe_layers: int) -> set[str]:
+def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
     """The target frameworks whose layout rules ``lay`` follows: those whose stack runs the job's
     knobs or, when none does, the named one (or every one), whose layout rules the plans still
     follow (``framework_space``)."""
-    return {p.id for p in target_profiles(job.training)[0] if layout_problem(p, lay, moe_layers) is None}
+    return {p.id for p in target_profiles(job.training)[0] if layout_problem(p, lay, is_moe) is None}

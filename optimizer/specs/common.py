@@ -12,7 +12,7 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
 FP4 tensor cores."""
-Recompute = Literal["none", "selective", "op", "moe", "full", "core_attn", "layernorm_moe_act"]
+Recompute = Literal["none", "selective", "op", "moe", "full", "core_attn"]
 """Activation recompute. ``selective``: the attention core (Megatron), norms and activation
 functions, and on MLA models the up-projections (the latents are kept). ``op``: torchtitan's
 op-level selective checkpointing: keeps the attention output, the expert all-to-all output and
@@ -24,8 +24,7 @@ layer from its input. ``core_attn``: Megatron-Core's selective recompute (its de
 ``core_attn``, plus ``mla_up_proj`` on MLA models): the attention core only, norm and activation
 outputs kept (what Megatron-LM and Megatron-Bridge run as ``selective``). With
 ``training.framework`` named, ``recompute`` takes that framework's own names instead
-(docs/frameworks.md): ``layernorm_moe_act`` is Megatron's ``--recompute-modules layernorm
-moe_act``, the cost model's ``selective`` on models whose every layer is MoE."""
+(docs/frameworks.md)."""
 Framework = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 Activation = Literal["swiglu", "gelu"]
 AXES: tuple[str, ...] = tuple(Axis)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from optimizer.frameworks import profile
-from optimizer.modes import RecomputeMode
 from optimizer.specs.cluster import ClusterSpec
 from optimizer.specs.layout import Layout
 from optimizer.specs.model import ModelSpec
@@ -80,11 +79,8 @@ class PlanRequest(JobSpec):
         if self.model.moe is None and self.search.fix.recompute == "moe":
             raise ValueError("search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model")
         framework = self.training.framework
-        moe_layers = self.model.moe_layers
-        _check_framework_recompute(framework, [self.search.fix.recompute], "search.fix.recompute", moe_layers)
-        _check_framework_recompute(
-            framework, list(self.search.allow.recompute or ()), "search.allow.recompute", moe_layers
-        )
+        _check_framework_recompute(framework, [self.search.fix.recompute], "search.fix.recompute")
+        _check_framework_recompute(framework, list(self.search.allow.recompute or ()), "search.allow.recompute")
         return self
 
 
@@ -93,35 +89,18 @@ class EvaluateRequest(JobSpec):
 
     @model_validator(mode="after")
     def _framework_recompute(self) -> EvaluateRequest:
-        _check_framework_recompute(
-            self.training.framework, [self.config.recompute], "config.recompute", self.model.moe_layers
-        )
+        _check_framework_recompute(self.training.framework, [self.config.recompute], "config.recompute")
         return self
 
 
-def _check_framework_recompute(framework: str | None, names: list, where: str, moe_layers: int) -> None:
-    """With a framework named, recompute takes its own names (docs/frameworks.md), those it runs on
-    a model with ``moe_layers`` (a ``MoeLayers``)."""
+def _check_framework_recompute(framework: str | None, names: list, where: str) -> None:
+    """With a framework named, recompute takes its own names (docs/frameworks.md)."""
     if framework is None:
-        costed = {m.value for m in RecomputeMode}
-        if bad := [n for n in names if n is not None and n not in costed]:
-            raise ValueError(
-                f"{where}: {bad[0]!r} is a framework's own name: name training.framework, or give the cost "
-                f"model's mode ({', '.join(costed)})"
-            )
         return
-    modes = profile(framework).recompute
-    own = [m.name for m in modes if m.needs <= moe_layers]
+    own = [m.name for m in profile(framework).recompute]
     bad = [n for n in names if n is not None and n not in own]
-    if not bad:
-        return
-    if bad[0] in {m.name for m in modes}:
-        raise ValueError(
-            f"{where}: {framework} runs recompute {bad[0]!r} only on MoE models"
-            + (" whose every layer is an MoE layer" if moe_layers else "")
-            + f" (its modes for this model: {', '.join(own)})"
-        )
-    raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
+    if bad:
+        raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
 
 
 MAX_COMPARE_LAYOUTS = 8
@@ -140,5 +119,5 @@ class CompareRequest(JobSpec):
     @model_validator(mode="after")
     def _framework_recompute(self) -> CompareRequest:
         names = [layout.recompute for layout in self.layouts]
-        _check_framework_recompute(self.training.framework, names, "layouts.recompute", self.model.moe_layers)
+        _check_framework_recompute(self.training.framework, names, "layouts.recompute")
         return self

@@ -7,7 +7,6 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
-from optimizer.modes import MoeLayers
 from optimizer.reference import current
 from optimizer.specs.common import MAX_HIDDEN, MAX_LAYERS, Activation
 from optimizer.strict_model import Strict
@@ -197,13 +196,6 @@ class ModelSpec(Strict):
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers or 0))
-
-    @property
-    def moe_layers(self) -> MoeLayers:
-        """Which layers are MoE layers: none, some or all."""
-        if self.moe is None:
-            return MoeLayers.NONE
-        return MoeLayers.ALL if self.num_moe_layers == (self.num_layers or 0) else MoeLayers.SOME
 
     @property
     def mixes_layer_kinds(self) -> bool:

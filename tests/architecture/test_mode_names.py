@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import get_args
 
 from optimizer.cost.topology import GRID_AXES
-from optimizer.frameworks import load_profiles
 from optimizer.modes import Axis, RecomputeMode
 from optimizer.search.ranking import LEAST_RECOMPUTE
 from optimizer.search.space import RECOMPUTE
@@ -15,10 +14,7 @@ from optimizer.specs import AXES, Layout, Recompute
 
 def test_recompute_modes_are_the_contract_strings() -> None:
     assert [m.value for m in RecomputeMode] == ["none", "core_attn", "selective", "op", "moe", "full"]
-    # the contract also takes every framework's own names (training.framework named)
-    own = {m.name for p in load_profiles().values() for m in p.recompute}
-    assert set(get_args(Recompute)) == {m.value for m in RecomputeMode} | own
-    assert own - {m.value for m in RecomputeMode} == {"layernorm_moe_act"}
+    assert set(get_args(Recompute)) == {m.value for m in RecomputeMode}
 
 
 def test_axes_are_the_contract_strings() -> None:

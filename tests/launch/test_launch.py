@@ -89,11 +89,11 @@ def mixtral_moe_recompute_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training, layout.model_copy(update={"recompute": "moe"})
 
 
-def mixtral_norm_act_fp8_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
-    """The cost model's selective recompute on a model whose every layer is MoE, in fp8: Megatron's
-    ``layernorm moe_act`` modules, which refuse fp8 delayed scaling."""
-    model, training, layout = mixtral_case()
-    return model, training.model_copy(update={"precision": "fp8"}), layout.model_copy(update={"recompute": "selective"})
+def mixtral_moe_recompute_fp8_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """The whole-MoE-block recompute in fp8: its modules include ``layernorm``, which Megatron-Core
+    refuses with fp8 delayed scaling."""
+    model, training, layout = mixtral_moe_recompute_case()
+    return model, training.model_copy(update={"precision": "fp8"}), layout
 
 
 def tp_overlap_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
@@ -125,7 +125,7 @@ ALL_CASES = {
     "mixtral-ep8": mixtral_case(),
     "mixtral-deepep": deepep_case(),  # the flex dispatcher's backend and capacity flags
     "mixtral-moe-recompute": mixtral_moe_recompute_case(),
-    "mixtral-norm-act-fp8": mixtral_norm_act_fp8_case(),
+    "mixtral-moe-recompute-fp8": mixtral_moe_recompute_fp8_case(),
     "zero3": zero3_case(),
     "uneven-first-last": uneven_case([9, 10, 10, 11]),
     "uneven-layout": uneven_case([10, 9, 10, 11]),
@@ -651,15 +651,11 @@ def _mla_case(recompute: str) -> tuple[ModelSpec, TrainingSpec, Layout]:
 
 @pytest.mark.parametrize(
     ("recompute", "modules"),
-    [
-        ("core_attn", ["core_attn", "mla_up_proj"]),
-        ("selective", ["layernorm", "moe_act", "mla_up_proj"]),  # every layer MoE: norms and act re-made
-        ("moe", ["core_attn", "layernorm", "moe", "mla_up_proj"]),
-    ],
+    [("selective", ["core_attn", "mla_up_proj"]), ("moe", ["core_attn", "layernorm", "moe", "mla_up_proj"])],
 )
 def test_mla_recompute_names_the_up_projection_module(recompute, modules):
-    """The cost model's core_attn, selective and moe recompute re-make MLA's per-head q, k, v from
-    the latents (``cost.layer.MLA_UP_RECOMPUTED``): Megatron and Bridge are told so."""
+    """The cost model's selective and moe recompute re-make MLA's per-head q, k, v from the
+    latents (``cost.layer.MLA_UP_RECOMPUTED``): Megatron and Bridge are told so."""
     out = launch(_mla_case(recompute))
     args = shlex.split(out.megatron)
     i = args.index("--recompute-modules")
@@ -915,21 +911,14 @@ def test_torchtitan_says_its_loss_holds_more_than_a_fused_one():
     assert "bytes per logit" not in unfused
 
 
-def test_norm_and_act_recompute_is_megatrons_layernorm_moe_act_with_current_scaling_in_fp8():
-    """On a model whose every layer is MoE the cost model's selective recompute (norm and
-    activation outputs re-made) is Megatron-Core's ``layernorm moe_act`` modules. TransformerConfig
-    refuses them with fp8 delayed scaling, so fp8 plans ask for per-tensor current scaling; so do
-    fp8 plans with the whole-MoE-block recompute (its modules include ``layernorm``)."""
-    out = launch(mixtral_norm_act_fp8_case())
+def test_layernorm_recompute_in_fp8_asks_for_current_scaling():
+    """Megatron-Core's TransformerConfig refuses ``layernorm`` and ``moe_act`` recompute with fp8
+    delayed scaling: an fp8 plan whose recompute modules include them (the whole-MoE-block
+    recompute: core_attn, layernorm, moe) launches with per-tensor current scaling."""
+    out = launch(mixtral_moe_recompute_fp8_case())
     args = shlex.split(out.megatron)
-    i = args.index("--recompute-modules")
-    assert args[i + 1 : i + 3] == ["layernorm", "moe_act"] and args[args.index("--fp8-recipe") + 1] == "tensorwise"
-    over = nemo_overrides(out.nemo)
-    assert over["model.recompute_modules"] == "[layernorm,moe_act]"
-    assert over["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
-    model, training, layout = mixtral_moe_recompute_case()
-    fp8_moe = launch((model, training.model_copy(update={"precision": "fp8"}), layout))
-    assert "--fp8-recipe tensorwise" in fp8_moe.megatron
-    # no layernorm or moe_act module: the default delayed scaling stays
+    assert args[args.index("--fp8-recipe") + 1] == "tensorwise"
+    assert nemo_overrides(out.nemo)["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    # no such module: the default delayed scaling stays
     assert "--fp8-recipe" not in launch(zero3_case()).megatron
     assert nemo_overrides(launch(zero3_case()).nemo)["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
