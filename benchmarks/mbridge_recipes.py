@@ -20,9 +20,10 @@ Recompute, from the same files: in 25.09, ``configs/qwen3/qwen3_*_llm_pretrain.y
 ``recompute_granularity: null`` (none); DeepSeek-V3's YAML sets ``"selective"`` and
 ``run_script.py`` sets ``recipe.model.recompute_modules = ["mla_up_proj", "mlp"]`` on H100: the
 MLA up-projections re-made (and the MLPs of the three dense layers). The nearest cost-model mode
-is ``selective``, which re-makes the up-projections too, and also the norm and activation
-outputs that run kept (slightly less memory, slightly more recompute than it had). In 25.11,
-``qwen3_llm_pretrain.py`` sets ``recompute_granularity = None``. GPT-OSS's
+is ``core_attn`` (Megatron-Core's selective), which on MLA models re-makes the up-projections
+too and also re-runs the attention core, which that run did not (slightly more recompute than
+it had); the cost model's ``selective`` would also drop the norm and activation outputs it
+kept. In 25.11, ``qwen3_llm_pretrain.py`` sets ``recompute_granularity = None``. GPT-OSS's
 ``workload_base_configs.py`` sets ``recompute_modules=["layernorm", "moe_act"]`` with a
 micro-batch of 1, but the summary's row prints a micro-batch of 4 (and a gradient accumulation
 that matches neither), so its recompute stays searched. The summary's layouts are taken as
@@ -56,7 +57,7 @@ class RecipeMoE:
 _RECIPES: dict[tuple[str, str], RecipeMoE] = {
     ("25.09", "qwen3-30b"): RecipeMoE("alltoall", False, True, tp_comm_overlap=True, recompute="none"),
     ("25.09", "qwen3-235b"): RecipeMoE("alltoall", False, True, tp_comm_overlap=True, recompute="none"),
-    ("25.09", "dsv3"): RecipeMoE("deepep", a2a_overlap=True, token_drop=False, recompute="selective"),
+    ("25.09", "dsv3"): RecipeMoE("deepep", a2a_overlap=True, token_drop=False, recompute="core_attn"),
     ("25.11", "qwen3-30b"): RecipeMoE("alltoall", True, False, tp_comm_overlap=True, recompute="none"),
     ("25.11", "qwen3-235b"): RecipeMoE("alltoall", True, False, tp_comm_overlap=False, recompute="none"),
     # recompute not read: the row's micro-batch (4) is not the recipe's (1), so which ran is unknown

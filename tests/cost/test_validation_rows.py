@@ -347,7 +347,8 @@ def test_megatron_bridge_moe_rows_run_their_release_recipe(rows) -> None:
 
 def test_megatron_bridge_moe_rows_recompute_as_their_recipe(rows) -> None:
     """The recipes' recompute: none for Qwen3 (both releases), the MLA up-projections re-made for
-    DeepSeek-V3 (the cost model's selective); GPT-OSS's row does not match its recipe's
+    DeepSeek-V3 (nearest: the cost model's core_attn, which adds the attention core); GPT-OSS's
+    row does not match its recipe's
     micro-batch, so its recompute stays searched. Transformer Engine keeps fp8 GEMM inputs,
     torchtitan's float8 linears do not."""
 
@@ -357,7 +358,7 @@ def test_megatron_bridge_moe_rows_recompute_as_their_recipe(rows) -> None:
 
     for row_id in ("mbridge-25.09-qwen3-30b-h100-16gpu-fp8", "mbridge-25.11-qwen3-235b-h100-256gpu-fp8"):
         assert recompute(row_id) == ("none",), row_id
-    assert recompute("mbridge-25.09-dsv3-h100-1024gpu-fp8") == ("selective",)  # mla_up_proj: re-made
+    assert recompute("mbridge-25.09-dsv3-h100-1024gpu-fp8") == ("core_attn",)  # + mla_up_proj, nearest
     assert len(recompute("mbridge-25.11-gptoss-120b-h100-64gpu-bf16")) > 1
     assert map_row(rows["mbridge-25.09-dsv3-h100-1024gpu-fp8"]).job.training.fp8_saved_inputs
     assert not map_row(rows["torchtitan-llama31-8b-8gpu-fsdp-compile-float8"]).job.training.fp8_saved_inputs
