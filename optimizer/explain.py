@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.errors import InvalidLayout
+from optimizer.frameworks import profile
 from optimizer.results import Explanation, Plan, PlanLimit, RunnerUp, SolverInfo
 from optimizer.search.space import MAX_MICRO_BATCH, MAX_VPP
 from optimizer.specs import JobSpec
@@ -21,7 +22,9 @@ TIGHT_MEMORY = 0.9
 """Peak memory above this share of the usable memory is named as a limit on its own."""
 DELTA_MIN_S = 1e-4
 """Runner-up time differences below this (s) are not listed."""
-LIGHTER_RECOMPUTE = {"full": "selective", "selective": "none", "op": "none", "moe": "selective"}
+LIGHTER_RECOMPUTE = {"full": "selective", "selective": "none", "core_attn": "none", "op": "none", "moe": "selective"}
+"""The next lighter recompute, in the names the plan uses (the cost model's, or the named
+framework's: its ``selective`` is lighter than its ``full``; without one, ``none``)."""
 AXIS_NAMES = {"tp": "tensor", "cp": "context", "ep": "expert", "pp": "pipeline", "dp": "data"}
 CONFIG_FIELDS = (
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
@@ -74,9 +77,9 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     usable = plan.memory_gib.usable
     peak = plan.memory_gib.total
     values = {"peak_gib": peak, "usable_gib": usable}
-    lighter = LIGHTER_RECOMPUTE.get(plan.config.recompute)
+    lighter, costed = _lighter(job, plan.config.recompute)
     if lighter is not None:
-        need = _peak_with(job, plan, recompute=lighter)
+        need = _peak_with(job, plan, recompute=costed)
         if need is not None and need > usable:
             values["lighter_recompute_peak_gib"] = need
             return PlanLimit(
@@ -97,9 +100,26 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     return None
 
 
+def _lighter(job: JobSpec, recompute: str) -> tuple[str | None, str | None]:
+    """The next lighter recompute than the plan's ``recompute`` (in the plan's names) and the
+    cost model's mode for it; (None, None) when there is none."""
+    lighter = LIGHTER_RECOMPUTE.get(recompute)
+    named = job.training.framework
+    if lighter is None or named is None:
+        return lighter, lighter
+    prof = profile(named)
+    if prof.costed_recompute(lighter) is None:
+        lighter = "none"  # the framework has no name for it (DeepSpeed: none and full)
+    return lighter, prof.costed_recompute(lighter)
+
+
 def _peak_with(job: JobSpec, plan: Plan, **changes: object) -> float | None:
-    """Peak GiB of the plan's layout (same split) with ``changes``; None when the rules reject it."""
-    layout = plan.config.model_copy(update={**changes, "placement": None})
+    """Peak GiB of the plan's layout (same split) with ``changes``, in the cost model's names;
+    None when the rules reject it. The plan's own recompute name is made the cost model's."""
+    update: dict[str, object] = {"placement": None}
+    if job.training.framework is not None:
+        update["recompute"] = profile(job.training.framework).costed_recompute(plan.config.recompute)
+    layout = plan.config.model_copy(update={**update, **changes})
     try:
         lay = resolve_layout(job, layout)
     except InvalidLayout:
