@@ -77,9 +77,9 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     usable = plan.memory_gib.usable
     peak = plan.memory_gib.total
     values = {"peak_gib": peak, "usable_gib": usable}
-    lighter, costed = _lighter(job, plan.config.recompute)
+    lighter, costed = lighter_recompute(job, plan.config.recompute)
     if lighter is not None:
-        need = _peak_with(job, plan, recompute=costed)
+        need = peak_with(job, plan, recompute=costed)
         if need is not None and need > usable:
             values["lighter_recompute_peak_gib"] = need
             return PlanLimit(
@@ -100,7 +100,7 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     return None
 
 
-def _lighter(job: JobSpec, recompute: str) -> tuple[str | None, str | None]:
+def lighter_recompute(job: JobSpec, recompute: str) -> tuple[str | None, str | None]:
     """The next lighter recompute than the plan's ``recompute`` (in the plan's names) and the
     cost model's mode for it; (None, None) when there is none."""
     lighter = LIGHTER_RECOMPUTE.get(recompute)
@@ -113,7 +113,7 @@ def _lighter(job: JobSpec, recompute: str) -> tuple[str | None, str | None]:
     return lighter, prof.costed_recompute(lighter)
 
 
-def _peak_with(job: JobSpec, plan: Plan, **changes: object) -> float | None:
+def peak_with(job: JobSpec, plan: Plan, **changes: object) -> float | None:
     """Peak GiB of the plan's layout (same split) with ``changes``, in the cost model's names;
     None when the rules reject it. The plan's own recompute name is made the cost model's."""
     update: dict[str, object] = {"placement": None}

@@ -133,15 +133,15 @@ def test_lighter_recompute_is_named_and_costed_as_the_framework_runs_it(framewor
     """The memory test costs the top plan's layout with the next lighter recompute in the
     plan's own names: under Megatron-LM its selective is Megatron-Core's (core_attn), which keeps
     the norm and activation outputs; DeepSpeed has only none and full."""
-    from optimizer.explain import _lighter, _peak_with
+    from optimizer.explain import lighter_recompute, peak_with
     from optimizer.service import evaluate
     from optimizer.specs import EvaluateRequest, JobSpec
 
     training = {"seq_len": 8192, "global_batch_size": 64, **({"framework": framework} if framework else {})}
     job = {"model": {"preset": "llama3-8b"}, "training": training, "cluster": {"preset": "dgx-h100", "num_gpus": 8}}
     spec = JobSpec.model_validate(job)
-    assert _lighter(spec, "full") == lighter
+    assert lighter_recompute(spec, "full") == lighter
     layout = {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3 if framework == "torchtitan" else 1}
     full = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": "full"}}))
     same = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": lighter[0]}}))
-    assert _peak_with(spec, full, recompute=lighter[1]) == pytest.approx(same.memory_gib.total, abs=1e-3)
+    assert peak_with(spec, full, recompute=lighter[1]) == pytest.approx(same.memory_gib.total, abs=1e-3)
