@@ -120,8 +120,8 @@ class Calibration:
     Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
     expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.88x and
     1.42x too fast without it, 2% slow and 1.19x fast with it). Over the whole set the fit's
-    objective (median + p90 / 2, ``benchmarks/fit_calibration.py``) is smallest at 65-70 us (4.5%
-    and 13.6%; 5.0% and 13.6% at 75 us, 4.8% and 13.6% at 60 us): ``benchmarks/grouped_gemm_check.py``.
+    objective (median + p90 / 2, ``benchmarks/fit_calibration.py``) is smallest at 70 us (4.2%
+    and 13.6%; 4.8% and 13.6% at 65 and 75 us, 5.0% and 13.6% at 60 us): ``benchmarks/grouped_gemm_check.py``.
     Layouts with 2,048 tokens or more per expert
     GEMM are GPU bound or nearly so and move by under 2% (docs/cost-model.md). No published
     measurement gives this time per GEMM: a Transformer Engine grouped linear forward takes
