@@ -179,22 +179,22 @@ def resolve(
     m = _micro_batches(gbs, dp, mbs, num_micro_batches)
     _check_pipeline(layers, pp, vpp, m)
     split = _stage_split(layers, pp * vpp, stage_layers)
-    if sequence_parallel and tp == 1:
-        raise InvalidLayout(
-            "config.sequence_parallel",
-            "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1",
+    if (reason := sequence_parallel_reason(job, tp, sequence_parallel)) is not None:
+        raise InvalidLayout("config.sequence_parallel", reason)
+    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sequence_parallel, m, tuple(split), etp)
+
+
+def sequence_parallel_reason(job: JobSpec, tp: int, sp: bool) -> str | None:
+    """Why no layout of the job runs ``tp`` with sequence parallelism ``sp`` (None when one can)."""
+    if sp and tp == 1:
+        return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1"
+    if not sp and tp > 1 and job.model.moe is not None:
+        return (
+            "an MoE model with tp > 1 runs with sequence parallelism: each tensor-parallel rank routes its own "
+            "share of the tokens (Megatron-Core's MoE layer refuses tp > 1 without it in training, "
+            "megatron/core/transformer/moe/moe_layer.py)"
         )
-    sp = sequence_parallel
-    if model.moe is not None and tp > 1 and not sp:
-        raise InvalidLayout("config.sequence_parallel", MOE_TP_NEEDS_SP)
-    return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sp, m, tuple(split), etp)
-
-
-MOE_TP_NEEDS_SP = (
-    "an MoE model with tp > 1 runs with sequence parallelism: each tensor-parallel rank routes its own share of "
-    "the tokens (Megatron-Core's MoE layer refuses tp > 1 without it in training, "
-    "megatron/core/transformer/moe/moe_layer.py)"
-)
+    return None
 
 
 def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:

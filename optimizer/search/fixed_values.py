@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optimizer.cost.rules import MOE_TP_NEEDS_SP, resolve, tensor_parallel_reason
+from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
 from optimizer.frameworks import profile
 from optimizer.modes import RecomputeMode
@@ -96,15 +96,12 @@ CHECKS: dict[str, Callable[[JobSpec, int], str | None]] = {
 
 
 def _sequence_parallel_reason(job: JobSpec, tp: int, sp: bool) -> str | None:
-    """Why no layout runs ``tp`` with sequence parallelism ``sp`` (None when one can)."""
-    if sp and tp == 1:
-        return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1"
-    if sp or tp == 1:
-        return None
-    if job.model.moe is not None:
-        return MOE_TP_NEEDS_SP
+    """Why no layout runs ``tp`` with sequence parallelism ``sp``: the layout rules'
+    reason, else the named framework's (None when one can)."""
+    if (reason := sequence_parallel_reason(job, tp, sp)) is not None:
+        return reason
     named = job.training.framework
-    return None if named is None else profile(named).sizes_problem(tp, 1, 1, 1, 1, False, False)
+    return None if named is None else profile(named).sizes_problem(tp, 1, 1, 1, 1, False, sp)
 
 
 def _check_sequence_parallel_pairs(job: JobSpec, search: SearchSpec) -> None:

@@ -14,7 +14,7 @@ from enum import Enum
 from itertools import product
 from typing import NamedTuple
 
-from optimizer.cost.rules import ResolvedLayout, divisors, resolve, with_knobs
+from optimizer.cost.rules import ResolvedLayout, divisors, resolve, sequence_parallel_reason, with_knobs
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.modes import RecomputeMode
 from optimizer.search.framework_space import Targets, block_variants, costed_recompute_choices, space_frameworks
@@ -338,7 +338,7 @@ def blocks_with_uneven_depths_apart(
                     ([v for v in vpps if v <= MAX_VPP], skipped, False),
                     ([v for v in vpps if v > MAX_VPP], (), True),
                 ]
-            sp_rule = [tp > 1] if tp == 1 or model.moe is not None else [False, True]  # MoE: rules.MOE_TP_NEEDS_SP
+            sp_rule = [sp for sp in (False, True) if sequence_parallel_reason(job, tp, sp) is None]
             sps = _choices("sequence_parallel", [tp > 1], search, sp_rule)
             for ep, sp in product(eps, sps):
                 for etp, runs in _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep):
