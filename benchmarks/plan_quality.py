@@ -165,12 +165,18 @@ def job_key(mr: MappedRow) -> tuple[Any, ...]:
             t.global_batch_size)  # fmt: skip
 
 
-def best_published(results: list[Result]) -> list[Result]:
-    """The rows whose layout ran fastest (measured, within 0.5%) of all the layouts published for
-    their job: the layout the source recommends, not an ablation it measured as slower."""
+def fastest_measured(results: list[Result]) -> dict[tuple[Any, ...], float]:
+    """The fastest measured tokens/s a GPU of each job among ``results``."""
     top: dict[tuple[Any, ...], float] = {}
     for r in results:
         top[r.job_key] = max(top.get(r.job_key, 0.0), r.measured_tokens_per_s_per_gpu)
+    return top
+
+
+def best_published(results: list[Result]) -> list[Result]:
+    """The rows whose layout ran fastest (measured, within 0.5%) of all the layouts published for
+    their job: the layout the source recommends, not an ablation it measured as slower."""
+    top = fastest_measured(results)
     return [r for r in results if r.measured_tokens_per_s_per_gpu >= 0.995 * top[r.job_key]]
 
 
@@ -202,9 +208,7 @@ def _kind_line(rated: list[Result], moe: bool) -> str:
     if not rows:
         return ""
     claims = sorted(r.ratio for r in rows if r.ratio is not None)
-    top: dict[tuple[Any, ...], float] = {}
-    for r in rows:
-        top[r.job_key] = max(top.get(r.job_key, 0.0), r.measured_tokens_per_s_per_gpu)
+    top = fastest_measured(rows)
     promised = sorted(r.best.tokens_per_s_per_gpu / top[r.job_key] for r in rows if r.best is not None)
     flagged = sum(r.flagged for r in rows)
     return (
