@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import profile
+from optimizer.frameworks import costed_config, profile
 from optimizer.results import Explanation, Plan, PlanLimit, RunnerUp, SolverInfo
 from optimizer.search.space import MAX_MICRO_BATCH, MAX_VPP
 from optimizer.specs import JobSpec
@@ -115,11 +115,8 @@ def lighter_recompute(job: JobSpec, recompute: str) -> tuple[str | None, str | N
 
 def peak_with(job: JobSpec, plan: Plan, **changes: object) -> float | None:
     """Peak GiB of the plan's layout (same split) with ``changes``, in the cost model's names;
-    None when the rules reject it. The plan's own recompute name is made the cost model's."""
-    update: dict[str, object] = {"placement": None}
-    if job.training.framework is not None:
-        update["recompute"] = profile(job.training.framework).costed_recompute(plan.config.recompute)
-    layout = plan.config.model_copy(update={**update, **changes})
+    None when the rules reject it."""
+    layout = costed_config(job.training, plan.config).model_copy(update={**changes, "placement": None})
     try:
         lay = resolve_layout(job, layout)
     except InvalidLayout:

@@ -205,6 +205,15 @@ def stack_defaults(fid: str) -> dict[str, Any]:
     return {k: knob.default for k, knob in profile(fid).stack.items()}
 
 
+def costed_config(training: Any, config: Any) -> Any:
+    """``config`` (a ``Layout``) with its recompute in the cost model's names: the named
+    framework's own name mapped to its mode (``config`` itself with no framework named)."""
+    named = getattr(training, "framework", None)
+    if named is None:
+        return config
+    return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
+
+
 def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
     """The frameworks whose stack runs the job's knobs: of the named one, or of all four, each as
     it runs the job (``as_run_for``)."""
@@ -240,7 +249,8 @@ def _blocking_profile(fid: str) -> FrameworkProfile:
 
 
 __all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "candidate_frameworks", "layout_problem",
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "candidate_frameworks", "costed_config",
+    "layout_problem",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip
 

@@ -17,8 +17,8 @@ from optimizer.cost.num import Num
 from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
+from optimizer.frameworks import costed_config, running_frameworks
 from optimizer.frameworks import profile as framework_profile
-from optimizer.frameworks import running_frameworks
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.launch.deepspeed import DEEPSPEED_ETP_NOTE
@@ -49,11 +49,7 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     """``evaluate`` once the job's GPUs (and, with a topology, its nodes) are fixed."""
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     ctx = build_context(job)
-    config = request.config
-    if job.training.framework is not None:  # the framework's recompute names -> the cost model's
-        costed = framework_profile(job.training.framework).costed_recompute(config.recompute)
-        config = config.model_copy(update={"recompute": costed})
-    lay = resolve_layout(job, config)
+    lay = resolve_layout(job, costed_config(job.training, request.config))
     placement = None
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
