@@ -29,6 +29,7 @@ from typing import Any
 
 from optimizer.reference import current
 from optimizer.specs import JobSpec
+from optimizer.specs.common import is_low_bit
 
 _DATA_PACKAGE = "optimizer"
 DATA_FILE = "data/error_bands.toml"
@@ -135,7 +136,7 @@ class PlanRanges:
 
 
 def precision_class(precision: str) -> PrecisionClass:
-    return PrecisionClass.FP8 if precision in ("fp8", "fp4") else PrecisionClass.BITS16
+    return PrecisionClass.FP8 if is_low_bit(precision) else PrecisionClass.BITS16
 
 
 def generation_of(gpu_id: str) -> str:

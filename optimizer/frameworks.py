@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from optimizer.layer_split import even_split
+from optimizer.specs.common import LOW_BIT_PRECISIONS
 
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
@@ -25,7 +26,7 @@ STACK_KNOBS: tuple[str, ...] = (
     "fp8_saved_inputs",
 )  # fmt: skip
 """The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
-PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": ("fp8", "fp4")}
+PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}
 """Stack knobs that act only at some ``training.precision`` values: at any other, a framework
 runs the job whatever the knob says."""
 

@@ -12,6 +12,7 @@ from optimizer.params import count_params
 from optimizer.reference import current
 from optimizer.results import Goodput, Plan, TimeToTrain
 from optimizer.specs import JobSpec, Objective
+from optimizer.specs.common import is_low_bit
 
 SMALL_VOCAB_LIMIT = 65_500
 """Vocabularies below this store token ids as uint16 (Megatron's indexed dataset)."""
@@ -57,7 +58,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     rel, costs = job.reliability, job.costs
     price = price_per_gpu_hour_usd(job)
     eff = gpu.gemm_efficiency_bf16.value
-    if job.training.precision in ("fp8", "fp4") and gpu.gemm_efficiency_fp8 is not None:
+    if is_low_bit(job.training.precision) and gpu.gemm_efficiency_fp8 is not None:
         eff = gpu.gemm_efficiency_fp8.value
     vocab = job.model.vocab_size or 0
     token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab

@@ -25,6 +25,7 @@ from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_f
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups
 from optimizer.modes import RecomputeMode
+from optimizer.specs.common import is_low_bit
 
 __all__ = [
     "ACT_BYTES",
@@ -207,7 +208,7 @@ def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> 
     elementwise_bytes = elementwise_bytes_fwd(ctx, tokens, tp, sp_div, ffn_active)
     if kind.is_moe:
         elementwise_bytes += router_bytes_fwd(ctx, tokens / tp)
-    if ctx.job.training.precision in ("fp8", "fp4"):
+    if is_low_bit(ctx.job.training.precision):
         # FP8 (and FP4) GEMM operands are cast from bf16 (scaling amax fused upstream). A block h -> w -> h with P
         # parameters on this GPU has 2h + P/h input+output elements per token (attention: qkv and
         # output projections; MLP: fc1 and fc2, gated or not).

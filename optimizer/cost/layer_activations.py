@@ -10,6 +10,7 @@ from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.routing import routing_load
 from optimizer.modes import RecomputeMode
+from optimizer.specs.common import is_low_bit
 
 
 def activation_bytes(
@@ -102,7 +103,7 @@ def _keeps_quantized_inputs(ctx: JobContext) -> bool:
     """Whether the stack keeps GEMM inputs for backward in the GEMMs' 8- or 4-bit format
     (``training.fp8_saved_inputs`` with fp8 or fp4 GEMMs)."""
     training = ctx.job.training
-    return training.fp8_saved_inputs and training.precision in ("fp8", "fp4")
+    return training.fp8_saved_inputs and is_low_bit(training.precision)
 
 
 def _gemm_inputs(

@@ -14,6 +14,7 @@ from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
 from optimizer.cost.topology import GroupGeometry
 from optimizer.modes import RecomputeMode
+from optimizer.specs.common import is_low_bit
 
 
 def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
@@ -95,7 +96,7 @@ def ep_comm_s(
     training = ctx.job.training
     h = float(ctx.job.model.hidden_size or 0)
     tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
-    fp8 = training.precision in ("fp8", "fp4")
+    fp8 = is_low_bit(training.precision)
     dispatcher = training.moe_dispatcher
     recomputed = d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
     a2a_eff = cal.scale_out_all_to_all_efficiency

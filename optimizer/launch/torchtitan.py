@@ -8,6 +8,7 @@ import json
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
 from optimizer.specs import TrainingSpec
+from optimizer.specs.common import is_low_bit
 
 
 def _torchtitan_fqns(chunks: tuple[int, ...]) -> list[list[str]]:
@@ -61,7 +62,7 @@ def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometr
         "activation_checkpoint": checkpoint,
         "training": train,
     }
-    if training.precision in ("fp8", "fp4"):
+    if is_low_bit(training.precision):
         sections["model"] = {"converters": ["float8"]}
     if training.precision == "fp4":
         comments["model"] = ["torchtitan has no NVFP4 training recipe: float8 linears (slower than the plan's fp4)"]
