@@ -27,9 +27,9 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
+from optimizer.modes import is_low_bit
 from optimizer.reference import current
 from optimizer.specs import JobSpec
-from optimizer.specs.common import is_low_bit
 
 _DATA_PACKAGE = "optimizer"
 DATA_FILE = "data/error_bands.toml"

@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from optimizer.layer_split import even_split
-from optimizer.specs.common import LOW_BIT_PRECISIONS
+from optimizer.modes import LOW_BIT_PRECISIONS
 
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")

@@ -1,6 +1,7 @@
-"""Names the planner branches on, defined once: activation recompute modes and parallel axes.
+"""Names the planner branches on, defined once: activation recompute modes, parallel axes and
+the low-bit GEMM precisions.
 
-Both are ``StrEnum``s whose values are the strings of the HTTP contract (``specs.Recompute``,
+The two enums are ``StrEnum``s whose values are the strings of the HTTP contract (``specs.Recompute``,
 ``specs.AXES``): a member equals, hashes and formats as its string, so requests, plans, cache
 keys and messages read the same whichever of the two a value is.
 """
@@ -37,3 +38,13 @@ class Axis(StrEnum):
     def __repr__(self) -> str:
         """The string's repr, so that messages and lists read as they do with plain strings."""
         return repr(self.value)
+
+
+LOW_BIT_PRECISIONS: frozenset[str] = frozenset({"fp8", "fp4"})
+"""``specs.Precision`` values whose GEMMs run below 16 bits (quantized inputs, scaling recipes,
+low-bit weight copies)."""
+
+
+def is_low_bit(precision: str) -> bool:
+    """True for ``fp8`` and ``fp4`` GEMMs."""
+    return precision in LOW_BIT_PRECISIONS

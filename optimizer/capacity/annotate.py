@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from optimizer.capacity import formulas as f
 from optimizer.cost.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
+from optimizer.modes import is_low_bit
 from optimizer.params import count_params
 from optimizer.reference import current
 from optimizer.results import Goodput, Plan, TimeToTrain
 from optimizer.specs import JobSpec, Objective
-from optimizer.specs.common import is_low_bit
 
 SMALL_VOCAB_LIMIT = 65_500
 """Vocabularies below this store token ids as uint16 (Megatron's indexed dataset)."""

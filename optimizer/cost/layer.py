@@ -24,8 +24,7 @@ from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_comm_s
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups
-from optimizer.modes import RecomputeMode
-from optimizer.specs.common import is_low_bit
+from optimizer.modes import RecomputeMode, is_low_bit
 
 __all__ = [
     "ACT_BYTES",

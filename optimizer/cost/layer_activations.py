@@ -9,8 +9,7 @@ from optimizer.cost.attention import UNFUSED_SCORE_BYTES_STORED, score_elements
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.routing import routing_load
-from optimizer.modes import RecomputeMode
-from optimizer.specs.common import is_low_bit
+from optimizer.modes import RecomputeMode, is_low_bit
 
 
 def activation_bytes(

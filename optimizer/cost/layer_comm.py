@@ -13,8 +13,7 @@ from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
 from optimizer.cost.topology import GroupGeometry
-from optimizer.modes import RecomputeMode
-from optimizer.specs.common import is_low_bit
+from optimizer.modes import RecomputeMode, is_low_bit
 
 
 def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:

@@ -7,8 +7,8 @@ import json
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
+from optimizer.modes import is_low_bit
 from optimizer.specs import TrainingSpec
-from optimizer.specs.common import is_low_bit
 
 
 def _torchtitan_fqns(chunks: tuple[int, ...]) -> list[list[str]]:

@@ -12,15 +12,6 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 """GEMM precision; everything else runs in bf16 (fp16 for ``fp16``). ``fp8``: FP8 GEMMs
 (Transformer Engine hybrid / torchao float8); ``fp4``: block-scaled FP4 GEMMs (NVFP4) on GPUs with
 FP4 tensor cores."""
-LOW_BIT_PRECISIONS: frozenset[str] = frozenset({"fp8", "fp4"})
-"""Precisions whose GEMMs run below 16 bits (quantized inputs, scaling recipes, fp8 weight copies)."""
-
-
-def is_low_bit(precision: str) -> bool:
-    """True for ``fp8`` and ``fp4`` GEMMs."""
-    return precision in LOW_BIT_PRECISIONS
-
-
 Recompute = Literal["none", "selective", "op", "moe", "full", "core_attn"]
 """Activation recompute. ``selective``: the attention core (Megatron), norms and activation
 functions, and on MLA models the up-projections (the latents are kept). ``op``: torchtitan's

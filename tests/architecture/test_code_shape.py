@@ -3,8 +3,9 @@
 Every module of ``optimizer/`` and ``api/`` stays under ``MAX_MODULE_LINES`` lines and every
 function under ``MAX_FUNCTION_LINES``; no module imports (at module level or inside a function,
 directly or through other modules) a module that imports it back. A package's ``__init__`` counts
-as importing what it imports, and ``from pkg import name`` counts as importing ``pkg.name`` when
-that is a module.
+as importing what it imports, ``from pkg import name`` counts as importing ``pkg.name`` when
+that is a module, and importing ``pkg.mod`` counts as importing ``pkg`` too (Python runs its
+``__init__`` first) unless the importer is inside ``pkg``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,20 @@ def imports_of(name: str, source: str, is_package: bool, known: set[str]) -> set
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)
+                found |= entered_packages(name, target, known)
     return found
+
+
+def entered_packages(name: str, target: str, known: set[str]) -> set[str]:
+    """The checked packages importing ``target`` runs first (each parent package's
+    ``__init__``), less those module ``name`` is already inside (their ``__init__`` is running)."""
+    parts = target.split(".")
+    own = name.split(".")
+    return {
+        pkg
+        for i in range(1, len(parts))
+        if (pkg := ".".join(parts[:i])) in known and pkg != name and own[:i] != parts[:i]
+    }
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -183,6 +197,22 @@ def f():
 """
     assert imports_of("p.sub.c", source, False, known) == {"p.sub.d", "p.sub", "q", "p.b", "p.a"}
     assert imports_of("p.sub", "from . import c\nfrom .. import b\n", True, known) == {"p.sub.c", "p.b"}
+
+
+def test_importing_a_submodule_imports_its_package_first() -> None:
+    """``frameworks -> specs.common`` runs ``specs/__init__``, which imports ``specs.job``, which
+    imports ``frameworks``: a cycle Python reports as a partially initialised module."""
+    known = {"p", "p.frameworks", "p.specs", "p.specs.common", "p.specs.job"}
+    graph = {
+        "p.frameworks": imports_of("p.frameworks", "from p.specs.common import X\n", False, known),
+        "p.specs": imports_of("p.specs", "from .job import JobSpec\n", True, known),
+        "p.specs.job": imports_of(
+            "p.specs.job", "from p.frameworks import profile\nfrom . import common\n", False, known
+        ),
+    }
+    assert graph["p.frameworks"] == {"p.specs.common", "p.specs"}
+    assert graph["p.specs.job"] == {"p.frameworks", "p.specs.common"}  # already inside p.specs
+    assert find_cycle(graph) == ["p.frameworks", "p.specs", "p.specs.job", "p.frameworks"]
 
 
 def private_imports(paths: list[Path], root: Path = ROOT) -> list[str]:
