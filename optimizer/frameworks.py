@@ -29,6 +29,8 @@ STACK_KNOBS: tuple[str, ...] = (
 PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}
 """Stack knobs that act only at some ``training.precision`` values: at any other, a framework
 runs the job whatever the knob says."""
+MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
+"""Stack knobs that act only on MoE layers: a framework runs a dense job whatever they say."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +141,15 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any) -> str | None:
-        """The first ``training`` knob whose value the framework does not run (None: all run)."""
+    def stack_problem(self, training: Any, is_moe: bool) -> str | None:
+        """The first ``training`` knob whose value the framework does not run (None: all run);
+        knobs that do nothing for this job (``PRECISION_KNOBS``, ``MOE_KNOBS``) are not checked."""
         for knob, spec in self.stack.items():
             value = getattr(training, knob)
             if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
                 continue  # the knob does nothing at this precision
+            if knob in MOE_KNOBS and not is_moe:
+                continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
         return None
@@ -215,12 +220,12 @@ def costed_config(training: Any, config: Any) -> Any:
     return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
 
 
-def candidate_frameworks(training: Any) -> tuple[FrameworkProfile, ...]:
+def candidate_frameworks(training: Any, is_moe: bool) -> tuple[FrameworkProfile, ...]:
     """The frameworks whose stack runs the job's knobs: of the named one, or of all four, each as
     it runs the job (``as_run_for``)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training) for p in profiles if p.stack_problem(training) is None)
+    return tuple(as_run_for(p, training) for p in profiles if p.stack_problem(training, is_moe) is None)
 
 
 def as_run_for(prof: FrameworkProfile, training: Any) -> FrameworkProfile:
@@ -259,11 +264,11 @@ __all__ = [
 def running_frameworks(training: Any, lay: Any, is_moe: bool) -> tuple[list[FrameworkProfile], list[str]]:
     """The frameworks that run ``lay`` (cost-model names) for a job with ``training`` as costed,
     and, when there are none, why (one reason per target framework)."""
-    targets = candidate_frameworks(training)
+    targets = candidate_frameworks(training, is_moe)
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [p.stack_problem(training) or "" for p in profiles]
+        reasons = [p.stack_problem(training, is_moe) or "" for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:

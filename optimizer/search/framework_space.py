@@ -29,10 +29,10 @@ class Targets(NamedTuple):
     free_recompute: bool
 
 
-def target_profiles(training: TrainingSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
+def target_profiles(training: TrainingSpec, is_moe: bool) -> tuple[tuple[FrameworkProfile, ...], bool]:
     """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named
     framework (or every one), whose layout rules still hold, and False."""
-    profiles = candidate_frameworks(training)
+    profiles = candidate_frameworks(training, is_moe)
     if profiles:
         return profiles, True
     framework = training.framework
@@ -42,7 +42,7 @@ def target_profiles(training: TrainingSpec) -> tuple[tuple[FrameworkProfile, ...
 
 def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     named = job.training.framework is not None
-    profiles, matched = target_profiles(job.training)
+    profiles, matched = target_profiles(job.training, job.model.is_moe)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     return Targets(profiles, named, matched, free_zero, free_rc)
