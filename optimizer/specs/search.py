@@ -46,7 +46,7 @@ class SearchSpec(Strict):
     diverse: bool = Field(
         default=True,
         description=(
-            "true: the top-k are the best plan of each of k layout families (tp, pp, dp, cp, ep); false: the raw "
+            "true: the top-k are the best plan of each of k layout families (tp, pp, dp, cp, ep, etp); false: the raw "
             "top-k layouts, which may differ only in micro-batch, depth, ZeRO stage or recompute."
         ),
     )
