@@ -6,6 +6,7 @@ Unexpected exceptions never reach these handlers: ``api.middleware`` turns them 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,14 +83,33 @@ def _clean_message(error: dict[str, Any]) -> str:
 
 def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body."""
-    return [
-        {
-            "loc": list(e.get("loc", ())),
-            "msg": _clean_message(e),
-            "type": str(e.get("type", "value_error")),
-        }
-        for e in errors
-    ]
+    items = []
+    for e in errors:
+        msg = _clean_message(e)
+        items.append(
+            {"loc": field_loc(list(e.get("loc", ())), msg), "msg": msg, "type": str(e.get("type", "value_error"))}
+        )
+    return items
+
+
+FIELD_PATH = re.compile(r"^([a-z_]+(?:\.(?:[a-z_0-9]+))*): ")
+"""A message that starts by naming its field (``search.fix.recompute: ...``)."""
+
+
+def field_loc(loc: list[Any], msg: str) -> list[Any]:
+    """``loc`` made as deep as the field the message names: a check across fields (a model
+    validator) reports at the model's ``loc``, and its message starts with the field's dotted
+    path from the body (``["body"]``) or from the model (``topology.nodes`` at
+    ``[..., "topology"]``)."""
+    match = FIELD_PATH.match(msg)
+    if match is None:
+        return loc
+    path: list[Any] = [int(p) if p.isdigit() else p for p in match.group(1).split(".")]
+    if loc == ["body"]:
+        return [*loc, *path]
+    if loc and path[0] == loc[-1]:
+        return [*loc, *path[1:]]
+    return loc
 
 
 def invalid_field(loc: Sequence[str | int], msg: str, type_: str = "value_error") -> RequestValidationError:

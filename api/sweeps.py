@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
@@ -249,7 +250,9 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
 async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: SweepsDep) -> SweepCreated:
     """Queues every point (the product of the ``vary`` axes) and answers at once; poll
     ``GET /sweeps/{id}``."""
-    jobs = [(p, apply_search_limits(r, settings)[0]) for p, r in validated_points(body, settings.max_sweep_points)]
+    # validating every point can take seconds on a large topology: off the event loop
+    points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)
+    jobs = [(p, apply_search_limits(r, settings)[0]) for p, r in points]
     try:
         sweep_id = sweeps.start(jobs)
     except TooManySweeps as exc:

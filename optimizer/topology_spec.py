@@ -8,6 +8,8 @@ domains are NVLink (scale-up) domains: the hostname on 8-GPU servers, a clique l
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pydantic import Field, model_validator
 
 from optimizer.strict_model import Strict
@@ -91,7 +93,7 @@ class ClusterTopology(Strict):
             )
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
-            dup = sorted({x for x in names if names.count(x) > 1})[:3]
+            dup = sorted(name for name, count in Counter(names).items() if count > 1)[:3]
             raise ValueError(f"topology.nodes: node names must be unique ({dup} repeat)")
         for node in self.nodes:
             missing = [lv for lv in self.switch_levels() if lv != HOSTNAME_LABEL and lv not in node.labels]

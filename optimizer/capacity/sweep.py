@@ -10,12 +10,12 @@ import itertools
 import math
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from optimizer.capacity.formulas import HOUR_S
 from optimizer.results import Plan
-from optimizer.specs import MAX_NUM_GPUS, PlanRequest
+from optimizer.specs import MAX_NUM_GPUS, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict
 
 VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
@@ -54,11 +54,36 @@ class SweepVary(Strict):
         return self
 
 
+JOB_SECTIONS: tuple[str, ...] = ("model", "training", "cluster", "search")
+"""The sections of a /plan body, each an object."""
+
+
 class SweepRequest(Strict):
     """``job``: a /plan request; ``vary``: the grid."""
 
     job: dict[str, Any] = Field(description="A POST /plan request body.")
     vary: SweepVary = Field(description="The grid: values per axis; points are their product.")
+
+    @field_validator("job")
+    @classmethod
+    def _sections(cls, job: dict[str, Any]) -> dict[str, Any]:
+        """Each section the job gives is an object; its ``search`` is a valid one that asks for
+        each point's best plan only (``top_k`` 1, no suggestions: what a sweep computes)."""
+        for section in JOB_SECTIONS:
+            if section in job and not isinstance(job[section], dict):
+                raise ValueError(f"job.{section}: must be an object, not {type(job[section]).__name__}")
+        search = job.get("search")
+        if search is not None:
+            try:
+                SearchSpec.model_validate(search)
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"job.search.{where}: {first['msg']}") from None
+            for knob, only in (("top_k", 1), ("suggest", False)):
+                if search.get(knob, only) != only:
+                    raise ValueError(f"job.search.{knob}: a sweep plans each point's best plan only ({knob} {only})")
+        return job
 
     def num_points(self) -> int:
         return math.prod(len(getattr(self.vary, k)) for k in VARY_KEYS if getattr(self.vary, k) is not None)

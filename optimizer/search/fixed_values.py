@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import profile
+from optimizer.frameworks import as_run_for, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -120,10 +120,45 @@ def _check_sequence_parallel_pairs(job: JobSpec, search: SearchSpec) -> None:
     raise InvalidLayout(field, f"no layout takes sequence_parallel {sps} with tp {tps}: {reasons[0]}")
 
 
+def _check_fix_within_allow(search: SearchSpec) -> None:
+    """Raise ``InvalidLayout`` at ``search.fix.<field>`` when ``search.allow`` names the same field
+    without the pinned value."""
+    for name in type(search.fix).model_fields:
+        fixed, allowed = getattr(search.fix, name), getattr(search.allow, name, None)
+        if fixed is not None and allowed is not None and fixed not in allowed:
+            raise InvalidLayout(
+                f"search.fix.{name}", f"{name} = {fixed!r} is not among search.allow.{name} {list(allowed)}"
+            )
+
+
+def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
+    """Raise ``InvalidLayout`` at the ``search.fix`` field whose value the named framework runs
+    with no layout: a parallel size it lacks (the others at 1), a ZeRO stage it never runs, or
+    none with the pinned ``pp``."""
+    named, fix = job.training.framework, search.fix
+    if named is None:
+        return
+    prof = as_run_for(profile(named), job.training)
+    for name in ("cp", "ep", "vpp"):
+        value = getattr(fix, name)
+        sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
+        if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
+            raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
+    if fix.zero_stage is None:
+        return
+    pps = [fix.pp] if fix.pp is not None else [1, 2]
+    reasons = [prof.zero_problem(pp, 1, 1, 1, 1, 1, fix.zero_stage) for pp in pps]
+    if all(r is not None for r in reasons):
+        raise InvalidLayout("search.fix.zero_stage", f"no layout can take zero_stage = {fix.zero_stage}: {reasons[0]}")
+
+
 def check_named_values(job: JobSpec, search: SearchSpec) -> None:
-    """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take, and
+    """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take
+    (outside ``search.allow``, against a layout rule, or one the named framework never runs), and
     at ``search.allow.<field>`` when no allowed value can be taken, with the reason; then at the
     ``sequence_parallel`` field when it cannot go with any named TP size."""
+    _check_fix_within_allow(search)
+    _check_framework_pins(job, search)
     for name, check in CHECKS.items():
         fixed = getattr(search.fix, name)
         if fixed is not None and (reason := check(job, fixed)) is not None:

@@ -19,6 +19,7 @@ from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.modes import RecomputeMode
 from optimizer.search.framework_space import Targets, block_variants, costed_recompute_choices, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
+from optimizer.specs.layout import MAX_MICRO_BATCH_SIZE
 
 MAX_TP = 64
 MAX_CP = 64
@@ -316,7 +317,7 @@ def blocks_with_uneven_depths_apart(
         eps = _choices("ep", [d for d in divisors(tp * dp * cp) if experts % d == 0] if model.moe else [1], search)
         if gbs % dp:
             continue
-        mbs_rule = divisors(gbs // dp)
+        mbs_rule = [d for d in divisors(gbs // dp) if d <= MAX_MICRO_BATCH_SIZE]
         mbs_choices = _choices("micro_batch_size", mbs_rule if reach is Reach.ALL else [
             d for d in mbs_rule if d <= MAX_MICRO_BATCH
         ], search, mbs_rule)  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator
 
 from optimizer.modes import Axis
 
@@ -47,3 +47,18 @@ def _not_bool(value: Any) -> Any:
 
 ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_not_bool)]
 """ZeRO stage; ``Literal`` alone would take ``true`` for 1."""
+
+
+def check_derived_bounds(model: BaseModel, fields: tuple[str, ...], derived_from: str) -> None:
+    """Raise ``ValueError`` when a field a validator worked out (from ``derived_from``) is
+    outside the bounds its ``Field`` declares: the request then gets a 422 naming the fields it
+    gave, not a failure when the value is validated again later."""
+    for name in fields:
+        value = getattr(model, name)
+        if value is None:
+            continue
+        for meta in type(model).model_fields[name].metadata:
+            high, low = getattr(meta, "le", None), getattr(meta, "ge", None)
+            if (high is not None and value > high) or (low is not None and value < low):
+                bound = f"at most {high:,}" if high is not None and value > high else f"at least {low:,}"
+                raise ValueError(f"{name} worked out from {derived_from} is {value:,}; it must be {bound}")

@@ -78,6 +78,10 @@ class PlanRequest(JobSpec):
     def _moe_recompute_needs_moe(self) -> PlanRequest:
         if self.model.moe is None and self.search.fix.recompute == "moe":
             raise ValueError("search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model")
+        if self.model.moe is None and set(self.search.allow.recompute or ()) == {"moe"}:
+            raise ValueError(
+                "search.allow.recompute: 'moe', the only mode allowed, recomputes MoE blocks and needs an MoE model"
+            )
         framework = self.training.framework
         _check_framework_recompute(framework, [self.search.fix.recompute], "search.fix.recompute")
         _check_framework_recompute(framework, list(self.search.allow.recompute or ()), "search.allow.recompute")
@@ -118,6 +122,6 @@ class CompareRequest(JobSpec):
 
     @model_validator(mode="after")
     def _framework_recompute(self) -> CompareRequest:
-        names = [layout.recompute for layout in self.layouts]
-        _check_framework_recompute(self.training.framework, names, "layouts.recompute")
+        for i, layout in enumerate(self.layouts):
+            _check_framework_recompute(self.training.framework, [layout.recompute], f"layouts.{i}.recompute")
         return self

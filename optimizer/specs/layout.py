@@ -9,6 +9,9 @@ from pydantic import Field, model_validator
 from optimizer.specs.common import MAX_ALLOW_VALUES, MAX_LAYERS, MAX_NUM_GPUS, Recompute, ZeroStage
 from optimizer.strict_model import Strict
 
+MAX_MICRO_BATCH_SIZE = 1 << 16
+"""The largest micro-batch a layout may name (sequences)."""
+
 
 class PlacementSpec(Strict):
     """For each parallel axis, the outermost network tier its process groups span."""
@@ -48,7 +51,7 @@ class Layout(Strict):
     vpp: int = Field(
         default=1, ge=1, le=MAX_LAYERS, description="Virtual pipeline chunks per stage (interleaving; 1: none)."
     )
-    micro_batch_size: int = Field(default=1, ge=1, le=1 << 16, description="Sequences per micro-batch.")
+    micro_batch_size: int = Field(default=1, ge=1, le=MAX_MICRO_BATCH_SIZE, description="Sequences per micro-batch.")
     zero_stage: ZeroStage = Field(
         default=1, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp."
     )
@@ -97,7 +100,7 @@ class LayoutFix(Strict):
     )
     vpp: int | None = Field(default=None, ge=1, le=MAX_LAYERS, description="Pin the virtual pipeline chunks per stage.")
     micro_batch_size: int | None = Field(
-        default=None, ge=1, le=1 << 16, description="Pin the micro-batch size (sequences)."
+        default=None, ge=1, le=MAX_MICRO_BATCH_SIZE, description="Pin the micro-batch size (sequences)."
     )
     zero_stage: ZeroStage | None = Field(default=None, description="Pin the ZeRO stage.")
     recompute: Recompute | None = Field(default=None, description="Pin the recompute mode.")
@@ -135,7 +138,7 @@ class LayoutAllow(Strict):
             "other model they are searched by default."
         ),
     )
-    micro_batch_size: _allowed(1 << 16) | None = Field(  # type: ignore[valid-type]
+    micro_batch_size: _allowed(MAX_MICRO_BATCH_SIZE) | None = Field(  # type: ignore[valid-type]
         default=None, description="Micro-batch sizes (sequences) to search."
     )
     zero_stage: list[ZeroStage] | None = Field(

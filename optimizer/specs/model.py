@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
 from optimizer.reference import current
-from optimizer.specs.common import MAX_HIDDEN, MAX_LAYERS, Activation
+from optimizer.specs.common import MAX_HIDDEN, MAX_LAYERS, Activation, check_derived_bounds
 from optimizer.strict_model import Strict
 
 
@@ -171,6 +171,7 @@ class ModelSpec(Strict):
                 self.ffn_hidden_size = (
                     4 * self.hidden_size if self.activation == "gelu" else (_swiglu_default_ffn(self.hidden_size))
                 )
+        check_derived_bounds(self, ("head_dim", "ffn_hidden_size"), "hidden_size and num_attention_heads")
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(
                 f"moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})"

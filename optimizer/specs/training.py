@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from optimizer.frameworks import stack_defaults
-from optimizer.specs.common import Framework, Precision
+from optimizer.specs.common import Framework, Precision, check_derived_bounds
 from optimizer.strict_model import Strict
 
 
@@ -215,4 +215,6 @@ class TrainingSpec(Strict):
                     f"total_tokens ({self.total_tokens}) disagrees with total_steps x global_batch_tokens ({steps_tokens})"
                 )
             self.total_tokens = steps_tokens
+        check_derived_bounds(self, ("global_batch_size", "global_batch_tokens"), "the batch and seq_len")
+        check_derived_bounds(self, ("total_tokens",), "total_steps x global_batch_tokens")
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from optimizer.cost import resolve_layout
 from optimizer.errors import InvalidLayout
@@ -67,17 +68,18 @@ def test_op_level_recompute_is_searched_only_when_named() -> None:
     assert any("op-level selective checkpointing" in n for n in response.plans[0].notes)
 
 
-@pytest.mark.parametrize(
-    ("restriction", "knob"),
-    [
-        ({"allow": {"zero_stage": [1]}, "fix": {"zero_stage": 2}}, "zero_stage"),
-        ({"allow": {"recompute": ["moe"]}}, "recompute"),
-    ],
-)
-def test_restrictions_that_leave_a_knob_without_values_are_named(restriction: dict, knob: str) -> None:
-    """search.fix / search.allow that leave no ZeRO stage or recompute mode: the answer is
-    'infeasible' and names that knob, not the layout sizes."""
-    planned = search_plans(_request({"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
-                               "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "search": restriction}))  # fmt: skip
-    assert planned.status == "infeasible" and not planned.plans and planned.solver.status == "INFEASIBLE"
-    assert f"leave no {knob}" in planned.explanation
+def test_restrictions_that_leave_a_knob_without_values_are_invalid_requests() -> None:
+    """search.fix / search.allow that leave no ZeRO stage or recompute mode: a 422 naming the
+    field, not an 'infeasible' job."""
+    base = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+    with pytest.raises(InvalidLayout) as pinned:
+        search_plans(_request({**base, "search": {"allow": {"zero_stage": [1]}, "fix": {"zero_stage": 2}}}))
+    assert pinned.value.field == "search.fix.zero_stage" and "not among search.allow.zero_stage [1]" in str(
+        pinned.value
+    )
+    with pytest.raises(ValidationError, match="search.allow.recompute: 'moe', the only mode allowed"):
+        _request({**base, "search": {"allow": {"recompute": ["moe"]}}})
+    with pytest.raises(InvalidLayout, match="DeepSpeed runs zero_stage \\[0, 1\\] with pp > 1"):
+        search_plans(_request({**base, "training": {**base["training"], "framework": "deepspeed"},
+                               "search": {"fix": {"zero_stage": 2, "pp": 2}}}))  # fmt: skip

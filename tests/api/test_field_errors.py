@@ -1,0 +1,103 @@
+"""422s that name the field a request gave: values the validators work out from other fields,
+checks across fields (their ``loc`` goes as deep as the field the message names), pins that no
+layout can take, sweep jobs, and the search never building a layout the response would reject."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from api.errors import field_loc
+
+PLAN: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "training": {"seq_len": 4096, "global_batch_size": 256},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+}
+
+
+def _with(section: str, **fields: Any) -> dict[str, Any]:
+    body = copy.deepcopy(PLAN)
+    body[section] = {**body.get(section, {}), **fields}
+    return body
+
+
+def _one_error(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    (item,) = r.json()["detail"]
+    return item
+
+
+def test_worked_out_values_beyond_their_bounds_are_422s(client: TestClient) -> None:
+    steps = _one_error(client, "/plan", _with("training", total_steps=10**10))
+    assert steps["loc"] == ["body", "training"]
+    assert steps["msg"].startswith("total_tokens worked out from total_steps x global_batch_tokens is 10,485,760,")
+    tokens = _one_error(client, "/plan", _with("training", seq_len=65537, global_batch_size=1 << 24))
+    assert "global_batch_tokens worked out" in tokens["msg"] and "at most 1,099,511,627,776" in tokens["msg"]
+    body = _with("training", seq_len=1, global_batch_tokens=1 << 25)
+    del body["training"]["global_batch_size"]
+    assert "global_batch_size worked out from the batch and seq_len is 33,554,432" in _one_error(client, "/evaluate", {
+        **body, "config": {"tp": 1}})["msg"]  # fmt: skip
+    wide = {"num_layers": 2, "hidden_size": 131072, "num_attention_heads": 4, "vocab_size": 1000}
+    head = _one_error(client, "/plan", {**PLAN, "model": wide})
+    assert head["loc"] == ["body", "model"] and head["msg"].startswith("head_dim worked out from hidden_size")
+
+
+def test_the_search_keeps_micro_batches_within_the_layout_limit(client: TestClient) -> None:
+    tiny = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 1}
+    body = {"model": tiny, "training": {"seq_len": 1, "global_batch_size": 1 << 17},
+            "cluster": {"preset": "dgx-b200", "num_gpus": 1}}  # fmt: skip
+    r = client.post("/plan", json=body)
+    assert r.status_code == 200, r.text
+    assert max(p["config"]["micro_batch_size"] for p in r.json()["plans"]) == 1 << 16
+
+
+def test_cross_field_errors_are_located_at_the_field_they_name(client: TestClient) -> None:
+    megatron = _with("training", framework="megatron-lm")
+    fix = _one_error(client, "/plan", {**megatron, "search": {"fix": {"recompute": "op"}}})
+    assert fix["loc"] == ["body", "search", "fix", "recompute"]
+    dense = _one_error(client, "/plan", {**PLAN, "search": {"fix": {"recompute": "moe"}}})
+    assert dense["loc"] == ["body", "search", "fix", "recompute"]
+    compare = _one_error(client, "/compare", {**megatron, "layouts": [{"tp": 2}, {"tp": 4, "recompute": "op"}]})
+    assert compare["loc"] == ["body", "layouts", 1, "recompute"]
+    assert field_loc(["body", "cluster", "topology"], "topology.nodes: names repeat") == [
+        "body", "cluster", "topology", "nodes"]  # fmt: skip
+    assert field_loc(["body", "training"], "global_batch_size (3) is odd") == ["body", "training"]
+
+
+def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:
+    outside = _one_error(client, "/plan", {**PLAN, "search": {"fix": {"tp": 4}, "allow": {"tp": [2]}}})
+    assert outside["loc"] == ["body", "search", "fix", "tp"] and "not among search.allow.tp [2]" in outside["msg"]
+    only_moe = _one_error(client, "/plan", {**PLAN, "search": {"allow": {"recompute": ["moe"]}}})
+    assert only_moe["loc"] == ["body", "search", "allow", "recompute"]
+    r = client.post("/plan", json={**PLAN, "search": {"allow": {"recompute": ["moe", "none"]}}})
+    assert r.status_code == 200 and {p["config"]["recompute"] for p in r.json()["plans"]} == {"none"}
+    deepspeed = _with("training", framework="deepspeed")
+    zero = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"zero_stage": 2, "pp": 2}}})
+    assert zero["loc"] == ["body", "search", "fix", "zero_stage"]
+    assert "DeepSpeed runs zero_stage [0, 1] with pp > 1" in zero["msg"]
+    cp = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"cp": 2}}})
+    assert cp["loc"] == ["body", "search", "fix", "cp"] and "no context parallelism" in cp["msg"]
+
+
+def test_sweep_jobs_are_checked_before_they_run(client: TestClient) -> None:
+    def sweep(job: dict[str, Any]) -> dict[str, Any]:
+        return _one_error(client, "/sweeps", {"job": job, "vary": {"num_gpus": [8, 16]}})
+
+    assert sweep({**PLAN, "cluster": "dgx-h100"})["msg"] == "job.cluster: must be an object, not str"
+    assert sweep({**PLAN, "training": [1]})["loc"] == ["body", "job", "training"]
+    typed = sweep({**PLAN, "search": {"top_k": "x"}})
+    assert typed["loc"] == ["body", "job", "search", "top_k"] and "valid integer" in typed["msg"]
+    many = sweep({**PLAN, "search": {"top_k": 3}})
+    assert many["msg"] == "job.search.top_k: a sweep plans each point's best plan only (top_k 1)"
+
+
+def test_duplicate_node_names_are_named(client: TestClient) -> None:
+    nodes = [{"name": f"n{i % 8000}", "free_gpus": 8} for i in range(16384)]  # counted once each, not per name
+    topology = {"levels": ["kubernetes.io/hostname"], "nodes": nodes}
+    item = _one_error(client, "/plan", _with("cluster", topology=topology))
+    assert item["loc"] == ["body", "cluster", "topology", "nodes"]
+    assert item["msg"] == "topology.nodes: node names must be unique (['n0', 'n1', 'n10'] repeat)"
