@@ -97,21 +97,52 @@ def _key(out: Outcome) -> tuple:
     return (objective_score(out), len(out.option.choice.nodes), out.option.choice.compactness)
 
 
+def within(request: PlanRequest, deadline: float) -> PlanRequest | None:
+    """``request`` with its search time limit cut to what is left before ``deadline`` (a
+    ``time.perf_counter`` value); None when nothing is left."""
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return None
+    limit = min(request.search.time_limit_s, left)
+    return request.model_copy(update={"search": request.search.model_copy(update={"time_limit_s": limit})})
+
+
 def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> PlanResponse:
-    """Plan ``request`` on its topology's free nodes (``search`` plans one node set)."""
+    """Plan ``request`` on its topology's free nodes (``search`` plans one node set). The node
+    sets share the request's ``search.time_limit_s``: each search gets what is left, and sets
+    not reached in time are left out of the answer (not proved optimal; a warning says so)."""
     t0 = time.perf_counter()
+    deadline = t0 + request.search.time_limit_s
     c = request.cluster
     options = _options(c)
     outcomes = []
     for opt in options:
-        sub = request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)})
+        sub = within(
+            request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)}), deadline
+        )
+        if sub is None:
+            break
         outcomes.append(Outcome(opt, sub, search(sub)))
     found = [o for o in outcomes if o.response.plans]
     if not found:
-        smallest = smallest_fitting(request, search)
-        return _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
+        smallest = smallest_fitting(request, search, deadline)
+        return _cut_short(
+            _infeasible(c, outcomes, smallest, time.perf_counter() - t0), len(outcomes), len(options), request
+        )
     best = min(found, key=_key)
-    return _answer(c, best, outcomes, time.perf_counter() - t0)
+    return _cut_short(_answer(c, best, outcomes, time.perf_counter() - t0), len(outcomes), len(options), request)
+
+
+def _cut_short(response: PlanResponse, searched: int, total: int, request: PlanRequest) -> PlanResponse:
+    """``response`` with a warning and no optimality claim when the time limit left node sets
+    unsearched."""
+    if searched == total:
+        return response
+    warning = (f"search.time_limit_s ({request.search.time_limit_s:g} s) ran out after {searched} of {total} "
+               "candidate node sets; the others were not planned")  # fmt: skip
+    solver = response.solver.model_copy(update={"proved_optimal": False})
+    status = "feasible" if response.plans else response.status
+    return response.model_copy(update={"solver": solver, "status": status, "warnings": [*response.warnings, warning]})
 
 
 def _answer(c: ClusterSpec, best: Outcome, outcomes: list[Outcome], wall_s: float) -> PlanResponse:
@@ -148,18 +179,25 @@ def free_by_level(c: ClusterSpec) -> dict[str, dict[str, int]]:
     return out
 
 
-def smallest_fitting(request: PlanRequest, search: Callable[[PlanRequest], PlanResponse]) -> Plan | None:
+def smallest_fitting(
+    request: PlanRequest, search: Callable[[PlanRequest], PlanResponse], deadline: float
+) -> Plan | None:
     """The best plan at the smallest count of whole nodes (1, 2, 4, ... up to every node of the
     topology, busy or not) with a layout that fits, on an empty cluster of the same node type
-    and network (the preset's tiers); None when none fits."""
+    and network (the preset's tiers); None when none fits or ``deadline`` passes first."""
     c = request.cluster
     assert c.topology is not None and c.gpus_per_node
     limit = len(c.topology.nodes)
     nodes = 1
     while nodes <= limit:
-        sub = request.model_copy(
-            update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})}
+        sub = within(
+            request.model_copy(
+                update={"cluster": c.model_copy(update={"topology": None, "num_gpus": nodes * c.gpus_per_node})}
+            ),
+            deadline,
         )
+        if sub is None:
+            return None
         resp = search(sub)
         if resp.plans:
             return resp.plans[0]
