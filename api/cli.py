@@ -290,6 +290,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse exits 2 with the message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pplan",
@@ -304,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP API (settings from PPLAN_* variables)")
     serve.add_argument("--host", help="bind address (default: PPLAN_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: PPLAN_PORT or 8000)")
-    serve.add_argument("--workers", type=int, help="worker processes (default: PPLAN_WORKERS or 1)")
+    serve.add_argument("--workers", type=positive_int, help="worker processes (default: PPLAN_WORKERS or 1)")
     serve.set_defaults(handler=_cmd_serve)
 
     plan = sub.add_parser("plan", parents=[output], help="search ranked layouts (a POST /plan document)")
@@ -319,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", parents=[output], help="plan a job over a grid with a progress bar (a POST /sweeps document)"
     )
     sweep.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
-    sweep.add_argument("--workers", type=int, help="processes that plan points (default: CPU count)")
+    sweep.add_argument("--workers", type=positive_int, help="processes that plan points (default: CPU count)")
     sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_cmd_sweep)
     compare = sub.add_parser(

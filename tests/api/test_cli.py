@@ -351,6 +351,15 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 2
 
 
+@pytest.mark.parametrize("args", [["sweep", "examples/sweep-llama3-70b-h100.yaml", "--workers", "-1"],
+                                  ["serve", "--workers", "0"], ["sweep", "x.yaml", "--workers", "two"]])  # fmt: skip
+def test_worker_counts_below_one_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(args)
+    assert exc.value.code == 2
+    assert "argument --workers" in capsys.readouterr().err
+
+
 def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
 
