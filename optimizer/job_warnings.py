@@ -60,7 +60,7 @@ def load_job_checks(path: Path = DATA_PATH) -> JobChecks:
 
 def job_warnings(job: JobSpec) -> list[str]:
     """Warnings about the job itself (before any plan)."""
-    return [w for w in (_tokens_like_batch(job), _partial_nodes(job), _small_batch(job)) if w]
+    return [w for w in (_tokens_like_batch(job), _partial_nodes(job), _small_batch(job), _inert_settings(job)) if w]
 
 
 def plan_warnings(job: JobSpec, plan: Plan) -> list[str]:
@@ -106,6 +106,24 @@ def _small_batch(job: JobSpec) -> str | None:
         f"at least {span:,} GPUs (tp*pp*cp >= {span:,}, more than one {per_node}-GPU node) with "
         f"{gbs * job.training.seq_len / n:,.0f} tokens a GPU a step"
     )
+
+
+MOE_TRAINING_FIELDS = ("moe_dispatcher", "moe_capacity_factor", "ep_comm_overlap", "expert_gemm_host_splits")
+"""``training`` fields that act on MoE layers only."""
+
+
+def _inert_settings(job: JobSpec) -> str | None:
+    """Fields the job gives that change nothing for its model (kept, not an error: a job file may
+    be shared between models)."""
+    inert = []
+    if job.model.moe is None:
+        given = job.training.model_fields_set
+        inert += [f"training.{f}" for f in MOE_TRAINING_FIELDS if f in given]
+    if job.model.sliding_window is None and job.model.sliding_window_every != 1:
+        inert.append("model.sliding_window_every (no model.sliding_window)")
+    if not inert:
+        return None
+    return f"{', '.join(inert)} {'has' if len(inert) == 1 else 'have'} no effect on this model: the plans ignore them"
 
 
 def _few_micro_batches(plan: Plan) -> str | None:

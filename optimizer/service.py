@@ -139,6 +139,7 @@ def _estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None) -> lis
         notes += _recompute_elsewhere_note(
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
+    notes += _tp_overlap_note(job, est)
     notes += _dp_overlap_note(job, est)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
@@ -222,6 +223,23 @@ def _recompute_elsewhere_note(job: JobSpec, est: Estimate, recompute: str, who: 
 
 DP_OVERLAP_NOTE_MIN = 0.05
 """Relative slow-down from blocking data-parallel collectives above which a plan says so."""
+
+
+def _tp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
+    """``training.tp_comm_overlap`` asked for on a layout the overlap does not apply to (it needs
+    sequence parallelism and the TP group inside one NVLink domain): costed without it."""
+    lay = est.layout
+    if not job.training.tp_comm_overlap or lay.tp == 1:
+        return []
+    if not lay.sequence_parallel:
+        why = "this layout runs TP without sequence parallelism"
+    elif est.placement.get("tp") != "nvlink":
+        why = f"this layout's TP group spans the {est.placement.get('tp')} tier, beyond one NVLink domain"
+    else:
+        return []
+    return [
+        f"training.tp_comm_overlap is not applied: {why} (the overlap needs sequence parallelism inside one NVLink domain)"
+    ]
 
 
 def _dp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:

@@ -55,6 +55,24 @@ def test_a_batch_that_looks_like_tokens(client: TestClient) -> None:
     assert [w for w in _compare_warnings(client, _job(62_464, 1024)) if "global_batch_size is" in w]
 
 
+def test_settings_that_do_nothing_for_the_model(client: TestClient) -> None:
+    dense = _job(256, 16, seq=4096)
+    dense["training"] |= {"moe_dispatcher": "deepep", "ep_comm_overlap": True}
+    [warning] = [w for w in _compare_warnings(client, dense) if "no effect" in w]
+    assert (
+        warning
+        == "training.moe_dispatcher, training.ep_comm_overlap have no effect on this model: the plans ignore them"
+    )
+    windowless = _job(256, 16, seq=4096)
+    windowless["model"] = {"preset": "llama3-8b", "sliding_window_every": 2}
+    [warning] = [w for w in _compare_warnings(client, windowless) if "no effect" in w]
+    assert warning.startswith("model.sliding_window_every (no model.sliding_window) has no effect")
+    moe = _job(256, 64, seq=4096, preset="mixtral-8x7b")
+    moe["training"] |= {"moe_dispatcher": "deepep"}
+    assert not [w for w in _compare_warnings(client, moe, [{"tp": 2, "ep": 8, "zero_stage": 1}, {"tp": 1, "ep": 8, "zero_stage": 1}]) if "no effect" in w]  # fmt: skip
+    assert not [w for w in _compare_warnings(client, _job(256, 16, seq=4096)) if "no effect" in w]
+
+
 def test_gpus_that_are_not_whole_nodes(client: TestClient) -> None:
     warnings = _compare_warnings(client, _job(100, 100), [{"tp": 4, "zero_stage": 1}, {"tp": 2, "zero_stage": 1}])
     assert any("num_gpus (100) is not a whole number of 8-GPU nodes (12 nodes and 4 GPUs)" in w for w in warnings)
