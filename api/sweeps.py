@@ -235,7 +235,14 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
         return point_requests(body)
     except PointError as exc:
         raise RequestValidationError(
-            [{**e, "loc": ("body", "job", *e["loc"]), "msg": f"at point {exc.point}: {e['msg']}"} for e in exc.errors]
+            [
+                {
+                    **e,
+                    "loc": ("body", "job", *e["loc"]),
+                    "msg": f"at point {exc.point}: {e['msg']}" if exc.point else e["msg"],
+                }
+                for e in exc.errors
+            ]  # fmt: skip
         ) from exc
 
 

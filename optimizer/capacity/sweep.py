@@ -5,7 +5,6 @@ service and the CLI use a process pool, ``api.sweeps``)."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from typing import Any, Literal
@@ -17,6 +16,7 @@ from optimizer.capacity.formulas import HOUR_S
 from optimizer.results import Plan
 from optimizer.specs import MAX_NUM_GPUS, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict
+from optimizer.topology_spec import ClusterTopology
 
 VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
 """The grid's axes, in the order points are enumerated (the last varies fastest)."""
@@ -90,12 +90,16 @@ class SweepRequest(Strict):
 
 
 class PointError(ValueError):
-    """A point of the grid is not a valid /plan request; ``loc`` and ``errors`` say where."""
+    """A point of the grid is not a valid /plan request; ``loc`` and ``errors`` say where
+    (``point`` empty: a part of the job every point shares)."""
 
     def __init__(self, point: dict[str, Any], errors: list[ErrorDetails]) -> None:
         self.point = point
         self.errors = errors
-        super().__init__(f"point {point}: {errors[0]['msg'] if errors else 'invalid'}")
+        first = errors[0] if errors else None
+        where = f"job.{'.'.join(str(p) for p in first['loc'])}: " if first and first["loc"] else ""
+        reason = f"{where}{first['msg'].removeprefix('Value error, ') if first else 'invalid'}"
+        super().__init__(f"point {point}: {reason}" if point else reason)
 
 
 def points(vary: SweepVary) -> list[dict[str, Any]]:
@@ -108,10 +112,11 @@ def point_job(job: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     """``job`` with the point's values set: ``cluster`` replaces the preset (explicit cluster
     fields of the job still override it), ``global_batch_size`` replaces the batch, ``seq_len``
     keeps ``global_batch_tokens`` when the job gives the batch in tokens. Each point asks for its
-    best plan only (top_k 1, no suggestions)."""
-    out = copy.deepcopy(job)
-    cluster = out.setdefault("cluster", {})
-    training = out.setdefault("training", {})
+    best plan only (top_k 1, no suggestions). The sections it changes are copied; the rest is
+    shared with ``job``."""
+    out = dict(job)
+    cluster = out["cluster"] = dict(job.get("cluster") or {})
+    training = out["training"] = dict(job.get("training") or {})
     if "cluster" in point:
         cluster["preset"] = point["cluster"]
     if "num_gpus" in point:
@@ -123,18 +128,33 @@ def point_job(job: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
         training["seq_len"] = point["seq_len"]
         if "global_batch_tokens" in training:
             training.pop("global_batch_size", None)
-    search = out.setdefault("search", {})
-    if isinstance(search, dict):
-        search.update({"top_k": 1, "suggest": False})
+    out["search"] = {**(job.get("search") or {}), "top_k": 1, "suggest": False}
     return out
+
+
+def with_topology_validated(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with its ``cluster.topology`` (the same for every point, and the bulk of a large
+    request) validated once, as the model the points then share. Raises ``PointError`` when it
+    is invalid."""
+    cluster = job.get("cluster") or {}
+    topology = cluster.get("topology")
+    if not isinstance(topology, dict):
+        return job
+    try:
+        validated = ClusterTopology.model_validate(topology)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("cluster", "topology", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise PointError({}, errors) from exc  # type: ignore[arg-type]
+    return {**job, "cluster": {**cluster, "topology": validated}}
 
 
 def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequest]]:
     """Each point with its validated /plan request. Raises ``PointError`` for the first invalid one."""
     out = []
+    job = with_topology_validated(request.job)
     for point in points(request.vary):
         try:
-            out.append((point, PlanRequest.model_validate(point_job(request.job, point))))
+            out.append((point, PlanRequest.model_validate(point_job(job, point))))
         except ValidationError as exc:
             raise PointError(point, exc.errors(include_url=False)) from exc
     return out

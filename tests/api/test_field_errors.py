@@ -10,6 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from api.errors import field_loc
+from optimizer.capacity.sweep import SweepRequest, point_requests
 
 PLAN: dict[str, Any] = {
     "model": {"preset": "llama3-8b"},
@@ -101,3 +102,17 @@ def test_duplicate_node_names_are_named(client: TestClient) -> None:
     item = _one_error(client, "/plan", _with("cluster", topology=topology))
     assert item["loc"] == ["body", "cluster", "topology", "nodes"]
     assert item["msg"] == "topology.nodes: node names must be unique (['n0', 'n1', 'n10'] repeat)"
+
+
+def test_a_sweep_validates_its_shared_topology_once(client: TestClient) -> None:
+    nodes = [{"name": f"n{i}", "free_gpus": 8} for i in range(4)]
+    job = _with("cluster", topology={"levels": ["kubernetes.io/hostname"], "nodes": nodes})
+    del job["cluster"]["num_gpus"]
+    sweep = SweepRequest.model_validate({"job": job, "vary": {"num_gpus": [8, 16, 32]}})
+    (_, first), *rest = point_requests(sweep)
+    assert [r.cluster.num_gpus for _, r in rest] == [16, 32]
+    assert all(r.cluster.topology is first.cluster.topology for _, r in rest)  # one model, not one per point
+    nodes[1]["name"] = "n0"
+    bad = _one_error(client, "/sweeps", {"job": job, "vary": {"num_gpus": [8, 16]}})
+    assert bad["loc"] == ["body", "job", "cluster", "topology", "nodes"]
+    assert bad["msg"] == "topology.nodes: node names must be unique (['n0'] repeat)"
