@@ -233,11 +233,11 @@ def as_run_for(prof: FrameworkProfile, training: Any) -> FrameworkProfile:
     without the ZeRO stages it always overlaps (it would not run them as costed)."""
     if getattr(training, "dp_comm_overlap", True):
         return prof
-    return _blocking_profile(prof.id)
+    return blocking_profile(prof.id)
 
 
 @functools.cache
-def _blocking_profile(fid: str) -> FrameworkProfile:
+def blocking_profile(fid: str) -> FrameworkProfile:
     """Profile ``fid`` without the ZeRO stages it always overlaps (a job that blocks them)."""
     prof = profile(fid)
     par = prof.parallelism
@@ -255,7 +255,7 @@ def _blocking_profile(fid: str) -> FrameworkProfile:
 
 
 __all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "candidate_frameworks", "costed_config",
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
     "layout_problem",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip

@@ -71,7 +71,7 @@ def on_nodes(c: ClusterSpec, nodes: list[TopologyNode], g: int) -> ClusterSpec:
     return c.model_copy(update={"topology": placed, "num_gpus": len(nodes) * g})
 
 
-def _options(c: ClusterSpec) -> list[Option]:
+def node_set_options(c: ClusterSpec) -> list[Option]:
     topo = c.topology
     assert topo is not None
     if topo.assignment is not None:
@@ -114,7 +114,7 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
     t0 = time.perf_counter()
     deadline = t0 + request.search.time_limit_s
     c = request.cluster
-    options = _options(c)
+    options = node_set_options(c)
     outcomes = []
     for opt in options:
         sub = within(
@@ -261,7 +261,7 @@ def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequ
         if size == 0:
             raise InvalidLayout("cluster.num_gpus", "give num_gpus, config.dp or topology.assignment")
         c = c.model_copy(update={"num_gpus": size})
-    options = _options(c)
+    options = node_set_options(c)
     if not options:
         raise InvalidLayout("cluster.num_gpus", f"{c.num_gpus} GPUs do not fit on the free nodes: {free_by_level(c)}")
     scored = []

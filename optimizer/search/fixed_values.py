@@ -132,9 +132,10 @@ def _check_fix_within_allow(search: SearchSpec) -> None:
 
 
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
-    """Raise ``InvalidLayout`` at the ``search.fix`` field whose value the named framework runs
-    with no layout: a parallel size it lacks (the others at 1), a ZeRO stage it never runs, or
-    none with the pinned ``pp``."""
+    """Raise ``InvalidLayout`` at the ``search.fix`` field whose value the named framework (as the
+    job runs it) runs with no layout: a parallel size it lacks (the others at 1), a ZeRO stage it
+    never runs or none with the pinned ``pp``; or at ``search.allow.zero_stage`` when it runs
+    none of those."""
     named, fix = job.training.framework, search.fix
     if named is None:
         return
@@ -144,12 +145,15 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
         if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
-    if fix.zero_stage is None:
+    zeros = [fix.zero_stage] if fix.zero_stage is not None else search.allow.zero_stage
+    if not zeros:
         return
     pps = [fix.pp] if fix.pp is not None else [1, 2]
-    reasons = [prof.zero_problem(pp, 1, 1, 1, 1, 1, fix.zero_stage) for pp in pps]
+    reasons = [prof.zero_problem(pp, 1, 1, 1, 1, 1, z) for z in zeros for pp in pps]
     if all(r is not None for r in reasons):
-        raise InvalidLayout("search.fix.zero_stage", f"no layout can take zero_stage = {fix.zero_stage}: {reasons[0]}")
+        field = "search.fix.zero_stage" if fix.zero_stage is not None else "search.allow.zero_stage"
+        shown = zeros[0] if len(zeros) == 1 else zeros
+        raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
 
 
 def check_named_values(job: JobSpec, search: SearchSpec) -> None:

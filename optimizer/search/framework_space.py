@@ -12,7 +12,14 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from optimizer.frameworks import FrameworkProfile, as_run_for, candidate_frameworks, load_profiles, profile
+from optimizer.frameworks import (
+    FrameworkProfile,
+    as_run_for,
+    blocking_profile,
+    candidate_frameworks,
+    load_profiles,
+    profile,
+)
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
@@ -92,13 +99,18 @@ def block_variants(
         pp > 1, nmb > 1, dp > 1 and max(tp, pp, cp, ep) > 1, cp > 1, ep > 1, ep > 1 and ep % (tp * cp) != 0,
         tp > 1 and not sp,
     )  # fmt: skip
-    ids = tuple(p.id for p in targets.profiles)
+    ids = tuple((p.id, p != profile(p.id)) for p in targets.profiles)  # (id, narrowed as the job runs it)
     return _variants(ids, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key)
 
 
 @functools.lru_cache(maxsize=4096)
 def _variants(
-    ids: tuple[str, ...], free_zero: bool, free_rc: bool, zeros: tuple[int, ...], rcs: tuple[str, ...], key: tuple
+    ids: tuple[tuple[str, bool], ...],
+    free_zero: bool,
+    free_rc: bool,
+    zeros: tuple[int, ...],
+    rcs: tuple[str, ...],
+    key: tuple,
 ) -> tuple:
     pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp = key
     # representative sizes reproducing the key for the profiles' checks
@@ -109,7 +121,7 @@ def _variants(
     ep = (3 if ep_off_grid else 2 * tp * cp) if has_ep else 1
     dp = 2 if multi_axis else 1
     runs = set()
-    for prof in (profile(i) for i in ids):
+    for prof in (blocking_profile(i) if narrowed else profile(i) for i, narrowed in ids):
         if prof.sizes_problem(tp, pp, cp, ep, 1, False, not no_sp) is not None:
             continue
         modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)

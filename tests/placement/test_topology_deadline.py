@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from optimizer import service
-from optimizer.placement.plan import _options, plan_on_topology
+from optimizer.placement.plan import node_set_options, plan_on_topology
 from optimizer.results import PlanResponse
 from optimizer.specs import PlanRequest
 from tests.placement.test_topology_placement import blocks_racks, job
@@ -32,7 +32,7 @@ def _slow_search(limits: list[float]):
 
 def test_node_sets_share_the_time_limit() -> None:
     request = _request(0.5)
-    total = len(_options(request.cluster))
+    total = len(node_set_options(request.cluster))
     assert total > 3  # without num_gpus every whole-node count is compared
     limits: list[float] = []
     start = time.perf_counter()
@@ -48,6 +48,6 @@ def test_a_limit_that_covers_every_set_changes_nothing() -> None:
     request = _request(60.0)
     limits: list[float] = []
     answer = plan_on_topology(request, _slow_search(limits))
-    assert len(limits) == len(_options(request.cluster)) and all(v <= 60.0 for v in limits)
+    assert len(limits) == len(node_set_options(request.cluster)) and all(v <= 60.0 for v in limits)
     assert not any("ran out" in w for w in answer.warnings)
     assert answer.status == "optimal"

@@ -115,6 +115,8 @@ def job_from_seed(seed: int) -> dict[str, Any]:
             "recompute": rng.sample(["none", "selective", "moe", "full"], rng.randint(1, 2)),
         },
     }
+    if "moe" not in model and search_spec["allow"]["recompute"] == ["moe"]:  # a 422 on a dense model
+        search_spec["allow"]["recompute"] = ["none"]
     headroom = rng.choice([None, None, 40, 60, 64])
     if headroom is not None:
         search_spec["memory_headroom_gib"] = headroom
