@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal
 
+from optimizer.framework_conditions import When, condition_text, parse_when
 from optimizer.layer_split import even_split
 from optimizer.modes import LOW_BIT_PRECISIONS
 
@@ -70,9 +71,16 @@ class Parallelism:
     zero_stages_always_overlapped: Fact
     """ZeRO stages whose data-parallel collectives it overlaps whatever it is told."""
     ep_multiple_of_tp_cp: Fact
+    ep_divides_dp_cp: Fact
+    """ep > 1 only when cp divides ep and ep divides dp x cp (EP borrows CP and data-parallel ranks)."""
     etp: Fact
     """Expert tensor-parallel sizes it runs: ``any`` (every size the layout rules allow),
-    ``one_or_tp`` (1 or the dense tp), ``one`` (experts whole)."""
+    ``one_or_tp`` (1 or the dense tp), ``tp`` (experts split over the dense TP group), ``one``
+    (experts whole)."""
+    pp_needs_vpp: Fact = Fact(False, "frameworks.toml: set only by a job's [[when]] rule")
+    """Pipelines only with an interleaved schedule (set for a job by a ``when`` rule)."""
+    tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
+    """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,10 @@ class FrameworkProfile:
     source: str
     parallelism: Parallelism
     recompute: tuple[RecomputeMode, ...]
-    stack: dict[str, StackKnob]
+    stack: dict[str, StackKnob] = field(compare=False)
+    conditions: tuple[When, ...] = field(default=(), compare=False)
+    """Rules for some jobs only (``framework_conditions``): applied by ``stack_problem`` and
+    ``as_run_for``."""
 
     def costed_recompute(self, name: str) -> str | None:
         """The cost model's mode for the framework's recompute ``name`` (None: it has none)."""
@@ -122,6 +133,10 @@ class FrameworkProfile:
             return f"{self.name} needs ep a multiple of tp x cp = {tp * cp} ({par.ep_multiple_of_tp_cp.source})"
         if vpp > 1 and not par.vpp.value:
             return f"{self.name} has no interleaved pipeline schedule ({par.vpp.source})"
+        if pp > 1 and vpp == 1 and par.pp_needs_vpp.value:
+            return f"{self.name} runs pipelines for this job only interleaved ({par.pp_needs_vpp.source})"
+        if tp > 1 and not par.tensor_parallel.value:
+            return f"{self.name} runs this job without tensor parallelism only ({par.tensor_parallel.source})"
         if uneven and not par.uneven_stage_layers.value:
             return f"{self.name} takes no per-stage layer counts ({par.uneven_stage_layers.source})"
         if tp > 1 and not sp and not par.sequence_parallel_optional.value:
@@ -129,8 +144,18 @@ class FrameworkProfile:
         return None
 
     def etp_problem(self, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:
-        """Why the framework does not split experts ``etp`` ways in this layout (None: it does)."""
-        fact = self.parallelism.etp
+        """Why the framework does not lay experts out this way: split ``etp`` ways, over ``ep``
+        ranks (None: it does)."""
+        par = self.parallelism
+        if ep > 1 and par.ep_divides_dp_cp.value and (ep % cp or (dp * cp) % ep):
+            return f"{self.name} needs cp ({cp}) to divide ep ({ep}) and ep to divide dp x cp ({dp * cp}) ({par.ep_divides_dp_cp.source})"
+        fact = par.etp
+        if fact.value == "tp":
+            return (
+                None
+                if etp == tp
+                else f"{self.name} splits routed experts over tensor parallelism: etp = tp ({tp}) only ({fact.source})"
+            )
         if etp == 1 or fact.value == "any":
             return None
         if fact.value == "one":
@@ -141,9 +166,14 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any, is_moe: bool) -> str | None:
-        """The first ``training`` knob whose value the framework does not run (None: all run);
-        knobs that do nothing for this job (``PRECISION_KNOBS``, ``MOE_KNOBS``) are not checked."""
+    def stack_problem(self, training: Any, model: Any) -> str | None:
+        """The first ``training`` knob whose value the framework does not run, or the first rule
+        that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
+        (``PRECISION_KNOBS``, ``MOE_KNOBS``) are not checked."""
+        is_moe = getattr(model, "moe", None) is not None
+        for rule in self.conditions:
+            if rule.excluded and rule.matches(training, model):
+                return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
         for knob, spec in self.stack.items():
             value = getattr(training, knob)
             if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
@@ -164,7 +194,7 @@ def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | N
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
     if problem is not None:
         return problem
-    problem = profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1))
+    problem = profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None
     if problem is not None:
         return problem
     return profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
@@ -177,7 +207,7 @@ def _fact(raw: dict, key: str) -> Fact:
 
 def _profile(fid: str, raw: dict) -> FrameworkProfile:
     par = raw["parallelism"]
-    parallelism = Parallelism(**{name: _fact(par, name) for name in Parallelism.__dataclass_fields__})
+    parallelism = Parallelism(**{name: _fact(par, name) for name in Parallelism.__dataclass_fields__ if name in par})
     modes = tuple(
         RecomputeMode(name, m["costed_as"], bool(m.get("moe_only", False)), m["source"])
         for name, m in raw["recompute"].items()
@@ -187,8 +217,9 @@ def _profile(fid: str, raw: dict) -> FrameworkProfile:
     for knob in stack.values():
         if knob.default not in knob.runs:
             raise ValueError(f"frameworks.toml {fid}: default {knob.default!r} not among runs {knob.runs}")
+    conditions = tuple(parse_when(fid, rule) for rule in raw.get("when", ()))
     return FrameworkProfile(
-        fid, raw["name"], raw["version"], raw["launch_field"], raw["source"], parallelism, modes, stack
+        fid, raw["name"], raw["version"], raw["launch_field"], raw["source"], parallelism, modes, stack, conditions
     )
 
 
@@ -220,20 +251,54 @@ def costed_config(training: Any, config: Any) -> Any:
     return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
 
 
-def candidate_frameworks(training: Any, is_moe: bool) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job's knobs: of the named one, or of all four, each as
-    it runs the job (``as_run_for``)."""
+def candidate_frameworks(training: Any, model: Any) -> tuple[FrameworkProfile, ...]:
+    """The frameworks whose stack runs the job (``training``, ``model``): the named one, or any
+    of the four, each as it runs the job (``as_run_for``)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training) for p in profiles if p.stack_problem(training, is_moe) is None)
+    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model) is None)
 
 
-def as_run_for(prof: FrameworkProfile, training: Any) -> FrameworkProfile:
-    """``prof`` as it runs a job with ``training``: with ``training.dp_comm_overlap`` false,
-    without the ZeRO stages it always overlaps (it would not run them as costed)."""
-    if getattr(training, "dp_comm_overlap", True):
-        return prof
-    return blocking_profile(prof.id)
+def as_run_for(prof: FrameworkProfile, training: Any, model: Any) -> FrameworkProfile:
+    """``prof`` as it runs the job: with ``training.dp_comm_overlap`` false, without the ZeRO
+    stages it always overlaps (it would not run them as costed); narrowed by every ``when`` rule
+    the job matches."""
+    run = prof if getattr(training, "dp_comm_overlap", True) else blocking_profile(prof.id)
+    for rule in prof.conditions:
+        if rule.narrows and rule.matches(training, model):
+            run = _narrowed(run, rule)
+    return run
+
+
+def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
+    """``prof`` with what ``rule`` takes away."""
+    par = prof.parallelism
+    why = f"with {condition_text(rule)}: {rule.source}"
+
+    def keep(fact: Fact, allowed: tuple[int, ...] | None) -> Fact:
+        if allowed is None:
+            return fact
+        return Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
+
+    par = replace(
+        par,
+        zero_stages_without_pp=keep(par.zero_stages_without_pp, rule.zero_stages_without_pp),
+        zero_stages_with_pp=keep(par.zero_stages_with_pp, rule.zero_stages_with_pp),
+        pp_needs_vpp=Fact(True, why) if rule.pp_needs_vpp else par.pp_needs_vpp,
+        tensor_parallel=par.tensor_parallel if rule.tensor_parallel else Fact(False, why),
+    )
+    modes = tuple(m for m in prof.recompute if m.costed_as not in rule.drop_recompute)
+    return replace(prof, parallelism=par, recompute=modes)
+
+
+def model_defaults(fid: str, model: Any) -> dict[str, Any]:
+    """The ``training.*`` defaults the framework's ``when`` rules set for this model (rules with
+    defaults match on the model only)."""
+    out: dict[str, Any] = {}
+    for rule in profile(fid).conditions:
+        if rule.defaults and rule.matches(None, model):
+            out.update(rule.defaults)
+    return out
 
 
 @functools.cache
@@ -256,19 +321,20 @@ def blocking_profile(fid: str) -> FrameworkProfile:
 
 __all__ = [
     "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
-    "layout_problem",
+    "layout_problem", "model_defaults",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip
 
 
-def running_frameworks(training: Any, lay: Any, is_moe: bool) -> tuple[list[FrameworkProfile], list[str]]:
-    """The frameworks that run ``lay`` (cost-model names) for a job with ``training`` as costed,
-    and, when there are none, why (one reason per target framework)."""
-    targets = candidate_frameworks(training, is_moe)
+def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
+    """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
+    costed, and, when there are none, why (one reason per target framework)."""
+    is_moe = getattr(model, "moe", None) is not None
+    targets = candidate_frameworks(training, model)
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [p.stack_problem(training, is_moe) or "" for p in profiles]
+        reasons = [p.stack_problem(training, model) or "" for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:

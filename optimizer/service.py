@@ -75,7 +75,7 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         )
     # launch arguments select the attention backend that was costed
     training = job.training.model_copy(update={"attention_kernel": kernel})
-    runs, why_not = running_frameworks(job.training, lay, job.model.is_moe)
+    runs, why_not = running_frameworks(job.training, lay, job.model)
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
     launch_args = build_launch(job.model, training, lay, fields) if launch else None

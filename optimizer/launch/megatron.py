@@ -30,7 +30,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--expert-model-parallel-size",
         "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
         "--moe-token-dispatcher-type",  # default 'allgather' ('alltoall' recommended with EP)
-        "--moe-flex-dispatcher-backend",  # with dispatcher 'flex': deepep or hybridep
+        "--moe-enable-deepep",  # with dispatcher 'flex': its DeepEP backend (the only one at this version)
         "--moe-expert-capacity-factor",  # default None: dropless
         "--moe-pad-expert-input-to-capacity",  # effective once the capacity factor is set
         "--moe-grouped-gemm",
@@ -81,9 +81,10 @@ MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 
 def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
     """Megatron-LM flags for ``training.moe_dispatcher``: the all-to-all or all-gather dispatcher,
-    or the flex dispatcher with its DeepEP / HybridEP backend."""
+    or the flex dispatcher with DeepEP (Megatron-LM runs no HybridEP plan at its profile's version:
+    ``frameworks.toml``)."""
     if dispatcher in ("deepep", "hybridep"):
-        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
+        return ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
     return ["--moe-token-dispatcher-type", dispatcher]
 
 

@@ -38,8 +38,16 @@ def nemo_overrides(
         over.append(("model.expert_tensor_parallel_size", geo.etp))  # unset: 1 with ep > 1, tp otherwise
         flex = training.moe_dispatcher in ("deepep", "hybridep")
         over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
-        if flex:
-            over.append(("model.moe_flex_dispatcher_backend", training.moe_dispatcher))
+        if flex:  # DeepEP: Megatron-Core 0.14's only flex backend (no HybridEP plan runs on Megatron-Bridge)
+            over.append(("model.moe_enable_deepep", True))
+        if (
+            model.moe is not None
+            and model.moe.num_shared_experts
+            and (flex or training.moe_dispatcher == "allgather" or (training.ep_comm_overlap and geo.ep > 1))
+        ):
+            # recipes turn the shared-expert overlap on (DeepSeek); it runs with the alltoall
+            # dispatcher and without the expert all-to-all overlap only, and the plan does not cost it
+            over.append(("model.moe_shared_expert_overlap", False))
         if training.moe_capacity_factor is not None:
             over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
             over.append(("model.moe_pad_expert_input_to_capacity", True))

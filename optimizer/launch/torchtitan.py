@@ -97,8 +97,6 @@ def _torchtitan_parallelism(
         # weights stay gathered from forward to backward, as ZeRO-1/2 keeps them whole (with pp > 1
         # torchtitan's pipeline schedule keeps them gathered anyway)
         parallelism["fsdp_reshard_after_forward"] = "never"
-    if geo.ep > 1:
-        parallelism["expert_tensor_parallel_degree"] = 1  # experts whole, as the cost model keeps them
     async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
     if async_tp:
         parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
@@ -144,11 +142,16 @@ def _torchtitan_parallelism_comments(
             "torchtitan always overlaps data-parallel collectives with compute: expect a faster step than the plan"
         )
     comments.setdefault("parallelism", []).extend(_torchtitan_sharding_comments(layout, geo))
-    if geo.ep > 1 and (geo.ep % (geo.tp * geo.cp) or geo.ep > shard * geo.cp * geo.tp):
+    if geo.ep > 1 and (geo.ep % geo.cp or (shard * geo.cp) % geo.ep):
         comments.setdefault("parallelism", []).append(
-            f"torchtitan's expert parallelism (expert_tensor_parallel_degree 1) needs expert_parallel_degree a "
-            f"multiple of tp x cp ({geo.tp * geo.cp}) and at most data_parallel_shard_degree x cp x tp "
-            f"({shard * geo.cp * geo.tp}): this layout does not run there"
+            f"torchtitan's expert parallelism borrows cp and data_parallel_shard_degree ranks: it needs cp "
+            f"({geo.cp}) to divide expert_parallel_degree and expert_parallel_degree to divide "
+            f"data_parallel_shard_degree x cp ({shard * geo.cp}): this layout does not run there"
+        )
+    if geo.etp != geo.tp and (geo.ep > 1 or geo.tp > 1):
+        comments.setdefault("parallelism", []).append(
+            f"torchtitan splits routed experts over tensor parallelism (etp = tp = {geo.tp}); the plan's etp "
+            f"{geo.etp} does not run there"
         )
     return comments
 

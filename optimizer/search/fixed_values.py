@@ -139,7 +139,15 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     named, fix = job.training.framework, search.fix
     if named is None:
         return
-    prof = as_run_for(profile(named), job.training)
+    prof = as_run_for(profile(named), job.training, job.model)
+    if fix.recompute is not None:
+        costed = profile(named).costed_recompute(fix.recompute)
+        if costed not in prof.costed_modes(job.model.moe is not None):
+            dropped = [r for r in prof.conditions if costed in r.drop_recompute and r.matches(job.training, job.model)]
+            why = f" ({dropped[0].source})" if dropped else ""
+            raise InvalidLayout(
+                "search.fix.recompute", f"{prof.name} does not run recompute {fix.recompute!r} for this job{why}"
+            )
     for name in ("cp", "ep", "vpp"):
         value = getattr(fix, name)
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}

@@ -15,13 +15,12 @@ from typing import NamedTuple
 from optimizer.frameworks import (
     FrameworkProfile,
     as_run_for,
-    blocking_profile,
     candidate_frameworks,
     load_profiles,
     profile,
 )
 from optimizer.modes import RecomputeMode
-from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
+from optimizer.specs import JobSpec, ModelSpec, SearchSpec, TrainingSpec
 
 
 class Targets(NamedTuple):
@@ -36,20 +35,20 @@ class Targets(NamedTuple):
     free_recompute: bool
 
 
-def target_profiles(training: TrainingSpec, is_moe: bool) -> tuple[tuple[FrameworkProfile, ...], bool]:
+def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
     """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named
     framework (or every one), whose layout rules still hold, and False."""
-    profiles = candidate_frameworks(training, is_moe)
+    profiles = candidate_frameworks(training, model)
     if profiles:
         return profiles, True
     framework = training.framework
     profiles = (profile(framework),) if framework is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training) for p in profiles), False
+    return tuple(as_run_for(p, training, model) for p in profiles), False
 
 
 def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     named = job.training.framework is not None
-    profiles, matched = target_profiles(job.training, job.model.is_moe)
+    profiles, matched = target_profiles(job.training, job.model)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     return Targets(profiles, named, matched, free_zero, free_rc)
@@ -62,7 +61,7 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     is_moe = job.model.moe is not None
     fix, allow = search.fix.recompute, search.allow.recompute
     if job.training.framework is not None:
-        prof = profile(job.training.framework)
+        prof = as_run_for(profile(job.training.framework), job.training, job.model)
         modes = list(prof.costed_modes(is_moe))
         if allow is not None:
             modes = [m for m in modes if prof.own_recompute(m) in allow]
@@ -97,32 +96,33 @@ def block_variants(
     with the same recompute (same step time, never less memory)."""
     key = (
         pp > 1, nmb > 1, dp > 1 and max(tp, pp, cp, ep) > 1, cp > 1, ep > 1, ep > 1 and ep % (tp * cp) != 0,
-        tp > 1 and not sp,
+        tp > 1 and not sp, tp > 1,
     )  # fmt: skip
-    ids = tuple((p.id, p != profile(p.id)) for p in targets.profiles)  # (id, narrowed as the job runs it)
-    return _variants(ids, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key)
+    return _variants(targets.profiles, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key)
 
 
 @functools.lru_cache(maxsize=4096)
 def _variants(
-    ids: tuple[tuple[str, bool], ...],
+    profiles: tuple[FrameworkProfile, ...],
     free_zero: bool,
     free_rc: bool,
     zeros: tuple[int, ...],
     rcs: tuple[str, ...],
     key: tuple,
 ) -> tuple:
-    pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp = key
+    pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp, has_tp = key
     # representative sizes reproducing the key for the profiles' checks
     pp = 2 if pipelined else 1
     nmb = 2 if several else 1
-    tp = 2 if no_sp or ep_off_grid or (multi_axis and not pipelined and not has_cp and not has_ep) else 1
+    tp = 2 if has_tp or no_sp or ep_off_grid or (multi_axis and not pipelined and not has_cp and not has_ep) else 1
     cp = 2 if has_cp else 1
     ep = (3 if ep_off_grid else 2 * tp * cp) if has_ep else 1
     dp = 2 if multi_axis else 1
     runs = set()
-    for prof in (blocking_profile(i) if narrowed else profile(i) for i, narrowed in ids):
-        if prof.sizes_problem(tp, pp, cp, ep, 1, False, not no_sp) is not None:
+    for prof in profiles:
+        # runs these sizes at some depth (interleaved or not: the space picks the depths)
+        depths = (1, 2) if pipelined else (1,)
+        if all(prof.sizes_problem(tp, pp, cp, ep, v, False, not no_sp) is not None for v in depths):
             continue
         modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)
         for z in zeros:

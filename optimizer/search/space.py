@@ -306,6 +306,7 @@ def blocks_with_uneven_depths_apart(
         return
     targets = space_frameworks(job, search)
     interleaves = any(p.parallelism.vpp.value for p in targets.profiles)
+    needs_vpp = all(p.parallelism.pp_needs_vpp.value for p in targets.profiles)  # pipelines interleaved only
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -331,7 +332,7 @@ def blocks_with_uneven_depths_apart(
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
                 if leave_out:
                     skipped = tuple(v for v in deeper if layers % (pp * v) and v <= MAX_VPP)
-            vpps = _choices("vpp", vpps, search)
+            vpps = [v for v in _choices("vpp", vpps, search) if v > 1 or pp == 1 or not needs_vpp]
             mbs_beyond = mbs > MAX_MICRO_BATCH and not mbs_named
             parts = [(vpps, (), True)] if mbs_beyond else [(vpps, skipped, False)]
             if not mbs_beyond and not vpp_named:  # the depths beyond MAX_VPP: a block of their own

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from optimizer.frameworks import profile
+from optimizer.frameworks import model_defaults, profile
 from optimizer.specs.cluster import ClusterSpec
 from optimizer.specs.layout import Layout
 from optimizer.specs.model import ModelSpec
@@ -67,6 +67,16 @@ class JobSpec(Strict):
     reliability: ReliabilitySpec = Field(
         default_factory=ReliabilitySpec, description="Failure and checkpoint figures for goodput."
     )
+
+    @model_validator(mode="after")
+    def _framework_model_defaults(self) -> JobSpec:
+        """With a framework named, the ``training.*`` defaults its rules set for this model (e.g.
+        torchtitan runs DeepSeek-V3 without torch.compile) for knobs the job leaves out."""
+        if self.training.framework is not None:
+            for knob, value in model_defaults(self.training.framework, self.model).items():
+                if knob not in self.training.model_fields_set:
+                    self.training.__dict__[knob] = value
+        return self
 
 
 class PlanRequest(JobSpec):

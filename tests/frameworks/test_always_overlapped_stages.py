@@ -28,12 +28,12 @@ def test_the_profiles_say_which_stages_always_overlap() -> None:
 
 
 def test_megatron_blocking_runs_no_sharded_gradients() -> None:
-    (overlapped,) = candidate_frameworks(_training("megatron-lm", True), False)
-    (blocking,) = candidate_frameworks(_training("megatron-lm", False), False)
+    (overlapped,) = candidate_frameworks(_training("megatron-lm", True), None)
+    (blocking,) = candidate_frameworks(_training("megatron-lm", False), None)
     assert overlapped.parallelism.zero_stages_without_pp.value == (0, 1, 2, 3)
     assert blocking.parallelism.zero_stages_without_pp.value == (0, 1)
     assert "megatron_fsdp.py" in blocking.parallelism.zero_stages_without_pp.source
-    (deepspeed,) = candidate_frameworks(_training("deepspeed", False), False)
+    (deepspeed,) = candidate_frameworks(_training("deepspeed", False), None)
     assert 3 in deepspeed.parallelism.zero_stages_without_pp.value
 
 

@@ -9,7 +9,7 @@ import yaml
 
 from optimizer.frameworks import MOE_KNOBS, candidate_frameworks, profile, stack_defaults
 from optimizer.service import evaluate
-from optimizer.specs import EvaluateRequest, TrainingSpec
+from optimizer.specs import EvaluateRequest, ModelSpec, TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 8192
@@ -29,10 +29,11 @@ def test_the_knobs_are_the_moe_ones() -> None:
 def test_a_dense_job_runs_on_torchtitan_whatever_the_moe_knobs_say() -> None:
     training = _titan_training(expert_gemm_host_splits=True)  # torchtitan splits on the device
     titan = profile("torchtitan")
-    assert titan.stack_problem(training, is_moe=False) is None
-    assert "expert_gemm_host_splits" in (titan.stack_problem(training, is_moe=True) or "")
-    assert [p.id for p in candidate_frameworks(training, False)] == ["torchtitan"]
-    assert candidate_frameworks(training, True) == ()
+    dense, moe = ModelSpec(preset="llama3-8b"), ModelSpec(preset="mixtral-8x7b")
+    assert titan.stack_problem(training, dense) is None
+    assert "expert_gemm_host_splits" in (titan.stack_problem(training, moe) or "")
+    assert [p.id for p in candidate_frameworks(training, dense)] == ["torchtitan"]
+    assert candidate_frameworks(training, moe) == ()
 
 
 def test_the_torchtitan_example_runs_on_torchtitan() -> None:

@@ -57,8 +57,8 @@ def test_megatron_and_bridge_name_the_plans_etp(tp: int, ep: int, etp: int) -> N
 @pytest.mark.parametrize(
     ("tp", "ep", "etp", "runs"),
     [
-        (2, 8, 1, {"megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"}),
-        (2, 4, 2, {"megatron-lm", "megatron-bridge", "deepspeed"}),  # etp = tp: DeepSpeed's switch
+        (2, 8, 1, {"megatron-lm", "megatron-bridge", "deepspeed"}),  # torchtitan splits experts over tp
+        (2, 4, 2, {"megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"}),  # etp = tp: DeepSpeed's switch
         (2, 2, 4, {"megatron-lm", "megatron-bridge"}),  # etp > tp: Megatron-Core only
         (4, 2, 2, {"megatron-lm", "megatron-bridge"}),  # 1 < etp < tp
     ],
@@ -68,8 +68,9 @@ def test_which_frameworks_run_which_etp(tp: int, ep: int, etp: int, runs: set[st
     got = {fid for fid in ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
            if layout_problem(profile(fid), lay, True) is None}  # fmt: skip
     assert got == runs
-    if etp > 1:
-        assert "etp 1 only" in (profile("torchtitan").etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, lay.etp) or "")
+    if etp != tp:
+        reason = profile("torchtitan").etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, lay.etp) or ""
+        assert f"etp = tp ({tp}) only" in reason
 
 
 def test_deepspeed_etp_is_the_tp_group_and_needs_ep_to_divide_dp() -> None:

@@ -341,7 +341,7 @@ def test_torchtitan_toml_parses_with_right_degrees(name):
     assert par["pipeline_parallel_degree"] == layout.pp
     assert par["context_parallel_degree"] == layout.cp
     assert par["expert_parallel_degree"] == layout.ep
-    assert par.get("expert_tensor_parallel_degree") == (1 if layout.ep > 1 else None)
+    assert "expert_tensor_parallel_degree" not in par  # no such key at the profile's commit
     assert par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"] == layout.dp
     if layout.zero_stage >= 1:  # FSDP2: DDP would keep the whole optimizer state on every rank
         assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (
@@ -821,10 +821,11 @@ def test_op_level_recompute_in_every_framework():
 @pytest.mark.parametrize(
     ("update", "runs"),
     [
-        ({}, True),  # FSDP (zero 1): 8 is a multiple of tp x cp = 2 and at most 8 x 1 x 2
-        ({"zero_stage": 0}, False),  # DDP: torchtitan's expert ranks come from tp x cp only (2 < 8)
-        ({"zero_stage": 3}, True),  # FSDP: 8 is a multiple of tp x cp = 2 and at most 8 x 1 x 2
-        ({"zero_stage": 3, "tp": 4, "dp": 4, "ep": 2, "num_micro_batches": 64}, False),  # 2 is no multiple of tp = 4
+        ({"etp": 2}, True),  # FSDP (zero 1): ep 8 divides data_parallel_shard_degree 8 x cp 1
+        ({}, False),  # experts whole (etp 1): torchtitan splits them over tp = 2
+        ({"etp": 2, "zero_stage": 0}, False),  # DDP: no shard ranks for ep to borrow (1 x 1)
+        ({"etp": 2, "zero_stage": 3}, True),
+        ({"etp": 2, "cp": 4, "dp": 2, "ep": 2, "num_micro_batches": 128}, False),  # cp 4 does not divide ep 2
     ],
 )
 def test_torchtitan_expert_parallel_limits_are_flagged(update, runs):
@@ -832,8 +833,8 @@ def test_torchtitan_expert_parallel_limits_are_flagged(update, runs):
     layout = layout.model_copy(update=update)
     text = launch((model, training, layout)).torchtitan
     par = tomllib.loads(text)["parallelism"]
-    assert par["expert_tensor_parallel_degree"] == 1
-    assert ("this layout does not run there" in text) is not runs
+    assert "expert_tensor_parallel_degree" not in par
+    assert ("does not run there" in text) is not runs
 
 
 def test_megatron_keeps_experts_whole_only_for_moe_models():

@@ -66,7 +66,7 @@ def test_dense_models_search_etp_one_and_reject_a_pinned_etp() -> None:
 
 @pytest.mark.parametrize(
     ("framework", "allowed"),
-    [("megatron-lm", "any"), ("megatron-bridge", "any"), ("torchtitan", "one"), ("deepspeed", "one_or_tp")],
+    [("megatron-lm", "any"), ("megatron-bridge", "any"), ("torchtitan", "tp"), ("deepspeed", "one_or_tp")],
 )
 def test_framework_profiles_bound_the_etp_searched(framework: str, allowed: str) -> None:
     job = _with(MOE_JOB, training={"framework": framework},
@@ -76,8 +76,9 @@ def test_framework_profiles_bound_the_etp_searched(framework: str, allowed: str)
     etps = {lay.etp for lay in space}
     if allowed == "any":
         assert {1, 2, 4, 8} <= etps
-    elif allowed == "one":
-        assert etps == {1}
+    elif allowed == "tp":  # experts split over the dense TP group, EP from dp x cp
+        assert all(lay.etp == lay.tp and lay.ep % lay.cp == 0 and (lay.dp * lay.cp) % lay.ep == 0 for lay in space)
+        assert {lay.tp for lay in space} >= {1, 2}
     else:
         assert etps >= {1, 2} and all(lay.etp in (1, lay.tp) for lay in space)
         assert all(lay.dp % lay.ep == 0 for lay in space if lay.etp > 1)

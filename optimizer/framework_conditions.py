@@ -1,0 +1,99 @@
+"""Framework rules that hold only for some jobs: ``[[<framework>.when]]`` tables of
+``optimizer/data/frameworks.toml``, each read in the framework's source at the profile's version.
+
+A rule matches a job by its model (``moe``, ``mla``) and ``training.*`` knob values (``knobs``: the
+values it matches, or ``"set"`` for any value but null). A matching rule either excludes the
+framework for the job (``excluded``: the reason; the framework then does not run the job as
+costed, like a stack knob outside its ``runs``), narrows what it runs for the job (ZeRO stages,
+recompute modes, pipelines without interleaving, tensor parallelism), or sets the default of
+knobs the job leaves out (``defaults``, applied with the framework named).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SET = "set"
+"""A knob condition that matches any value but null."""
+
+
+@dataclass(frozen=True)
+class When:
+    """One ``[[<framework>.when]]`` rule."""
+
+    moe: bool | None
+    mla: bool | None
+    knobs: tuple[tuple[str, tuple[Any, ...] | str], ...]
+    source: str
+    excluded: str | None = None
+    zero_stages_without_pp: tuple[int, ...] | None = None
+    zero_stages_with_pp: tuple[int, ...] | None = None
+    drop_recompute: tuple[str, ...] = ()
+    pp_needs_vpp: bool = False
+    tensor_parallel: bool = True
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def matches(self, training: Any, model: Any) -> bool:
+        """Whether the job (``training``, ``model``: its specs) meets every condition."""
+        if self.moe is not None and (getattr(model, "moe", None) is not None) != self.moe:
+            return False
+        if self.mla is not None and (getattr(model, "mla", None) is not None) != self.mla:
+            return False
+        for knob, values in self.knobs:
+            value = getattr(training, knob)
+            if (value is None) if values == SET else (value not in values):
+                return False
+        return True
+
+    @property
+    def narrows(self) -> bool:
+        """Whether the rule changes what the framework runs (rather than excluding it or setting
+        defaults)."""
+        return (
+            self.zero_stages_without_pp is not None
+            or self.zero_stages_with_pp is not None
+            or bool(self.drop_recompute)
+            or self.pp_needs_vpp
+            or not self.tensor_parallel
+        )
+
+
+def _tuple(value: Any) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def parse_when(fid: str, raw: dict[str, Any]) -> When:
+    """One rule from its TOML table (checked: it says what it does and where that was read)."""
+    knobs = tuple((k, v if v == SET else tuple(v)) for k, v in raw.get("knobs", {}).items())
+    rule = When(
+        moe=raw.get("moe"),
+        mla=raw.get("mla"),
+        knobs=knobs,
+        source=raw["source"],
+        excluded=raw.get("excluded"),
+        zero_stages_without_pp=_tuple(raw.get("zero_stages_without_pp")),
+        zero_stages_with_pp=_tuple(raw.get("zero_stages_with_pp")),
+        drop_recompute=tuple(raw.get("drop_recompute", ())),
+        pp_needs_vpp=bool(raw.get("pp_needs_vpp", False)),
+        tensor_parallel=bool(raw.get("tensor_parallel", True)),
+        defaults=tuple(raw.get("defaults", {}).items()),
+    )
+    if not (rule.excluded or rule.narrows or rule.defaults):
+        raise ValueError(f"frameworks.toml {fid}.when: a rule must exclude, narrow or set defaults ({raw})")
+    if rule.defaults and rule.knobs:
+        raise ValueError(f"frameworks.toml {fid}.when: a rule with defaults matches on the model only ({raw})")
+    return rule
+
+
+def condition_text(rule: When) -> str:
+    """The rule's conditions in words (for reasons and notes)."""
+    parts = []
+    if rule.moe is not None:
+        parts.append("an MoE model" if rule.moe else "a dense model")
+    if rule.mla is not None:
+        parts.append("an MLA model" if rule.mla else "no MLA")
+    for knob, values in rule.knobs:
+        shown = "set" if values == SET else " or ".join(repr(v) for v in values)
+        parts.append(f"training.{knob} {shown}")
+    return ", ".join(parts)

@@ -1,0 +1,131 @@
+"""Framework rules that hold for some jobs only (``[[<framework>.when]]`` in
+``optimizer/data/frameworks.toml``), each read in the framework's source at the profile's version:
+plans list a framework only when it runs the job as costed, the search with a framework named
+keeps to what it runs, and the launch arguments say what the framework needs."""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from typing import Any
+
+import pytest
+
+from optimizer.errors import InvalidLayout
+from optimizer.frameworks import candidate_frameworks, profile
+from optimizer.service import evaluate, plan
+from optimizer.specs import EvaluateRequest, JobSpec, ModelSpec, PlanRequest, TrainingSpec
+
+MIXTRAL = {"preset": "mixtral-8x7b"}
+DEEPSEEK = {"preset": "deepseek-v3"}
+
+
+def _training(**knobs: Any) -> TrainingSpec:
+    return TrainingSpec(seq_len=4096, global_batch_size=256, **knobs)
+
+
+def _ids(training: TrainingSpec, model: dict[str, Any]) -> set[str]:
+    return {p.id for p in candidate_frameworks(training, ModelSpec(**model))}
+
+
+def _plan(model: dict[str, Any], gpus: int, search: dict[str, Any] | None = None, **knobs: Any) -> Any:
+    return plan(PlanRequest.model_validate({
+        "model": model, "training": {"seq_len": 4096, "global_batch_size": 256, **knobs},
+        "cluster": {"preset": "dgx-h100", "num_gpus": gpus}, "search": {"top_k": 5, **(search or {})},
+    }))  # fmt: skip
+
+
+def test_megatron_lm_runs_no_fp16_moe_job() -> None:
+    assert "megatron-lm" not in _ids(_training(precision="fp16"), MIXTRAL)
+    assert "megatron-lm" in _ids(_training(precision="fp16"), {"preset": "llama3-8b"})
+    reason = profile("megatron-lm").stack_problem(_training(precision="fp16"), ModelSpec(**MIXTRAL))
+    assert reason is not None and "'Expert parallelism is not supported with fp16 training.'" in reason
+
+
+@pytest.mark.parametrize("fid", ["megatron-lm", "megatron-bridge"])
+def test_dispatchers_megatron_core_0_14_runs(fid: str) -> None:
+    def runs(**knobs: Any) -> bool:
+        return _ids(_training(framework=fid, **knobs), MIXTRAL) == {fid}
+
+    assert not runs(moe_dispatcher="hybridep")
+    assert runs(moe_dispatcher="deepep")
+    assert not runs(moe_dispatcher="deepep", moe_capacity_factor=1.25)
+    assert runs(moe_dispatcher="alltoall", moe_capacity_factor=1.25)
+    assert not runs(moe_dispatcher="allgather", ep_comm_overlap=True)
+    assert runs(moe_dispatcher="alltoall", ep_comm_overlap=True)
+
+
+def test_deepep_plans_enable_deepep_on_the_flex_dispatcher() -> None:
+    response = _plan(MIXTRAL, 64, moe_dispatcher="deepep", framework="megatron-lm")
+    best = response.plans[0]
+    assert best.frameworks == ["megatron-lm"] and best.launch.megatron
+    args = shlex.split(best.launch.megatron)
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    assert "--moe-enable-deepep" in args and "--moe-flex-dispatcher-backend" not in args
+
+
+def test_the_expert_all_to_all_overlap_keeps_megatron_to_interleaved_pipelines_without_full_recompute() -> None:
+    search = {"allow": {"pp": [2, 4]}, "top_k": 8}
+    response = _plan(MIXTRAL, 64, search, ep_comm_overlap=True, framework="megatron-lm")
+    assert response.plans
+    for p in response.plans:
+        assert p.config.vpp > 1 and p.config.recompute != "full" and p.frameworks == ["megatron-lm"]
+        args = shlex.split(p.launch.megatron)
+        assert "--overlap-moe-expert-parallel-comm" in args and "--num-virtual-stages-per-pipeline-rank" in args
+    with pytest.raises(InvalidLayout, match="does not run recompute 'full' for this job"):
+        _plan(MIXTRAL, 64, {"fix": {"recompute": "full"}}, ep_comm_overlap=True, framework="megatron-lm")
+    job = {"model": MIXTRAL, "training": {"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": True},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 64}}  # fmt: skip
+    flat = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "pp": 2, "ep": 8, "recompute": "none"}}))
+    assert flat.frameworks == [] and any("only interleaved" in n for n in flat.notes)
+
+
+def test_deepspeed_runs_no_moe_zero3_and_overlaps_only_zero2_and_3_without_pipelines() -> None:
+    moe = candidate_frameworks(_training(framework="deepspeed"), ModelSpec(**MIXTRAL))[0].parallelism
+    assert 3 not in moe.zero_stages_without_pp.value and "'MoE not supported with Stage 3'" in (
+        moe.zero_stages_without_pp.source)  # fmt: skip
+    overlap = candidate_frameworks(
+        _training(framework="deepspeed", dp_comm_overlap=True), ModelSpec(preset="llama3-8b")
+    )
+    par = overlap[0].parallelism
+    assert par.zero_stages_without_pp.value == (2, 3) and par.zero_stages_with_pp.value == ()
+    response = _plan({"preset": "llama3-8b"}, 64, framework="deepspeed", dp_comm_overlap=True)
+    assert {(p.config.zero_stage, p.config.pp) for p in response.plans} <= {(2, 1), (3, 1)}
+
+
+def test_torchtitan_splits_experts_over_tp_and_borrows_ep_from_dp_and_cp() -> None:
+    response = _plan(MIXTRAL, 64, {"allow": {"tp": [2]}}, framework="torchtitan")
+    assert response.plans
+    for p in response.plans:
+        c = p.config
+        assert c.etp == c.tp == 2 and c.ep % c.cp == 0 and (c.dp * c.cp) % c.ep == 0
+        toml = tomllib.loads(p.launch.torchtitan)
+        assert "expert_tensor_parallel_degree" not in toml["parallelism"]
+
+
+def test_torchtitan_runs_deepseek_v3_uncompiled_and_fp8_without_tp() -> None:
+    titan = JobSpec(model=DEEPSEEK, training=_training(framework="torchtitan"),
+                    cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
+    assert titan.training.fused_kernels is False  # the profile's default for MLA models
+    compiled = _training(framework="torchtitan", fused_kernels=True)
+    assert "torch.compile is not supported yet for deepseekv3" in (
+        profile("torchtitan").stack_problem(compiled, ModelSpec(**DEEPSEEK)) or "")  # fmt: skip
+    fp8_training = _training(framework="torchtitan", precision="fp8", fused_kernels=False)
+    fp8 = candidate_frameworks(fp8_training, ModelSpec(**DEEPSEEK))[0]
+    assert fp8.sizes_problem(2, 1, 1, 1, 1, False, True) is not None
+    assert fp8.sizes_problem(1, 1, 1, 1, 1, False, False) is None
+
+
+def test_bridge_turns_the_shared_expert_overlap_off_where_megatron_core_refuses_it() -> None:
+    job = {"model": DEEPSEEK, "cluster": {"preset": "dgx-h100", "num_gpus": 256}}
+    config = {"tp": 2, "pp": 8, "vpp": 2, "ep": 16, "recompute": "selective"}
+
+    def nemo(**knobs: Any) -> dict[str, str]:
+        training = {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-bridge", **knobs}
+        result = evaluate(EvaluateRequest.model_validate({**job, "training": training, "config": config}))
+        assert result.frameworks == ["megatron-bridge"], result.notes
+        return dict(tok.partition("=")[::2] for tok in shlex.split(result.launch.nemo))
+
+    assert "model.moe_shared_expert_overlap" not in nemo()
+    assert nemo(ep_comm_overlap=True)["model.moe_shared_expert_overlap"] == "false"
+    assert nemo(moe_dispatcher="deepep")["model.moe_shared_expert_overlap"] == "false"
