@@ -11,7 +11,8 @@ Training
     ``moe_dispatcher`` from the row, else per the source's recipe (``map_moe_dispatcher``);
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
     ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
-    hierarchical; ``dp_comm_overlap`` false for the same rows (``map_dp_comm_overlap``), else true;
+    hierarchical; ``dp_comm_overlap`` false for the same rows and for DeepSpeed's pipeline engine
+    (``map_dp_comm_overlap``), else true;
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; torchtitan runs keep
     and reduce gradients in fp32 (``grad_reduce_in_fp32``: FSDP2's ``mixed_precision_reduce`` takes
     only float32) and compute the loss with PyTorch's fp32 cross-entropy (``cross_entropy``
@@ -155,9 +156,14 @@ def map_dp_comm_overlap(row: dict[str, Any]) -> bool:
     under 3% of one GPT-3 175B layer (1.8e9) and 1% of one 530B layer, so each module's weights
     are gathered when it runs; its gradient reduce-scatters overlap backward (``overlap_comm``,
     on by default at stage 3 since ZeRO-3's release in March 2021). Costed with
-    ``training.dp_comm_overlap`` false, which means exactly that for ZeRO-3. Every other stack in
-    the set overlaps both (Megatron's overlapped gradient reduction and parameter gather, FSDP2)."""
-    return map_dp_collectives(row) != "flat"
+    ``training.dp_comm_overlap`` false, which means exactly that for ZeRO-3. DeepSpeed's pipeline
+    engine (Megatron-DeepSpeed runs with pp > 1: MT-NLG, BLOOM) reduces gradients after the
+    step's last backward: it turns ``overlap_comm`` off under a ``PipelineModule``
+    (``deepspeed/runtime/engine.py`` ``_configure_zero_optimizer``), so those rows are costed with
+    it false too. Every other stack in the set overlaps both (Megatron's overlapped gradient
+    reduction and parameter gather, FSDP2)."""
+    pipeline_engine = names_deepspeed(row) and (row["config"].get("pp") or 1) > 1
+    return map_dp_collectives(row) != "flat" and not pipeline_engine
 
 
 def map_fused_kernels(row: dict[str, Any]) -> bool:
