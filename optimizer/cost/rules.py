@@ -181,6 +181,12 @@ def resolve(
     split = _stage_split(layers, pp * vpp, stage_layers)
     if (reason := sequence_parallel_reason(job, tp, sequence_parallel)) is not None:
         raise InvalidLayout("config.sequence_parallel", reason)
+    local = job.training.seq_len // cp
+    if sequence_parallel and local % tp:
+        raise InvalidLayout(
+            "config.sequence_parallel",
+            f"sequence parallelism splits each context-parallel rank's {local} tokens over tp ({tp}): they must divide",
+        )
     return ResolvedLayout(tp, pp, dp, cp, ep, vpp, mbs, zero_stage, recompute, sequence_parallel, m, tuple(split), etp)
 
 

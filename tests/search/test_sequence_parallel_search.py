@@ -161,3 +161,18 @@ def test_evaluate_names_sequence_parallelism_without_tp() -> None:
         resolve_layout(JobSpec(model=req.model, training=req.training, cluster=req.cluster),
                        Layout(tp=1, sequence_parallel=True))  # fmt: skip
     assert err.value.field == "config.sequence_parallel" and "it needs tp > 1" in err.value.reason
+
+
+def test_sequence_parallel_needs_each_cp_ranks_tokens_to_split_over_tp() -> None:
+    """4,098 tokens (2 x 2,049) divide over TP 2 only: sequence parallelism (Megatron-Core
+    scatters the sequence dimension over TP) runs with TP 2, not 4 or 8; without it TP 4 runs."""
+    odd = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4098, "global_batch_size": 64},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+    job = JobSpec(**odd)
+    with pytest.raises(InvalidLayout, match="4098 tokens over tp \\(4\\): they must divide") as err:
+        resolve_layout(job, Layout(tp=4, sequence_parallel=True))
+    assert err.value.field == "config.sequence_parallel"
+    assert resolve_layout(job, Layout(tp=4, sequence_parallel=False)).tp == 4
+    assert resolve_layout(job, Layout(tp=2, sequence_parallel=True)).tp == 2
+    space = _space(PlanRequest.model_validate(odd))
+    assert {lay.tp for lay in space if lay.sequence_parallel} == {2}
