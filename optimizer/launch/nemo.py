@@ -62,7 +62,7 @@ def nemo_overrides(
     over += [
         ("model.sequence_parallel", geo.sp),
         ("model.seq_length", geo.seq),
-        ("dataset.seq_length", geo.seq),
+        ("dataset.sequence_length", geo.seq),  # pretraining GPTDatasetConfig (Megatron-Core's name)
         ("train.micro_batch_size", geo.mbs),
         ("train.global_batch_size", geo.gbs),
         ("mixed_precision", _nemo_precision(model, training, layout.recompute)),
