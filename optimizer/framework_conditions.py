@@ -5,7 +5,7 @@ A rule matches a job by its model (``moe``, ``mla``) and ``training.*`` knob val
 values it matches, or ``"set"`` for any value but null). A matching rule either excludes the
 framework for the job (``excluded``: the reason; the framework then does not run the job as
 costed, like a stack knob outside its ``runs``), narrows what it runs for the job (ZeRO stages,
-recompute modes, pipelines without interleaving, tensor parallelism), or sets the default of
+recompute modes and pipelines without interleaving on expert-parallel layouts, tensor parallelism), or sets the default of
 knobs the job leaves out (``defaults``, applied with the framework named).
 """
 
@@ -29,8 +29,10 @@ class When:
     excluded: str | None = None
     zero_stages_without_pp: tuple[int, ...] | None = None
     zero_stages_with_pp: tuple[int, ...] | None = None
-    drop_recompute: tuple[str, ...] = ()
-    pp_needs_vpp: bool = False
+    ep_layouts_drop_recompute: tuple[str, ...] = ()
+    """Cost-model recompute modes it does not run on layouts with ep > 1."""
+    ep_layouts_pp_needs_vpp: bool = False
+    """Layouts with ep > 1 and pp > 1 only interleaved."""
     tensor_parallel: bool = True
     defaults: tuple[tuple[str, Any], ...] = ()
 
@@ -53,8 +55,8 @@ class When:
         return (
             self.zero_stages_without_pp is not None
             or self.zero_stages_with_pp is not None
-            or bool(self.drop_recompute)
-            or self.pp_needs_vpp
+            or bool(self.ep_layouts_drop_recompute)
+            or self.ep_layouts_pp_needs_vpp
             or not self.tensor_parallel
         )
 
@@ -74,8 +76,8 @@ def parse_when(fid: str, raw: dict[str, Any]) -> When:
         excluded=raw.get("excluded"),
         zero_stages_without_pp=_tuple(raw.get("zero_stages_without_pp")),
         zero_stages_with_pp=_tuple(raw.get("zero_stages_with_pp")),
-        drop_recompute=tuple(raw.get("drop_recompute", ())),
-        pp_needs_vpp=bool(raw.get("pp_needs_vpp", False)),
+        ep_layouts_drop_recompute=tuple(raw.get("ep_layouts_drop_recompute", ())),
+        ep_layouts_pp_needs_vpp=bool(raw.get("ep_layouts_pp_needs_vpp", False)),
         tensor_parallel=bool(raw.get("tensor_parallel", True)),
         defaults=tuple(raw.get("defaults", {}).items()),
     )

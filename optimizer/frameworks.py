@@ -77,8 +77,11 @@ class Parallelism:
     """Expert tensor-parallel sizes it runs: ``any`` (every size the layout rules allow),
     ``one_or_tp`` (1 or the dense tp), ``tp`` (experts split over the dense TP group), ``one``
     (experts whole)."""
-    pp_needs_vpp: Fact = Fact(False, "frameworks.toml: set only by a job's [[when]] rule")
-    """Pipelines only with an interleaved schedule (set for a job by a ``when`` rule)."""
+    ep_layouts_pp_needs_vpp: Fact = Fact(False, "frameworks.toml: set only by a job's [[when]] rule")
+    """Layouts with ep > 1 and pp > 1 only with an interleaved schedule (set for a job by a
+    ``when`` rule)."""
+    ep_layouts_excluded_recompute: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")
+    """Cost-model recompute modes it does not run on layouts with ep > 1 (set by a ``when`` rule)."""
     tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
 
@@ -133,8 +136,8 @@ class FrameworkProfile:
             return f"{self.name} needs ep a multiple of tp x cp = {tp * cp} ({par.ep_multiple_of_tp_cp.source})"
         if vpp > 1 and not par.vpp.value:
             return f"{self.name} has no interleaved pipeline schedule ({par.vpp.source})"
-        if pp > 1 and vpp == 1 and par.pp_needs_vpp.value:
-            return f"{self.name} runs pipelines for this job only interleaved ({par.pp_needs_vpp.source})"
+        if ep > 1 and pp > 1 and vpp == 1 and par.ep_layouts_pp_needs_vpp.value:
+            return f"{self.name} runs this job's expert-parallel pipelines only interleaved ({par.ep_layouts_pp_needs_vpp.source})"
         if tp > 1 and not par.tensor_parallel.value:
             return f"{self.name} runs this job without tensor parallelism only ({par.tensor_parallel.source})"
         if uneven and not par.uneven_stage_layers.value:
@@ -190,6 +193,9 @@ def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | N
     costed; None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
+    excluded = profile.parallelism.ep_layouts_excluded_recompute
+    if lay.ep > 1 and lay.recompute in excluded.value:
+        return f"{profile.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
     if problem is not None:
@@ -284,11 +290,15 @@ def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
         par,
         zero_stages_without_pp=keep(par.zero_stages_without_pp, rule.zero_stages_without_pp),
         zero_stages_with_pp=keep(par.zero_stages_with_pp, rule.zero_stages_with_pp),
-        pp_needs_vpp=Fact(True, why) if rule.pp_needs_vpp else par.pp_needs_vpp,
+        ep_layouts_pp_needs_vpp=Fact(True, why) if rule.ep_layouts_pp_needs_vpp else par.ep_layouts_pp_needs_vpp,
+        ep_layouts_excluded_recompute=Fact(
+            tuple(par.ep_layouts_excluded_recompute.value) + rule.ep_layouts_drop_recompute, why
+        )
+        if rule.ep_layouts_drop_recompute
+        else par.ep_layouts_excluded_recompute,
         tensor_parallel=par.tensor_parallel if rule.tensor_parallel else Fact(False, why),
     )
-    modes = tuple(m for m in prof.recompute if m.costed_as not in rule.drop_recompute)
-    return replace(prof, parallelism=par, recompute=modes)
+    return replace(prof, parallelism=par)
 
 
 def model_defaults(fid: str, model: Any) -> dict[str, Any]:

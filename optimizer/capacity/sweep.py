@@ -79,7 +79,7 @@ class SweepRequest(Strict):
             except ValidationError as exc:
                 first = exc.errors(include_url=False)[0]
                 where = ".".join(str(part) for part in first["loc"])
-                raise ValueError(f"job.search.{where}: {first['msg']}") from None
+                raise ValueError(f"job.search.{where}: {first['msg'].removeprefix('Value error, ')}") from None
             for knob, only in (("top_k", 1), ("suggest", False)):
                 if search.get(knob, only) != only:
                     raise ValueError(f"job.search.{knob}: a sweep plans each point's best plan only ({knob} {only})")

@@ -194,6 +194,8 @@ def sequence_parallel_reason(job: JobSpec, tp: int, sp: bool) -> str | None:
     """Why no layout of the job runs ``tp`` with sequence parallelism ``sp`` (None when one can)."""
     if sp and tp == 1:
         return "sequence parallelism splits activations over the tensor-parallel group: it needs tp > 1"
+    if sp and job.training.seq_len % tp:
+        return f"sequence parallelism splits the sequence over tp: seq_len ({job.training.seq_len}) must divide by tp ({tp})"
     if not sp and tp > 1 and job.model.moe is not None:
         return (
             "an MoE model with tp > 1 runs with sequence parallelism: each tensor-parallel rank routes its own "

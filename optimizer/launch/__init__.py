@@ -82,7 +82,7 @@ def build_launch(
     split = megatron_split(geo)
     builders = {
         "megatron": lambda: megatron_args(model, training, layout, geo, split),
-        "torchtitan": lambda: torchtitan_toml(training, layout, geo),
+        "torchtitan": lambda: torchtitan_toml(training, layout, geo, model.is_moe),
         "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
         "nemo": lambda: nemo_overrides(model, training, layout, geo, split),
     }

@@ -39,9 +39,9 @@ def _toml_value(value: object) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
-    """A torchtitan TOML job-config fragment for the layout, with a comment where torchtitan runs it
-    differently from the plan."""
+def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, is_moe: bool) -> str:
+    """A torchtitan TOML job-config fragment for the layout (of an MoE model when ``is_moe``), with
+    a comment where torchtitan runs it differently from the plan."""
     parallelism, shard, async_tp, local_batch = _torchtitan_parallelism(training, layout, geo)
     mode = {"moe": "full", "op": "selective", "core_attn": "selective"}.get(layout.recompute, layout.recompute)
     checkpoint: dict[str, object] = {"mode": mode}
@@ -55,7 +55,7 @@ def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometr
     # The cost model's fused elementwise kernels are torch.compile's in torchtitan; async TP also
     # only takes effect when compiled.
     train["compile"] = training.fused_kernels or async_tp
-    comments = _torchtitan_parallelism_comments(training, layout, geo, shard)
+    comments = _torchtitan_parallelism_comments(training, layout, geo, shard, is_moe)
     _torchtitan_training(training, geo, train, comments)
     sections: dict[str, dict[str, object]] = {
         "parallelism": parallelism,
@@ -113,7 +113,7 @@ def _torchtitan_parallelism(
 
 
 def _torchtitan_parallelism_comments(
-    training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, shard: int
+    training: TrainingSpec, layout: ResolvedLayout, geo: Geometry, shard: int, is_moe: bool
 ) -> dict[str, list[str]]:
     """Comments for the ``[activation_checkpoint]`` and ``[parallelism]`` sections."""
     comments: dict[str, list[str]] = {}
@@ -148,7 +148,7 @@ def _torchtitan_parallelism_comments(
             f"({geo.cp}) to divide expert_parallel_degree and expert_parallel_degree to divide "
             f"data_parallel_shard_degree x cp ({shard * geo.cp}): this layout does not run there"
         )
-    if geo.etp != geo.tp and (geo.ep > 1 or geo.tp > 1):
+    if is_moe and geo.etp != geo.tp:
         comments.setdefault("parallelism", []).append(
             f"torchtitan splits routed experts over tensor parallelism (etp = tp = {geo.tp}); the plan's etp "
             f"{geo.etp} does not run there"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from optimizer.capacity.annotate import objective_value, resolve_inputs
 from optimizer.errors import InvalidLayout
@@ -124,22 +125,45 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
             break
         outcomes.append(Outcome(opt, sub, search(sub)))
     found = [o for o in outcomes if o.response.plans]
+    unsettled = sum(not settled(o.response) for o in outcomes)
+    cut = Cut(request.search.time_limit_s, len(outcomes), len(options), unsettled, False)
     if not found:
-        smallest = smallest_fitting(request, search, deadline)
-        return _cut_short(
-            _infeasible(c, outcomes, smallest, time.perf_counter() - t0), len(outcomes), len(options), request
-        )
+        smallest, complete = smallest_fitting(request, search, deadline)
+        answer = _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
+        return _cut_short(answer, cut._replace(smallest_cut=not complete))
     best = min(found, key=_key)
-    return _cut_short(_answer(c, best, outcomes, time.perf_counter() - t0), len(outcomes), len(options), request)
+    return _cut_short(_answer(c, best, outcomes, time.perf_counter() - t0), cut)
 
 
-def _cut_short(response: PlanResponse, searched: int, total: int, request: PlanRequest) -> PlanResponse:
+def settled(response: PlanResponse) -> bool:
+    """Whether one node set's search finished: its best plan proved optimal, or no layout fits
+    (proved). A search the time limit cut short with no plan settles nothing."""
+    return response.solver.proved_optimal or response.status == "infeasible"
+
+
+class Cut(NamedTuple):
+    """How far a topology plan got within its time limit."""
+
+    limit_s: float
+    reached: int
+    total: int
+    unsettled: int
+    smallest_cut: bool
+
+
+def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
     """``response`` with a warning and no optimality claim when the time limit left node sets
-    unsearched."""
-    if searched == total:
+    unsearched or unsettled, or cut the search for the smallest fitting count short."""
+    said = []
+    if cut.reached < cut.total:
+        said.append(f"it ran out after {cut.reached} of {cut.total} candidate node sets; the others were not planned")
+    if cut.unsettled:
+        said.append(f"{cut.unsettled} node sets' searches ended before they finished")
+    if cut.smallest_cut:
+        said.append("the smallest GPU count with a fitting layout was not found in time")
+    if not said:
         return response
-    warning = (f"search.time_limit_s ({request.search.time_limit_s:g} s) ran out after {searched} of {total} "
-               "candidate node sets; the others were not planned")  # fmt: skip
+    warning = f"search.time_limit_s ({cut.limit_s:g} s): " + "; ".join(said)
     solver = response.solver.model_copy(update={"proved_optimal": False})
     status = "feasible" if response.plans else response.status
     return response.model_copy(update={"solver": solver, "status": status, "warnings": [*response.warnings, warning]})
@@ -156,8 +180,7 @@ def _answer(c: ClusterSpec, best: Outcome, outcomes: list[Outcome], wall_s: floa
     solver = best.response.solver.model_copy(
         update={
             "wall_time_s": wall_s,
-            "proved_optimal": all(o.response.solver.proved_optimal or not o.response.plans for o in outcomes)
-            and best.response.solver.proved_optimal,
+            "proved_optimal": all(settled(o.response) for o in outcomes) and best.response.solver.proved_optimal,
         }
     )
     status = "optimal" if solver.proved_optimal else "feasible"
@@ -181,14 +204,15 @@ def free_by_level(c: ClusterSpec) -> dict[str, dict[str, int]]:
 
 def smallest_fitting(
     request: PlanRequest, search: Callable[[PlanRequest], PlanResponse], deadline: float
-) -> Plan | None:
+) -> tuple[Plan | None, bool]:
     """The best plan at the smallest count of whole nodes (1, 2, 4, ... up to every node of the
     topology, busy or not) with a layout that fits, on an empty cluster of the same node type
-    and network (the preset's tiers); None when none fits or ``deadline`` passes first."""
+    and network (the preset's tiers), or None; and whether that answer is complete (False when
+    ``deadline`` passed first or a smaller count's search ended unfinished)."""
     c = request.cluster
     assert c.topology is not None and c.gpus_per_node
     limit = len(c.topology.nodes)
-    nodes = 1
+    nodes, complete = 1, True
     while nodes <= limit:
         sub = within(
             request.model_copy(
@@ -197,12 +221,13 @@ def smallest_fitting(
             deadline,
         )
         if sub is None:
-            return None
+            return None, False
         resp = search(sub)
         if resp.plans:
-            return resp.plans[0]
+            return resp.plans[0], complete
+        complete = complete and settled(resp)
         nodes *= 2
-    return None
+    return None, complete
 
 
 def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, wall_s: float) -> PlanResponse:

@@ -140,13 +140,12 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     if named is None:
         return
     prof = as_run_for(profile(named), job.training, job.model)
-    if fix.recompute is not None:
-        costed = profile(named).costed_recompute(fix.recompute)
-        if costed not in prof.costed_modes(job.model.moe is not None):
-            dropped = [r for r in prof.conditions if costed in r.drop_recompute and r.matches(job.training, job.model)]
-            why = f" ({dropped[0].source})" if dropped else ""
+    excluded = prof.parallelism.ep_layouts_excluded_recompute
+    if fix.recompute is not None and fix.ep is not None and fix.ep > 1:
+        if profile(named).costed_recompute(fix.recompute) in excluded.value:
             raise InvalidLayout(
-                "search.fix.recompute", f"{prof.name} does not run recompute {fix.recompute!r} for this job{why}"
+                "search.fix.recompute",
+                f"{prof.name} runs no recompute {fix.recompute!r} with ep {fix.ep} for this job ({excluded.source})",
             )
     for name in ("cp", "ep", "vpp"):
         value = getattr(fix, name)

@@ -125,6 +125,8 @@ def _variants(
         if all(prof.sizes_problem(tp, pp, cp, ep, v, False, not no_sp) is not None for v in depths):
             continue
         modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)
+        if has_ep and not free_rc:
+            modes -= set(prof.parallelism.ep_layouts_excluded_recompute.value)
         for z in zeros:
             if free_zero or prof.zero_problem(pp, dp, tp, cp, ep, nmb, z) is None:
                 runs |= {(z, r) for r in modes}

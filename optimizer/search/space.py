@@ -1,9 +1,7 @@
-"""The regular layout space of a job: every valid combination of the layout knobs.
-
-Values are any divisors (not just powers of two) that satisfy the model's divisibility rules;
-``search.fix`` pins a field and ``search.allow`` restricts it. Each yielded layout passes
-``optimizer.cost.rules.resolve_layout`` (the same rules ``/evaluate`` applies).
-"""
+"""The regular layout space of a job: every valid combination of the layout knobs. Values are any
+divisors (not just powers of two) that satisfy the model's divisibility rules; ``search.fix`` pins
+a field and ``search.allow`` restricts it. Each yielded layout passes
+``optimizer.cost.rules.resolve_layout`` (the same rules ``/evaluate`` applies)."""
 
 from __future__ import annotations
 
@@ -306,7 +304,7 @@ def blocks_with_uneven_depths_apart(
         return
     targets = space_frameworks(job, search)
     interleaves = any(p.parallelism.vpp.value for p in targets.profiles)
-    needs_vpp = all(p.parallelism.pp_needs_vpp.value for p in targets.profiles)  # pipelines interleaved only
+    needs_vpp = all(p.parallelism.ep_layouts_pp_needs_vpp.value for p in targets.profiles)  # ep > 1: interleaved
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -332,7 +330,7 @@ def blocks_with_uneven_depths_apart(
                 vpps += [v for v in deeper if uneven or layers % (pp * v) == 0 or v in named_vpps]
                 if leave_out:
                     skipped = tuple(v for v in deeper if layers % (pp * v) and v <= MAX_VPP)
-            vpps = [v for v in _choices("vpp", vpps, search) if v > 1 or pp == 1 or not needs_vpp]
+            vpps = _choices("vpp", vpps, search)
             mbs_beyond = mbs > MAX_MICRO_BATCH and not mbs_named
             parts = [(vpps, (), True)] if mbs_beyond else [(vpps, skipped, False)]
             if not mbs_beyond and not vpp_named:  # the depths beyond MAX_VPP: a block of their own
@@ -348,7 +346,8 @@ def blocks_with_uneven_depths_apart(
                     if not variants:
                         continue
                     for part_vpps, part_skipped, beyond in parts:
-                        block = _block(job, variants, (tp, pp, cp, ep, mbs, sp, etp), part_vpps, part_skipped, beyond)
+                        depths = [v for v in part_vpps if v > 1] if pp > 1 and ep > 1 and needs_vpp else part_vpps
+                        block = _block(job, variants, (tp, pp, cp, ep, mbs, sp, etp), depths, part_skipped, beyond)
                         if block is not None:
                             yield block
 

@@ -68,16 +68,17 @@ def test_the_expert_all_to_all_overlap_keeps_megatron_to_interleaved_pipelines_w
     search = {"allow": {"pp": [2, 4]}, "top_k": 8}
     response = _plan(MIXTRAL, 64, search, ep_comm_overlap=True, framework="megatron-lm")
     assert response.plans
+    assert any(p.config.ep > 1 for p in response.plans)
     for p in response.plans:
-        assert p.config.vpp > 1 and p.config.recompute != "full" and p.frameworks == ["megatron-lm"]
-        args = shlex.split(p.launch.megatron)
-        assert "--overlap-moe-expert-parallel-comm" in args and "--num-virtual-stages-per-pipeline-rank" in args
-    with pytest.raises(InvalidLayout, match="does not run recompute 'full' for this job"):
-        _plan(MIXTRAL, 64, {"fix": {"recompute": "full"}}, ep_comm_overlap=True, framework="megatron-lm")
+        assert p.frameworks == ["megatron-lm"]
+        if p.config.ep > 1:
+            assert p.config.vpp > 1 and p.config.recompute != "full"
+            args = shlex.split(p.launch.megatron)
+            assert "--overlap-moe-expert-parallel-comm" in args and "--num-virtual-stages-per-pipeline-rank" in args
     job = {"model": MIXTRAL, "training": {"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": True},
            "cluster": {"preset": "dgx-h100", "num_gpus": 64}}  # fmt: skip
     flat = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "pp": 2, "ep": 8, "recompute": "none"}}))
-    assert flat.frameworks == [] and any("only interleaved" in n for n in flat.notes)
+    assert flat.frameworks == [] and any("expert-parallel pipelines only interleaved" in n for n in flat.notes)
 
 
 def test_deepspeed_runs_no_moe_zero3_and_overlaps_only_zero2_and_3_without_pipelines() -> None:
@@ -129,3 +130,26 @@ def test_bridge_turns_the_shared_expert_overlap_off_where_megatron_core_refuses_
     assert "model.moe_shared_expert_overlap" not in nemo()
     assert nemo(ep_comm_overlap=True)["model.moe_shared_expert_overlap"] == "false"
     assert nemo(moe_dispatcher="deepep")["model.moe_shared_expert_overlap"] == "false"
+
+
+def test_the_overlap_rules_leave_layouts_without_expert_parallelism_alone() -> None:
+    """The launch asks for the all-to-all overlap only with ep > 1: at ep = 1 Megatron runs
+    plain pipelines and full recompute with the knob on, as costed."""
+    job = {"model": MIXTRAL, "training": {"seq_len": 4096, "global_batch_size": 256, "ep_comm_overlap": True,
+                                          "framework": "megatron-lm"},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 64}}  # fmt: skip
+    flat = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "pp": 2, "ep": 1, "recompute": "full"}}))
+    assert flat.frameworks == ["megatron-lm"]
+    assert "--overlap-moe-expert-parallel-comm" not in shlex.split(flat.launch.megatron)
+    pinned = plan(PlanRequest.model_validate({**job, "search": {"fix": {"ep": 1, "recompute": "full"}}}))
+    assert pinned.plans and all(p.frameworks == ["megatron-lm"] for p in pinned.plans)
+    with pytest.raises(InvalidLayout, match="runs no recompute 'full' with ep 8"):
+        plan(PlanRequest.model_validate({**job, "search": {"fix": {"ep": 8, "recompute": "full"}}}))
+
+
+def test_torchtitan_says_nothing_of_experts_for_a_dense_model() -> None:
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64,
+                                                          "framework": "torchtitan"},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "config": {"tp": 2, "zero_stage": 3}}  # fmt: skip
+    result = evaluate(EvaluateRequest.model_validate(job))
+    assert result.frameworks == ["torchtitan"] and "does not run there" not in result.launch.torchtitan

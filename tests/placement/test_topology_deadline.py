@@ -51,3 +51,31 @@ def test_a_limit_that_covers_every_set_changes_nothing() -> None:
     assert len(limits) == len(node_set_options(request.cluster)) and all(v <= 60.0 for v in limits)
     assert not any("ran out" in w for w in answer.warnings)
     assert answer.status == "optimal"
+
+
+def _unfinished(sub: PlanRequest) -> PlanResponse:
+    """A search the time limit cut short before any plan: no plans, nothing proved."""
+    response = service.search_plans(sub)
+    solver = response.solver.model_copy(update={"proved_optimal": False})
+    return response.model_copy(update={"plans": [], "status": "feasible", "solver": solver})
+
+
+def test_a_node_set_whose_search_was_cut_short_settles_nothing() -> None:
+    request = _request(60.0)
+    calls: list[int] = []
+
+    def search(sub: PlanRequest) -> PlanResponse:
+        calls.append(1)
+        return _unfinished(sub) if len(calls) == 1 else service.search_plans(sub)
+
+    answer = plan_on_topology(request, search)
+    assert answer.plans and answer.status == "feasible" and not answer.solver.proved_optimal
+    assert "1 node sets' searches ended before they finished" in answer.warnings[-1]
+
+
+def test_a_smallest_fitting_count_not_found_in_time_is_said() -> None:
+    raw = job(blocks_racks(1, 1, 2, busy={"gpu000"}), None)
+    raw["model"] = {"preset": "llama3.1-405b"}  # fits on no single free node
+    answer = plan_on_topology(PlanRequest.model_validate(raw), _unfinished)
+    assert answer.status == "infeasible" and answer.smallest_fitting_gpus is None
+    assert "the smallest GPU count with a fitting layout was not found in time" in answer.warnings[-1]

@@ -165,14 +165,20 @@ def test_evaluate_names_sequence_parallelism_without_tp() -> None:
 
 def test_sequence_parallel_needs_each_cp_ranks_tokens_to_split_over_tp() -> None:
     """4,098 tokens (2 x 2,049) divide over TP 2 only: sequence parallelism (Megatron-Core
-    scatters the sequence dimension over TP) runs with TP 2, not 4 or 8; without it TP 4 runs."""
+    scatters the sequence dimension over TP) runs with TP 2, not 4 or 8; without it TP 4 runs.
+    4,104 tokens divide over TP 8, but their two context-parallel halves (2,052) do not."""
     odd = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4098, "global_batch_size": 64},
-           "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+           "cluster": {"preset": "dgx-h100", "num_gpus": 16}}  # fmt: skip
     job = JobSpec(**odd)
-    with pytest.raises(InvalidLayout, match="4098 tokens over tp \\(4\\): they must divide") as err:
+    with pytest.raises(InvalidLayout, match="seq_len \\(4098\\) must divide by tp \\(4\\)") as err:
         resolve_layout(job, Layout(tp=4, sequence_parallel=True))
     assert err.value.field == "config.sequence_parallel"
     assert resolve_layout(job, Layout(tp=4, sequence_parallel=False)).tp == 4
     assert resolve_layout(job, Layout(tp=2, sequence_parallel=True)).tp == 2
-    space = _space(PlanRequest.model_validate(odd))
-    assert {lay.tp for lay in space if lay.sequence_parallel} == {2}
+    assert {lay.tp for lay in _space(PlanRequest.model_validate(odd)) if lay.sequence_parallel} == {2}
+    with pytest.raises(InvalidLayout) as pinned:
+        search(PlanRequest.model_validate({**odd, "search": {"fix": {"tp": 4, "sequence_parallel": True}}}))
+    assert pinned.value.field == "search.fix.sequence_parallel"
+    halves = JobSpec(**{**odd, "training": {"seq_len": 4104, "global_batch_size": 64}})
+    with pytest.raises(InvalidLayout, match="2052 tokens over tp \\(8\\): they must divide"):
+        resolve_layout(halves, Layout(tp=8, cp=2, sequence_parallel=True))
