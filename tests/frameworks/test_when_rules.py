@@ -153,3 +153,17 @@ def test_torchtitan_says_nothing_of_experts_for_a_dense_model() -> None:
            "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "config": {"tp": 2, "zero_stage": 3}}  # fmt: skip
     result = evaluate(EvaluateRequest.model_validate(job))
     assert result.frameworks == ["torchtitan"] and "does not run there" not in result.launch.torchtitan
+
+
+@pytest.mark.parametrize("fid", ["torchtitan", "deepspeed"])
+def test_frameworks_that_dispatch_with_an_all_to_all_only(fid: str) -> None:
+    training = {"framework": fid, "grad_reduce_in_fp32": True} if fid == "deepspeed" else {"framework": fid}
+    assert _ids(_training(**training), MIXTRAL) == {fid}
+    for dispatcher in ("allgather", "deepep", "hybridep"):
+        assert _ids(_training(moe_dispatcher=dispatcher, **training), MIXTRAL) == set()
+    assert _ids(_training(moe_dispatcher="deepep", **training), {"preset": "llama3-8b"}) == {fid}  # dense: no effect
+
+
+def test_torchtitan_runs_no_fp16() -> None:
+    assert _ids(_training(framework="torchtitan", precision="fp16"), {"preset": "llama3-8b"}) == set()
+    assert _ids(_training(framework="torchtitan", precision="bf16"), {"preset": "llama3-8b"}) == {"torchtitan"}
