@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from optimizer.cost import best_estimate, build_context, resolve_layout
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import costed_config, profile
+from optimizer.frameworks import FrameworkProfile, costed_config, profile
 from optimizer.results import Explanation, Plan, PlanLimit, RunnerUp, SolverInfo
 from optimizer.search.space import MAX_MICRO_BATCH, MAX_VPP
 from optimizer.specs import JobSpec
@@ -77,7 +77,7 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     usable = plan.memory_gib.usable
     peak = plan.memory_gib.total
     values = {"peak_gib": peak, "usable_gib": usable}
-    lighter, costed = lighter_recompute(job, plan.config.recompute)
+    lighter, costed = lighter_recompute(job, plan.config.recompute, plan.frameworks[0] if plan.frameworks else None)
     if lighter is not None:
         need = peak_with(job, plan, recompute=costed)
         if need is not None and need > usable:
@@ -100,14 +100,29 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
     return None
 
 
-def lighter_recompute(job: JobSpec, recompute: str) -> tuple[str | None, str | None]:
+def lighter_recompute(job: JobSpec, recompute: str, runs_on: str | None = None) -> tuple[str | None, str | None]:
     """The next lighter recompute than the plan's ``recompute`` (in the plan's names) and the
-    cost model's mode for it; (None, None) when there is none."""
-    lighter = LIGHTER_RECOMPUTE.get(recompute)
+    cost model's mode for it; (None, None) when there is none. With no framework named, the
+    next lighter mode of ``runs_on`` (the first framework the plan runs on) when there is one,
+    named as the cost model names it: a plan Megatron runs with 'moe' is weighed against
+    Megatron's selective ('core_attn'), not the cost model's."""
     named = job.training.framework
+    if named is None and runs_on is not None:
+        own = profile(runs_on).own_recompute(recompute)
+        if own is not None:
+            _, costed = _lighter_in(profile(runs_on), own)
+            return costed, costed
+    lighter = LIGHTER_RECOMPUTE.get(recompute)
     if lighter is None or named is None:
         return lighter, lighter
-    prof = profile(named)
+    return _lighter_in(profile(named), recompute)
+
+
+def _lighter_in(prof: FrameworkProfile, own: str) -> tuple[str | None, str | None]:
+    """The next lighter mode than ``own`` in ``prof``'s names, and its cost-model mode."""
+    lighter = LIGHTER_RECOMPUTE.get(own)
+    if lighter is None:
+        return None, None
     if prof.costed_recompute(lighter) is None:
         lighter = "none"  # the framework has no name for it (DeepSpeed: none and full)
     return lighter, prof.costed_recompute(lighter)

@@ -145,3 +145,21 @@ def test_lighter_recompute_is_named_and_costed_as_the_framework_runs_it(framewor
     full = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": "full"}}))
     same = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": lighter[0]}}))
     assert peak_with(spec, full, recompute=lighter[1]) == pytest.approx(same.memory_gib.total, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("recompute", "runs_on", "lighter"),
+    [("moe", "megatron-lm", ("core_attn", "core_attn")), ("full", "megatron-lm", ("core_attn", "core_attn")),
+     ("full", "torchtitan", ("op", "op")), ("full", "deepspeed", ("none", "none")),
+     ("full", None, ("selective", "selective")), ("selective", "megatron-lm", ("none", "none"))],
+)  # fmt: skip
+def test_with_no_framework_named_the_lighter_recompute_is_the_plans_framework_s(recompute, runs_on, lighter) -> None:
+    """No framework named: the memory test weighs the plan against the next lighter mode of the
+    first framework it runs on, in the cost model's names (a Megatron 'moe' plan against
+    'core_attn', Megatron-Core's selective, which the explanation then names)."""
+    from optimizer.explain import lighter_recompute
+    from optimizer.specs import JobSpec
+
+    spec = JobSpec.model_validate({"model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+                                   "cluster": {"preset": "dgx-h100", "num_gpus": 8}})  # fmt: skip
+    assert lighter_recompute(spec, recompute, runs_on) == lighter
