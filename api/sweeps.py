@@ -39,6 +39,7 @@ from optimizer.capacity.sweep import (
     pareto_front,
     point_requests,
 )
+from optimizer.errors import InvalidLayout
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
 from optimizer.results import Plan
@@ -57,8 +58,13 @@ at most 256 points of about 5 KB of JSON each."""
 
 
 def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | None]:
-    """Plan one point (in a worker process): its status, best plan and explanation."""
-    answer = service.plan(request)
+    """Plan one point (in a worker process): its status, best plan and explanation. Pins no
+    layout of this point can take (``search.fix`` values a 422 on /plan) make the point
+    infeasible, with the field and the reason."""
+    try:
+        answer = service.plan(request)
+    except InvalidLayout as err:
+        return "infeasible", None, str(err)
     if not answer.plans:
         return "infeasible", None, answer.explanation
     return "done", answer.plans[0], None

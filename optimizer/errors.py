@@ -18,6 +18,10 @@ class InvalidLayout(PlannerError):
         self.field = field
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        """Picklable with its own arguments (sweep points raise it in worker processes)."""
+        return (type(self), (self.field, self.reason))
+
 
 class UnknownCatalogId(PlannerError):
     """A catalog id that does not exist; carries the valid ids for the message."""
@@ -27,3 +31,6 @@ class UnknownCatalogId(PlannerError):
         self.kind = kind
         self.requested = requested
         self.valid = sorted(valid)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str]]]:
+        return (type(self), (self.kind, self.requested, self.valid))

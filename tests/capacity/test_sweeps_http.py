@@ -138,3 +138,22 @@ def test_bad_sweeps_are_4xx(client):
     assert repeated.status_code == 422
     assert client.get("/sweeps/nope").status_code == 404
     assert client.delete("/sweeps/nope").status_code == 404
+
+
+def test_a_point_whose_pins_no_layout_takes_is_infeasible_and_the_pool_survives(client):
+    """tp 3 divides 48 GPUs but not 8: the 8-GPU point is infeasible with the reason (the
+    error crosses the process boundary intact), the 48-GPU point is planned, and the next sweep
+    runs on the same workers."""
+    job = {**JOB_8B, "model": {"preset": "gpt3-175b"}, "training": {"seq_len": 3072, "global_batch_size": 256},
+           "search": {"fix": {"tp": 3}}}  # fmt: skip
+    r = client.post("/sweeps", json={"job": job, "vary": {"num_gpus": [8, 48]}})
+    assert r.status_code == 202, r.text
+    body, _ = _wait(client, r.json()["id"])
+    eight, forty_eight = body["results"]
+    assert eight["status"] == "infeasible"
+    assert eight["explanation"].startswith(
+        "search.fix.tp: no layout can take tp = 3: tp (3) does not divide num_gpus (8)"
+    )
+    assert forty_eight["status"] == "done" and forty_eight["plan"]["config"]["tp"] == 3
+    again = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8]}})
+    assert _wait(client, again.json()["id"])[0]["results"][0]["status"] == "done"
