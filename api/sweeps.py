@@ -23,7 +23,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
-from api.errors import ERROR_RESPONSES, MessageBody, invalid_field
+from api.errors import ERROR_RESPONSES, MessageBody, field_loc, invalid_field
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
 from hardware_catalog import load_catalog
@@ -240,16 +240,29 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
     try:
         return point_requests(body)
     except PointError as exc:
-        raise RequestValidationError(
-            [
-                {
-                    **e,
-                    "loc": ("body", "job", *e["loc"]),
-                    "msg": f"at point {exc.point}: {e['msg']}" if exc.point else e["msg"],
-                }
-                for e in exc.errors
-            ]  # fmt: skip
-        ) from exc
+        raise RequestValidationError([_point_error(body, exc.point, e) for e in exc.errors]) from exc
+
+
+VARIED_AT: dict[str, tuple[str, ...]] = {
+    "num_gpus": ("cluster", "num_gpus"),
+    "cluster": ("cluster",),
+    "global_batch_size": ("training", "global_batch_size"),
+    "seq_len": ("training", "seq_len"),
+}
+"""Where each ``vary`` axis lands in a point's /plan request."""
+
+
+def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[str, Any]:
+    """A point's validation error as a 422 item: at the ``vary`` value that put it there when
+    the error is at that value's field, else at the job's field; the message names the point
+    (pydantic's "Value error, " prefix dropped)."""
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    inner = list(error["loc"]) or field_loc(["body"], msg)[1:]  # a check across fields names its field
+    loc: tuple[Any, ...] = ("body", "job", *inner)
+    for axis, at in VARIED_AT.items():
+        if axis in point and tuple(error["loc"]) == at:
+            loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
+    return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}
 
 
 @router.post(

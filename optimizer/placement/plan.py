@@ -164,7 +164,8 @@ def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
     if not said:
         return response
     warning = f"search.time_limit_s ({cut.limit_s:g} s): " + "; ".join(said)
-    solver = response.solver.model_copy(update={"proved_optimal": False})
+    solver_status = "FEASIBLE" if response.plans else "UNKNOWN"  # no proof either way
+    solver = response.solver.model_copy(update={"proved_optimal": False, "status": solver_status})
     status = "feasible" if response.plans else response.status
     return response.model_copy(update={"solver": solver, "status": status, "warnings": [*response.warnings, warning]})
 

@@ -126,17 +126,60 @@ def sums_of_runs(runs: set[tuple[int, ...]], vpp: int, most: int, kinds: int) ->
     size = most + 1
     reach = np.zeros((size,) * kinds, dtype=bool)
     reach[(0,) * kinds] = True
-    for _ in range(vpp):
-        nxt = np.zeros_like(reach)
-        for r in runs:
-            if max(r) >= size:
-                continue
-            dst = tuple(slice(c, size) for c in r)
-            src = tuple(slice(0, size - c) for c in r)
-            nxt[dst] |= reach[src]
-        reach = nxt
+    if len(runs) * reach.size <= SHIFT_WORK_MAX:
+        for _ in range(vpp):
+            reach = _shifted(reach, runs)
+    else:
+        reach = _summed(reach, runs, vpp)
     total = np.indices(reach.shape).sum(axis=0)
     return frozenset(tuple(int(c) for c in idx) for idx in np.argwhere(reach & (total <= most)))
+
+
+SHIFT_WORK_MAX = 50_000_000
+"""Largest runs x grid-cells product ``sums_of_runs`` ORs shifted grids for; above it (a long
+model of several layer kinds has hundreds of thousands of distinct runs) the sums are built by
+doubling with FFT convolutions (``_summed``)."""
+
+
+def _shifted(reach: np.ndarray, runs: set[tuple[int, ...]]) -> np.ndarray:
+    """Every cell ``reach`` reaches plus one run: an OR of ``reach`` shifted by each run."""
+    size = reach.shape[0]
+    nxt = np.zeros_like(reach)
+    for r in runs:
+        if max(r) >= size:
+            continue
+        dst = tuple(slice(c, size) for c in r)
+        src = tuple(slice(0, size - c) for c in r)
+        nxt[dst] |= reach[src]
+    return nxt
+
+
+def _convolved(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Every cell (below the grid's size) that a cell of ``a`` plus a cell of ``b`` reaches: a
+    convolution by FFT, thresholded (path counts stay far inside float64's exact range, so
+    rounding never flips a cell)."""
+    size, kinds = a.shape[0], a.ndim
+    shape, axes = (2 * size - 1,) * kinds, tuple(range(kinds))
+    spectrum = np.fft.rfftn(a.astype(float), shape, axes) * np.fft.rfftn(b.astype(float), shape, axes)
+    counts = np.fft.irfftn(spectrum, shape, axes)
+    return counts[(slice(0, size),) * kinds] > 0.5
+
+
+def _summed(reach: np.ndarray, runs: set[tuple[int, ...]], vpp: int) -> np.ndarray:
+    """``_shifted`` applied ``vpp`` times, as sums of ``vpp`` runs built by doubling: about
+    ``2 log2(vpp)`` convolutions instead of ``vpp`` passes over every run."""
+    size = reach.shape[0]
+    base = np.zeros_like(reach)
+    for r in runs:
+        if max(r) < size:
+            base[r] = True
+    while vpp:
+        if vpp & 1:
+            reach = _convolved(reach, base)
+        vpp >>= 1
+        if vpp:
+            base = _convolved(base, base)
+    return reach
 
 
 def several_kinds_one_chunk(ctx: JobContext, lay: ResolvedLayout) -> bool:

@@ -103,18 +103,19 @@ class EvaluateRequest(JobSpec):
 
     @model_validator(mode="after")
     def _framework_recompute(self) -> EvaluateRequest:
-        _check_framework_recompute(self.training.framework, [self.config.recompute], "config.recompute")
+        note = "" if "recompute" in self.config.model_fields_set else " (the default: config.recompute not given)"
+        _check_framework_recompute(self.training.framework, [self.config.recompute], "config.recompute", note)
         return self
 
 
-def _check_framework_recompute(framework: str | None, names: list, where: str) -> None:
+def _check_framework_recompute(framework: str | None, names: list, where: str, note: str = "") -> None:
     """With a framework named, recompute takes its own names (docs/frameworks.md)."""
     if framework is None:
         return
     own = [m.name for m in profile(framework).recompute]
     bad = [n for n in names if n is not None and n not in own]
     if bad:
-        raise ValueError(f"{where}: {bad[0]!r} is not a {framework} recompute mode (its modes: {', '.join(own)})")
+        raise ValueError(f"{where}: {bad[0]!r}{note} is not a {framework} recompute mode (its modes: {', '.join(own)})")
 
 
 MAX_COMPARE_LAYOUTS = 8

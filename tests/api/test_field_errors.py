@@ -116,3 +116,21 @@ def test_a_sweep_validates_its_shared_topology_once(client: TestClient) -> None:
     bad = _one_error(client, "/sweeps", {"job": job, "vary": {"num_gpus": [8, 16]}})
     assert bad["loc"] == ["body", "job", "cluster", "topology", "nodes"]
     assert bad["msg"] == "topology.nodes: node names must be unique (['n0'] repeat)"
+
+
+def test_sweep_point_errors_are_located_at_the_vary_value_or_the_job_field(client: TestClient) -> None:
+    huge = _one_error(client, "/sweeps", {"job": PLAN, "vary": {"num_gpus": [8, 2097152]}})
+    assert huge["loc"] == ["body", "vary", "num_gpus", 1] and huge["msg"].startswith("at point {'num_gpus': 2097152}")
+    preset = _one_error(client, "/sweeps", {"job": PLAN, "vary": {"cluster": ["nope"]}})
+    assert preset["loc"] == ["body", "vary", "cluster", 0] and "unknown cluster preset id 'nope'" in preset["msg"]
+    job = {**_with("training", framework="megatron-lm"), "search": {"fix": {"recompute": "op"}}}
+    pinned = _one_error(client, "/sweeps", {"job": job, "vary": {"num_gpus": [8]}})
+    assert pinned["loc"] == ["body", "job", "search", "fix", "recompute"]
+    assert "Value error" not in pinned["msg"]
+
+
+def test_a_default_recompute_the_named_framework_lacks_says_it_was_the_default(client: TestClient) -> None:
+    body = {**_with("training", framework="deepspeed"), "config": {"tp": 1}}
+    item = _one_error(client, "/evaluate", body)
+    assert item["loc"] == ["body", "config", "recompute"]
+    assert item["msg"].startswith("config.recompute: 'selective' (the default: config.recompute not given) is not a")
