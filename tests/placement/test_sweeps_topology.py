@@ -83,7 +83,7 @@ def test_sweep_over_a_cluster_the_nodes_do_not_fit_is_a_422(client: TestClient) 
     r = client.post("/sweeps", json={"job": topo_job(16), "vary": {"cluster": ["dgx-h100", "gb200-nvl72"]}})
     assert r.status_code == 422
     detail = r.json()["detail"][0]
-    assert detail["loc"] == ["body", "job", "cluster"]
+    assert detail["loc"] == ["body", "vary", "cluster", 1]  # the preset the topology does not fit
     assert "gb200-nvl72" in detail["msg"] and "topology.nodes" in detail["msg"] and "gpu001" in detail["msg"]
 
 
