@@ -20,6 +20,7 @@ from starlette.routing import Match
 
 from api.pool import PoolSaturated
 from optimizer.errors import InvalidLayout, PlannerError
+from optimizer.strict_model import error_reason
 
 
 class ErrorItem(BaseModel):
@@ -72,20 +73,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _clean_message(error: dict[str, Any]) -> str:
-    msg = str(error.get("msg", ""))
-    # pydantic prefixes messages raised in validators; the reason itself is what a client needs.
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            return msg[len(prefix) :]
-    return msg
-
-
 def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body."""
     items = []
     for e in errors:
-        msg = _clean_message(e)
+        msg = error_reason(e)
         items.append(
             {"loc": field_loc(list(e.get("loc", ())), msg), "msg": msg, "type": str(e.get("type", "value_error"))}
         )

@@ -44,6 +44,7 @@ from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
 from optimizer.results import Plan
 from optimizer.specs import PlanRequest
+from optimizer.strict_model import error_reason
 
 router = APIRouter(tags=["planning"])
 
@@ -256,7 +257,7 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
     """A point's validation error as a 422 item: at the ``vary`` value that put it there when
     the error is at that value's field, else at the job's field; the message names the point
     (pydantic's "Value error, " prefix dropped)."""
-    msg = str(error["msg"]).removeprefix("Value error, ")
+    msg = error_reason(error)
     inner = list(error["loc"]) or field_loc(["body"], msg)[1:]  # a check across fields names its field
     loc: tuple[Any, ...] = ("body", "job", *inner)
     for axis, at in VARIED_AT.items():

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
+
+VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+"""What pydantic puts before a message raised in a validator."""
+
+
+def error_reason(error: Any) -> str:
+    """A pydantic error's message without the prefix pydantic adds to messages raised in
+    validators: the reason itself, which is what a client needs."""
+    msg = str(error.get("msg", ""))
+    for prefix in VALIDATOR_PREFIXES:
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg
 
 
 class Strict(BaseModel):

@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 from optimizer.capacity.formulas import HOUR_S
 from optimizer.results import Plan
 from optimizer.specs import MAX_NUM_GPUS, PlanRequest, SearchSpec
-from optimizer.strict_model import Strict
+from optimizer.strict_model import Strict, error_reason
 from optimizer.topology_spec import ClusterTopology
 
 VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
@@ -79,7 +79,7 @@ class SweepRequest(Strict):
             except ValidationError as exc:
                 first = exc.errors(include_url=False)[0]
                 where = ".".join(str(part) for part in first["loc"])
-                raise ValueError(f"job.search.{where}: {first['msg'].removeprefix('Value error, ')}") from None
+                raise ValueError(f"job.search.{where}: {error_reason(first)}") from None
             for knob, only in (("top_k", 1), ("suggest", False)):
                 if search.get(knob, only) != only:
                     raise ValueError(f"job.search.{knob}: a sweep plans each point's best plan only ({knob} {only})")
@@ -98,7 +98,7 @@ class PointError(ValueError):
         self.errors = errors
         first = errors[0] if errors else None
         where = f"job.{'.'.join(str(p) for p in first['loc'])}: " if first and first["loc"] else ""
-        reason = f"{where}{first['msg'].removeprefix('Value error, ') if first else 'invalid'}"
+        reason = f"{where}{error_reason(first) if first else 'invalid'}"
         super().__init__(f"point {point}: {reason}" if point else reason)
 
 
