@@ -38,9 +38,9 @@ class When:
 
     def matches(self, training: Any, model: Any) -> bool:
         """Whether the job (``training``, ``model``: its specs) meets every condition."""
-        if self.moe is not None and (getattr(model, "moe", None) is not None) != self.moe:
+        if self.moe is not None and model.is_moe != self.moe:
             return False
-        if self.mla is not None and (getattr(model, "mla", None) is not None) != self.mla:
+        if self.mla is not None and (model.mla is not None) != self.mla:
             return False
         for knob, values in self.knobs:
             value = getattr(training, knob)

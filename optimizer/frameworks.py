@@ -173,7 +173,6 @@ class FrameworkProfile:
         """The first ``training`` knob whose value the framework does not run, or the first rule
         that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
         (``PRECISION_KNOBS``, ``MOE_KNOBS``) are not checked."""
-        is_moe = getattr(model, "moe", None) is not None
         for rule in self.conditions:
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
@@ -181,7 +180,7 @@ class FrameworkProfile:
             value = getattr(training, knob)
             if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
                 continue  # the knob does nothing at this precision
-            if knob in MOE_KNOBS and not is_moe:
+            if knob in MOE_KNOBS and not model.is_moe:
                 continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
@@ -280,25 +279,19 @@ def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
     """``prof`` with what ``rule`` takes away."""
     par = prof.parallelism
     why = f"with {condition_text(rule)}: {rule.source}"
-
-    def keep(fact: Fact, allowed: tuple[int, ...] | None) -> Fact:
-        if allowed is None:
-            return fact
-        return Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
-
-    par = replace(
-        par,
-        zero_stages_without_pp=keep(par.zero_stages_without_pp, rule.zero_stages_without_pp),
-        zero_stages_with_pp=keep(par.zero_stages_with_pp, rule.zero_stages_with_pp),
-        ep_layouts_pp_needs_vpp=Fact(True, why) if rule.ep_layouts_pp_needs_vpp else par.ep_layouts_pp_needs_vpp,
-        ep_layouts_excluded_recompute=Fact(
-            tuple(par.ep_layouts_excluded_recompute.value) + rule.ep_layouts_drop_recompute, why
-        )
-        if rule.ep_layouts_drop_recompute
-        else par.ep_layouts_excluded_recompute,
-        tensor_parallel=par.tensor_parallel if rule.tensor_parallel else Fact(False, why),
-    )
-    return replace(prof, parallelism=par)
+    changes: dict[str, Fact] = {}
+    for name in ("zero_stages_without_pp", "zero_stages_with_pp"):
+        if (allowed := getattr(rule, name)) is not None:
+            fact = getattr(par, name)
+            changes[name] = Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
+    if rule.ep_layouts_pp_needs_vpp:
+        changes["ep_layouts_pp_needs_vpp"] = Fact(True, why)
+    if rule.ep_layouts_drop_recompute:
+        dropped = tuple(par.ep_layouts_excluded_recompute.value) + rule.ep_layouts_drop_recompute
+        changes["ep_layouts_excluded_recompute"] = Fact(dropped, why)
+    if not rule.tensor_parallel:
+        changes["tensor_parallel"] = Fact(False, why)
+    return replace(prof, parallelism=replace(par, **changes))
 
 
 def model_defaults(fid: str, model: Any) -> dict[str, Any]:
@@ -339,7 +332,7 @@ __all__ = [
 def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
     """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
     costed, and, when there are none, why (one reason per target framework)."""
-    is_moe = getattr(model, "moe", None) is not None
+    is_moe = model.is_moe
     targets = candidate_frameworks(training, model)
     if not targets:
         named = getattr(training, "framework", None)

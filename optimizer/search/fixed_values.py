@@ -142,7 +142,7 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     prof = as_run_for(profile(named), job.training, job.model)
     excluded = prof.parallelism.ep_layouts_excluded_recompute
     if fix.recompute is not None and fix.ep is not None and fix.ep > 1:
-        if profile(named).costed_recompute(fix.recompute) in excluded.value:
+        if prof.costed_recompute(fix.recompute) in excluded.value:
             raise InvalidLayout(
                 "search.fix.recompute",
                 f"{prof.name} runs no recompute {fix.recompute!r} with ep {fix.ep} for this job ({excluded.source})",

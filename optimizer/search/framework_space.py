@@ -119,9 +119,8 @@ def _variants(
     ep = (3 if ep_off_grid else 2 * tp * cp) if has_ep else 1
     dp = 2 if multi_axis else 1
     runs = set()
+    depths = (1, 2) if pipelined else (1,)  # runs these sizes at some depth: the space picks the depths
     for prof in profiles:
-        # runs these sizes at some depth (interleaved or not: the space picks the depths)
-        depths = (1, 2) if pipelined else (1,)
         if all(prof.sizes_problem(tp, pp, cp, ep, v, False, not no_sp) is not None for v in depths):
             continue
         modes = set(rcs) if free_rc else set(prof.costed_modes(True)) & set(rcs)

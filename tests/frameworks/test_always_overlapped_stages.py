@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from optimizer import service
 from optimizer.frameworks import candidate_frameworks, profile
-from optimizer.specs import EvaluateRequest, PlanRequest
+from optimizer.specs import EvaluateRequest, ModelSpec, PlanRequest
+
+DENSE = ModelSpec(preset="llama3-8b")
 
 GPT3 = {
     "model": {"preset": "gpt3-175b"},
@@ -28,12 +30,12 @@ def test_the_profiles_say_which_stages_always_overlap() -> None:
 
 
 def test_megatron_blocking_runs_no_sharded_gradients() -> None:
-    (overlapped,) = candidate_frameworks(_training("megatron-lm", True), None)
-    (blocking,) = candidate_frameworks(_training("megatron-lm", False), None)
+    (overlapped,) = candidate_frameworks(_training("megatron-lm", True), DENSE)
+    (blocking,) = candidate_frameworks(_training("megatron-lm", False), DENSE)
     assert overlapped.parallelism.zero_stages_without_pp.value == (0, 1, 2, 3)
     assert blocking.parallelism.zero_stages_without_pp.value == (0, 1)
     assert "megatron_fsdp.py" in blocking.parallelism.zero_stages_without_pp.source
-    (deepspeed,) = candidate_frameworks(_training("deepspeed", False), None)
+    (deepspeed,) = candidate_frameworks(_training("deepspeed", False), DENSE)
     assert 3 in deepspeed.parallelism.zero_stages_without_pp.value
 
 
