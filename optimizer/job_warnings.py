@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from optimizer.frameworks import MOE_KNOBS
 from optimizer.model_mfu import best_for_model
 from optimizer.results import Plan
 from optimizer.specs import JobSpec
@@ -108,8 +109,8 @@ def _small_batch(job: JobSpec) -> str | None:
     )
 
 
-MOE_TRAINING_FIELDS = ("moe_dispatcher", "moe_capacity_factor", "ep_comm_overlap", "expert_gemm_host_splits")
-"""``training`` fields that act on MoE layers only."""
+MOE_TRAINING_FIELDS = ("moe_dispatcher", "moe_capacity_factor", *MOE_KNOBS)
+"""``training`` fields that act on MoE layers only (the stack knobs among them: ``MOE_KNOBS``)."""
 
 
 def _inert_settings(job: JobSpec) -> str | None:

@@ -54,10 +54,6 @@ class SweepVary(Strict):
         return self
 
 
-JOB_SECTIONS: tuple[str, ...] = ("model", "training", "cluster", "search")
-"""The sections of a /plan body, each an object."""
-
-
 class SweepRequest(Strict):
     """``job``: a /plan request; ``vary``: the grid."""
 
@@ -69,7 +65,7 @@ class SweepRequest(Strict):
     def _sections(cls, job: dict[str, Any]) -> dict[str, Any]:
         """Each section the job gives is an object; its ``search`` is a valid one that asks for
         each point's best plan only (``top_k`` 1, no suggestions: what a sweep computes)."""
-        for section in JOB_SECTIONS:
+        for section in PlanRequest.model_fields:  # every section of a /plan body is an object
             if section in job and not isinstance(job[section], dict):
                 raise ValueError(f"job.{section}: must be an object, not {type(job[section]).__name__}")
         search = job.get("search")
