@@ -47,6 +47,7 @@ from benchmarks.row_stack import (
     map_pp_comm_overlap,
     map_precision,
     map_tp_comm_overlap,
+    map_tp_dgrad_overlap,
     names_deepspeed,
 )
 from optimizer.specs import ClusterSpec, EvaluateRequest, JobSpec, Layout, ModelSpec, TrainingSpec
@@ -177,6 +178,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             global_batch_size=gbs,
             precision=precision,  # type: ignore[arg-type]
             tp_comm_overlap=tp_overlap,
+            tp_dgrad_overlap=map_tp_dgrad_overlap(row),
             ep_comm_overlap=map_ep_comm_overlap(row),
             fused_kernels=map_fused_kernels(row),
             attention_kernel=map_attention_kernel(row),  # type: ignore[arg-type]

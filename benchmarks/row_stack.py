@@ -10,6 +10,7 @@ Training
     ``ep_comm_overlap`` when the config or the row's notes name a (1F1B) A2A overlap;
     ``moe_dispatcher`` from the row, else per the source's recipe (``map_moe_dispatcher``);
     ``pp_comm_overlap`` false on DeepSpeed's pipeline engine (the source or notes name DeepSpeed);
+    ``tp_dgrad_overlap`` for Megatron-family runs from 2022 on (``map_tp_dgrad_overlap``);
     ``dp_collectives`` flat for DeepSpeed ZeRO-3 rows of 2021 (``map_dp_collectives``), else
     hierarchical; ``dp_comm_overlap`` false for the same rows and for DeepSpeed's pipeline engine
     (``map_dp_comm_overlap``), else true;
@@ -136,6 +137,16 @@ def map_pp_comm_overlap(row: dict[str, Any]) -> bool:
     """Runs on DeepSpeed's pipeline engine (MT-NLG, Megatron-DeepSpeed for BLOOM) send and
     receive activations with blocking calls: no pipeline communication overlap."""
     return not names_deepspeed(row)
+
+
+def map_tp_dgrad_overlap(row: dict[str, Any]) -> bool:
+    """Megatron's linear layers overlap their backward input-gradient collectives with the GEMMs
+    since September 2021 (Megatron-LM commit 16c90445, ``--async-tensor-model-parallel-allreduce``,
+    later always on): runs of Megatron-LM, NeMo and Megatron-Bridge from 2022 on. The SC'21 runs
+    predate it; torchtitan (DTensor) and DeepSpeed stacks (MT-NLG, BLOOM) do not overlap them."""
+    m = re.search(r"(19|20)\d\d", str(row.get("source", {}).get("date") or ""))
+    year = int(m.group(0)) if m else 0
+    return year >= 2022 and not is_torchtitan(row) and not names_deepspeed(row)
 
 
 def map_dp_collectives(row: dict[str, Any]) -> str:

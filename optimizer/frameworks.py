@@ -22,7 +22,7 @@ from optimizer.modes import LOW_BIT_PRECISIONS
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
 STACK_KNOBS: tuple[str, ...] = (
-    "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap",
+    "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap", "tp_dgrad_overlap",
     "pp_comm_overlap", "dp_comm_overlap", "ep_comm_overlap", "expert_gemm_host_splits", "dp_collectives",
     "fp8_saved_inputs",
 )  # fmt: skip

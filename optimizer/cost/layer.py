@@ -157,13 +157,29 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         # forward GEMM time), the attention core's is kept
         bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved
     # ---- communication (each term depends only on its own axis's group) --------------------
-    tp_s = tp_comm_s(ctx, kind, d, groups.tp)
+    windows = tp_wgrad_windows_s(kind, t_attn_gemm, t_mlp)
+    tp_s = tp_comm_s(ctx, kind, d, groups.tp, windows)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
     ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
     stored, working = activation_bytes(ctx, kind, d, tokens, mla_up_kept, moe_block)
     # ---- parameters on this GPU --------------------------------------------------------------
     dense, expert = p.on_rank(tp, ep * d.etp)
-    return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert)
+    return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert, windows)
+
+
+COLUMN_GEMM_SHARE = 0.5
+"""Share of a TP block's forward GEMM time that its column-parallel linear takes, at least: q, k, v
+against the output projection (3 : 1 with multi-head attention, a little over 1 : 1 with few
+key-value heads), the MLP's first linear against its second (2 : 1 gated, 1 : 1 not). The
+backward collectives ``tp_dgrad_overlap`` overlaps hide under this GEMM's backward."""
+
+
+def tp_wgrad_windows_s(kind: LayerKind, t_attn_gemm: float, t_mlp: float) -> tuple[float, ...]:
+    """Per TP block (attention, then a dense layer's MLP), the forward time of its column-parallel
+    GEMM: the window ``layer_comm.tp_comm_s`` hides backward collectives in."""
+    if kind.is_moe:
+        return (COLUMN_GEMM_SHARE * t_attn_gemm,)
+    return (COLUMN_GEMM_SHARE * t_attn_gemm, COLUMN_GEMM_SHARE * t_mlp)
 
 
 class _ForwardTimes(NamedTuple):

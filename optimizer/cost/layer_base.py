@@ -37,6 +37,8 @@ class LayerCost:
     """Parameters on this GPU that are replicated over data parallel (after TP split)."""
     expert_params: float
     """Routed-expert parameters on this GPU (after EP split)."""
+    tp_wgrad_windows_s: tuple[float, ...] = ()
+    """Per TP block, the column-parallel GEMM's forward time (``layer.tp_wgrad_windows_s``)."""
 
     @property
     def time_s(self) -> float:

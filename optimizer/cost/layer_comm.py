@@ -16,9 +16,16 @@ from optimizer.cost.topology import GroupGeometry
 from optimizer.modes import RecomputeMode, is_low_bit
 
 
-def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> float:
+def tp_comm_s(
+    ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry, wgrad_windows_s: tuple[float, ...] = ()
+) -> float:
     """Exposed tensor-parallel collective time of one layer and micro-batch (forward, backward,
-    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism."""
+    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism.
+
+    With ``training.tp_dgrad_overlap`` the backward's column-parallel collectives run under that
+    linear's GEMMs (``dgrad_overlap_s``); ``wgrad_windows_s`` holds, per TP block (attention, then
+    the dense MLP), the forward time of its column-parallel GEMM, which each backward GEMM repeats
+    (a block without one hides nothing)."""
     if d.tp <= 1:
         return 0.0
     h = float(ctx.job.model.hidden_size or 0)
@@ -35,7 +42,42 @@ def tp_comm_s(ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry) -> 
     overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
+    if not ctx.job.training.tp_dgrad_overlap:
+        return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
+    # the backward's blocking share: the all-gather of the row-parallel output's gradient with
+    # sequence parallelism (half an all-reduce), nothing without
+    blocking = count - blocks * (DGRAD_OVERLAPPED_SP if d.sequence_parallel else DGRAD_OVERLAPPED)
+    windows = tuple(wgrad_windows_s[:blocks]) + (0.0,) * (blocks - len(wgrad_windows_s[:blocks]))
+    overlapped = 0.0
+    for window in windows:
+        overlapped += dgrad_overlap_s(ctx, cast(float, per_ar), d.sequence_parallel, window)
+    return cast(float, blocking * per_ar * exposed_fraction(ctx, hidden) + overlapped)
+
+
+DGRAD_OVERLAPPED = 1.0
+"""All-reduce equivalents of one TP block's backward that ``tp_dgrad_overlap`` runs under GEMMs
+without sequence parallelism: the column-parallel linear's input-gradient all-reduce, issued
+async before its weight-gradient GEMM (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication``;
+the row-parallel linear's backward needs no collective)."""
+DGRAD_OVERLAPPED_SP = 0.5
+"""The same with sequence parallelism: the input-gradient reduce-scatter (half an all-reduce)
+leaves the blocking count; the input's all-gather that backward repeats for the weight gradient
+(another half, not in the blocking count: the forward's gathered input is not kept) runs under
+the input-gradient GEMM. The row-parallel output's gradient all-gather (half) blocks."""
+
+
+def dgrad_overlap_s(ctx: JobContext, per_ar_s: float, sequence_parallel: bool, window_s: float) -> float:
+    """Critical-path time of one TP block's backward collectives that run under its column-parallel
+    linear's GEMMs (``window_s``: that GEMM's forward time; the input-gradient and the
+    weight-gradient GEMM each take as long): the part longer than the GEMMs is exposed, the
+    hidden part still costs ``cal.overlap_contention``. Without sequence parallelism one
+    all-reduce under the weight-gradient GEMM; with it a re-gather under the input-gradient GEMM
+    and a reduce-scatter under the weight-gradient GEMM (half an all-reduce each)."""
+    halves = (0.5 * per_ar_s, 0.5 * per_ar_s) if sequence_parallel else (per_ar_s,)
+    total = 0.0
+    for t in halves:
+        total += cast(float, contended(ctx, max(0.0, t - window_s), t))
+    return total
 
 
 def exposed_fraction(ctx: JobContext, hidden: float) -> float:

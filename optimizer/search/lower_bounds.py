@@ -363,7 +363,8 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
         if tp_cp is None:
             tp_cp = 0.0
             if dims.tp > 1:
-                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g) for g in group_geometries(ctx, dims.tp))
+                windows = c.tp_wgrad_windows_s
+                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g, windows) for g in group_geometries(ctx, dims.tp))
             if dims.cp > 1:
                 t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
                 tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in group_geometries(ctx, dims.cp))

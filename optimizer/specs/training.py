@@ -39,6 +39,15 @@ class TrainingSpec(Strict):
             "torchtitan async TP): needs sequence parallelism and a TP group inside one NVLink domain."
         ),
     )
+    tp_dgrad_overlap: bool = Field(
+        default=False,
+        description=(
+            "In backward, the column-parallel linears' input-gradient collective (the all-reduce, or "
+            "with sequence parallelism the reduce-scatter and the input's re-gather) runs under the "
+            "weight-gradient GEMM (Megatron-Core's and Transformer Engine's linear layers always do). "
+            "False: every tensor-parallel collective is on the critical path (PyTorch DTensor TP)."
+        ),
+    )
     fused_kernels: bool = Field(
         default=True,
         description=(

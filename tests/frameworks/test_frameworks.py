@@ -220,7 +220,9 @@ def test_megatron_selective_is_megatrons() -> None:
     as_megatron = evaluate(EvaluateRequest.model_validate(
         {**job, "training": {**job["training"], "framework": "megatron-lm", "grad_reduce_in_fp32": False},
          "config": {**layout, "recompute": "selective"}}))  # fmt: skip
-    core = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": "core_attn"}}))
+    megatron_stack = {**job["training"], "tp_dgrad_overlap": True}  # Megatron-Core's default
+    core = evaluate(EvaluateRequest.model_validate(
+        {**job, "training": megatron_stack, "config": {**layout, "recompute": "core_attn"}}))  # fmt: skip
     legacy = evaluate(EvaluateRequest.model_validate({**job, "config": {**layout, "recompute": "selective"}}))
     assert as_megatron.step_time_s == pytest.approx(core.step_time_s, rel=1e-12)
     assert as_megatron.memory_gib.total == pytest.approx(core.memory_gib.total, rel=1e-12)
