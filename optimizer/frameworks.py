@@ -84,6 +84,9 @@ class Parallelism:
     """Cost-model recompute modes it does not run on layouts with ep > 1 (set by a ``when`` rule)."""
     tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
+    seq_len_multiple_of_tp_2cp: Fact = Fact(False, "frameworks.toml: the layout rules' seq_len checks only")
+    """``seq_len`` a multiple of ``tp x 2 cp`` (beyond the layout rules' ``2 cp`` and, with sequence
+    parallelism, ``tp`` dividing each context-parallel rank's tokens)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,13 @@ class FrameworkProfile:
             return f"{self.name} always runs sequence parallelism with TP ({par.sequence_parallel_optional.source})"
         return None
 
+    def seq_problem(self, seq_len: int, tp: int, cp: int) -> str | None:
+        """Why the framework does not split ``seq_len`` tokens over these sizes (None: it does)."""
+        fact = self.parallelism.seq_len_multiple_of_tp_2cp
+        if fact.value and seq_len % (tp * 2 * cp):
+            return f"{self.name} needs seq_len ({seq_len}) a multiple of tp x 2 cp = {tp * 2 * cp} ({fact.source})"
+        return None
+
     def etp_problem(self, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:
         """Why the framework does not lay experts out this way: split ``etp`` ways, over ``ep``
         ranks (None: it does)."""
@@ -187,9 +197,9 @@ class FrameworkProfile:
         return None
 
 
-def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | None:
+def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool, seq_len: int | None = None) -> str | None:
     """Why ``profile`` does not run ``lay`` (a resolved layout, cost-model recompute names) as
-    costed; None when it does."""
+    costed for a job of ``seq_len`` tokens a sequence (None: not checked); None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
     excluded = profile.parallelism.ep_layouts_excluded_recompute
@@ -197,6 +207,8 @@ def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool) -> str | N
         return f"{profile.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
     problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
+    if problem is None and seq_len is not None:
+        problem = profile.seq_problem(seq_len, lay.tp, lay.cp)
     if problem is not None:
         return problem
     problem = profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None
@@ -341,7 +353,7 @@ def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[Framew
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = layout_problem(prof, lay, is_moe)
+        problem = layout_problem(prof, lay, is_moe, training.seq_len)
         if problem is None:
             runs.append(prof)
         else:

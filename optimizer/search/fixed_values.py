@@ -152,6 +152,12 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
         if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
+    for name in ("tp", "cp"):
+        value = getattr(fix, name)
+        # the least strict split: the other size at its pin, or 1
+        tp, cp = (value, fix.cp or 1) if name == "tp" else (fix.tp or 1, value)
+        if value is not None and (reason := prof.seq_problem(job.training.seq_len, tp, cp)) is not None:
+            raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
     zeros = [fix.zero_stage] if fix.zero_stage is not None else search.allow.zero_stage
     if not zeros:
         return

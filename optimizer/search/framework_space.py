@@ -78,6 +78,13 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     return [m for m in order if m in runs]
 
 
+def seq_targets(targets: Targets, seq_len: int, tp: int, cp: int) -> Targets:
+    """``targets`` without the frameworks that do not split ``seq_len`` over ``tp`` and ``cp``
+    (``FrameworkProfile.seq_problem``)."""
+    runs = tuple(p for p in targets.profiles if p.seq_problem(seq_len, tp, cp) is None)
+    return targets if len(runs) == len(targets.profiles) else targets._replace(profiles=runs)
+
+
 def block_variants(
     targets: Targets,
     zeros: list[int],

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from optimizer.cost.rules import ResolvedLayout, divisors, resolve, sequence_parallel_reason, with_knobs
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.modes import RecomputeMode
+from optimizer.search import framework_space
 from optimizer.search.framework_space import Targets, block_variants, costed_recompute_choices, space_frameworks
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.specs.layout import MAX_MICRO_BATCH_SIZE
@@ -356,9 +357,9 @@ def _etp_choices(
     job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, dp: int, cp: int, ep: int
 ) -> list[tuple[int, Targets]]:
     """The expert tensor-parallel sizes to search with these sizes, each with the target
-    frameworks that run it: by default 1 and, for an MoE model with ``tp > 1``, ``tp``; when
-    ``search.fix`` / ``search.allow`` name values, any the layout rules allow. Sizes no target
-    framework runs are left out."""
+    frameworks that run it and split ``seq_len`` so: by default 1 and, for an MoE model with ``tp > 1``,
+    ``tp``; when ``search.fix`` / ``search.allow`` name values, any the layout rules allow."""
+    targets = framework_space.seq_targets(targets, job.training.seq_len, tp, cp)
     moe = job.model.moe
     if moe is None:
         return [(1, targets)] if _choices("etp", [1], search) else []
