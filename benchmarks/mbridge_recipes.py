@@ -29,6 +29,12 @@ micro-batch of 1, but the summary's row prints a micro-batch of 4 (and a gradien
 that matches neither), so its recompute stays searched. The summary's layouts are taken as
 printed where they differ from the recipe's (Qwen3-30B: VP 24 printed, ``vp: 12`` in the recipe).
 
+DeepSeek-V3's H100 run keeps the recipe's multi-token-prediction layer (``deepseek_v3.py``
+``mtp_num_layers=1``; ``run_script.py``'s layout ``"Et|(tt|)*30mL"`` puts it, with the loss, in the
+last virtual stage). The cost model has no MTP layer: it costs the main model, without one more
+MoE layer (1/61 of the layers) and a second output head (6 x 129,280 x 7,168 FLOPs a token, 2.5%
+of the main model's 6 x 37.5B), so that row is expected to be predicted a few percent fast.
+
 Padding to capacity fixes every expert's token count on the host (Megatron-Core's all-to-all
 dispatcher then needs no device-to-host synchronisation: ``cuda_sync_point = "no_sync"``), but the
 host still issues each local expert's GEMMs in turn; with Qwen3-30B-A3B's 16 small local experts

@@ -534,7 +534,7 @@ def test_nemo_llama3_70b_exact():
         "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true "
         "model.recompute_granularity=selective model.recompute_method=null "
         "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
-        "model.num_layers_in_last_pipeline_stage=null model.pipeline_model_parallel_layout=null"
+        "model.num_layers_in_last_pipeline_stage=null model.mtp_num_layers=null model.pipeline_model_parallel_layout=null"
     )
 
 
