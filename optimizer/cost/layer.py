@@ -157,7 +157,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         # forward GEMM time), the attention core's is kept
         bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved
     # ---- communication (each term depends only on its own axis's group) --------------------
-    windows = tp_wgrad_windows_s(kind, t_attn_gemm, t_mlp)
+    windows = tp_wgrad_windows_s(ctx, kind, t_attn_gemm, t_mlp)
     tp_s = tp_comm_s(ctx, kind, d, groups.tp, windows)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
     ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
@@ -167,19 +167,26 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert, windows)
 
 
-COLUMN_GEMM_SHARE = 0.5
-"""Share of a TP block's forward GEMM time that its column-parallel linear takes, at least: q, k, v
-against the output projection (3 : 1 with multi-head attention, a little over 1 : 1 with few
-key-value heads), the MLP's first linear against its second (2 : 1 gated, 1 : 1 not). The
-backward collectives ``tp_dgrad_overlap`` overlaps hide under this GEMM's backward."""
-
-
-def tp_wgrad_windows_s(kind: LayerKind, t_attn_gemm: float, t_mlp: float) -> tuple[float, ...]:
+def tp_wgrad_windows_s(ctx: JobContext, kind: LayerKind, t_attn_gemm: float, t_mlp: float) -> tuple[float, ...]:
     """Per TP block (attention, then a dense layer's MLP), the forward time of its column-parallel
-    GEMM: the window ``layer_comm.tp_comm_s`` hides backward collectives in."""
+    GEMM: the window ``layer_comm.tp_comm_s`` hides backward collectives in. Each is the block's
+    GEMM time times the column-parallel linear's share of the block's parameters: q, k and v of
+    the projections (MLA: the up-projections; its down-projections and the output projection are
+    not column-parallel), the MLP's first linear (2/3 gated, 1/2 not)."""
+    attention = column_share_attention(ctx, kind) * t_attn_gemm
     if kind.is_moe:
-        return (COLUMN_GEMM_SHARE * t_attn_gemm,)
-    return (COLUMN_GEMM_SHARE * t_attn_gemm, COLUMN_GEMM_SHARE * t_mlp)
+        return (attention,)
+    return (attention, (2.0 / 3.0 if ctx.job.model.activation == "swiglu" else 0.5) * t_mlp)
+
+
+def column_share_attention(ctx: JobContext, kind: LayerKind) -> float:
+    """The column-parallel projections' share of a layer's attention projection parameters."""
+    model = ctx.job.model
+    if model.mla is not None:
+        return min(1.0, sum(ctx.mla_up_params) / max(kind.params.attention, 1.0))
+    heads, kv_heads = float(model.num_attention_heads or 0), float(model.num_kv_heads or 0)
+    qkv = heads * ctx.d_qk + kv_heads * (ctx.d_qk + ctx.d_v)
+    return qkv / (qkv + heads * ctx.d_v) if qkv > 0 else 0.5
 
 
 class _ForwardTimes(NamedTuple):

@@ -46,37 +46,52 @@ def tp_comm_s(
         return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
     # the backward's blocking share: the all-gather of the row-parallel output's gradient with
     # sequence parallelism (half an all-reduce), nothing without
-    blocking = count - blocks * (DGRAD_OVERLAPPED_SP if d.sequence_parallel else DGRAD_OVERLAPPED)
+    blocking = count - blocks * (0.5 if d.sequence_parallel else 1.0)
+    # op recompute re-runs the forward all-gathers (counted above): backward needs no re-gather
+    regather = d.sequence_parallel and d.recompute != RecomputeMode.OP
+    deferred = wgrad_deferred(ctx)
     windows = tuple(wgrad_windows_s[:blocks]) + (0.0,) * (blocks - len(wgrad_windows_s[:blocks]))
     overlapped = 0.0
     for window in windows:
-        overlapped += dgrad_overlap_s(ctx, cast(float, per_ar), d.sequence_parallel, window)
+        overlapped += dgrad_overlap_s(ctx, cast(float, per_ar), d.sequence_parallel, window, regather, deferred, hidden)
     return cast(float, blocking * per_ar * exposed_fraction(ctx, hidden) + overlapped)
 
 
-DGRAD_OVERLAPPED = 1.0
-"""All-reduce equivalents of one TP block's backward that ``tp_dgrad_overlap`` runs under GEMMs
-without sequence parallelism: the column-parallel linear's input-gradient all-reduce, issued
-async before its weight-gradient GEMM (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication``;
-the row-parallel linear's backward needs no collective)."""
-DGRAD_OVERLAPPED_SP = 0.5
-"""The same with sequence parallelism: the input-gradient reduce-scatter (half an all-reduce)
-leaves the blocking count; the input's all-gather that backward repeats for the weight gradient
-(another half, not in the blocking count: the forward's gathered input is not kept) runs under
-the input-gradient GEMM. The row-parallel output's gradient all-gather (half) blocks."""
+def wgrad_deferred(ctx: JobContext) -> bool:
+    """The stack defers weight-gradient GEMMs (Megatron ``--delay-wgrad-compute``, which the launch
+    arguments add with the expert all-to-all overlap on MoE models): the input-gradient collective
+    then has no weight-gradient GEMM to run under. Taken for every layout of such a job (the
+    launch adds the flag only with ``ep > 1``: a slower bound for the others)."""
+    return ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None
 
 
-def dgrad_overlap_s(ctx: JobContext, per_ar_s: float, sequence_parallel: bool, window_s: float) -> float:
+def dgrad_overlap_s(
+    ctx: JobContext,
+    per_ar_s: float,
+    sequence_parallel: bool,
+    window_s: float,
+    regather: bool = True,
+    wgrad_deferred: bool = False,
+    hidden: float = 0.0,
+) -> float:
     """Critical-path time of one TP block's backward collectives that run under its column-parallel
     linear's GEMMs (``window_s``: that GEMM's forward time; the input-gradient and the
-    weight-gradient GEMM each take as long): the part longer than the GEMMs is exposed, the
-    hidden part still costs ``cal.overlap_contention``. Without sequence parallelism one
-    all-reduce under the weight-gradient GEMM; with it a re-gather under the input-gradient GEMM
-    and a reduce-scatter under the weight-gradient GEMM (half an all-reduce each)."""
-    halves = (0.5 * per_ar_s, 0.5 * per_ar_s) if sequence_parallel else (per_ar_s,)
+    weight-gradient GEMM each take as long). Without sequence parallelism: the input-gradient
+    all-reduce under the weight-gradient GEMM. With it: the input's re-gather (``regather``;
+    Megatron-Core keeps only the shard from forward) under the input-gradient GEMM and the
+    input-gradient reduce-scatter under the weight-gradient GEMM, half an all-reduce each. With
+    ``wgrad_deferred`` the weight-gradient GEMM runs later: nothing hides under it. Each collective
+    costs what its window leaves exposed plus ``cal.overlap_contention`` of the hidden rest, or
+    what GEMM/collective overlap (``hidden``: ``training.tp_comm_overlap``) leaves of it, the
+    smaller."""
+    wgrad_window = 0.0 if wgrad_deferred else window_s
+    parts: list[tuple[float, float]] = [(per_ar_s, wgrad_window)]
+    if sequence_parallel:
+        parts = [(0.5 * per_ar_s, window_s)] if regather else []
+        parts.append((0.5 * per_ar_s, wgrad_window))
     total = 0.0
-    for t in halves:
-        total += cast(float, contended(ctx, max(0.0, t - window_s), t))
+    for t, window in parts:
+        total += min(cast(float, contended(ctx, max(0.0, t - window), t)), t * exposed_fraction(ctx, hidden))
     return total
 
 

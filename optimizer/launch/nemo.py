@@ -91,9 +91,7 @@ def nemo_overrides(
         ("model.recompute_num_layers", 1 if full else None),
         ("model.num_layers_in_first_pipeline_stage", split.first),
         ("model.num_layers_in_last_pipeline_stage", split.last),
-        # plans cost the main model: no multi-token-prediction layers, which some recipes turn on
-        # (deepseek_v3.py, glm45.py, qwen3_next.py: mtp_num_layers=1)
-        ("model.mtp_num_layers", None),
+        ("model.mtp_num_layers", None),  # plans cost no MTP layers (DeepSeek-V3, GLM-4.5 recipes: 1)
     ]
     modules = megatron_recompute_modules(model, layout.recompute) if granularity == "selective" else None
     if modules:

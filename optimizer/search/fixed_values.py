@@ -152,6 +152,8 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
         if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
+    if (reason := prof.seq_problem(job.training.seq_len, 1, 1)) is not None:
+        raise InvalidLayout("training.seq_len", f"no layout can split it: {reason}")
     for name in ("tp", "cp"):
         value = getattr(fix, name)
         # the least strict split: the other size at its pin, or 1

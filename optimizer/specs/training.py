@@ -40,12 +40,13 @@ class TrainingSpec(Strict):
         ),
     )
     tp_dgrad_overlap: bool = Field(
-        default=False,
+        default=True,
         description=(
-            "In backward, the column-parallel linears' input-gradient collective (the all-reduce, or "
-            "with sequence parallelism the reduce-scatter and the input's re-gather) runs under the "
-            "weight-gradient GEMM (Megatron-Core's and Transformer Engine's linear layers always do). "
-            "False: every tensor-parallel collective is on the critical path (PyTorch DTensor TP)."
+            "The stack's tensor-parallel linears run their backward as Megatron-Core's do: the "
+            "column-parallel input-gradient all-reduce (with sequence parallelism, reduce-scatter) "
+            "under the weight-gradient GEMM and, with sequence parallelism, a re-gather of the input "
+            "(only the shard is kept from forward) under the input-gradient GEMM. False: PyTorch "
+            "DTensor TP (torchtitan), every backward collective blocking and the gathered input kept."
         ),
     )
     fused_kernels: bool = Field(

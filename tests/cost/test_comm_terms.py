@@ -93,7 +93,8 @@ def test_tp_comm_overlap_hides_tp_time_only_inside_nvlink_with_sequence_parallel
             "llama3-70b",
             "dgx-h100",
             64,
-            {"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap},
+            # every TP collective blocking but for this overlap (test_tp_dgrad_overlap covers the rest)
+            {"seq_len": 8192, "global_batch_size": 64, "tp_comm_overlap": overlap, "tp_dgrad_overlap": False},
             cal=cal,
             tp=tp,
             pp=1,

@@ -83,3 +83,55 @@ def test_with_sequence_parallel_the_gradient_gathers_still_block() -> None:
     per_block = off["tp_comm"] / 4
     assert on["tp_comm"] >= 3 * per_block * (1 - 1e-9)
     assert on["tp_comm"] <= 3 * per_block + 2 * per_block * (1 + 1e-9)
+
+
+def test_userbuffers_deferred_wgrad_and_op_recompute() -> None:
+    """With GEMM/collective overlap hiding half (``hidden`` 0.5, exposed share 1 - 0.5 x 0.92 =
+    0.54) and no window, each collective costs the smaller of the two: 0.54 of it. With the
+    weight-gradient GEMM deferred (``--delay-wgrad-compute``) the input-gradient collective has no
+    window: exposed whole without SP, the re-gather alone hidden with it. Without the re-gather
+    (op recompute re-runs the forward all-gathers) only the reduce-scatter is left."""
+    ctx = _Ctx()
+    ub = 1 - 0.5 * (1 - C)
+    assert dgrad_overlap_s(ctx, 1e-3, True, 0.0, hidden=0.5) == pytest.approx(ub * 1e-3)  # type: ignore[arg-type]
+    assert dgrad_overlap_s(ctx, 1e-3, False, 5e-3, wgrad_deferred=True) == pytest.approx(1e-3)  # type: ignore[arg-type]
+    # SP, long window: re-gather hidden (0.08 x 0.5 ms), reduce-scatter exposed (0.5 ms)
+    sp_deferred = dgrad_overlap_s(ctx, 1e-3, True, 5e-3, wgrad_deferred=True)  # type: ignore[arg-type]
+    assert sp_deferred == pytest.approx(C * 0.5e-3 + 0.5e-3)
+    assert dgrad_overlap_s(ctx, 1e-3, True, 0.0, regather=False) == pytest.approx(0.5e-3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("preset", "share"), [("deepseek-v3", 0.291), ("llama3-70b", 80 / 144)])
+def test_column_share_of_attention(preset: str, share: float) -> None:
+    """Llama 3 70B: q (64 heads) and k, v (8 heads each) against the output projection (64 heads),
+    80 : 64 of 128-wide heads. DeepSeek-V3 (MLA): the up-projections, 54.5M of 187.1M attention
+    parameters (its down-projections are not tensor-split, the output projection is row-parallel)."""
+    from optimizer.cost import build_context
+    from optimizer.cost.layer import column_share_attention
+    from optimizer.specs import JobSpec
+
+    job = JobSpec(model={"preset": preset}, training={"seq_len": 4096, "global_batch_size": 64},
+                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
+    ctx = build_context(job)
+    assert column_share_attention(ctx, ctx.kinds[-1]) == pytest.approx(share, abs=1e-3)
+
+
+def test_op_recompute_with_sequence_parallel_costs_no_regather() -> None:
+    """op re-runs the forward all-gathers, whose output backward uses: with no GEMM window the
+    Megatron backward then moves as much as the blocking one (5 all-reduce units a layer)."""
+    from optimizer.cost import build_context
+    from optimizer.cost.layer_comm import tp_comm_s
+    from optimizer.cost.rules import Dims
+    from optimizer.cost.topology import group_geometry
+    from optimizer.specs import JobSpec
+
+    def tp_s(overlap: bool) -> float:
+        job = JobSpec(model={"preset": "llama3-8b"},
+                      training={"seq_len": 8192, "global_batch_size": 64, "tp_dgrad_overlap": overlap},
+                      cluster={"preset": "dgx-h100", "num_gpus": 8})  # fmt: skip
+        ctx = build_context(job)
+        return tp_comm_s(
+            ctx, ctx.kinds[0], Dims(8, 1, 1, 1, True, "op"), group_geometry(ctx.topology, 1, 8), (0.0, 0.0)
+        )
+
+    assert tp_s(True) == pytest.approx(tp_s(False))

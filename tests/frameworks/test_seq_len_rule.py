@@ -55,3 +55,11 @@ def test_a_pin_against_it_is_a_field_error() -> None:
         plan(PlanRequest(**_training(framework="torchtitan"), search={"fix": {"tp": 8}}))
     assert err.value.field == "search.fix.tp"
     assert "tp x 2 cp = 16" in str(err.value)
+
+
+def test_a_sequence_no_layout_splits_is_a_field_error_at_seq_len() -> None:
+    """1,001 tokens: not even tp = cp = 1 (2 must divide them) runs on torchtitan."""
+    with pytest.raises(InvalidLayout) as err:
+        plan(PlanRequest(**{**JOB, "training": {**JOB["training"], "seq_len": 1001, "framework": "torchtitan"}}))
+    assert err.value.field == "training.seq_len"
+    assert "tp x 2 cp = 2" in str(err.value)
