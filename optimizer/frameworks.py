@@ -32,6 +32,9 @@ PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(
 runs the job whatever the knob says."""
 MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
 """Stack knobs that act only on MoE layers: a framework runs a dense job whatever they say."""
+TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
+"""Stack knobs that act only with tensor parallelism: a framework runs a ``tp = 1`` layout whatever
+they say."""
 
 
 @dataclass(frozen=True)
@@ -179,10 +182,11 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any, model: Any) -> str | None:
+    def stack_problem(self, training: Any, model: Any, tp: int | None = None) -> str | None:
         """The first ``training`` knob whose value the framework does not run, or the first rule
         that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
-        (``PRECISION_KNOBS``, ``MOE_KNOBS``) are not checked."""
+        (``PRECISION_KNOBS``, ``MOE_KNOBS``; ``TP_KNOBS`` for a layout with ``tp`` 1) are not
+        checked."""
         for rule in self.conditions:
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
@@ -191,6 +195,8 @@ class FrameworkProfile:
             if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
                 continue  # the knob does nothing at this precision
             if knob in MOE_KNOBS and not model.is_moe:
+                continue
+            if knob in TP_KNOBS and tp == 1:
                 continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
@@ -268,12 +274,12 @@ def costed_config(training: Any, config: Any) -> Any:
     return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
 
 
-def candidate_frameworks(training: Any, model: Any) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job (``training``, ``model``): the named one, or any
-    of the four, each as it runs the job (``as_run_for``)."""
+def candidate_frameworks(training: Any, model: Any, tp: int | None = None) -> tuple[FrameworkProfile, ...]:
+    """The frameworks whose stack runs the job (``training``, ``model``; a layout's ``tp`` when
+    given): the named one, or any of the four, each as it runs the job (``as_run_for``)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model) is None)
+    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp) is None)
 
 
 def as_run_for(prof: FrameworkProfile, training: Any, model: Any) -> FrameworkProfile:
@@ -345,11 +351,11 @@ def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[Framew
     """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
     costed, and, when there are none, why (one reason per target framework)."""
     is_moe = model.is_moe
-    targets = candidate_frameworks(training, model)
+    targets = candidate_frameworks(training, model, lay.tp)
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [p.stack_problem(training, model) or "" for p in profiles]
+        reasons = [p.stack_problem(training, model, lay.tp) or "" for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:

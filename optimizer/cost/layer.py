@@ -131,7 +131,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
     p = kind.params
     tp, cp, ep, b = d.tp, d.cp, d.ep, d.micro_batch_size
     tokens = b * s / cp  # tokens per GEMM on a TP rank
-    t_attn_gemm, t_core, t_core_bwd, t_mlp, t_elem, t_perm = _forward_times(ctx, kind, d, tokens)
+    t_attn_gemm, t_core, t_core_bwd, t_mlp, t_elem, t_perm, t_shared = _forward_times(ctx, kind, d, tokens)
     fwd = t_attn_gemm + t_core + t_mlp + t_elem + t_perm
     bwd = 2.0 * (t_attn_gemm + t_mlp + t_elem) + t_core_bwd + t_perm
     mla_up_kept = model.mla is None or d.recompute not in MLA_UP_RECOMPUTED
@@ -157,7 +157,7 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         # forward GEMM time), the attention core's is kept
         bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved
     # ---- communication (each term depends only on its own axis's group) --------------------
-    windows = tp_wgrad_windows_s(ctx, kind, t_attn_gemm, t_mlp)
+    windows = tp_wgrad_windows_s(ctx, kind, t_attn_gemm, t_shared if kind.is_moe else t_mlp)
     tp_s = tp_comm_s(ctx, kind, d, groups.tp, windows)
     cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
     ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
@@ -168,13 +168,14 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
 
 
 def tp_wgrad_windows_s(ctx: JobContext, kind: LayerKind, t_attn_gemm: float, t_mlp: float) -> tuple[float, ...]:
-    """Per TP block (attention, then a dense layer's MLP), the forward time of its column-parallel
-    GEMM: the window ``layer_comm.tp_comm_s`` hides backward collectives in. Each is the block's
-    GEMM time times the column-parallel linear's share of the block's parameters: q, k and v of
-    the projections (MLA: the up-projections; its down-projections and the output projection are
-    not column-parallel), the MLP's first linear (2/3 gated, 1/2 not)."""
+    """Per TP block (attention, then the dense MLP or an MoE layer's shared experts, whose GEMM time
+    is ``t_mlp``), the forward time of its column-parallel GEMM: the window
+    ``layer_comm.tp_comm_s`` hides backward collectives in. Each is the block's GEMM time times the
+    column-parallel linear's share of the block's parameters: q, k and v of the projections (MLA:
+    the up-projections; its down-projections and the output projection are not column-parallel),
+    the MLP's first linear (2/3 gated, 1/2 not)."""
     attention = column_share_attention(ctx, kind) * t_attn_gemm
-    if kind.is_moe:
+    if kind.is_moe and not kind.params.shared_experts:
         return (attention,)
     return (attention, (2.0 / 3.0 if ctx.job.model.activation == "swiglu" else 0.5) * t_mlp)
 
@@ -199,6 +200,8 @@ class _ForwardTimes(NamedTuple):
     t_mlp: float
     t_elem: float
     t_perm: float
+    t_shared: float
+    """Of ``t_mlp``, an MoE layer's shared experts' GEMMs."""
 
 
 def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> _ForwardTimes:
@@ -214,6 +217,7 @@ def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> 
     # ---- compute (forward) ---------------------------------------------------------------
     t_attn_gemm = gemm_time_s(ctx, kind.attn_proj_flops * tokens / tp, tokens, h, p.attention / (2 * h * tp))
     t_core, t_core_bwd = attention_core_times_s(ctx, kind, d)
+    t_shared = 0.0
     if kind.is_moe:
         moe = model.moe
         assert moe is not None
@@ -222,7 +226,8 @@ def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> 
         t_mlp = max(expert_gemm_times_s(ctx, kind, d))  # host bound when the expert GEMMs are small
         t_mlp += gemm_time_s(ctx, 2 * tok_gpu * p.router, tok_gpu, h, moe.num_experts)
         if p.shared_experts:
-            t_mlp += gemm_time_s(ctx, 2 * tokens * p.shared_experts / tp, tokens, h, p.shared_experts / (2 * h * tp))
+            t_shared = gemm_time_s(ctx, 2 * tokens * p.shared_experts / tp, tokens, h, p.shared_experts / (2 * h * tp))
+            t_mlp += t_shared
         ffn_active = moe.top_k * p.routed_expert_each / (3 * h) * tp + p.shared_experts / (3 * h)
     else:
         t_mlp = gemm_time_s(ctx, kind.mlp_flops * tokens / tp, tokens, h, p.mlp_dense / (2 * h * tp))
@@ -247,4 +252,4 @@ def _forward_times(ctx: JobContext, kind: LayerKind, d: Dims, tokens: float) -> 
     hbm_bytes_per_s = ctx.hbm_bytes_per_s
     t_elem = elementwise_bytes / hbm_bytes_per_s
     t_perm = routed_tokens * h * PERMUTE_BYTES / hbm_bytes_per_s if kind.is_moe else 0.0
-    return _ForwardTimes(t_attn_gemm, t_core, t_core_bwd, t_mlp, t_elem, t_perm)
+    return _ForwardTimes(t_attn_gemm, t_core, t_core_bwd, t_mlp, t_elem, t_perm, t_shared)

@@ -31,7 +31,7 @@ def tp_comm_s(
     h = float(ctx.job.model.hidden_size or 0)
     tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
     per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
-    blocks = 1 if kind.is_moe else 2  # attention (+ dense MLP); expert MLPs are not tensor-split
+    blocks = tp_blocks(kind)
     count: float = 2 * blocks + (blocks if d.recompute == RecomputeMode.FULL else 0)
     if d.recompute == RecomputeMode.OP:
         # the op-level policy re-runs the forward collectives it does not save: the all-gathers
@@ -49,7 +49,7 @@ def tp_comm_s(
     blocking = count - blocks * (0.5 if d.sequence_parallel else 1.0)
     # op recompute re-runs the forward all-gathers (counted above): backward needs no re-gather
     regather = d.sequence_parallel and d.recompute != RecomputeMode.OP
-    deferred = wgrad_deferred(ctx)
+    deferred = wgrad_deferred(ctx, d)
     windows = tuple(wgrad_windows_s[:blocks]) + (0.0,) * (blocks - len(wgrad_windows_s[:blocks]))
     overlapped = 0.0
     for window in windows:
@@ -57,12 +57,18 @@ def tp_comm_s(
     return cast(float, blocking * per_ar * exposed_fraction(ctx, hidden) + overlapped)
 
 
-def wgrad_deferred(ctx: JobContext) -> bool:
+def tp_blocks(kind: LayerKind) -> int:
+    """Tensor-parallel blocks of a layer (each a column- then a row-parallel linear with their
+    collectives): attention, and the dense MLP or an MoE layer's shared experts (Megatron-Core's
+    ``SharedExpertMLP`` is a tensor-parallel MLP); routed experts are not tensor-split here."""
+    return 2 if not kind.is_moe or kind.params.shared_experts else 1
+
+
+def wgrad_deferred(ctx: JobContext, d: Dims) -> bool:
     """The stack defers weight-gradient GEMMs (Megatron ``--delay-wgrad-compute``, which the launch
-    arguments add with the expert all-to-all overlap on MoE models): the input-gradient collective
-    then has no weight-gradient GEMM to run under. Taken for every layout of such a job (the
-    launch adds the flag only with ``ep > 1``: a slower bound for the others)."""
-    return ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None
+    arguments add with the expert all-to-all overlap on MoE layouts with ``ep > 1``): the
+    input-gradient collective then has no weight-gradient GEMM to run under."""
+    return ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None and d.ep > 1
 
 
 def dgrad_overlap_s(

@@ -135,3 +135,18 @@ def test_op_recompute_with_sequence_parallel_costs_no_regather() -> None:
         )
 
     assert tp_s(True) == pytest.approx(tp_s(False))
+
+
+@pytest.mark.parametrize(("preset", "moe_blocks"), [("deepseek-v3", 2), ("mixtral-8x7b", 1)])
+def test_shared_experts_are_a_tensor_parallel_block(preset: str, moe_blocks: int) -> None:
+    """DeepSeek-V3's shared expert is a tensor-parallel MLP (Megatron-Core ``SharedExpertMLP``):
+    its MoE layers have two TP blocks, like a dense layer; Mixtral's (routed experts only) one."""
+    from optimizer.cost import build_context
+    from optimizer.cost.layer_comm import tp_blocks
+    from optimizer.specs import JobSpec
+
+    job = JobSpec(model={"preset": preset}, training={"seq_len": 4096, "global_batch_size": 64},
+                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
+    ctx = build_context(job)
+    assert [tp_blocks(k) for k in ctx.kinds if k.is_moe] == [moe_blocks]
+    assert all(tp_blocks(k) == 2 for k in ctx.kinds if not k.is_moe)

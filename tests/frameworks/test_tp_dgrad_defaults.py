@@ -36,9 +36,26 @@ def test_megatron_stacks_always_run_it(framework: str, client: TestClient) -> No
     assert any("training.tp_dgrad_overlap [True], the job has False" in note for note in blocking["notes"])
 
 
-@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
-def test_other_stacks_do_not_run_it(framework: str, client: TestClient) -> None:
+def test_torchtitan_does_not_run_it(client: TestClient) -> None:
     """As with any stack knob the framework does not run: scored, on no framework, and said."""
-    body = _post(client, framework=framework, tp_dgrad_overlap=True)
+    body = _post(client, framework="torchtitan", tp_dgrad_overlap=True)
     assert body["frameworks"] == []
     assert any("training.tp_dgrad_overlap [False], the job has True" in note for note in body["notes"])
+
+
+def test_deepspeed_runs_either_and_defaults_to_false(client: TestClient) -> None:
+    """DeepSpeed runs the model's own TP layers: plain PyTorch (false, its default) or Megatron-
+    DeepSpeed's, which are Megatron's (true)."""
+    for overlap in (True, False):
+        training = {**JOB["training"], "framework": "deepspeed", "tp_dgrad_overlap": overlap}
+        r = client.post("/evaluate", json={**JOB, "training": training, "config": {**LAYOUT, "vpp": 1}})
+        assert r.status_code == 200, r.text
+        assert r.json()["frameworks"] == ["deepspeed"], r.json()["notes"]
+
+
+def test_the_knobs_do_not_decide_the_framework_of_a_layout_without_tp(client: TestClient) -> None:
+    """At tp 1 there is no TP collective: a layout runs whatever the TP knobs say."""
+    r = client.post("/evaluate", json={**JOB, "training": {**JOB["training"], "framework": "torchtitan",
+                    "tp_dgrad_overlap": True}, "config": {**LAYOUT, "tp": 1, "pp": 1, "vpp": 1, "zero_stage": 3}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert "tp_dgrad_overlap" not in " ".join(r.json()["notes"])
