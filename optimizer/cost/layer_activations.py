@@ -76,7 +76,7 @@ def activation_bytes(
     elif d.recompute in (RecomputeMode.SELECTIVE, RecomputeMode.MOE, RecomputeMode.OP):
         stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
-        stored_elems = full_elems
+        stored_elems = full_elems + _gathered_inputs_kept(ctx, kind, d, hid, mlp_in)
     if not mla_up_kept:
         stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
     per_token_bytes = ACT_BYTES * tokens
@@ -90,6 +90,18 @@ def activation_bytes(
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * score_elements(ctx, kind, d)
     return stored, working
+
+
+def _gathered_inputs_kept(ctx: JobContext, kind: LayerKind, d: Dims, hid: float, mlp_in: float) -> float:
+    """Elements per token a DTensor TP stack (``training.tp_dgrad_overlap`` false) keeps beyond the
+    sequence-parallel shards of the column-parallel linears' inputs: the matmul saves the gathered,
+    full-width input for its backward (Megatron-Core keeps the shard and re-gathers). The
+    attention's (not MLA's, whose down-projections take the shard) and a dense MLP's."""
+    if ctx.job.training.tp_dgrad_overlap or not d.sequence_parallel or d.tp <= 1:
+        return 0.0
+    h = float(ctx.job.model.hidden_size or 0)
+    attention = h - hid if ctx.job.model.mla is None else 0.0
+    return attention + (0.0 if kind.is_moe else h - mlp_in)
 
 
 QUANTIZED_INPUT_BYTES = 1.0

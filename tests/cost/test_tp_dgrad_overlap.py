@@ -150,3 +150,27 @@ def test_shared_experts_are_a_tensor_parallel_block(preset: str, moe_blocks: int
     ctx = build_context(job)
     assert [tp_blocks(k) for k in ctx.kinds if k.is_moe] == [moe_blocks]
     assert all(tp_blocks(k) == 2 for k in ctx.kinds if not k.is_moe)
+
+
+def test_dtensor_tp_keeps_the_gathered_inputs() -> None:
+    """Without recompute, a DTensor TP stack (``tp_dgrad_overlap`` false, torchtitan) keeps the
+    attention's and the MLP's gathered inputs at full width, where Megatron-Core keeps the
+    sequence-parallel shards: 2 x h x (1 - 1/tp) elements more a token and layer, bf16."""
+
+    def activations(overlap: bool) -> float:
+        est = _scored(
+            "llama3-8b",
+            "dgx-h100",
+            8,
+            {"seq_len": 8192, "global_batch_size": 8, "tp_dgrad_overlap": overlap},
+            tp=8,
+            pp=1,
+            micro_batch_size=1,
+            zero_stage=1,
+            sequence_parallel=True,
+            recompute="none",
+        )[1]
+        return est.memory[0].activations_bytes
+
+    extra = 32 * 2 * 4096 * (1 - 1 / 8) * 2 * 8192  # layers x inputs x h(1 - 1/tp) x bytes x tokens
+    assert activations(False) - activations(True) == pytest.approx(extra)
