@@ -160,6 +160,15 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         tp, cp = (value, fix.cp or 1) if name == "tp" else (fix.tp or 1, value)
         if value is not None and (reason := prof.seq_problem(job.training.seq_len, tp, cp)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
+        allowed = getattr(search.allow, name)
+        if value is None and allowed:
+            other = fix.cp or 1 if name == "tp" else fix.tp or 1
+            pairs = [(v, other) if name == "tp" else (other, v) for v in allowed]
+            reasons = [prof.seq_problem(job.training.seq_len, t, c) for t, c in pairs]
+            if all(r is not None for r in reasons):
+                raise InvalidLayout(
+                    f"search.allow.{name}", f"no layout can take any of {name} {list(allowed)}: {reasons[0]}"
+                )
     zeros = [fix.zero_stage] if fix.zero_stage is not None else search.allow.zero_stage
     if not zeros:
         return

@@ -63,3 +63,13 @@ def test_a_sequence_no_layout_splits_is_a_field_error_at_seq_len() -> None:
         plan(PlanRequest(**{**JOB, "training": {**JOB["training"], "seq_len": 1001, "framework": "torchtitan"}}))
     assert err.value.field == "training.seq_len"
     assert "tp x 2 cp = 2" in str(err.value)
+
+
+def test_an_allow_list_against_it_is_a_field_error() -> None:
+    """1,002 tokens: tp 4 (8 must divide them) and tp 8 (16) both fail on torchtitan."""
+    training = {**JOB["training"], "seq_len": 1002, "framework": "torchtitan"}
+    with pytest.raises(InvalidLayout) as err:
+        plan(PlanRequest(**{**JOB, "training": training}, search={"allow": {"tp": [4, 8]}}))
+    assert err.value.field == "search.allow.tp"
+    assert "tp x 2 cp = 8" in str(err.value)
+    assert plan(PlanRequest(**{**JOB, "training": training}, search={"allow": {"tp": [1, 8]}})).plans
