@@ -20,7 +20,8 @@ def tp_comm_s(
     ctx: JobContext, kind: LayerKind, d: Dims, geo: GroupGeometry, wgrad_windows_s: tuple[float, ...] = ()
 ) -> float:
     """Exposed tensor-parallel collective time of one layer and micro-batch (forward, backward,
-    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism.
+    recomputed forward): all-reduces, or reduce-scatter + all-gather with sequence parallelism,
+    of each block's column-parallel input and row-parallel output (``tp_block_widths``).
 
     With ``training.tp_dgrad_overlap`` the backward's column-parallel collectives run under that
     linear's GEMMs (``dgrad_overlap_s``); ``wgrad_windows_s`` holds, per TP block (attention, then
@@ -28,33 +29,53 @@ def tp_comm_s(
     (a block without one hides nothing)."""
     if d.tp <= 1:
         return 0.0
-    h = float(ctx.job.model.hidden_size or 0)
     tokens = d.micro_batch_size * ctx.job.training.seq_len / d.cp
-    per_ar = hierarchical_allreduce_time_s(tokens * h * ACT_BYTES, geo.levels)
-    blocks = tp_blocks(kind)
-    count: float = 2 * blocks + (blocks if d.recompute == RecomputeMode.FULL else 0)
-    if d.recompute == RecomputeMode.OP:
-        # the op-level policy re-runs the forward collectives it does not save: the all-gathers
-        # (half of each RS + AG pair) with sequence parallelism, the all-reduces without
-        count += 0.5 * blocks if d.sequence_parallel else blocks
+    sp = d.sequence_parallel
     # GEMM/collective overlap (userbuffers, async TP), when the stack does it: needs sequence
     # parallelism and the group inside one scale-up domain
-    overlap = ctx.job.training.tp_comm_overlap and d.sequence_parallel
+    overlap = ctx.job.training.tp_comm_overlap and sp
     in_domain = len(geo.levels) == 1 and geo.outermost_tier == "nvlink"
     hidden = ctx.cal.tp_comm_overlap if overlap and in_domain else 0.0
-    if not ctx.job.training.tp_dgrad_overlap:
-        return cast(float, count * per_ar * exposed_fraction(ctx, hidden))  # a number for one layout
-    # the backward's blocking share: the all-gather of the row-parallel output's gradient with
-    # sequence parallelism (half an all-reduce), nothing without
-    blocking = count - blocks * (0.5 if d.sequence_parallel else 1.0)
-    # op recompute re-runs the forward all-gathers (counted above): backward needs no re-gather
-    regather = d.sequence_parallel and d.recompute != RecomputeMode.OP
+    ef = exposed_fraction(ctx, hidden)
+    dgrad = ctx.job.training.tp_dgrad_overlap
+    # op recompute re-runs the forward all-gathers: backward needs no re-gather
+    regather = sp and d.recompute != RecomputeMode.OP
     deferred = wgrad_deferred(ctx, d)
-    windows = tuple(wgrad_windows_s[:blocks]) + (0.0,) * (blocks - len(wgrad_windows_s[:blocks]))
-    overlapped = 0.0
-    for window in windows:
-        overlapped += dgrad_overlap_s(ctx, cast(float, per_ar), d.sequence_parallel, window, regather, deferred, hidden)
-    return cast(float, blocking * per_ar * exposed_fraction(ctx, hidden) + overlapped)
+    windows = tuple(wgrad_windows_s) + (0.0,) * max(0, tp_blocks(kind) - len(wgrad_windows_s))
+    total = 0.0
+    for (col_width, row_width), window in zip(tp_block_widths(ctx, kind), windows, strict=False):
+        col = cast(float, hierarchical_allreduce_time_s(tokens * col_width * ACT_BYTES, geo.levels))
+        row = (
+            col
+            if row_width == col_width
+            else cast(float, hierarchical_allreduce_time_s(tokens * row_width * ACT_BYTES, geo.levels))
+        )
+        # forward: all-gather of the column input + reduce-scatter of the row output (SP), or the
+        # row output's all-reduce
+        fwd = 0.5 * (col + row) if sp else row
+        blocking = fwd + (fwd if d.recompute == RecomputeMode.FULL else 0.0)
+        if d.recompute == RecomputeMode.OP:  # the collectives it does not save, re-run
+            blocking += 0.5 * col if sp else row
+        if not dgrad:  # backward: the row output's gradient gather and the input-gradient reduction
+            total += (blocking + (0.5 * (row + col) if sp else col)) * ef
+            continue
+        blocking += 0.5 * row if sp else 0.0
+        total += blocking * ef + dgrad_overlap_s(ctx, col, sp, window, regather, deferred, hidden)
+    return total
+
+
+def tp_block_widths(ctx: JobContext, kind: LayerKind) -> tuple[tuple[float, float], ...]:
+    """Per TP block, the elements per token of its column-parallel input and of its row-parallel
+    output: the hidden size, but for MLA's column side the latents the up-projections take
+    (``q_lora_rank`` or the hidden size, ``kv_lora_rank`` and the shared rotary key: Megatron-Core
+    gathers those, the down-projections run on every rank)."""
+    model = ctx.job.model
+    h = float(model.hidden_size or 0)
+    attention = (h, h)
+    if model.mla is not None:
+        mla = model.mla
+        attention = (float(mla.q_lora_rank or h) + mla.kv_lora_rank + mla.qk_rope_head_dim, h)
+    return (attention, (h, h)) if tp_blocks(kind) == 2 else (attention,)
 
 
 def tp_blocks(kind: LayerKind) -> int:

@@ -174,3 +174,27 @@ def test_dtensor_tp_keeps_the_gathered_inputs() -> None:
 
     extra = 32 * 2 * 4096 * (1 - 1 / 8) * 2 * 8192  # layers x inputs x h(1 - 1/tp) x bytes x tokens
     assert activations(False) - activations(True) == pytest.approx(extra)
+
+
+def test_mla_gathers_its_latents_not_the_hidden_state() -> None:
+    """DeepSeek-V3's attention block: the up-projections take the query latent (1,536), the
+    key-value latent (512) and the shared rotary key (64), 2,112 elements a token against the
+    7,168-wide output projection: without sequence parallelism and without the overlap, forward's
+    all-reduce is at 7,168 and backward's at 2,112 (all-reduce time is affine in the bytes)."""
+    from optimizer.cost import build_context
+    from optimizer.cost.comm import hierarchical_allreduce_time_s
+    from optimizer.cost.layer_comm import tp_block_widths, tp_comm_s
+    from optimizer.cost.rules import Dims
+    from optimizer.cost.topology import group_geometry
+    from optimizer.specs import JobSpec
+
+    job = JobSpec(model={"preset": "deepseek-v3"},
+                  training={"seq_len": 4096, "global_batch_size": 64, "tp_dgrad_overlap": False},
+                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
+    ctx = build_context(job)
+    moe = next(k for k in ctx.kinds if k.is_moe)
+    assert tp_block_widths(ctx, moe) == ((2112.0, 7168.0), (7168.0, 7168.0))
+    geo = group_geometry(ctx.topology, 1, 8)
+    ar = [hierarchical_allreduce_time_s(4096 * w * 2, geo.levels) for w in (2112, 7168)]
+    got = tp_comm_s(ctx, moe, Dims(8, 1, 1, 1, False, "none"), geo)
+    assert got == pytest.approx(ar[1] + ar[0] + 2 * ar[1])  # attention, then the shared experts

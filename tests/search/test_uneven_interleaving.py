@@ -139,7 +139,7 @@ def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_ho
     assert default.solver.left_out_depths_bound_s is None
     flat = search_plans(_request({**base, "search": {"time_limit_s": 60, "allow": {"vpp": [1]}}}))
     assert flat.status == "optimal"
-    assert flat.plans[0].step_time_s == pytest.approx(0.9961, abs=1e-4)
+    assert flat.plans[0].step_time_s == pytest.approx(0.9928, abs=1e-4)
     assert best.step_time_s < 0.82 * flat.plans[0].step_time_s
 
 
