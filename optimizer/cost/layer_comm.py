@@ -43,13 +43,12 @@ def tp_comm_s(
     deferred = wgrad_deferred(ctx, d)
     windows = tuple(wgrad_windows_s) + (0.0,) * max(0, tp_blocks(kind) - len(wgrad_windows_s))
     total = 0.0
+    times: dict[float, float] = {}  # all-reduce time by width (blocks mostly share one)
     for (col_width, row_width), window in zip(tp_block_widths(ctx, kind), windows, strict=False):
-        col = cast(float, hierarchical_allreduce_time_s(tokens * col_width * ACT_BYTES, geo.levels))
-        row = (
-            col
-            if row_width == col_width
-            else cast(float, hierarchical_allreduce_time_s(tokens * row_width * ACT_BYTES, geo.levels))
-        )
+        for width in (col_width, row_width):
+            if width not in times:
+                times[width] = cast(float, hierarchical_allreduce_time_s(tokens * width * ACT_BYTES, geo.levels))
+        col, row = times[col_width], times[row_width]
         # forward: all-gather of the column input + reduce-scatter of the row output (SP), or the
         # row output's all-reduce
         fwd = 0.5 * (col + row) if sp else row
@@ -111,15 +110,17 @@ def dgrad_overlap_s(
     costs what its window leaves exposed plus ``cal.overlap_contention`` of the hidden rest, or
     what GEMM/collective overlap (``hidden``: ``training.tp_comm_overlap``) leaves of it, the
     smaller."""
+    c = ctx.cal.overlap_contention
+    kept = exposed_fraction(ctx, hidden)
+
+    def part(t: float, window: float) -> float:
+        return min((1.0 - c) * max(0.0, t - window) + c * t, t * kept)
+
     wgrad_window = 0.0 if wgrad_deferred else window_s
-    parts: list[tuple[float, float]] = [(per_ar_s, wgrad_window)]
-    if sequence_parallel:
-        parts = [(0.5 * per_ar_s, window_s)] if regather else []
-        parts.append((0.5 * per_ar_s, wgrad_window))
-    total = 0.0
-    for t, window in parts:
-        total += min(cast(float, contended(ctx, max(0.0, t - window), t)), t * exposed_fraction(ctx, hidden))
-    return total
+    if not sequence_parallel:
+        return part(per_ar_s, wgrad_window)
+    half = 0.5 * per_ar_s
+    return part(half, wgrad_window) + (part(half, window_s) if regather else 0.0)
 
 
 def exposed_fraction(ctx: JobContext, hidden: float) -> float:
