@@ -21,7 +21,7 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.grouped_gemm import expert_gemm_host_s, grouped_gemm_gpu_s
 from optimizer.cost.layer_activations import activation_bytes
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, LayerCost, gemm_time_s
-from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_comm_s
+from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_blocks, tp_comm_s
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups
 from optimizer.modes import RecomputeMode, is_low_bit
@@ -175,9 +175,8 @@ def tp_wgrad_windows_s(ctx: JobContext, kind: LayerKind, t_attn_gemm: float, t_m
     the up-projections; its down-projections and the output projection are not column-parallel),
     the MLP's first linear (2/3 gated, 1/2 not)."""
     attention = column_share_attention(ctx, kind) * t_attn_gemm
-    if kind.is_moe and not kind.params.shared_experts:
-        return (attention,)
-    return (attention, (2.0 / 3.0 if ctx.job.model.activation == "swiglu" else 0.5) * t_mlp)
+    mlp = (2.0 / 3.0 if ctx.job.model.activation == "swiglu" else 0.5) * t_mlp
+    return (attention, mlp)[: tp_blocks(kind)]
 
 
 def column_share_attention(ctx: JobContext, kind: LayerKind) -> float:

@@ -110,11 +110,10 @@ def dgrad_overlap_s(
     costs what its window leaves exposed plus ``cal.overlap_contention`` of the hidden rest, or
     what GEMM/collective overlap (``hidden``: ``training.tp_comm_overlap``) leaves of it, the
     smaller."""
-    c = ctx.cal.overlap_contention
     kept = exposed_fraction(ctx, hidden)
 
     def part(t: float, window: float) -> float:
-        return min((1.0 - c) * max(0.0, t - window) + c * t, t * kept)
+        return min(cast(float, contended(ctx, max(0.0, t - window), t)), t * kept)
 
     wgrad_window = 0.0 if wgrad_deferred else window_s
     if not sequence_parallel:

@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from optimizer.calibration import DEFAULT
-from optimizer.cost.layer_comm import dgrad_overlap_s
+from optimizer.cost import Estimate, build_context
+from optimizer.cost.comm import hierarchical_allreduce_time_s
+from optimizer.cost.context import JobContext
+from optimizer.cost.layer import column_share_attention
+from optimizer.cost.layer_comm import dgrad_overlap_s, tp_block_widths, tp_blocks, tp_comm_s
+from optimizer.cost.rules import Dims
+from optimizer.cost.topology import group_geometry
+from optimizer.specs import JobSpec
 from tests.cost.cost_helpers import _scored
 
 C = DEFAULT.overlap_contention
@@ -45,19 +52,22 @@ def test_dgrad_overlap_is_bounded_and_falls_with_the_window(
     assert dgrad_overlap_s(ctx, per_ar, sp, window + longer) <= t * (1 + 1e-12)  # type: ignore[arg-type]
 
 
+def _tp8(model: str, num_gpus: int, sp: bool, overlap: bool, recompute: str = "none") -> Estimate:
+    """``model`` at TP8 without pipelines on ``num_gpus`` H100, one sequence of 8,192 tokens a GPU."""
+    training = {"seq_len": 8192, "global_batch_size": num_gpus, "tp_dgrad_overlap": overlap}
+    layout = {"tp": 8, "pp": 1, "micro_batch_size": 1, "zero_stage": 1}
+    return _scored(model, "dgx-h100", num_gpus, training, **layout, sequence_parallel=sp, recompute=recompute)[1]
+
+
 def _breakdown(sp: bool, overlap: bool, recompute: str = "none") -> dict[str, float]:
-    return _scored(
-        "llama3-70b",
-        "dgx-h100",
-        64,
-        {"seq_len": 8192, "global_batch_size": 64, "tp_dgrad_overlap": overlap},
-        tp=8,
-        pp=1,
-        micro_batch_size=1,
-        zero_stage=1,
-        sequence_parallel=sp,
-        recompute=recompute,
-    )[1].breakdown_s
+    return _tp8("llama3-70b", 64, sp, overlap, recompute).breakdown_s
+
+
+def _context(preset: str, **training: object) -> JobContext:
+    """The cost context of ``preset`` on 64 H100 (4,096-token sequences)."""
+    job = JobSpec(model={"preset": preset}, training={"seq_len": 4096, "global_batch_size": 64, **training},
+                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
+    return build_context(job)
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
@@ -106,30 +116,16 @@ def test_column_share_of_attention(preset: str, share: float) -> None:
     """Llama 3 70B: q (64 heads) and k, v (8 heads each) against the output projection (64 heads),
     80 : 64 of 128-wide heads. DeepSeek-V3 (MLA): the up-projections, 54.5M of 187.1M attention
     parameters (its down-projections are not tensor-split, the output projection is row-parallel)."""
-    from optimizer.cost import build_context
-    from optimizer.cost.layer import column_share_attention
-    from optimizer.specs import JobSpec
-
-    job = JobSpec(model={"preset": preset}, training={"seq_len": 4096, "global_batch_size": 64},
-                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
-    ctx = build_context(job)
+    ctx = _context(preset)
     assert column_share_attention(ctx, ctx.kinds[-1]) == pytest.approx(share, abs=1e-3)
 
 
 def test_op_recompute_with_sequence_parallel_costs_no_regather() -> None:
     """op re-runs the forward all-gathers, whose output backward uses: with no GEMM window the
     Megatron backward then moves as much as the blocking one (5 all-reduce units a layer)."""
-    from optimizer.cost import build_context
-    from optimizer.cost.layer_comm import tp_comm_s
-    from optimizer.cost.rules import Dims
-    from optimizer.cost.topology import group_geometry
-    from optimizer.specs import JobSpec
 
     def tp_s(overlap: bool) -> float:
-        job = JobSpec(model={"preset": "llama3-8b"},
-                      training={"seq_len": 8192, "global_batch_size": 64, "tp_dgrad_overlap": overlap},
-                      cluster={"preset": "dgx-h100", "num_gpus": 8})  # fmt: skip
-        ctx = build_context(job)
+        ctx = _context("llama3-8b", tp_dgrad_overlap=overlap)
         return tp_comm_s(
             ctx, ctx.kinds[0], Dims(8, 1, 1, 1, True, "op"), group_geometry(ctx.topology, 1, 8), (0.0, 0.0)
         )
@@ -141,13 +137,7 @@ def test_op_recompute_with_sequence_parallel_costs_no_regather() -> None:
 def test_shared_experts_are_a_tensor_parallel_block(preset: str, moe_blocks: int) -> None:
     """DeepSeek-V3's shared expert is a tensor-parallel MLP (Megatron-Core ``SharedExpertMLP``):
     its MoE layers have two TP blocks, like a dense layer; Mixtral's (routed experts only) one."""
-    from optimizer.cost import build_context
-    from optimizer.cost.layer_comm import tp_blocks
-    from optimizer.specs import JobSpec
-
-    job = JobSpec(model={"preset": preset}, training={"seq_len": 4096, "global_batch_size": 64},
-                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
-    ctx = build_context(job)
+    ctx = _context(preset)
     assert [tp_blocks(k) for k in ctx.kinds if k.is_moe] == [moe_blocks]
     assert all(tp_blocks(k) == 2 for k in ctx.kinds if not k.is_moe)
 
@@ -158,19 +148,7 @@ def test_dtensor_tp_keeps_the_gathered_inputs() -> None:
     sequence-parallel shards: 2 x h x (1 - 1/tp) elements more a token and layer, bf16."""
 
     def activations(overlap: bool) -> float:
-        est = _scored(
-            "llama3-8b",
-            "dgx-h100",
-            8,
-            {"seq_len": 8192, "global_batch_size": 8, "tp_dgrad_overlap": overlap},
-            tp=8,
-            pp=1,
-            micro_batch_size=1,
-            zero_stage=1,
-            sequence_parallel=True,
-            recompute="none",
-        )[1]
-        return est.memory[0].activations_bytes
+        return _tp8("llama3-8b", 8, True, overlap).memory[0].activations_bytes
 
     extra = 32 * 2 * 4096 * (1 - 1 / 8) * 2 * 8192  # layers x inputs x h(1 - 1/tp) x bytes x tokens
     assert activations(False) - activations(True) == pytest.approx(extra)
@@ -181,17 +159,7 @@ def test_mla_gathers_its_latents_not_the_hidden_state() -> None:
     key-value latent (512) and the shared rotary key (64), 2,112 elements a token against the
     7,168-wide output projection: without sequence parallelism and without the overlap, forward's
     all-reduce is at 7,168 and backward's at 2,112 (all-reduce time is affine in the bytes)."""
-    from optimizer.cost import build_context
-    from optimizer.cost.comm import hierarchical_allreduce_time_s
-    from optimizer.cost.layer_comm import tp_block_widths, tp_comm_s
-    from optimizer.cost.rules import Dims
-    from optimizer.cost.topology import group_geometry
-    from optimizer.specs import JobSpec
-
-    job = JobSpec(model={"preset": "deepseek-v3"},
-                  training={"seq_len": 4096, "global_batch_size": 64, "tp_dgrad_overlap": False},
-                  cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
-    ctx = build_context(job)
+    ctx = _context("deepseek-v3", tp_dgrad_overlap=False)
     moe = next(k for k in ctx.kinds if k.is_moe)
     assert tp_block_widths(ctx, moe) == ((2112.0, 7168.0), (7168.0, 7168.0))
     geo = group_geometry(ctx.topology, 1, 8)
