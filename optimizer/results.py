@@ -72,6 +72,14 @@ class LaunchArgs(_Out):
     torchtitan: str = Field(default="", description="torchtitan TOML fragment.")
     deepspeed: str = Field(default="", description="DeepSpeed config JSON.")
     nemo: str = Field(default="", description="NeMo / Megatron-Bridge recipe overrides.")
+    megatron_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables the Megatron-LM launch must set (name -> value; empty when "
+        "megatron is empty or none is needed), e.g. CUDA_DEVICE_MAX_CONNECTIONS.",
+    )
+    nemo_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables the Megatron-Bridge launch must set."
+    )
 
 
 class Goodput(_Out):

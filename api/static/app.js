@@ -166,7 +166,7 @@ function layoutText(c) {
 }
 
 function frameworksOf(plan) {
-  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => plan.launch[k]);
+  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => typeof plan.launch[k] === "string" && plan.launch[k]);
 }
 
 function render(response) {
@@ -214,7 +214,11 @@ function planDetail(plan) {
     breakdown.append(el("tr", {}, el("td", {}, part), el("td", {}, s.toFixed(4)), el("td", {}, fmt.pct(s / plan.step_time_s))));
   }
   const notes = el("ul", { class: "notes" }, ...plan.notes.map((n) => el("li", {}, n)));
-  const launch = Object.entries(plan.launch ?? {}).filter(([, text]) => text).map(([name, text]) => {
+  // each framework's text, after the environment variables its launch sets (`<name>_env`)
+  const launches = Object.entries(plan.launch ?? {}).filter(([, text]) => typeof text === "string" && text);
+  const launch = launches.map(([name, args]) => {
+    const env = Object.entries(plan.launch[`${name}_env`] ?? {}).map(([k, v]) => `export ${k}=${v}`);
+    const text = [...env, args].join("\n");
     const copy = el("button", { type: "button", class: "copy" }, "Copy");
     copy.addEventListener("click", (event) => {
       event.stopPropagation();

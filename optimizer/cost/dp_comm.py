@@ -124,11 +124,28 @@ def dp_exposed_from_parts_s(
             return zero3_on_demand_s(ctx, m * per_mb, m * bwd)
         return contended(ctx, maximum(unhidden, m * per_mb - ctx.dp_overlap * m * compute), m * per_mb)
     t_b = dense + expert
-    exposed = contended(ctx, maximum(unhidden, t_b - ctx.dp_overlap * bwd), t_b)
+    exposed = gradient_exposed_s(ctx, zero_stage, m, t_b, unhidden, compute, bwd)
     if zero_stage != 0:  # the parameter all-gather, the reduce-scatter's mirror in weight bytes
         t_g = t_b if gather is None else gather
         exposed = exposed + contended(ctx, maximum(unhidden, t_g - ctx.dp_overlap * fwd), t_g)
     return np.where(t_b > 0, exposed, 0.0) if isinstance(exposed, np.ndarray) else (exposed if t_b > 0 else 0.0)
+
+
+def gradient_exposed_s(
+    ctx: JobContext, zero_stage: int, m: Num, t_b: Num, unhidden: Num, compute: Num, bwd: Num
+) -> Num:
+    """Exposed time of ZeRO-0/1/2's gradient collective ``t_b`` (one pass over the gradients).
+    ZeRO-0/1 reduce once per step, under the last micro-batch's backward. ZeRO-2 keeps only its
+    shard of the gradients, so it reduce-scatters every micro-batch's (Megatron-FSDP
+    ``optim_grads``: ``grad_reduce_every_bprop``; DeepSpeed stage 2: "communicates during non
+    gradient accumulation boundaries as well"): ``m`` passes, queued under the compute from the
+    first backward on, the last one under the last backward only. Convex in ``t_b`` and the
+    compute (a maximum of affine terms), and never below ZeRO-1's."""
+    once = maximum(unhidden, t_b - ctx.dp_overlap * bwd)
+    if zero_stage != 2:
+        return contended(ctx, once, t_b)
+    total = m * t_b
+    return contended(ctx, maximum(once, total - ctx.dp_overlap * ((m - 1) * compute + bwd)), total)
 
 
 ZERO3_REDUCE_SHARE = 1.0 / 3.0

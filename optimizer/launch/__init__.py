@@ -46,6 +46,7 @@ from __future__ import annotations
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import default_stage_layers, geometry
 from optimizer.launch.deepspeed import deepspeed_config
+from optimizer.launch.environment import megatron_env
 from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
     MEGATRON_FLAGS,
@@ -86,4 +87,5 @@ def build_launch(
         "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
         "nemo": lambda: nemo_overrides(model, training, layout, geo, split),
     }
-    return LaunchArgs(**{name: builders[name]() for name in fields})
+    env = {f"{name}_env": megatron_env(model, training, layout) for name in ("megatron", "nemo") if name in fields}
+    return LaunchArgs(**{name: builders[name]() for name in fields}, **env)

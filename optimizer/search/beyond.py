@@ -50,12 +50,19 @@ def may_fit(bounds: SpaceBounds, outer: Sequence[LayoutBlock], usable_bytes: flo
     fits = np.logical_or.reduceat(bounds.memory_floor <= usable_bytes, bounds.offsets)
     sibling: dict[tuple, tuple[int, bool]] = {}  # sizes, variants -> (largest micro-batch, does it fit)
     for i, block in enumerate(bounds.blocks):
-        key, mbs = (_sizes(block), block.variants), block.base.micro_batch_size
+        key, mbs = (_sizes(block), _fit_variants(block.variants)), block.base.micro_batch_size
         if key not in sibling or mbs > sibling[key][0]:
             sibling[key] = (mbs, bool(fits[i]))
         elif mbs == sibling[key][0]:
             sibling[key] = (mbs, sibling[key][1] or bool(fits[i]))
-    return [b for b in outer if sibling.get((_sizes(b), b.variants), (0, True))[1]]
+    return [b for b in outer if sibling.get((_sizes(b), _fit_variants(b.variants)), (0, True))[1]]
+
+
+def _fit_variants(variants: tuple[tuple[int, str], ...]) -> tuple[tuple[int, str], ...]:
+    """``variants`` without the ZeRO-1 ones whose ZeRO-2 twin is in: the space lists both only
+    with several micro-batches (``framework_space.block_variants``), and ZeRO-1 never needs less
+    memory, so a block and its sibling with fewer micro-batches compare on the same variants."""
+    return tuple(v for v in variants if not (v[0] == 1 and (2, v[1]) in variants))
 
 
 class BeyondGroup(NamedTuple):

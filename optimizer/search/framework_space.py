@@ -100,7 +100,8 @@ def block_variants(
 ) -> tuple[tuple[int, str], ...]:
     """The ``(zero_stage, recompute)`` pairs of ``zeros x rcs`` some target framework runs on a
     layout of these sizes (at its first interleaving depth), ZeRO-1 left out where ZeRO-2 is in
-    with the same recompute (same step time, never less memory)."""
+    with the same recompute and the step has one micro-batch (same step time, never less memory;
+    with several, ZeRO-2 reduce-scatters every micro-batch's gradients and both are searched)."""
     key = (
         pp > 1, nmb > 1, dp > 1 and max(tp, pp, cp, ep) > 1, cp > 1, ep > 1, ep > 1 and ep % (tp * cp) != 0,
         tp > 1 and not sp, tp > 1,
@@ -137,4 +138,4 @@ def _variants(
             if free_zero or prof.zero_problem(pp, dp, tp, cp, ep, nmb, z) is None:
                 runs |= {(z, r) for r in modes}
     variants = [(z, r) for z in zeros for r in rcs if (z, r) in runs]
-    return tuple(v for v in variants if not (v[0] == 1 and (2, v[1]) in runs))
+    return tuple(v for v in variants if not (v[0] == 1 and not several and (2, v[1]) in runs))

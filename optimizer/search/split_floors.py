@@ -11,7 +11,7 @@ from typing import NamedTuple, cast
 
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
-from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s
+from optimizer.cost.dp_comm import dp_bucketed_times_s, dp_exposed_s, gradient_exposed_s
 from optimizer.cost.estimate import Estimate, pp_comm_s
 from optimizer.cost.head import head_time_at_s, head_time_s
 from optimizer.cost.layer import contended
@@ -295,7 +295,8 @@ def _split_floor_dp_s(ctx: JobContext, lay: ResolvedLayout, g: AxisGroups) -> fl
     # exposed time is at least its own, which is affine in the stage's parameters and compute).
     # (affine in the stage's bytes and compute, with the SM share overlapped time still costs)
     t_b, _, t_f, _ = dp_bucketed_times_s(ctx, lay, g, *average[:2])
-    excess = contended(ctx, t_b - ctx.dp_overlap * average[6], t_b) + contended(
-        ctx, t_f - ctx.dp_overlap * average[5], t_f
+    m, compute, fwd, bwd = lay.num_micro_batches, average[4], average[5], average[6]
+    excess = gradient_exposed_s(ctx, lay.zero_stage, m, t_b, 0.0, compute, bwd) + contended(
+        ctx, t_f - ctx.dp_overlap * fwd, t_f
     )
     return cast(float, max(dp_exposed_s(ctx, lay, g, *stage), excess if t_b > 0 else 0.0))  # a number for one layout

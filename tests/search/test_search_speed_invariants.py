@@ -164,7 +164,7 @@ def test_split_floor_below_every_split(name: str) -> None:
     assert checked
 
 
-@pytest.mark.parametrize("zero_stage, best_split_s", [(2, 1.4076), (3, 2.5786)])
+@pytest.mark.parametrize("zero_stage, best_split_s", [(2, 1.4377), (3, 2.5786)])
 def test_split_floor_is_tight_for_moe_data_parallel_terms(zero_stage: int, best_split_s: float) -> None:
     """Mixtral 8x22B on 2,048 H100, TP2 PP2 DP512 EP8, 7 chunks per stage, 2 micro-batches: the
     uniform split is the best and its step is dominated by exposed expert-gradient (ZeRO-2) or

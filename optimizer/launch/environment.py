@@ -1,0 +1,37 @@
+"""Environment variables a Megatron-family launch needs for the plan to run as costed.
+
+``CUDA_DEVICE_MAX_CONNECTIONS`` sets how many hardware queues a process's CUDA streams map to.
+Megatron-LM (``megatron/training/arguments.py`` ``validate_args`` at commit 000c4ac2) asserts:
+
+* ``!= "1"`` with Megatron-FSDP (``--use-megatron-fsdp``, our ZeRO-2/3): "FSDP always requires
+  CUDA_DEVICE_MAX_CONNECTIONS value large than one";
+* ``== "1"`` with tensor or context parallelism on GPUs before Blackwell (compute capability
+  below 10, AMD's included), unless FSDP or ``--overlap-moe-expert-parallel-comm`` is on: with the
+  latter it warns that "1" favours TP/CP and a larger value the expert all-to-all overlap.
+
+Megatron-Core's asynchronous TP collectives (``tensor_parallel/layers.py``, the backward overlap
+the cost model counts with ``training.tp_dgrad_overlap``) rely on "1" to start the collective
+before the GEMM it hides under; on Blackwell it is no longer asserted and "1" still orders them.
+Megatron-Bridge builds the same Megatron-Core modules without ``validate_args``, so its
+overrides get the same values."""
+
+from __future__ import annotations
+
+from optimizer.cost.rules import ResolvedLayout
+from optimizer.launch.megatron import MEGATRON_FSDP_STRATEGY
+from optimizer.specs import ModelSpec, TrainingSpec
+
+CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+MANY_CONNECTIONS = "32"
+"""The value Megatron-LM's warning suggests when a plan prefers concurrent streams."""
+
+
+def megatron_env(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> dict[str, str]:
+    """The variables a Megatron-LM or Megatron-Bridge launch of ``layout`` sets (empty: none)."""
+    if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
+        return {CONNECTIONS: MANY_CONNECTIONS}
+    if model.is_moe and training.ep_comm_overlap and layout.ep > 1:
+        return {CONNECTIONS: MANY_CONNECTIONS}  # the costed expert all-to-all overlap
+    if layout.tp > 1 or layout.cp > 1:
+        return {CONNECTIONS: "1"}
+    return {}
