@@ -26,6 +26,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--overlap-param-gather",  # needs --use-distributed-optimizer (validate_args)
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
+        "--ddp-average-in-collective",
         # _add_moe_args
         "--expert-model-parallel-size",
         "--expert-tensor-parallel-size",  # defaults to --tensor-model-parallel-size (validate_args)
@@ -186,6 +187,11 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
             "--no-gradient-accumulation-fusion",
             "--ckpt-format", "fsdp_dtensor",
         ]  # fmt: skip
+        if bf16_gradients(training):
+            # Megatron-FSDP at 000c4ac2 scales bf16 gradients' accumulated shard instead of the
+            # reduced bucket (param_and_grad_buffer.py gradient_reduce_preprocessing); averaging in
+            # the collective skips that scaling (MoE models run ZeRO-2/3 with fp32 gradients only)
+            args.append("--ddp-average-in-collective")
     args += _megatron_recompute_args(model, layout)
     args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
     args += _megatron_precision_args(training, needs_current_scaling(model, training, layout.recompute))
@@ -245,6 +251,11 @@ def _megatron_recompute_args(model: ModelSpec, layout: ResolvedLayout) -> list[s
             "--recompute-num-layers", "1",
         ]  # fmt: skip
     return args
+
+
+def bf16_gradients(training: TrainingSpec) -> bool:
+    """The launch reduces gradients in bf16 (``--bf16 --grad-reduce-in-bf16``)."""
+    return training.precision != "fp16" and not training.grad_reduce_in_fp32
 
 
 def _megatron_precision_args(training: TrainingSpec, current_scaling: bool = False) -> list[str]:

@@ -233,7 +233,7 @@ def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
         "--seq-length 8192 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
-        "--ckpt-format fsdp_dtensor --attention-backend fused --bf16 --grad-reduce-in-bf16 --fp8-format hybrid"
+        "--ckpt-format fsdp_dtensor --ddp-average-in-collective --attention-backend fused --bf16 --grad-reduce-in-bf16 --fp8-format hybrid"
     )
 
 
