@@ -24,7 +24,7 @@ FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan"
 STACK_KNOBS: tuple[str, ...] = (
     "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap", "tp_dgrad_overlap",
     "pp_comm_overlap", "dp_comm_overlap", "ep_comm_overlap", "expert_gemm_host_splits", "dp_collectives",
-    "fp8_saved_inputs",
+    "fp8_saved_inputs", "fsdp_buffers",
 )  # fmt: skip
 """The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
 PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}
@@ -198,6 +198,8 @@ class FrameworkProfile:
                 continue
             if knob in TP_KNOBS and tp == 1:
                 continue
+            if value is None:  # left to the framework
+                continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
         return None
@@ -282,6 +284,17 @@ def candidate_frameworks(training: Any, model: Any, tp: int | None = None) -> tu
     return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp) is None)
 
 
+def costed_fsdp_buffers(training: Any, model: Any) -> str:
+    """The ZeRO-2/3 buffers the cost model charges (``training.fsdp_buffers``): the job's, else the
+    larger of those the frameworks whose stack runs the job hold (Megatron-FSDP's when a Megatron
+    framework is among them or none runs the job, else ``layer``)."""
+    given = getattr(training, "fsdp_buffers", None)
+    if given is not None:
+        return str(given)
+    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
+    return "layer" if held == {"layer"} else "megatron-fsdp"
+
+
 def as_run_for(prof: FrameworkProfile, training: Any, model: Any) -> FrameworkProfile:
     """``prof`` as it runs the job: with ``training.dp_comm_overlap`` false, without the ZeRO
     stages it always overlaps (it would not run them as costed); narrowed by every ``when`` rule
@@ -342,6 +355,7 @@ def blocking_profile(fid: str) -> FrameworkProfile:
 
 __all__ = [
     "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
+    "costed_fsdp_buffers",
     "layout_problem", "model_defaults",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
+from optimizer.frameworks import costed_fsdp_buffers
 from optimizer.params import (
     LayerParams,
     embedding_params,
@@ -80,6 +81,8 @@ class JobContext:
     """Usable device memory (catalog, or the cluster's ``gpu_memory_gib`` override)."""
     hbm_bytes_per_s: float
     """HBM bandwidth memory-bound kernels reach (catalog bandwidth x ``hbm_efficiency``)."""
+    fsdp_buffers: str = "megatron-fsdp"
+    """The ZeRO-2/3 buffers charged (``frameworks.costed_fsdp_buffers``)."""
     caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
     """This request's cache tables of the cost model and the search (``cost.caches``): new and
     empty for every ``build_context`` call."""
@@ -223,6 +226,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         attention_efficiency=attention_efficiency(cal, gpu, kernel, cat),
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
+        fsdp_buffers=costed_fsdp_buffers(job.training, model),
     )
 
 

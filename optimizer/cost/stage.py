@@ -27,10 +27,11 @@ from optimizer.cost.memory import (
     static_memory_bytes,
     weight_bytes_per_param,
 )
-from optimizer.cost.num import Num, maximum, minimum, select
+from optimizer.cost.num import Num, maximum, select
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage_layout import StageLayout
 from optimizer.cost.topology import AxisGroups, GroupGeometry
+from optimizer.cost.zero_buffers import zero_buffer_bytes
 
 
 class SplitKey(NamedTuple):
@@ -346,6 +347,7 @@ def stage_fixed_terms(
     layer_params: list[Num] = [lc.dense_params + lc.expert_params for lc in kind_cost]
     max_layer_params = functools.reduce(maximum, layer_params)
     compute = fwd + bwd
+    layer_dense = dense + 0.0  # a copy: the += below are in place on numpy arrays
     # first / last as factors (a stage-axis mask in cost.columns): adding 0.0 leaves a float as it is
     dense += first * (ctx.embedding_params / lay.tp)
     compute += last * head_s
@@ -369,16 +371,8 @@ def stage_fixed_terms(
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
     buffers: Num = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
-    if lay.zero_stage == 3:
-        # two layers gathered at a time (current + prefetch); their non-local part
-        total = dense + expert
-        share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)
-        gathered = minimum(2 * max_layer_params, total) * (
-            share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
-        )
-        buffers += gathered * w_bytes
-    elif lay.dp * lay.cp > 1:
-        buffers += 2 * minimum(cal.dp_bucket_bytes, (dense + expert) * ctx.grad_bytes)
+    buffers += zero_buffer_bytes(ctx, lay.zero_stage, lay.dp * lay.cp > 1, (dense, expert, max_layer_params),
+                                 dense - layer_dense, (dp_shard, ep_shard), w_bytes)  # fmt: skip
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)

@@ -16,6 +16,7 @@ from optimizer.frameworks import (
     FrameworkProfile,
     as_run_for,
     candidate_frameworks,
+    costed_fsdp_buffers,
     load_profiles,
     profile,
 )
@@ -33,6 +34,9 @@ class Targets(NamedTuple):
     """No framework named and ``search.fix`` / ``search.allow`` name ZeRO stages: those are
     searched whether or not a framework runs them (the plans then say so)."""
     free_recompute: bool
+    zero1_dominated: bool = True
+    """ZeRO-2 never needs more memory than ZeRO-1 (``training.fsdp_buffers`` 'layer'); with
+    Megatron-FSDP's buffers it can (its reduce-scatter queue outweighs a small model's gradients)."""
 
 
 def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
@@ -51,7 +55,8 @@ def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     profiles, matched = target_profiles(job.training, job.model)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
-    return Targets(profiles, named, matched, free_zero, free_rc)
+    zero1_dominated = costed_fsdp_buffers(job.training, job.model) == "layer"
+    return Targets(profiles, named, matched, free_zero, free_rc, zero1_dominated)
 
 
 def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str, ...]) -> list[str]:
@@ -100,13 +105,16 @@ def block_variants(
 ) -> tuple[tuple[int, str], ...]:
     """The ``(zero_stage, recompute)`` pairs of ``zeros x rcs`` some target framework runs on a
     layout of these sizes (at its first interleaving depth), ZeRO-1 left out where ZeRO-2 is in
-    with the same recompute and the step has one micro-batch (same step time, never less memory;
-    with several, ZeRO-2 reduce-scatters every micro-batch's gradients and both are searched)."""
+    with the same recompute, the step has one micro-batch and ZeRO-2 holds no Megatron-FSDP
+    buffers (same step time, never less memory; with several micro-batches ZeRO-2
+    reduce-scatters every one's gradients, and Megatron-FSDP's queue can outweigh the gradients
+    it shards: both are searched)."""
     key = (
         pp > 1, nmb > 1, dp > 1 and max(tp, pp, cp, ep) > 1, cp > 1, ep > 1, ep > 1 and ep % (tp * cp) != 0,
         tp > 1 and not sp, tp > 1,
     )  # fmt: skip
-    return _variants(targets.profiles, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key)
+    return _variants(targets.profiles, targets.free_zero, targets.free_recompute, tuple(zeros), tuple(rcs), key,
+                     targets.zero1_dominated)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -117,6 +125,7 @@ def _variants(
     zeros: tuple[int, ...],
     rcs: tuple[str, ...],
     key: tuple,
+    zero1_dominated: bool = True,
 ) -> tuple:
     pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp, has_tp = key
     # representative sizes reproducing the key for the profiles' checks
@@ -138,4 +147,5 @@ def _variants(
             if free_zero or prof.zero_problem(pp, dp, tp, cp, ep, nmb, z) is None:
                 runs |= {(z, r) for r in modes}
     variants = [(z, r) for z in zeros for r in rcs if (z, r) in runs]
-    return tuple(v for v in variants if not (v[0] == 1 and not several and (2, v[1]) in runs))
+    dominated = zero1_dominated and not several
+    return tuple(v for v in variants if not (v[0] == 1 and dominated and (2, v[1]) in runs))

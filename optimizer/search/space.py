@@ -245,10 +245,10 @@ def layout_blocks(
 
 
 def zero_choices(search: SearchSpec) -> list[int]:
-    """The ZeRO stages ``search.fix`` / ``search.allow`` admit. Per block of one micro-batch,
-    ZeRO-1 is dropped where ZeRO-2 is in (``framework_space.block_variants``): there ZeRO-2 has
-    ZeRO-1's step time and never more memory; plans report the lowest stage that runs at the
-    same step time (``simplify``)."""
+    """The ZeRO stages ``search.fix`` / ``search.allow`` admit. Per block of one micro-batch
+    without Megatron-FSDP's buffers, ZeRO-1 is dropped where ZeRO-2 is in
+    (``framework_space.block_variants``): there ZeRO-2 has ZeRO-1's step time and never more
+    memory; plans report the lowest stage that runs at the same step time (``simplify``)."""
     return _choices("zero_stage", list(ZERO_STAGES), search)
 
 

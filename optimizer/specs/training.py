@@ -127,6 +127,18 @@ class TrainingSpec(Strict):
             "Ignored with bf16 or fp16 GEMMs."
         ),
     )
+    fsdp_buffers: Literal["megatron-fsdp", "layer"] | None = Field(
+        default=None,
+        description=(
+            "Buffers the stack's ZeRO-2/3 holds beside the shards. megatron-fsdp (Megatron-FSDP, "
+            "Megatron-LM and Megatron-Bridge): a reduce-scatter queue of up to max(1e9, 2 layers) "
+            "unsharded gradient elements, a parameter prefetch of half that, and the embedding and "
+            "output layer kept gathered all step. layer (FSDP2, DeepSpeed): one layer gathered ahead "
+            "and one gradient bucket. Null: the named framework's; with none named, the larger of "
+            "those the frameworks whose stack runs the job hold (megatron-fsdp when a Megatron "
+            "framework is among them), so plans fit on every framework they list. Ignored below ZeRO-2."
+        ),
+    )
     dp_comm_overlap: bool = Field(
         default=True,
         description=(

@@ -646,14 +646,15 @@ def test_moe_recompute_pinned_on_a_dense_model_is_422(client: TestClient) -> Non
 def _evaluate_llama70b(recompute: str, kernel: str = "flash3", cp: int = 2) -> Any:
     return service.evaluate(EvaluateRequest.model_validate({
         "model": {"preset": "llama3-70b"},
-        "training": {"seq_len": 8192, "global_batch_size": 512, "attention_kernel": kernel},
+        # FSDP2's ZeRO-3 buffers: with Megatron-FSDP's (8.7 GiB more) the selective layout no longer fits
+        "training": {"seq_len": 8192, "global_batch_size": 512, "attention_kernel": kernel, "fsdp_buffers": "layer"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 512},
         "config": {"tp": 1, "pp": 1, "cp": cp, "micro_batch_size": 1, "zero_stage": 3, "recompute": recompute},
     }))  # fmt: skip
 
 
 def test_selective_recompute_plan_says_what_megatron_default_would_keep() -> None:
-    """The planner's best Llama 3 70B layout on 512 H100 (TP1 CP2 ZeRO-3, selective recompute):
+    """A Llama 3 70B layout on 512 H100 (TP1 CP2 ZeRO-3, selective recompute, FSDP2's buffers):
     71.8 GiB as costed, but Megatron-Core's selective recompute (core_attn, the launch arguments)
     keeps the norm and activation outputs: with flash-class attention that is the same layout's
     memory with recompute none (101.5 GiB). The note gives both numbers so that nobody launches
@@ -757,7 +758,9 @@ def test_pipeline_plans_with_zero2_say_what_zero1_takes() -> None:
     assert zero2.fits_memory and not zero1.fits_memory and "(does not fit)" in note
     assert f"steps in {zero1.step_time_s:.3f} s" in note
     assert zero1.memory_gib.gradients == pytest.approx(64 * zero2.memory_gib.gradients, rel=1e-9)  # dp = 64
-    assert 20.0 < zero1.memory_gib.total - zero2.memory_gib.total < 25.0  # plus the allocator's share
+    # the gradients' difference (20.5 GiB), less Megatron-FSDP's ZeRO-2 reduce-scatter queue (1e9 + a
+    # layer of bf16 gradient elements, 2.3 GiB, in place of two 160 MB buckets), plus the allocator's share
+    assert 17.0 < zero1.memory_gib.total - zero2.memory_gib.total < 22.0
     assert not [n for n in zero1.notes if "with pipeline parallelism" in n]
     assert not [n for n in _evaluate_gpt3_pipeline(2, pp=1).notes if "with pipeline parallelism" in n]
 

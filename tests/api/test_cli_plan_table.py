@@ -25,7 +25,7 @@ def test_plan_table_shows_notes_warnings_and_usable_memory(tmp_path: Path, capsy
     lines = out.splitlines()
     row = next(line for line in lines if line.startswith("1 "))
     # the A100's 80 GiB capacity less 4 GiB headroom: 76.0 usable (79.0 with the default 1 GiB)
-    assert "56.9/76.0" in row
+    assert "59.3/76.0" in row
     assert any(line.startswith("plan 1 note: zero_stage 2 with pipeline parallelism") for line in lines)
     assert any(line.startswith("plan 1 note: runs on no framework as costed") for line in lines)
     assert any(line.startswith("plan 2 note: ") for line in lines)

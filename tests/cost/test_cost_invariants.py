@@ -49,9 +49,23 @@ def _request(model: str, num_gpus: int, seq: int, gbs: int, **config: Any) -> di
 # MoE with ep = dp * cp and tp = 1: expert weights are not sharded by ZeRO-3 at all.
 @example(req=_request("mixtral-8x7b", 8, 4096, 16, tp=1, pp=4, ep=2))
 def test_higher_zero_stage_never_raises_memory(req):
+    """With FSDP2's / DeepSpeed's buffers (``fsdp_buffers: layer``); Megatron-FSDP's queue of up
+    to 1e9 unsharded gradient elements can outweigh what ZeRO-2 shards of a small model."""
+    req = _with(req, "training", fsdp_buffers="layer")
     totals = [_evaluate(_with(req, "config", zero_stage=z)).memory_gib.total for z in (0, 1, 2, 3)]
     for lower, higher in itertools.pairwise(totals):
         assert higher <= lower * (1 + REL), totals
+
+
+@SETTINGS
+@given(requests())
+def test_megatron_fsdp_buffers_never_below_fsdp2s(req):
+    """Megatron-FSDP holds at least what FSDP2 does beside the shards, at every ZeRO stage."""
+    for z in (0, 1, 2, 3):
+        at_z = _with(req, "config", zero_stage=z)
+        megatron = _evaluate(_with(at_z, "training", fsdp_buffers="megatron-fsdp")).memory_gib.total
+        layer = _evaluate(_with(at_z, "training", fsdp_buffers="layer")).memory_gib.total
+        assert megatron >= layer * (1 - REL), (z, megatron, layer)
 
 
 # --------------------------------------------------------------------------- (c) recompute

@@ -1,0 +1,59 @@
+"""Memory a stage's data-parallel sharding holds beside its shards: ZeRO-0/1's gradient buckets,
+ZeRO-3's gathered layers and, by ``training.fsdp_buffers``, Megatron-FSDP's reduce-scatter queue,
+parameter prefetch and never-released embedding and output layer (ZeRO-2/3)."""
+
+from __future__ import annotations
+
+from optimizer.cost.context import JobContext
+from optimizer.cost.num import Num, maximum, minimum, select
+
+MEGATRON_FSDP_UNIT_FLOOR = 1e9
+"""Elements: Megatron-FSDP's ``suggested_communication_unit_size`` is at least this
+(``megatron_fsdp.py`` at Megatron-LM 000c4ac2, "Cap to 1B elements": ``max(1e9, 2 x the average
+FSDP unit)`` at ZeRO-3, ``max(1e9, bucket_size)`` at ZeRO-2). The reduce-scatter queue holds up
+to that many unsharded gradient elements (``GradReducePipeline`` frees a bucket only when the
+queue passes it), and the all-gather prefetch reaches half of it ahead."""
+
+
+def megatron_fsdp(ctx: JobContext) -> bool:
+    """Whether ZeRO-2/3 hold Megatron-FSDP's buffers (``JobContext.fsdp_buffers``)."""
+    return ctx.fsdp_buffers == "megatron-fsdp"
+
+
+def zero_buffer_bytes(
+    ctx: JobContext,
+    zero_stage: int,
+    data_parallel: bool,
+    layers: tuple[Num, Num, Num],
+    kept: Num,
+    shards: tuple[Num, Num],
+    weight_bytes: float,
+) -> Num:
+    """Buffer bytes of a stage holding ``layers`` = (dense, expert, its largest layer's)
+    parameters on this rank, ``kept`` of the dense ones its embedding and output layer's, sharded
+    over ``shards`` = (dense, expert) data-parallel ranks.
+
+    ZeRO-0/1 (``data_parallel``: a ``dp x cp`` group exists): two gradient buckets. ZeRO-3:
+    the non-local part of the gathered layers, two (the current and the prefetched) or, with
+    Megatron-FSDP, the current one plus half its unit size ahead, and then also its queue of
+    unsharded gradients and the gathered embedding and output layer. ZeRO-2 with Megatron-FSDP:
+    the queue (weights are whole already); otherwise one bucket pair. Numbers or numpy arrays."""
+    dense, expert, max_layer = layers
+    dp_shard, ep_shard = shards
+    total = dense + expert
+    grad_bytes = ctx.grad_bytes
+    if zero_stage <= 1:
+        return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
+    mfsdp = megatron_fsdp(ctx)
+    if zero_stage == 2:
+        if not mfsdp:
+            return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
+        return minimum(total, MEGATRON_FSDP_UNIT_FLOOR + max_layer) * grad_bytes
+    share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)
+    non_local = share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
+    if not mfsdp:
+        return minimum(2 * max_layer, total) * non_local * weight_bytes
+    unit = maximum(MEGATRON_FSDP_UNIT_FLOOR, 2 * max_layer)
+    gathered = minimum(max_layer + maximum(max_layer, unit / 2), total) * non_local * weight_bytes
+    queue = minimum(total, unit + max_layer) * grad_bytes
+    return gathered + queue + kept * (1.0 - 1.0 / dp_shard) * weight_bytes

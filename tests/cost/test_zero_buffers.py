@@ -1,0 +1,69 @@
+"""What ZeRO-2/3 hold beside the shards (``cost.zero_buffers``, ``training.fsdp_buffers``):
+Megatron-FSDP's reduce-scatter queue, parameter prefetch and gathered embedding and output layer
+(Megatron-LM 000c4ac2 ``megatron_fsdp.py``), against FSDP2's and DeepSpeed's layer ahead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from optimizer.frameworks import profile
+from optimizer.service import evaluate
+from optimizer.specs import EvaluateRequest
+from optimizer.units import GIB
+
+H, KV, FFN, VOCAB, LAYERS = 4096, 1024, 14336, 128256, 32
+"""Llama 3 8B (the preset): hidden size, key/value width (8 heads of 128), FFN, vocabulary."""
+LAYER = 2 * H * H + 2 * H * KV + 3 * H * FFN + 2 * H  # q and o, k and v, gated MLP, two norms
+EMBEDDING = VOCAB * H  # and as many in the untied output layer
+UNIT = 1e9  # Megatron-FSDP's communication unit: max(1e9, 2 x the 218M-parameter layer)
+
+
+def _memory_gib(zero_stage: int, fsdp_buffers: str | None, **training: Any) -> float:
+    knobs = {"fsdp_buffers": fsdp_buffers} if fsdp_buffers else {}
+    plan = evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 64, **knobs, **training},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": zero_stage, "recompute": "none"},
+    }))  # fmt: skip
+    return plan.memory_gib.buffers
+
+
+def test_zero3_hand_computed() -> None:
+    """DP8, bf16 weights and gradients. FSDP2: two layers gathered, 7/8 of them not local.
+    Megatron-FSDP: one layer plus 5e8 elements gathered (7/8 not local), 1e9 + one layer of
+    unsharded bf16 gradients queued, and the embedding and output layer gathered (7/8 not
+    local): 4.44 GiB more."""
+    layer_gathered = 2 * LAYER * 7 / 8 * 2
+    megatron = (LAYER + UNIT / 2) * 7 / 8 * 2 + (UNIT + LAYER) * 2 + 2 * EMBEDDING * 7 / 8 * 2
+    extra = megatron - layer_gathered
+    assert extra / GIB == pytest.approx(4.44, abs=0.005)
+    assert _memory_gib(3, "megatron-fsdp") - _memory_gib(3, "layer") == pytest.approx(extra / GIB, rel=1e-6)
+    # no framework named: the larger, Megatron-FSDP's
+    assert _memory_gib(3, None) == pytest.approx(_memory_gib(3, "megatron-fsdp"), rel=1e-12)
+
+
+def test_zero2_queue_and_fp32_gradients() -> None:
+    """ZeRO-2 keeps whole weights: Megatron-FSDP adds only its queue (1e9 + a layer of gradient
+    elements) in place of two 160 MB buckets; fp32 gradients double the queue."""
+    bucket = 160e6  # the calibration's dp_bucket_bytes (two kept)
+    queue = (UNIT + LAYER) * 2
+    assert _memory_gib(2, "megatron-fsdp") - _memory_gib(2, "layer") == pytest.approx(
+        (queue - 2 * bucket) / GIB, rel=1e-6
+    )
+    fp32 = _memory_gib(2, "megatron-fsdp", grad_reduce_in_fp32=True) - _memory_gib(2, "layer", grad_reduce_in_fp32=True)
+    assert fp32 == pytest.approx((2 * queue - 2 * bucket) / GIB, rel=1e-6)
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1])
+def test_below_zero2_the_knob_changes_nothing(zero_stage: int) -> None:
+    assert _memory_gib(zero_stage, "megatron-fsdp") == _memory_gib(zero_stage, "layer")
+
+
+@pytest.mark.parametrize(("fid", "value"), [("megatron-lm", "megatron-fsdp"), ("megatron-bridge", "megatron-fsdp"),
+                                            ("torchtitan", "layer"), ("deepspeed", "layer")])  # fmt: skip
+def test_profiles_name_their_buffers(fid: str, value: str) -> None:
+    knob = profile(fid).stack["fsdp_buffers"]
+    assert knob.default == value and knob.runs == (value,)
