@@ -87,5 +87,5 @@ def build_launch(
         "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
         "nemo": lambda: nemo_overrides(model, training, layout, geo, split),
     }
-    env = {f"{name}_env": megatron_env(model, training, layout) for name in ("megatron", "nemo") if name in fields}
+    env = {"megatron_env": megatron_env(model, training, layout)} if "megatron" in fields else {}
     return LaunchArgs(**{name: builders[name]() for name in fields}, **env)

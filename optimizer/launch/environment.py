@@ -1,4 +1,4 @@
-"""Environment variables a Megatron-family launch needs for the plan to run as costed.
+"""Environment variables a Megatron-LM launch needs for the plan to run as costed.
 
 ``CUDA_DEVICE_MAX_CONNECTIONS`` sets how many hardware queues a process's CUDA streams map to.
 Megatron-LM (``megatron/training/arguments.py`` ``validate_args`` at commit 000c4ac2) asserts:
@@ -12,8 +12,9 @@ Megatron-LM (``megatron/training/arguments.py`` ``validate_args`` at commit 000c
 Megatron-Core's asynchronous TP collectives (``tensor_parallel/layers.py``, the backward overlap
 the cost model counts with ``training.tp_dgrad_overlap``) rely on "1" to start the collective
 before the GEMM it hides under; on Blackwell it is no longer asserted and "1" still orders them.
-Megatron-Bridge builds the same Megatron-Core modules without ``validate_args``, so its
-overrides get the same values."""
+Megatron-Bridge sets the variable itself (``training/comm_overlap.py``
+``_set_num_cuda_device_max_connections`` at v0.1.0rc4, when the recipe configures
+``comm_overlap``), so its launch names none."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ MANY_CONNECTIONS = "32"
 
 
 def megatron_env(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> dict[str, str]:
-    """The variables a Megatron-LM or Megatron-Bridge launch of ``layout`` sets (empty: none)."""
+    """The variables a Megatron-LM launch of ``layout`` sets (empty: none)."""
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         return {CONNECTIONS: MANY_CONNECTIONS}
     if model.is_moe and training.ep_comm_overlap and layout.ep > 1:

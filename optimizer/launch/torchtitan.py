@@ -212,7 +212,9 @@ def _torchtitan_sharding_comments(layout: ResolvedLayout, geo: Geometry) -> list
     if geo.pp == 1 and z < 3 and geo.nmb > 1:
         return [
             f"torchtitan has no ZeRO-{z}: FSDP2 keeps the gathered weights from forward to backward, as "
-            + f"the plan does, but gathers them and reduce-scatters gradients for each of the {geo.nmb} "
-            + "micro-batches where the plan does both once per step: expect more data-parallel traffic"
+            + f"the plan does, but gathers them for each of the {geo.nmb} micro-batches where the plan "
+            + "gathers once per step"
+            + (" and reduce-scatters gradients once per step" if z == 1 else "")
+            + ": expect more data-parallel traffic"
         ]
     return []

@@ -853,7 +853,12 @@ def test_megatron_keeps_experts_whole_only_for_moe_models():
         ("llama3-70b", {"zero_stage": 2}, "than this ZeRO-2 plan"),
         ("llama3-70b", {}, None),  # ZeRO-1 is what the pipeline schedule does
         # pp = 1, ZeRO-1/2: FSDP2 gathers and reduces per micro-batch
-        ("zero3", {"zero_stage": 2}, "for each of the 4 micro-batches where the plan does both once per step"),
+        (
+            "zero3",
+            {"zero_stage": 2},
+            "gathers them for each of the 4 micro-batches where the plan gathers once per step:",
+        ),
+        ("zero3", {"zero_stage": 1}, "gathers once per step and reduce-scatters gradients once per step"),
         ("zero3", {"zero_stage": 1, "micro_batch_size": 8, "num_micro_batches": 1}, None),
         ("zero3", {}, None),  # ZeRO-3 is FSDP2's default
     ],

@@ -1,4 +1,4 @@
-"""``launch.megatron_env`` / ``launch.nemo_env``: the ``CUDA_DEVICE_MAX_CONNECTIONS`` value
+"""``launch.megatron_env``: the ``CUDA_DEVICE_MAX_CONNECTIONS`` value
 Megatron-LM's ``validate_args`` (commit 000c4ac2) asserts for the arguments the plan prints."""
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def _megatron_accepts(args: str, env: dict[str, str]) -> bool:
 def test_env_is_what_megatron_asserts(model: ModelSpec, training: TrainingSpec, layout: dict, expected: dict) -> None:
     launch = _launch(model, training, **layout)
     assert launch.megatron_env == expected
-    assert launch.nemo_env == expected  # Bridge builds the same Megatron-Core modules
     assert _megatron_accepts(launch.megatron, launch.megatron_env)
     # the same arguments with the variable left to the environment's default would not start
     if expected.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
@@ -68,4 +67,4 @@ def test_env_only_for_frameworks_that_run_the_plan() -> None:
     job = JobSpec(model=DENSE, training=TRAINING, cluster=ClusterSpec(preset="dgx-h100", num_gpus=64))
     lay = ResolvedLayout.from_spec(Layout(tp=2, micro_batch_size=1, zero_stage=1, recompute="none"), job)  # type: ignore[arg-type]
     launch = build_launch(DENSE, TRAINING, lay, ("torchtitan",))
-    assert launch.megatron_env == {} and launch.nemo_env == {} and launch.torchtitan
+    assert launch.megatron_env == {} and launch.torchtitan
