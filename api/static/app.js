@@ -165,8 +165,11 @@ function layoutText(c) {
   return parts.join(" ");
 }
 
+// a framework's launch text (its `<name>_env` fields are objects)
+const isLaunchText = (value) => typeof value === "string" && value !== "";
+
 function frameworksOf(plan) {
-  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => typeof plan.launch[k] === "string" && plan.launch[k]);
+  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k]));
 }
 
 function render(response) {
@@ -215,7 +218,7 @@ function planDetail(plan) {
   }
   const notes = el("ul", { class: "notes" }, ...plan.notes.map((n) => el("li", {}, n)));
   // each framework's text, after the environment variables its launch sets (`<name>_env`)
-  const launches = Object.entries(plan.launch ?? {}).filter(([, text]) => typeof text === "string" && text);
+  const launches = Object.entries(plan.launch ?? {}).filter(([, text]) => isLaunchText(text));
   const launch = launches.map(([name, args]) => {
     const env = Object.entries(plan.launch[`${name}_env`] ?? {}).map(([k, v]) => `export ${k}=${v}`);
     const text = [...env, args].join("\n");

@@ -42,12 +42,10 @@ def zero_buffer_bytes(
     dp_shard, ep_shard = shards
     total = dense + expert
     grad_bytes = ctx.grad_bytes
-    if zero_stage <= 1:
-        return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
     mfsdp = megatron_fsdp(ctx)
+    if zero_stage <= 1 or (zero_stage == 2 and not mfsdp):
+        return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
     if zero_stage == 2:
-        if not mfsdp:
-            return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
         return minimum(total, MEGATRON_FSDP_UNIT_FLOOR + max_layer) * grad_bytes
     share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)
     non_local = share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)

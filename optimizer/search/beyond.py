@@ -59,9 +59,11 @@ def may_fit(bounds: SpaceBounds, outer: Sequence[LayoutBlock], usable_bytes: flo
 
 
 def _fit_variants(variants: tuple[tuple[int, str], ...]) -> tuple[tuple[int, str], ...]:
-    """``variants`` without the ZeRO-1 ones whose ZeRO-2 twin is in: the space lists both only
-    with several micro-batches (``framework_space.block_variants``), and ZeRO-1 never needs less
-    memory, so a block and its sibling with fewer micro-batches compare on the same variants."""
+    """``variants`` without the ZeRO-1 ones whose ZeRO-2 twin is in, the key a block and its
+    sibling with fewer micro-batches are matched on: ``framework_space.block_variants`` drops
+    ZeRO-1 beside ZeRO-2 only with one micro-batch and FSDP2's / DeepSpeed's buffers, where it
+    never needs less memory, so the sibling's variants hold every one of the block's or one that
+    needs no more memory."""
     return tuple(v for v in variants if not (v[0] == 1 and (2, v[1]) in variants))
 
 

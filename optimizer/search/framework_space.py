@@ -34,7 +34,7 @@ class Targets(NamedTuple):
     """No framework named and ``search.fix`` / ``search.allow`` name ZeRO stages: those are
     searched whether or not a framework runs them (the plans then say so)."""
     free_recompute: bool
-    zero1_dominated: bool = True
+    zero1_dominated: bool
     """ZeRO-2 never needs more memory than ZeRO-1 (``training.fsdp_buffers`` 'layer'); with
     Megatron-FSDP's buffers it can (its reduce-scatter queue outweighs a small model's gradients)."""
 
@@ -125,7 +125,7 @@ def _variants(
     zeros: tuple[int, ...],
     rcs: tuple[str, ...],
     key: tuple,
-    zero1_dominated: bool = True,
+    zero1_dominated: bool,
 ) -> tuple:
     pipelined, several, multi_axis, has_cp, has_ep, ep_off_grid, no_sp, has_tp = key
     # representative sizes reproducing the key for the profiles' checks
