@@ -107,6 +107,15 @@ class FrameworkProfile:
     """Rules for some jobs only (``framework_conditions``): applied by ``stack_problem`` and
     ``as_run_for``."""
 
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.id, self.name, self.version, self.launch_field, self.source, self.parallelism, self.recompute))
+
+    def __hash__(self) -> int:
+        """The compared fields' hash, computed once: the search keys caches on tuples of profiles
+        (``framework_space._variants``), and hashing the nested facts each time was measurable."""
+        return self._hash
+
     def costed_recompute(self, name: str) -> str | None:
         """The cost model's mode for the framework's recompute ``name`` (None: it has none)."""
         return next((m.costed_as for m in self.recompute if m.name == name), None)

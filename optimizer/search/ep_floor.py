@@ -3,11 +3,14 @@ an MoE layer over them (the search's lower bounds)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.layer import Dims, ep_comm_s
 from optimizer.cost.rules import divisors
 from optimizer.cost.topology import GroupGeometry, group_geometry
+from optimizer.modes import RecomputeMode
 
 AXIS_GEOMETRIES = Memo[int, tuple[GroupGeometry, ...]]("axis_geometries")
 """Keyed by the group's size: all ``group_geometries`` reads (with the job's topology)."""
@@ -34,7 +37,44 @@ def group_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
     return cached
 
 
+class EpFloorKey(NamedTuple):
+    """All ``_ep_comm_floor_s`` reads of an MoE layer's ``Dims``: its routed tokens per GPU
+    (``micro_batch_size x seq_len / cp / tp``, computed as ``ep_comm_s`` does), the expert
+    groups (``ep``, ``etp``) and whether the forward dispatch is replayed. Not the layer kind:
+    every MoE kind routes the same tokens the same way (``ep_comm_s`` reads only ``kind.is_moe``)."""
+
+    tokens: float
+    ep: int
+    etp: int
+    replayed: bool
+    """The recompute mode replays the dispatch (``full``, ``moe``)."""
+
+
+def ep_floor_key(ctx: JobContext, dims: Dims) -> EpFloorKey:
+    tokens = dims.micro_batch_size * ctx.job.training.seq_len / dims.cp / dims.tp
+    replayed = dims.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
+    return tuple.__new__(EpFloorKey, (tokens, dims.ep, dims.etp, replayed))
+
+
+EP_FLOOR = Memo[EpFloorKey, float]("ep_comm_floor_s")
+
+
 def ep_comm_floor_s(
+    ctx: JobContext,
+    kind: LayerKind,
+    dims: Dims,
+    one: GroupGeometry,
+) -> float:
+    """``_ep_comm_floor_s`` of an MoE layer, memoised per ``EpFloorKey``."""
+    key = ep_floor_key(ctx, dims)
+    table = ctx.caches[EP_FLOOR]
+    floor = table.get(key)
+    if floor is None:
+        floor = table[key] = _ep_comm_floor_s(ctx, kind, dims, one)
+    return floor
+
+
+def _ep_comm_floor_s(
     ctx: JobContext,
     kind: LayerKind,
     dims: Dims,
