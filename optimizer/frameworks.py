@@ -109,7 +109,9 @@ class FrameworkProfile:
 
     @functools.cached_property
     def _hash(self) -> int:
-        return hash((self.id, self.name, self.version, self.launch_field, self.source, self.parallelism, self.recompute))
+        return hash(
+            (self.id, self.name, self.version, self.launch_field, self.source, self.parallelism, self.recompute)
+        )
 
     def __hash__(self) -> int:
         """The compared fields' hash, computed once: the search keys caches on tuples of profiles
