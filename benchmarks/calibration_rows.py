@@ -42,6 +42,7 @@ from benchmarks.row_stack import (
     map_ep_comm_overlap,
     map_fused_kernels,
     map_gpu,
+    map_grad_reduce_in_fp32,
     map_moe_dispatcher,
     map_network,
     map_pp_comm_overlap,
@@ -188,8 +189,9 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             moe_dispatcher=map_moe_dispatcher(row),  # type: ignore[arg-type]
             # padded to capacity 1.0 (the host still issues every expert's GEMMs in turn)
             moe_capacity_factor=1.0 if token_drop else None,
-            # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits
-            grad_reduce_in_fp32=titan,
+            # torchtitan: FSDP2 reduces in float32 only, and PyTorch's cross_entropy on fp32 logits;
+            # DeepSpeed's pipeline engine in bf16: BF16_Optimizer's fp32 gradients
+            grad_reduce_in_fp32=map_grad_reduce_in_fp32(row, precision),
             cross_entropy="unfused" if titan else "fused",
             # torchao's float8 linears keep their 16-bit inputs, Transformer Engine's the fp8 ones
             fp8_saved_inputs=not titan,

@@ -17,7 +17,8 @@ Training
     ``fused_kernels`` false for torchtitan runs without ``torch.compile``; torchtitan runs keep
     and reduce gradients in fp32 (``grad_reduce_in_fp32``: FSDP2's ``mixed_precision_reduce`` takes
     only float32) and compute the loss with PyTorch's fp32 cross-entropy (``cross_entropy``
-    unfused), every other run 16-bit gradients and a fused loss; fp8 runs keep their GEMM inputs
+    unfused), DeepSpeed pipeline-engine runs in bf16 keep fp32 gradients too (``BF16_Optimizer``,
+    ``map_grad_reduce_in_fp32``), every other run 16-bit gradients and a fused loss; fp8 runs keep their GEMM inputs
     for backward in fp8 (``fp8_saved_inputs``: Transformer Engine) except torchtitan's (torchao); ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
@@ -175,6 +176,19 @@ def map_dp_comm_overlap(row: dict[str, Any]) -> bool:
     reduction and parameter gather, FSDP2)."""
     pipeline_engine = names_deepspeed(row) and (row["config"].get("pp") or 1) > 1
     return map_dp_collectives(row) != "flat" and not pipeline_engine
+
+
+def map_grad_reduce_in_fp32(row: dict[str, Any], precision: str) -> bool:
+    """torchtitan: FSDP2's ``mixed_precision_reduce`` takes only float32. DeepSpeed's pipeline
+    engine with bf16 (BLOOM, MT-NLG): it reduces the gradients of ``BF16_Optimizer``, which
+    accumulates them in fp32 (``deepspeed/runtime/pipe/engine.py`` ``_bf16_reduce_grads``:
+    ``optimizer.get_grads_for_reduction``, defined only there). Every other run keeps 16-bit
+    gradients (Megatron's ``--grad-reduce-in-bf16`` era recipes, DeepSpeed's ZeRO with bf16 or
+    fp16: ``engine.py`` ``get_data_types``)."""
+    if is_torchtitan(row):
+        return True
+    pipeline_engine = names_deepspeed(row) and (row["config"].get("pp") or 1) > 1
+    return pipeline_engine and precision in ("bf16", "fp8")
 
 
 def map_fused_kernels(row: dict[str, Any]) -> bool:

@@ -33,7 +33,8 @@ def zero_buffer_bytes(
     parameters on this rank, ``kept`` of the dense ones its embedding and output layer's, sharded
     over ``shards`` = (dense, expert) data-parallel ranks.
 
-    ZeRO-0/1 (``data_parallel``: a ``dp x cp`` group exists): two gradient buckets. ZeRO-3:
+    ZeRO-0/1 (``data_parallel``: a ``dp x cp`` group exists): two gradient buckets (at most the
+    stage's gradients). ZeRO-3:
     the non-local part of the gathered layers, two (the current and the prefetched) or, with
     Megatron-FSDP, the current one plus half its unit size ahead, and then also its queue of
     unsharded gradients and the gathered embedding and output layer. ZeRO-2 with Megatron-FSDP:
@@ -44,7 +45,8 @@ def zero_buffer_bytes(
     grad_bytes = ctx.grad_bytes
     mfsdp = megatron_fsdp(ctx)
     if zero_stage <= 1 or (zero_stage == 2 and not mfsdp):
-        return 2 * minimum(ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
+        # two buckets in flight, never more than the stage's gradients
+        return minimum(2 * ctx.cal.dp_bucket_bytes, total * grad_bytes) if data_parallel else 0.0
     if zero_stage == 2:
         return minimum(total, MEGATRON_FSDP_UNIT_FLOOR + max_layer) * grad_bytes
     share_d = select(total > 0, dense / select(total > 0, total, 1.0), 1.0)

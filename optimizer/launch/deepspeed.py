@@ -31,6 +31,17 @@ def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
     return math.ceil(max(sum(layer_params(model, i).on_rank(tp, ep)) for i in range(model.num_layers)))
 
 
+def grad_accum_dtype(training: TrainingSpec) -> str:
+    """``data_types.grad_accum_dtype`` of a ZeRO plan as costed (``training.grad_reduce_in_fp32``):
+    fp32 runs a bf16 model's ZeRO-1 as ``BF16_Optimizer`` (fp32 gradients; what the pipeline
+    engine needs), else the 16-bit model dtype (ZeRO's default, which it also reduces in:
+    ``engine.py`` ``get_data_types``, ``communication_data_type``). The frameworks profile keeps
+    each to the stages that run it."""
+    if training.grad_reduce_in_fp32:
+        return "fp32"
+    return "fp16" if training.precision == "fp16" else "bf16"
+
+
 def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
     # overlap_comm: gradient reduce-scatters under backward (stage 3's default, as costed there)
     zero: dict[str, object] = {
@@ -52,6 +63,9 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
         "fp16": {"enabled": training.precision == "fp16"},
     }
+    if layout.zero_stage >= 1:
+        # without ZeRO the profile's default (fp32 for bf16) stands: later releases refuse it explicit
+        config["data_types"] = {"grad_accum_dtype": grad_accum_dtype(training)}
     if layout.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": geo.tp > 1,

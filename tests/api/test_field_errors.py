@@ -77,9 +77,17 @@ def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:
     r = client.post("/plan", json={**PLAN, "search": {"allow": {"recompute": ["moe", "none"]}}})
     assert r.status_code == 200 and {p["config"]["recompute"] for p in r.json()["plans"]} == {"none"}
     deepspeed = _with("training", framework="deepspeed")
-    zero = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"zero_stage": 2, "pp": 2}}})
+    # bf16 with 16-bit gradients (DeepSpeed's ZeRO default): its pipeline engine runs no stage
+    piped = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"zero_stage": 1, "pp": 2}}})
+    assert piped["loc"] == ["body", "search", "fix", "zero_stage"]
+    assert "DeepSpeed runs zero_stage [] with pp > 1" in piped["msg"]
+    assert "training.grad_reduce_in_fp32 true runs pipelines" in piped["msg"]
+    fp32 = {**deepspeed, "training": {**deepspeed["training"], "grad_reduce_in_fp32": True}}
+    zero = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 2, "pp": 2}}})
     assert zero["loc"] == ["body", "search", "fix", "zero_stage"]
     assert "DeepSpeed runs zero_stage [0, 1] with pp > 1" in zero["msg"]
+    flat = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 3}}})
+    assert "DeepSpeed runs zero_stage [0, 1] with pp = 1" in flat["msg"], flat["msg"]
     cp = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"cp": 2}}})
     assert cp["loc"] == ["body", "search", "fix", "cp"] and "no context parallelism" in cp["msg"]
 

@@ -59,6 +59,8 @@ def test_higher_zero_stage_never_raises_memory(req):
 
 @SETTINGS
 @given(requests())
+# A stage whose gradients fit in one bucket (dp 2): FSDP2's two buckets are the stage's gradients once.
+@example(req=_request("llama3-8b", 128, 2048, 8, tp=16, pp=4))
 def test_megatron_fsdp_buffers_never_below_fsdp2s(req):
     """Megatron-FSDP holds at least what FSDP2 does beside the shards, at every ZeRO stage."""
     for z in (0, 1, 2, 3):

@@ -47,7 +47,9 @@ def test_deepspeed_runs_either_and_defaults_to_false(client: TestClient) -> None
     """DeepSpeed runs the model's own TP layers: plain PyTorch (false, its default) or Megatron-
     DeepSpeed's, which are Megatron's (true)."""
     for overlap in (True, False):
-        training = {**JOB["training"], "framework": "deepspeed", "tp_dgrad_overlap": overlap}
+        # fp32 gradients: what its pipeline engine runs a bf16 model with (BF16_Optimizer)
+        training = {**JOB["training"], "framework": "deepspeed", "tp_dgrad_overlap": overlap,
+                    "grad_reduce_in_fp32": True}  # fmt: skip
         r = client.post("/evaluate", json={**JOB, "training": training, "config": {**LAYOUT, "vpp": 1}})
         assert r.status_code == 200, r.text
         assert r.json()["frameworks"] == ["deepspeed"], r.json()["notes"]

@@ -96,8 +96,9 @@ def test_deepspeed_prefetch_holds_one_layer_of_this_ranks_expert_shard() -> None
 
 
 def test_deepspeed_plan_says_where_etp_goes() -> None:
+    # fp32 gradients: what DeepSpeed's pipeline engine runs a bf16 model with (BF16_Optimizer)
     req = {"model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 256,
-           "framework": "deepspeed"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+           "framework": "deepspeed", "grad_reduce_in_fp32": True}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
            "config": {"tp": 2, "pp": 4, "ep": 4, "etp": 2, "micro_batch_size": 1, "recompute": "full"}}  # fmt: skip
     plan = evaluate(EvaluateRequest.model_validate(req))
     assert plan.frameworks == ["deepspeed"]

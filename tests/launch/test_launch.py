@@ -413,6 +413,7 @@ DEEPSPEED_KEYS = {
     "zero_optimization",
     "bf16",
     "fp16",
+    "data_types",
     "activation_checkpointing",
 }
 DEEPSPEED_AC_KEYS = {
@@ -449,9 +450,13 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size"}
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
-    # the gradient dtype is left to DeepSpeed (its default and what it accepts vary with the ZeRO
-    # stage and the version: docs/launch.md)
-    assert "data_types" not in cfg
+    # a ZeRO plan's gradient dtype as costed: fp32 with training.grad_reduce_in_fp32, else the
+    # 16-bit dtype; without ZeRO DeepSpeed's default (fp32 for bf16 at the profile's commit)
+    half = "fp16" if training.precision == "fp16" else "bf16"
+    if layout.zero_stage >= 1:
+        assert cfg["data_types"] == {"grad_accum_dtype": "fp32" if training.grad_reduce_in_fp32 else half}
+    else:
+        assert "data_types" not in cfg
     if layout.recompute == "none":
         assert "activation_checkpointing" not in cfg
     else:

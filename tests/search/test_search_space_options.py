@@ -81,5 +81,6 @@ def test_restrictions_that_leave_a_knob_without_values_are_invalid_requests() ->
     with pytest.raises(ValidationError, match="search.allow.recompute: 'moe', the only mode allowed"):
         _request({**base, "search": {"allow": {"recompute": ["moe"]}}})
     with pytest.raises(InvalidLayout, match="DeepSpeed runs zero_stage \\[0, 1\\] with pp > 1"):
-        search_plans(_request({**base, "training": {**base["training"], "framework": "deepspeed"},
+        search_plans(_request({**base, "training": {**base["training"], "framework": "deepspeed",
+                                                    "grad_reduce_in_fp32": True},
                                "search": {"fix": {"zero_stage": 2, "pp": 2}}}))  # fmt: skip
