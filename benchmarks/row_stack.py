@@ -180,9 +180,12 @@ def map_dp_comm_overlap(row: dict[str, Any]) -> bool:
 
 def map_grad_reduce_in_fp32(row: dict[str, Any], precision: str) -> bool:
     """torchtitan: FSDP2's ``mixed_precision_reduce`` takes only float32. DeepSpeed's pipeline
-    engine with bf16 (BLOOM, MT-NLG): it reduces the gradients of ``BF16_Optimizer``, which
-    accumulates them in fp32 (``deepspeed/runtime/pipe/engine.py`` ``_bf16_reduce_grads``:
-    ``optimizer.get_grads_for_reduction``, defined only there). Every other run keeps 16-bit
+    engine with bf16 (BLOOM; MT-NLG, whose precision is not stated, is mapped to bf16): at the
+    profile's pin it reduces the gradients of ``BF16_Optimizer``, which accumulates them in fp32
+    (``deepspeed/runtime/pipe/engine.py`` ``_bf16_reduce_grads``: ``optimizer.get_grads_for_reduction``,
+    defined only there). An approximation for these rows: their DeepSpeed reduced in its default
+    16-bit ``communication_data_type`` (so the costed reduction bytes are an upper estimate), and
+    MT-NLG's runs predate that bf16 pipeline path (April 2022). Every other run keeps 16-bit
     gradients (Megatron's ``--grad-reduce-in-bf16`` era recipes, DeepSpeed's ZeRO with bf16 or
     fp16: ``engine.py`` ``get_data_types``)."""
     if is_torchtitan(row):

@@ -22,6 +22,22 @@ DEEPSPEED_ETP_NOTE = (
 model's MoE layers (``deepspeed/moe/layer.py``), not of the config JSON."""
 
 
+BF16_OPTIMIZER_NOTE = (
+    "DeepSpeed's BF16_Optimizer also holds each backward's bf16 gradients until it adds them to "
+    "its fp32 ones: up to 2 bytes a parameter more than the plan's memory counts"
+)
+"""The plan's line for a DeepSpeed plan with fp32 gradients of a bf16 model (``bf16_optimizer.py``
+``update_hp_grads``, the pipeline engine's ``clear_lp_grads`` after each backward)."""
+
+
+def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
+    """What a DeepSpeed plan's config cannot say or the cost model does not count, one line each."""
+    notes = [DEEPSPEED_ETP_NOTE] if layout.etp > 1 else []
+    if training.grad_reduce_in_fp32 and training.precision in ("bf16", "fp8", "fp4"):
+        notes.append(BF16_OPTIMIZER_NOTE)
+    return notes
+
+
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
     """Parameters of the largest layer on one rank, as the cost model holds them
     (``LayerParams.on_rank``): what a ZeRO-3 prefetch must hold to gather the next layer while the
@@ -66,6 +82,10 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
     if layout.zero_stage >= 1:
         # without ZeRO the profile's default (fp32 for bf16) stands: later releases refuse it explicit
         config["data_types"] = {"grad_accum_dtype": grad_accum_dtype(training)}
+    if training.grad_reduce_in_fp32:
+        # fp32 gradients are reduced in the model's 16-bit dtype unless told (engine.py
+        # communication_data_type); the plan costs fp32 reductions
+        config["communication_data_type"] = "fp32"
     if layout.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": geo.tp > 1,

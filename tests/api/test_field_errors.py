@@ -86,8 +86,8 @@ def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:
     zero = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 2, "pp": 2}}})
     assert zero["loc"] == ["body", "search", "fix", "zero_stage"]
     assert "DeepSpeed runs zero_stage [0, 1] with pp > 1" in zero["msg"]
-    flat = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 3}}})
-    assert "DeepSpeed runs zero_stage [0, 1] with pp = 1" in flat["msg"], flat["msg"]
+    flat = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 1, "pp": 1}}})
+    assert "DeepSpeed runs zero_stage [] with pp = 1" in flat["msg"], flat["msg"]
     cp = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"cp": 2}}})
     assert cp["loc"] == ["body", "search", "fix", "cp"] and "no context parallelism" in cp["msg"]
 

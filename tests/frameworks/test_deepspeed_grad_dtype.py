@@ -6,8 +6,12 @@ DeepSpeed (commit da7f21a2) builds for the printed config and layout.
 else fp32 for a bf16 model without ZeRO, else the model dtype) and ``_do_optimizer_sanity_check``
 (fp32 accumulation with ZeRO only at stage 1, as ``BF16_Optimizer``), and the pipeline engine's
 ``_bf16_reduce_grads`` (a bf16 pipeline reduces ``optimizer.get_grads_for_reduction()``, which only
-``BF16_Optimizer`` defines). Every plan the planner returns for DeepSpeed must pass it and keep
-the gradient bytes it was costed with.
+``BF16_Optimizer`` defines; it also asserts no MoE layers), the communication dtype
+(``communication_data_type``, else the model dtype) and two faults of that commit the profile
+keeps plans away from: ``BF16_Optimizer`` without a pipeline never averages its fp32 gradients
+over the data-parallel ranks (fixed upstream in dd3690c53), and it has no expert groups. Every plan
+the planner returns for DeepSpeed must pass it and keep the gradient bytes it was costed with, in
+memory and on the wire.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ class Refused(Exception):
     """DeepSpeed would raise (or fail at the first gradient reduction) on this config."""
 
 
-def _deepspeed_gradients(config: dict, pp: int) -> str:
-    """The gradient dtype DeepSpeed runs ``config`` with on a layout of ``pp`` stages."""
+def _deepspeed_gradients(config: dict, pp: int, dp: int = 2, moe: bool = False) -> tuple[str, str]:
+    """(accumulation, reduction) dtypes of ``config``'s gradients on a layout of ``pp`` stages
+    and ``dp`` data-parallel ranks."""
     stage = config["zero_optimization"]["stage"]
     model = "bf16" if config["bf16"]["enabled"] else "fp16" if config["fp16"]["enabled"] else "fp32"
     accum = config.get("data_types", {}).get("grad_accum_dtype")
@@ -41,7 +46,7 @@ def _deepspeed_gradients(config: dict, pp: int) -> str:
     elif model == accum:
         if model == "bf16":
             raise Refused("Bfloat16 wrapper must use a gradient accumulation type of fp32")
-        optimizer = "FP16_Optimizer"
+        optimizer = "FP16_Optimizer" if model == "fp16" else "none"
     elif model == "bf16" and accum == "fp32":
         optimizer = "BF16_Optimizer"
     else:
@@ -51,12 +56,17 @@ def _deepspeed_gradients(config: dict, pp: int) -> str:
             raise Refused("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
         if model == "bf16" and optimizer != "BF16_Optimizer":
             raise Refused("the bf16 pipeline reduces optimizer.get_grads_for_reduction(): BF16_Optimizer only")
-    return accum
+    if optimizer == "BF16_Optimizer":
+        if moe:
+            raise Refused("BF16_Optimizer has no expert groups; the bf16 pipeline reduction asserts no MoE")
+        if pp == 1 and dp > 1:
+            raise Refused("allreduce_gradients reduces the bf16 grads, not BF16_Optimizer's fp32 ones (dd3690c53)")
+    return accum, config.get("communication_data_type", model)
 
 
-def _plans(training: dict, search: dict, num_gpus: int = 16) -> list:
+def _plans(training: dict, search: dict, num_gpus: int = 16, model: str = "llama3-8b") -> list:
     req = {
-        "model": {"preset": "llama3-8b"},
+        "model": {"preset": model},
         "training": {"seq_len": 4096, "global_batch_size": 64, "framework": "deepspeed", **training},
         "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus},
         "search": {"top_k": 5, "diverse": False, **search},
@@ -70,6 +80,7 @@ CASES = [
     ({"grad_reduce_in_fp32": True}, {}),
     ({"grad_reduce_in_fp32": True}, {"fix": {"pp": 2}}),
     ({"grad_reduce_in_fp32": True, "dp_comm_overlap": False}, {"fix": {"pp": 4}}),
+    ({"grad_reduce_in_fp32": True, "precision": "fp8"}, {}),
     ({"precision": "fp16"}, {"fix": {"pp": 2}}),
     ({"precision": "fp16"}, {}),
     ({"precision": "fp8"}, {}),
@@ -80,21 +91,32 @@ CASES = [
 def test_every_deepspeed_plan_runs_with_the_costed_gradients(training: dict, search: dict) -> None:
     plans = _plans(training, search)
     assert plans, "no plan"
+    half = "fp16" if training.get("precision") == "fp16" else "bf16"
+    costed = "fp32" if training.get("grad_reduce_in_fp32") else half
     for plan in plans:
         assert plan.frameworks == ["deepspeed"]
         config = json.loads(plan.launch.deepspeed)
-        costed = (
-            "fp32" if training.get("grad_reduce_in_fp32") else "fp16" if training.get("precision") == "fp16" else "bf16"
-        )
-        assert _deepspeed_gradients(config, plan.config.pp) == costed, (plan.config, config)
+        gradients = _deepspeed_gradients(config, plan.config.pp, plan.config.dp)
+        assert gradients == (costed, costed), (plan.config, config)
+
+
+def test_moe_plans_run_with_the_costed_gradients() -> None:
+    """Mixtral on DeepSpeed: bf16 gradients (no pipelines), ZeRO 1-2 (no ZeRO-3 for MoE)."""
+    plans = _plans({}, {}, num_gpus=64, model="mixtral-8x7b")
+    assert plans
+    for plan in plans:
+        config = json.loads(plan.launch.deepspeed)
+        assert _deepspeed_gradients(config, plan.config.pp, plan.config.dp, moe=True) == ("bf16", "bf16")
+        assert plan.config.zero_stage in (1, 2)
 
 
 def test_pipelines_need_fp32_gradients_for_bf16() -> None:
     """With 16-bit gradients (the default) no DeepSpeed plan pipelines a bf16 model; with fp32
-    gradients the same job gets pipelined plans, ZeRO-0 or ZeRO-1 only."""
+    gradients every plan pipelines, at ZeRO-0 or ZeRO-1, and says what its memory leaves out."""
     assert all(p.config.pp == 1 and p.config.zero_stage >= 1 for p in _plans({}, {}, num_gpus=64))
-    piped = _plans({"grad_reduce_in_fp32": True}, {"fix": {"pp": 4}}, num_gpus=64)
-    assert piped and {p.config.zero_stage for p in piped} <= {0, 1}
+    piped = _plans({"grad_reduce_in_fp32": True}, {}, num_gpus=64)
+    assert piped and all(p.config.pp > 1 and p.config.zero_stage <= 1 for p in piped)
+    assert all(any("BF16_Optimizer" in n for n in p.notes) for p in piped)
 
 
 def test_the_check_refuses_what_deepspeed_refuses() -> None:
@@ -102,8 +124,13 @@ def test_the_check_refuses_what_deepspeed_refuses() -> None:
     base = {"bf16": {"enabled": True}, "fp16": {"enabled": False}}
     with pytest.raises(Refused):  # ZeRO-1 with bf16 gradients under the pipeline engine
         _deepspeed_gradients({**base, "zero_optimization": {"stage": 1}}, pp=2)
+    fp32_zero3 = {**base, "zero_optimization": {"stage": 3}, "data_types": {"grad_accum_dtype": "fp32"}}
     with pytest.raises(Refused):  # fp32 accumulation at ZeRO-3
-        _deepspeed_gradients({**base, "zero_optimization": {"stage": 3}, "data_types": {"grad_accum_dtype": "fp32"}}, 1)
-    assert _deepspeed_gradients({**base, "zero_optimization": {"stage": 0}}, pp=2) == "fp32"
+        _deepspeed_gradients(fp32_zero3, pp=1)
+    assert _deepspeed_gradients({**base, "zero_optimization": {"stage": 0}}, pp=2) == ("fp32", "bf16")
     fp32_zero1 = {**base, "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}}
-    assert _deepspeed_gradients(fp32_zero1, pp=2) == "fp32"
+    assert _deepspeed_gradients(fp32_zero1, pp=2) == ("fp32", "bf16")
+    with pytest.raises(Refused):  # BF16_Optimizer without a pipeline, several data-parallel ranks
+        _deepspeed_gradients(fp32_zero1, pp=1, dp=4)
+    with pytest.raises(Refused):  # BF16_Optimizer with experts
+        _deepspeed_gradients(fp32_zero1, pp=2, moe=True)

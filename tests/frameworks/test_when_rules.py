@@ -157,11 +157,19 @@ def test_torchtitan_says_nothing_of_experts_for_a_dense_model() -> None:
 
 @pytest.mark.parametrize("fid", ["torchtitan", "deepspeed"])
 def test_frameworks_that_dispatch_with_an_all_to_all_only(fid: str) -> None:
-    training = {"framework": fid, "grad_reduce_in_fp32": True} if fid == "deepspeed" else {"framework": fid}
+    training = {"framework": fid}
     assert _ids(_training(**training), MIXTRAL) == {fid}
     for dispatcher in ("allgather", "deepep", "hybridep"):
         assert _ids(_training(moe_dispatcher=dispatcher, **training), MIXTRAL) == set()
     assert _ids(_training(moe_dispatcher="deepep", **training), {"preset": "llama3-8b"}) == {fid}  # dense: no effect
+
+
+def test_deepspeed_runs_no_moe_with_fp32_gradients() -> None:
+    """Its BF16_Optimizer (fp32 gradients of a bf16 model) has no expert groups at the pin."""
+    assert _ids(_training(framework="deepspeed", grad_reduce_in_fp32=True), MIXTRAL) == set()
+    assert _ids(_training(framework="deepspeed", grad_reduce_in_fp32=True), {"preset": "llama3-8b"}) == {"deepspeed"}
+    assert _ids(_training(framework="deepspeed", grad_reduce_in_fp32=True, precision="fp16"),
+                {"preset": "llama3-8b"}) == set()  # fmt: skip
 
 
 def test_torchtitan_runs_no_fp16() -> None:

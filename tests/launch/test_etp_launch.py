@@ -96,10 +96,11 @@ def test_deepspeed_prefetch_holds_one_layer_of_this_ranks_expert_shard() -> None
 
 
 def test_deepspeed_plan_says_where_etp_goes() -> None:
-    # fp32 gradients: what DeepSpeed's pipeline engine runs a bf16 model with (BF16_Optimizer)
+    # no pipeline: DeepSpeed runs a bf16 MoE model's pipelines with fp32 gradients only, which
+    # its BF16_Optimizer does not run for experts (frameworks.toml)
     req = {"model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 256,
-           "framework": "deepspeed", "grad_reduce_in_fp32": True}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
-           "config": {"tp": 2, "pp": 4, "ep": 4, "etp": 2, "micro_batch_size": 1, "recompute": "full"}}  # fmt: skip
+           "framework": "deepspeed"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+           "config": {"tp": 2, "pp": 1, "ep": 4, "etp": 2, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"}}  # fmt: skip
     plan = evaluate(EvaluateRequest.model_validate(req))
     assert plan.frameworks == ["deepspeed"]
     assert DEEPSPEED_ETP_NOTE in plan.notes

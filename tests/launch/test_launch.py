@@ -414,6 +414,7 @@ DEEPSPEED_KEYS = {
     "bf16",
     "fp16",
     "data_types",
+    "communication_data_type",
     "activation_checkpointing",
 }
 DEEPSPEED_AC_KEYS = {
@@ -457,6 +458,8 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
         assert cfg["data_types"] == {"grad_accum_dtype": "fp32" if training.grad_reduce_in_fp32 else half}
     else:
         assert "data_types" not in cfg
+    # fp32 gradients are reduced in fp32, as costed (DeepSpeed's default is the 16-bit dtype)
+    assert cfg.get("communication_data_type") == ("fp32" if training.grad_reduce_in_fp32 else None)
     if layout.recompute == "none":
         assert "activation_checkpointing" not in cfg
     else:
