@@ -26,10 +26,7 @@ from optimizer.cost.head import head_time_s
 from optimizer.cost.layer import (
     Dims,
     LayerCost,
-    attention_core_times_s,
-    cp_comm_s,
     layer_cost,
-    tp_comm_s,
 )
 from optimizer.cost.memory import (
     ADAM_STEP_BYTES,
@@ -40,7 +37,7 @@ from optimizer.cost.memory import (
 from optimizer.cost.num import Num
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.topology import AxisGroups, group_geometry
-from optimizer.search.ep_floor import ep_comm_floor_s, group_geometries
+from optimizer.search.comm_floors import ep_comm_floor_s, group_geometries, tp_cp_floor_s
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
 
@@ -332,7 +329,6 @@ def kind_dims_key(kind: int, dims: Dims) -> KindDimsKey:
 
 
 LB_LAYER_COST = Memo[KindDimsKey, LayerCost]("lower_bound_layer_cost")
-LB_TP_CP_FLOOR = Memo[KindDimsKey, float]("lower_bound_tp_cp_floor")
 
 
 def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float, float]:
@@ -346,7 +342,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     topo = ctx.topology
     one = group_geometry(topo, 1, 1)
     groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one, one, one)
-    layer_costs, tp_cp_floors = ctx.caches[LB_LAYER_COST], ctx.caches[LB_TP_CP_FLOOR]
+    layer_costs = ctx.caches[LB_LAYER_COST]
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).
     no_ep = Dims(dims.tp, dims.cp, 1, dims.micro_batch_size, dims.sequence_parallel, dims.recompute)
@@ -358,18 +354,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
         c = layer_costs.get(key)
         if c is None:
             c = layer_costs[key] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
-        key = kind_dims_key(i, no_ep)
-        tp_cp = tp_cp_floors.get(key)
-        if tp_cp is None:
-            tp_cp = 0.0
-            if dims.tp > 1:
-                windows = c.tp_wgrad_windows_s
-                tp_cp += min(tp_comm_s(ctx, kind, no_ep, g, windows) for g in group_geometries(ctx, dims.tp))
-            if dims.cp > 1:
-                t_core, t_core_bwd = attention_core_times_s(ctx, kind, no_ep)
-                tp_cp += min(cp_comm_s(ctx, no_ep, g, t_core, t_core_bwd) for g in group_geometries(ctx, dims.cp))
-            tp_cp_floors[key] = tp_cp
-        t = c.fwd_s + c.bwd_s + tp_cp
+        t = c.fwd_s + c.bwd_s + tp_cp_floor_s(ctx, i, no_ep, c.tp_wgrad_windows_s)
         if kind.is_moe and dims.ep * dims.etp > 1:
             t += ep_comm_floor_s(ctx, kind, dims, one)
         costs.append(c)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import optimizer.cost.stage as stage_module
-import optimizer.search.ep_floor as ep_floor_module
+import optimizer.search.comm_floors as comm_floors_module
 import optimizer.search.fit_limits as fit_limits_module
 import optimizer.search.floors as floors_module
 import optimizer.search.lower_bounds as lower_bounds_module
@@ -242,8 +242,10 @@ DROPPED = [
     (lower_bounds_module, "kind_dims_key", "etp", lower_bounds_module.LB_LAYER_COST),
     (floors_module, "kind_floor_key", "etp", floors_module.KIND_TIME_FLOOR),
     (split_floors_module, "family_key", "etp", split_floors_module.SPLIT_FLOOR_INPUTS),
-    (ep_floor_module, "ep_floor_key", "tokens", ep_floor_module.EP_FLOOR),
-    (ep_floor_module, "ep_floor_key", "replayed", ep_floor_module.EP_FLOOR),
+    (comm_floors_module, "ep_floor_key", "tokens", comm_floors_module.EP_FLOOR),
+    (comm_floors_module, "ep_floor_key", "replayed", comm_floors_module.EP_FLOOR),
+    (comm_floors_module, "tp_cp_floor_key", "replays", comm_floors_module.TP_CP_FLOOR),
+    (comm_floors_module, "tp_cp_floor_key", "micro_batch_size", comm_floors_module.TP_CP_FLOOR),
 ]
 
 

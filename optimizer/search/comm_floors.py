@@ -1,5 +1,5 @@
-"""The geometries a group of a given size can have, and the expert-parallel communication floor of
-an MoE layer over them (the search's lower bounds)."""
+"""The geometries a group of a given size can have, and a layer's tensor-, context- and
+expert-parallel communication floors over them (the search's lower bounds)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext, LayerKind
-from optimizer.cost.layer import Dims, ep_comm_s
+from optimizer.cost.layer import Dims, attention_core_times_s, cp_comm_s, ep_comm_s, tp_comm_s
+from optimizer.cost.layer_base import ATTENTION_CORE_RECOMPUTED
 from optimizer.cost.rules import divisors
 from optimizer.cost.topology import GroupGeometry, group_geometry
 from optimizer.modes import RecomputeMode
@@ -94,3 +95,47 @@ def _ep_comm_floor_s(
         a2a = min(ep_comm_s(ctx, kind, dims, g, one, one) for g in geos)
         return a2a + min(ep_comm_s(ctx, kind, dims, one, e, one) for e in group_geometries(ctx, dims.etp))
     return min(ep_comm_s(ctx, kind, dims, one, one, b) for b in group_geometries(ctx, dims.ep * dims.etp))
+
+
+class TpCpFloorKey(NamedTuple):
+    """All ``_tp_cp_floor_s`` reads of a layer: its kind (index in ``ctx.kinds``), the ``Dims``
+    fields the TP and CP terms read but the recompute mode, and of that mode only what they
+    read: whether it replays the forward collectives (``full``), keeps the forward all-gathers
+    (``op``) and re-runs the attention core (``ATTENTION_CORE_RECOMPUTED``). The TP windows come
+    from the layer's GEMM times, which depend on none of the modes."""
+
+    kind: int
+    tp: int
+    cp: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    replays: tuple[bool, bool, bool]
+
+
+def tp_cp_floor_key(kind: int, dims: Dims) -> TpCpFloorKey:
+    rc = dims.recompute
+    replays = (rc == RecomputeMode.FULL, rc == RecomputeMode.OP, rc in ATTENTION_CORE_RECOMPUTED)
+    return tuple.__new__(TpCpFloorKey, (kind, dims.tp, dims.cp, dims.micro_batch_size, dims.sequence_parallel, replays))
+
+
+TP_CP_FLOOR = Memo[TpCpFloorKey, float]("lower_bound_tp_cp_floor")
+
+
+def tp_cp_floor_s(ctx: JobContext, k: int, dims: Dims, windows: tuple[float, ...]) -> float:
+    """A layer's TP and CP communication (``layer.tp_comm_s``, ``layer.cp_comm_s``) of layer kind
+    ``k`` under ``dims`` (without expert parallelism), each at its smallest over the geometries
+    its group can have; ``windows``: the layer's ``tp_wgrad_windows_s``. Memoised per
+    ``TpCpFloorKey``."""
+    key = tp_cp_floor_key(k, dims)
+    table = ctx.caches[TP_CP_FLOOR]
+    floor = table.get(key)
+    if floor is None:
+        kind = ctx.kinds[k]
+        floor = 0.0
+        if dims.tp > 1:
+            floor += min(tp_comm_s(ctx, kind, dims, g, windows) for g in group_geometries(ctx, dims.tp))
+        if dims.cp > 1:
+            t_core, t_core_bwd = attention_core_times_s(ctx, kind, dims)
+            floor += min(cp_comm_s(ctx, dims, g, t_core, t_core_bwd) for g in group_geometries(ctx, dims.cp))
+        table[key] = floor
+    return floor
