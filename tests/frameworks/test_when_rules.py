@@ -172,6 +172,18 @@ def test_deepspeed_runs_no_moe_with_fp32_gradients() -> None:
                 {"preset": "llama3-8b"}) == set()  # fmt: skip
 
 
+def test_deepspeed_pipelines_no_moe() -> None:
+    """At the pin its expert groups span every pipeline stage: an MoE model pipelines nowhere on
+    DeepSpeed, in fp16 either (bf16 pipelines need fp32 gradients, which MoE does not run)."""
+    fp16 = {"preset": "mixtral-8x7b"}
+    job = {"model": fp16, "training": {"seq_len": 4096, "global_batch_size": 256, "framework": "deepspeed",
+           "precision": "fp16"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64}}  # fmt: skip
+    with pytest.raises(InvalidLayout, match="DeepSpeed runs zero_stage \\[\\] with pp > 1"):
+        plan(PlanRequest.model_validate({**job, "search": {"fix": {"pp": 2, "zero_stage": 0}}}))
+    result = plan(PlanRequest.model_validate(job))
+    assert result.plans and all(p.config.pp == 1 for p in result.plans)
+
+
 def test_torchtitan_runs_no_fp16() -> None:
     assert _ids(_training(framework="torchtitan", precision="fp16"), {"preset": "llama3-8b"}) == set()
     assert _ids(_training(framework="torchtitan", precision="bf16"), {"preset": "llama3-8b"}) == {"torchtitan"}
