@@ -3,6 +3,8 @@ counts, used by the request checks, the cost model and the launch arguments alik
 
 from __future__ import annotations
 
+import functools
+
 
 def even_split(num_layers: int, chunks: int) -> list[int]:
     """Layers per chunk, as even as possible; extra layers go to the middle chunks.
@@ -10,9 +12,16 @@ def even_split(num_layers: int, chunks: int) -> list[int]:
     The first chunk holds the embedding and the most in-flight activations, the last the LM
     head and loss, so they are the ones that get the smaller share.
     """
+    return list(_even_split(num_layers, chunks))
+
+
+@functools.lru_cache(maxsize=4096)
+def _even_split(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """``even_split`` as a tuple, memoised (the search resolves tens of thousands of layouts of a
+    few distinct depths)."""
     base, extra = divmod(num_layers, chunks)
     split = [base] * chunks
     middle = (chunks - 1) / 2
     for c in sorted(range(chunks), key=lambda c: (abs(c - middle), c))[:extra]:
         split[c] += 1
-    return split
+    return tuple(split)
