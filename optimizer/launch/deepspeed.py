@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from optimizer.calibration import DEFAULT
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
 from optimizer.params import layer_params
@@ -12,19 +13,20 @@ from optimizer.specs import ModelSpec, TrainingSpec
 
 _DEEPSPEED_PREFETCH_DEFAULT = 50_000_000
 """DeepSpeed's ``stage3_prefetch_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
+_DEEPSPEED_LIVE_DEFAULT = 1_000_000_000
+"""DeepSpeed's ``stage3_max_live_parameters`` default (``deepspeed/runtime/zero/config.py``)."""
 
 
-DEEPSPEED_ETP_NOTE = (
-    "DeepSpeed splits experts over the tensor-parallel group with the model code's "
-    "deepspeed.moe.layer.MoE(..., enable_expert_tensor_parallelism=True) (etp = tp; no config key)"
-)
-"""The plan's line for a DeepSpeed plan with ``etp = tp > 1``: the switch is an argument of the
-model's MoE layers (``deepspeed/moe/layer.py``), not of the config JSON."""
+def dp_bucket_elements(training: TrainingSpec) -> float:
+    """Gradient elements in one of the plan's data-parallel buckets (``Calibration.dp_bucket_bytes``
+    of gradients in the dtype the plan reduces them in)."""
+    return DEFAULT.dp_bucket_bytes / (4.0 if training.grad_reduce_in_fp32 else 2.0)
 
 
 BF16_OPTIMIZER_NOTE = (
     "DeepSpeed's BF16_Optimizer also holds each backward's bf16 gradients until it adds them to "
-    "its fp32 ones: up to 2 bytes a parameter more than the plan's memory counts"
+    "its fp32 ones, and reduces through a fixed 5e8-element fp32 buffer: up to 2 bytes a parameter "
+    "and 2 GB more than the plan's memory counts"
 )
 """The plan's line for a DeepSpeed plan with fp32 gradients of a bf16 model (``bf16_optimizer.py``
 ``update_hp_grads``, the pipeline engine's ``clear_lp_grads`` after each backward)."""
@@ -32,10 +34,26 @@ BF16_OPTIMIZER_NOTE = (
 
 def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
     """What a DeepSpeed plan's config cannot say or the cost model does not count, one line each."""
-    notes = [DEEPSPEED_ETP_NOTE] if layout.etp > 1 else []
+    notes = []
     if training.grad_reduce_in_fp32 and training.precision in ("bf16", "fp8", "fp4"):
         notes.append(BF16_OPTIMIZER_NOTE)
+    if layout.tp > 1 or layout.pp > 1:
+        notes.append(_model_parallel_note(layout))
     return notes
+
+
+def _model_parallel_note(layout: ResolvedLayout) -> str:
+    """The DeepSpeed config holds no parallel sizes: the model code sets them."""
+    parts = []
+    if layout.tp > 1:
+        parts.append("deepspeed.initialize(..., mpu=<the model's tensor-parallel mpu>)")
+    if layout.pp > 1:
+        topology = f"PipeModelDataParallelTopology(num_pp={layout.pp}, num_mp={layout.tp}, num_dp={layout.dp})"
+        parts.append(f"PipelineModule(..., topology={topology}, partition_method='type:<layer class>')")
+    note = f"DeepSpeed takes the parallel sizes from the model code: {'; '.join(parts)}"
+    if layout.pp > 1 and len(set(layout.stage_layers)) > 1:
+        note += f"; its partition places the layers its own way, not as {list(layout.stage_layers)}"
+    return note
 
 
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:
@@ -67,9 +85,17 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute
-        zero["stage3_prefetch_bucket_size"] = max(
-            _DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep * geo.etp)
-        )
+        prefetch = max(_DEEPSPEED_PREFETCH_DEFAULT, _largest_layer_params(model, geo.tp, geo.ep * geo.etp))
+        zero["stage3_prefetch_bucket_size"] = prefetch
+        # room for the current layer and the prefetched one (the 1e9 default caps the prefetch at
+        # what is not live: partitioned_param_coordinator.py), released once past (no reuse)
+        zero["stage3_max_live_parameters"] = max(_DEEPSPEED_LIVE_DEFAULT, 2 * prefetch)
+        zero["stage3_max_reuse_distance"] = prefetch
+    if layout.zero_stage >= 1:
+        # the two gradient buckets the plan holds (DeepSpeed's default is 5e8 elements each)
+        bucket = int(dp_bucket_elements(training))
+        zero["reduce_bucket_size"] = bucket
+        zero["allgather_bucket_size"] = bucket
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,
         "train_micro_batch_size_per_gpu": geo.mbs,
@@ -88,7 +114,9 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         config["communication_data_type"] = "fp32"
     if layout.recompute != "none":
         config["activation_checkpointing"] = {
-            "partition_activations": geo.tp > 1,
+            # partitioning keeps each TP rank's slice of a checkpointed input and all-gathers it
+            # back: wrong under sequence parallelism (the ranks' inputs differ), and not costed
+            "partition_activations": False,
             "cpu_checkpointing": False,
             "contiguous_memory_optimization": False,
             "synchronize_checkpoint_boundary": False,

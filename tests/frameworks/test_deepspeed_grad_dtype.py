@@ -100,16 +100,6 @@ def test_every_deepspeed_plan_runs_with_the_costed_gradients(training: dict, sea
         assert gradients == (costed, costed), (plan.config, config)
 
 
-def test_moe_plans_run_with_the_costed_gradients() -> None:
-    """Mixtral on DeepSpeed: bf16 gradients (no pipelines), ZeRO 1-2 (no ZeRO-3 for MoE)."""
-    plans = _plans({}, {}, num_gpus=64, model="mixtral-8x7b")
-    assert plans
-    for plan in plans:
-        config = json.loads(plan.launch.deepspeed)
-        assert _deepspeed_gradients(config, plan.config.pp, plan.config.dp, moe=True) == ("bf16", "bf16")
-        assert plan.config.zero_stage in (1, 2)
-
-
 def test_pipelines_need_fp32_gradients_for_bf16() -> None:
     """With 16-bit gradients (the default) no DeepSpeed plan pipelines a bf16 model; with fp32
     gradients every plan pipelines, at ZeRO-0 or ZeRO-1, and says what its memory leaves out."""

@@ -445,10 +445,18 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert zero["overlap_comm"] is (training.dp_comm_overlap or layout.zero_stage == 3)
     if layout.zero_stage == 3 and training.dp_comm_overlap:  # a whole layer gathered ahead, as costed
         on_rank = max(sum(layer_params(_model, i).on_rank(layout.tp, layout.ep)) for i in range(_model.num_layers))
-        assert zero["stage3_prefetch_bucket_size"] == max(50_000_000, math.ceil(on_rank))
+        prefetch = max(50_000_000, math.ceil(on_rank))
+        assert zero["stage3_prefetch_bucket_size"] == prefetch
+        # room for it beside the current layer, and no layer kept gathered for reuse
+        assert zero["stage3_max_live_parameters"] == max(1_000_000_000, 2 * prefetch)
+        assert zero["stage3_max_reuse_distance"] == prefetch
     else:
-        assert "stage3_prefetch_bucket_size" not in zero
-    assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size"}
+        assert not {"stage3_prefetch_bucket_size", "stage3_max_live_parameters"} & set(zero)
+    if layout.zero_stage >= 1:  # the plan's two 160 MB gradient buckets (DeepSpeed's default: 5e8 elements)
+        elements = 160e6 / (4 if training.grad_reduce_in_fp32 else 2)
+        assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == elements
+    assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+                         "stage3_max_reuse_distance", "reduce_bucket_size", "allgather_bucket_size"}  # fmt: skip
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
     # a ZeRO plan's gradient dtype as costed: fp32 with training.grad_reduce_in_fp32, else the
@@ -464,7 +472,8 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
         assert "activation_checkpointing" not in cfg
     else:
         assert set(cfg["activation_checkpointing"]) <= DEEPSPEED_AC_KEYS
-        assert cfg["activation_checkpointing"]["partition_activations"] == (layout.tp > 1)
+        # never partitioned: DeepSpeed's partitioning is wrong under sequence parallelism
+        assert cfg["activation_checkpointing"]["partition_activations"] is False
 
 
 def test_deepspeed_zero3_prefetch_holds_one_layer_of_this_rank():
@@ -482,7 +491,9 @@ def test_deepspeed_zero3_prefetch_holds_one_layer_of_this_rank():
 def test_deepspeed_zero3_prefetches_one_llama3_8b_layer():
     # one Llama 3 8B layer: 41,943,040 attention + 176,160,768 MLP + 8,192 norm parameters
     zero = json.loads(launch(zero3_case()).deepspeed)["zero_optimization"]
-    assert zero == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 218_112_000}
+    assert zero == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 218_112_000,
+                    "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 218_112_000,
+                    "reduce_bucket_size": 80_000_000, "allgather_bucket_size": 80_000_000}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,12 +526,13 @@ def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
     # backward (DeepSpeed's stage-3 default overlap_comm), as the cost model has it. (Megatron-FSDP
     # always overlaps at ZeRO-2/3, so no plan names Megatron-LM or Megatron-Bridge for them here.)
     case = _blocking_dp(zero3_case())
-    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": True}
+    buckets = {"reduce_bucket_size": 80_000_000, "allgather_bucket_size": 80_000_000}
+    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": True, **buckets}
     over = nemo_overrides(launch(case).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
     model, training, layout = _blocking_dp(zero3_case())
     zero1 = (model, training, layout.model_copy(update={"zero_stage": 1}))
-    assert json.loads(launch(zero1).deepspeed)["zero_optimization"] == {"stage": 1, "overlap_comm": False}
+    assert json.loads(launch(zero1).deepspeed)["zero_optimization"] == {"stage": 1, "overlap_comm": False, **buckets}
     over = nemo_overrides(launch(zero1).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
     assert "# torchtitan always overlaps data-parallel collectives" in launch(case).torchtitan
