@@ -32,11 +32,23 @@ BF16_OPTIMIZER_NOTE = (
 ``update_hp_grads``, the pipeline engine's ``clear_lp_grads`` after each backward)."""
 
 
+ALL_REDUCE_NOTE = (
+    "DeepSpeed all-reduces ZeRO-0/1 gradients and then gathers the updated weights: about 1.5x the "
+    "data-parallel bytes the plan costs at ZeRO-1"
+)
+"""The plan's line for a DeepSpeed ZeRO-0/1 plan with data parallelism (``engine.py``
+``_configure_zero_optimizer``: stage 1 turns ``contiguous_gradients`` off, so
+``stage_1_and_2.py`` reduces through ``buffered_reduce_fallback``'s all-reduce; ``BF16_Optimizer``
+all-reduces too)."""
+
+
 def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
     """What a DeepSpeed plan's config cannot say or the cost model does not count, one line each."""
     notes = []
     if training.grad_reduce_in_fp32 and training.precision in ("bf16", "fp8", "fp4"):
         notes.append(BF16_OPTIMIZER_NOTE)
+    if layout.zero_stage <= 1 and layout.dp > 1:
+        notes.append(ALL_REDUCE_NOTE)
     if layout.tp > 1 or layout.pp > 1:
         notes.append(_model_parallel_note(layout))
     return notes

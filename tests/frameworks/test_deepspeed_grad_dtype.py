@@ -107,6 +107,8 @@ def test_pipelines_need_fp32_gradients_for_bf16() -> None:
     piped = _plans({"grad_reduce_in_fp32": True}, {}, num_gpus=64)
     assert piped and all(p.config.pp > 1 and p.config.zero_stage <= 1 for p in piped)
     assert all(any("BF16_Optimizer" in n for n in p.notes) for p in piped)
+    # ZeRO-0/1 all-reduce (1.5x the bytes of ZeRO-1's reduce-scatter and gather): said, not costed
+    assert all(any("all-reduces ZeRO-0/1 gradients" in n for n in p.notes) for p in piped if p.config.dp > 1)
 
 
 def test_the_check_refuses_what_deepspeed_refuses() -> None:
