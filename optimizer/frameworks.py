@@ -135,7 +135,7 @@ class FrameworkProfile:
         allowed = par.zero_stages_with_pp if pp > 1 else par.zero_stages_without_pp
         if zero not in allowed.value:
             return f"{self.name} runs zero_stage {list(allowed.value)} with pp {'> 1' if pp > 1 else '= 1'} ({allowed.source})"
-        if zero == 0 and par.ddp_only_without_other_parallelism.value and dp > 1 and max(tp, pp, cp, ep) > 1:
+        if zero == 0 and par.ddp_only_without_other_parallelism.value and (cp > 1 or dp > 1 and max(tp, pp, ep) > 1):
             return f"{self.name} runs zero_stage 0 only with data parallelism alone ({par.ddp_only_without_other_parallelism.source})"
         if pp == 1 and zero in (1, 2) and nmb > 1 and par.sharded_below_zero3_needs_one_micro_batch.value:
             return (f"{self.name} runs zero_stage {zero} only with one micro-batch a step "

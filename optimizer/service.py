@@ -22,6 +22,7 @@ from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules
 from optimizer.launch.deepspeed import deepspeed_notes
+from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.reference import current
 from optimizer.results import (
@@ -81,6 +82,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     launch_args = build_launch(job.model, training, lay, fields) if launch else None
     if "deepspeed" in fields:
         notes += deepspeed_notes(job.training, lay)
+    if "torchtitan" in fields:
+        notes += torchtitan_notes(lay)
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)
         config = config.model_copy(update={"recompute": own or lay.recompute})

@@ -197,7 +197,7 @@ def _torchtitan_sharding_comments(layout: ResolvedLayout, geo: Geometry) -> list
     modules neither reshard nor reduce gradients until a step's last backward)."""
     z = layout.zero_stage
     if z == 0:
-        if geo.dp > 1 and max(geo.tp, geo.pp, geo.cp, geo.ep) > 1:
+        if geo.cp > 1 or geo.dp > 1 and max(geo.tp, geo.pp, geo.ep) > 1:  # with CP it runs FSDP
             return [
                 "torchtitan's DDP (zero_stage 0) runs only when data parallelism is the only parallel "
                 + "dimension: this layout does not run there (plan with zero_stage 1 or more)"
@@ -218,3 +218,16 @@ def _torchtitan_sharding_comments(layout: ResolvedLayout, geo: Geometry) -> list
             + ": expect more data-parallel traffic"
         ]
     return []
+
+
+PIPELINE_GRADIENT_SHARD_NOTE = (
+    "torchtitan's FSDP2 under a pipeline schedule also keeps each parameter's sharded fp32 gradient "
+    "after the last backward: up to 4 / (dp x cp) bytes a parameter more than the plan's memory counts"
+)
+"""The plan's line for a torchtitan ZeRO-1 pipeline with data-parallel ranks: FSDP2 reduce-scatters
+the whole fp32 gradient it accumulated unsharded into a sharded one, and both exist at once."""
+
+
+def torchtitan_notes(layout: ResolvedLayout) -> list[str]:
+    """What a torchtitan plan's memory does not count, one line each."""
+    return [PIPELINE_GRADIENT_SHARD_NOTE] if layout.pp > 1 and layout.dp * layout.cp > 1 else []

@@ -106,8 +106,8 @@ def test_torchtitan_flags_the_knob_only_with_fp8_gemms() -> None:
     knobs = stack_defaults("torchtitan")
     fp8 = TrainingSpec(seq_len=SEQ, global_batch_size=64, precision="fp8", **{**knobs, "fp8_saved_inputs": True})
     bf16 = TrainingSpec(seq_len=SEQ, global_batch_size=64, precision="bf16", **{**knobs, "fp8_saved_inputs": True})
-    assert "fp8_saved_inputs" in (titan.stack_problem(fp8, _job(MOE, "fp8", True).model) or "")
-    assert titan.stack_problem(bf16, _job(MOE, "bf16", True).model) is None
+    assert "fp8_saved_inputs" in (titan.stack_problem(fp8, _job(DENSE, "fp8", True).model) or "")
+    assert titan.stack_problem(bf16, _job(DENSE, "bf16", True).model) is None
 
 
 def _layer_gap(model: dict[str, Any], recompute: str, moe_layer: bool) -> float:

@@ -102,17 +102,21 @@ def test_torchtitan_splits_experts_over_tp_and_borrows_ep_from_dp_and_cp() -> No
         assert "expert_tensor_parallel_degree" not in toml["parallelism"]
 
 
-def test_torchtitan_runs_deepseek_v3_uncompiled_and_fp8_without_tp() -> None:
+def test_torchtitan_runs_deepseek_v3_uncompiled_and_async_tp_without_tp() -> None:
     titan = JobSpec(model=DEEPSEEK, training=_training(framework="torchtitan"),
                     cluster={"preset": "dgx-h100", "num_gpus": 64})  # fmt: skip
     assert titan.training.fused_kernels is False  # the profile's default for MLA models
     compiled = _training(framework="torchtitan", fused_kernels=True)
     assert "torch.compile is not supported yet for deepseekv3" in (
         profile("torchtitan").stack_problem(compiled, ModelSpec(**DEEPSEEK)) or "")  # fmt: skip
-    fp8_training = _training(framework="torchtitan", precision="fp8", fused_kernels=False)
-    fp8 = candidate_frameworks(fp8_training, ModelSpec(**DEEPSEEK))[0]
-    assert fp8.sizes_problem(2, 1, 1, 1, 1, False, True) is not None
-    assert fp8.sizes_problem(1, 1, 1, 1, 1, False, False) is None
+    # an MLA model with async TP runs without TP; in fp8 it does not run at all (its experts
+    # would stay bf16: test_torchtitan_runs_no_fp8_moe)
+    overlap = _training(framework="torchtitan", tp_comm_overlap=True, fused_kernels=False)
+    mla = candidate_frameworks(overlap, ModelSpec(**DEEPSEEK))[0]
+    assert mla.sizes_problem(2, 1, 1, 1, 1, False, True) is not None
+    assert mla.sizes_problem(1, 1, 1, 1, 1, False, False) is None
+    assert not candidate_frameworks(_training(framework="torchtitan", precision="fp8", fused_kernels=False),
+                                    ModelSpec(**DEEPSEEK))  # fmt: skip
 
 
 def test_bridge_turns_the_shared_expert_overlap_off_where_megatron_core_refuses_it() -> None:
@@ -176,3 +180,31 @@ def test_deepspeed_runs_no_moe_model() -> None:
 def test_torchtitan_runs_no_fp16() -> None:
     assert _ids(_training(framework="torchtitan", precision="fp16"), {"preset": "llama3-8b"}) == set()
     assert _ids(_training(framework="torchtitan", precision="bf16"), {"preset": "llama3-8b"}) == {"torchtitan"}
+
+
+def test_torchtitan_runs_no_fp8_moe() -> None:
+    """Its float8 converter swaps nn.Linear only: grouped experts would stay bf16, costed FP8."""
+    assert _ids(_training(framework="torchtitan", precision="fp8"), MIXTRAL) == set()
+    assert _ids(_training(framework="torchtitan", precision="bf16"), MIXTRAL) == {"torchtitan"}
+    assert _ids(_training(framework="torchtitan", precision="fp8"), {"preset": "llama3-8b"}) == {"torchtitan"}
+
+
+def test_torchtitan_zero0_only_without_context_parallelism() -> None:
+    """With cp > 1 torchtitan shards weights over the cp ranks (parallel_dims.fsdp_enabled): a
+    ZeRO-0 layout with cp 2 is not DDP there, even with dp 1; at cp 1 and dp 8 it is."""
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 8192, "global_batch_size": 8,
+           "framework": "torchtitan"}, "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+    cp = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 4, "cp": 2, "zero_stage": 0}}))
+    assert cp.frameworks == [] and any("zero_stage 0 only with data parallelism alone" in n for n in cp.notes)
+    ddp = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 1, "zero_stage": 0}}))
+    assert ddp.frameworks == ["torchtitan"]
+
+
+def test_torchtitan_pipelines_say_what_their_memory_leaves_out() -> None:
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 8192, "global_batch_size": 64,
+           "framework": "torchtitan"}, "cluster": {"preset": "dgx-h100", "num_gpus": 16}}  # fmt: skip
+    piped = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "pp": 2, "zero_stage": 1}}))
+    assert piped.frameworks == ["torchtitan"]
+    assert any("sharded fp32 gradient" in n for n in piped.notes), piped.notes
+    flat = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "zero_stage": 3}}))
+    assert not any("sharded fp32 gradient" in n for n in flat.notes)
