@@ -21,7 +21,15 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.grouped_gemm import expert_gemm_host_s, grouped_gemm_gpu_s
 from optimizer.cost.layer_activations import activation_bytes
 from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, LayerCost, gemm_time_s
-from optimizer.cost.layer_comm import contended, cp_comm_s, ep_comm_s, exposed_fraction, tp_blocks, tp_comm_s
+from optimizer.cost.layer_comm import (
+    contended,
+    cp_comm_s,
+    ep_comm_s,
+    exposed_fraction,
+    rank_tokens,
+    tp_blocks,
+    tp_comm_s,
+)
 from optimizer.cost.routing import router_bytes_fwd, routing_load
 from optimizer.cost.topology import AxisGroups
 from optimizer.modes import RecomputeMode, is_low_bit
@@ -120,8 +128,7 @@ def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
     not tensor-split: each TP rank routes its own sequence shard)."""
     moe = ctx.job.model.moe
     assert moe is not None
-    tok_gpu = d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
-    return tok_gpu * moe.top_k * routing_load(ctx)
+    return rank_tokens(ctx, d) * moe.top_k * routing_load(ctx)
 
 
 def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:

@@ -154,6 +154,16 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
     return cp_fwd + cp_bwd + (cp_fwd if d.recompute in ATTENTION_CORE_RECOMPUTED else 0.0)
 
 
+DISPATCH_REPLAYED = frozenset({RecomputeMode.FULL, RecomputeMode.MOE})
+"""Recompute modes that re-run an MoE layer's forward dispatch and combine in backward."""
+
+
+def rank_tokens(ctx: JobContext, d: Dims) -> float:
+    """Tokens of one micro-batch on one GPU: its sequence share over ``cp`` and, as each
+    tensor-parallel rank routes its own shard to the experts, over ``tp``."""
+    return d.micro_batch_size * ctx.job.training.seq_len / d.cp / d.tp
+
+
 def ep_comm_s(
     ctx: JobContext,
     kind: LayerKind,
@@ -178,10 +188,10 @@ def ep_comm_s(
     assert moe is not None
     training = ctx.job.training
     h = float(ctx.job.model.hidden_size or 0)
-    tok_gpu = d.micro_batch_size * training.seq_len / d.cp / d.tp
+    tok_gpu = rank_tokens(ctx, d)
     fp8 = is_low_bit(training.precision)
     dispatcher = training.moe_dispatcher
-    recomputed = d.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
+    recomputed = d.recompute in DISPATCH_REPLAYED
     a2a_eff = cal.scale_out_all_to_all_efficiency
     etp_fwd = 0.0
     if d.etp > 1 and dispatcher != "alltoall":

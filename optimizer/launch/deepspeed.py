@@ -6,6 +6,7 @@ import json
 import math
 
 from optimizer.calibration import DEFAULT
+from optimizer.cost.context import FP32_GRAD_BYTES, HALF_GRAD_BYTES
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
 from optimizer.params import layer_params
@@ -19,8 +20,14 @@ _DEEPSPEED_LIVE_DEFAULT = 1_000_000_000
 
 def dp_bucket_elements(training: TrainingSpec) -> float:
     """Gradient elements in one of the plan's data-parallel buckets (``Calibration.dp_bucket_bytes``
-    of gradients in the dtype the plan reduces them in)."""
-    return DEFAULT.dp_bucket_bytes / (4.0 if training.grad_reduce_in_fp32 else 2.0)
+    of gradients in the dtype the plan reduces them in, as ``JobContext.grad_bytes``)."""
+    return DEFAULT.dp_bucket_bytes / (FP32_GRAD_BYTES if training.grad_reduce_in_fp32 else HALF_GRAD_BYTES)
+
+
+def _bf16_model(training: TrainingSpec) -> bool:
+    """DeepSpeed runs the model in bf16: its JSON has no FP8/FP4 switch (Transformer Engine
+    handles those), so they run on bf16 too."""
+    return training.precision in ("bf16", "fp8", "fp4")
 
 
 BF16_OPTIMIZER_NOTE = (
@@ -45,7 +52,7 @@ all-reduces too)."""
 def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
     """What a DeepSpeed plan's config cannot say or the cost model does not count, one line each."""
     notes = []
-    if training.grad_reduce_in_fp32 and training.precision in ("bf16", "fp8", "fp4"):
+    if training.grad_reduce_in_fp32 and _bf16_model(training):
         notes.append(BF16_OPTIMIZER_NOTE)
     if layout.zero_stage <= 1 and layout.dp > 1:
         notes.append(ALL_REDUCE_NOTE)
@@ -113,8 +120,7 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         "train_micro_batch_size_per_gpu": geo.mbs,
         "gradient_accumulation_steps": geo.nmb,
         "zero_optimization": zero,
-        # DeepSpeed's JSON has no FP8/FP4 switch (Transformer Engine handles it): they run on bf16.
-        "bf16": {"enabled": training.precision in ("bf16", "fp8", "fp4")},
+        "bf16": {"enabled": _bf16_model(training)},
         "fp16": {"enabled": training.precision == "fp16"},
     }
     if layout.zero_stage >= 1:

@@ -9,6 +9,7 @@ from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.layer import Dims, attention_core_times_s, cp_comm_s, ep_comm_s, tp_comm_s
 from optimizer.cost.layer_base import ATTENTION_CORE_RECOMPUTED
+from optimizer.cost.layer_comm import DISPATCH_REPLAYED, rank_tokens
 from optimizer.cost.rules import divisors
 from optimizer.cost.topology import GroupGeometry, group_geometry
 from optimizer.modes import RecomputeMode
@@ -39,22 +40,20 @@ def group_geometries(ctx: JobContext, size: int) -> tuple[GroupGeometry, ...]:
 
 
 class EpFloorKey(NamedTuple):
-    """All ``_ep_comm_floor_s`` reads of an MoE layer's ``Dims``: its routed tokens per GPU
-    (``micro_batch_size x seq_len / cp / tp``, computed as ``ep_comm_s`` does), the expert
-    groups (``ep``, ``etp``) and whether the forward dispatch is replayed. Not the layer kind:
+    """All ``_ep_comm_floor_s`` reads of an MoE layer's ``Dims``: its tokens per GPU
+    (``layer_comm.rank_tokens``, as ``ep_comm_s`` reads them), the expert groups (``ep``,
+    ``etp``) and whether the forward dispatch is replayed (``DISPATCH_REPLAYED``). Not the layer kind:
     every MoE kind routes the same tokens the same way (``ep_comm_s`` reads only ``kind.is_moe``)."""
 
     tokens: float
     ep: int
     etp: int
     replayed: bool
-    """The recompute mode replays the dispatch (``full``, ``moe``)."""
 
 
 def ep_floor_key(ctx: JobContext, dims: Dims) -> EpFloorKey:
-    tokens = dims.micro_batch_size * ctx.job.training.seq_len / dims.cp / dims.tp
-    replayed = dims.recompute in (RecomputeMode.FULL, RecomputeMode.MOE)
-    return tuple.__new__(EpFloorKey, (tokens, dims.ep, dims.etp, replayed))
+    replayed = dims.recompute in DISPATCH_REPLAYED
+    return tuple.__new__(EpFloorKey, (rank_tokens(ctx, dims), dims.ep, dims.etp, replayed))
 
 
 EP_FLOOR = Memo[EpFloorKey, float]("ep_comm_floor_s")
