@@ -54,6 +54,8 @@ __all__ = [
     "expert_gemm_times_s",
     "exposed_fraction",
     "gemm_time_s",
+    "LayerCompute",
+    "layer_compute",
     "layer_cost",
     "routed_tokens_per_gpu",
     "tp_comm_s",
@@ -131,7 +133,40 @@ def routed_tokens_per_gpu(ctx: JobContext, d: Dims) -> float:
     return rank_tokens(ctx, d) * moe.top_k * routing_load(ctx)
 
 
-def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) -> LayerCost:
+class LayerCompute(NamedTuple):
+    """``layer_cost`` without its communication: what it computes from the layout's ``Dims`` alone
+    (every rank order of a layout shares it; the search's bounds use it with communication floors)."""
+
+    fwd_s: float
+    bwd_s: float
+    """Backward compute, including recomputed forward work."""
+    t_core_s: float
+    """Of ``fwd_s``, the attention core (context parallelism's ring overlaps it)."""
+    t_core_bwd_s: float
+    """The attention core's backward."""
+    stored_act_bytes: float
+    working_act_bytes: float
+    dense_params: float
+    expert_params: float
+    tp_wgrad_windows_s: tuple[float, ...]
+    """Per TP block, the column-parallel GEMM's forward time (``tp_wgrad_windows_s``)."""
+
+
+def layer_cost(
+    ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups, compute: LayerCompute | None = None
+) -> LayerCost:
+    """One layer's cost on one GPU per micro-batch: ``layer_compute`` (or ``compute``, the same
+    already made) with the exposed TP, CP and EP communication in ``groups``."""
+    c = layer_compute(ctx, kind, d) if compute is None else compute
+    tp_s = tp_comm_s(ctx, kind, d, groups.tp, c.tp_wgrad_windows_s)
+    cp_s = cp_comm_s(ctx, d, groups.cp, c.t_core_s, c.t_core_bwd_s)
+    ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
+    return LayerCost(c.fwd_s, c.bwd_s, tp_s, cp_s, ep_s, c.stored_act_bytes, c.working_act_bytes, c.dense_params,
+                     c.expert_params, c.tp_wgrad_windows_s)  # fmt: skip
+
+
+def layer_compute(ctx: JobContext, kind: LayerKind, d: Dims) -> LayerCompute:
+    """Compute, activation memory and parameters of one layer on one GPU per micro-batch."""
     model = ctx.job.model
     h = float(model.hidden_size or 0)
     s = ctx.job.training.seq_len
@@ -163,15 +198,10 @@ def layer_cost(ctx: JobContext, kind: LayerKind, d: Dims, groups: AxisGroups) ->
         # torchtitan's op-level policy: every second matmul's output is recomputed (half the
         # forward GEMM time), the attention core's is kept
         bwd += 0.5 * (t_attn_gemm + t_mlp) + t_elem + t_perm  # gathers and scatters are not saved
-    # ---- communication (each term depends only on its own axis's group) --------------------
     windows = tp_wgrad_windows_s(ctx, kind, t_attn_gemm, t_shared if kind.is_moe else t_mlp)
-    tp_s = tp_comm_s(ctx, kind, d, groups.tp, windows)
-    cp_s = cp_comm_s(ctx, d, groups.cp, t_core, t_core_bwd)
-    ep_s = ep_comm_s(ctx, kind, d, groups.ep, groups.etp, groups.tp_ep)
     stored, working = activation_bytes(ctx, kind, d, tokens, mla_up_kept, moe_block)
-    # ---- parameters on this GPU --------------------------------------------------------------
-    dense, expert = p.on_rank(tp, ep * d.etp)
-    return LayerCost(fwd, bwd, tp_s, cp_s, ep_s, stored, working, dense, expert, windows)
+    dense, expert = p.on_rank(tp, ep * d.etp)  # parameters on this GPU
+    return LayerCompute(fwd, bwd, t_core, t_core_bwd, stored, working, dense, expert, windows)
 
 
 def tp_wgrad_windows_s(ctx: JobContext, kind: LayerKind, t_attn_gemm: float, t_mlp: float) -> tuple[float, ...]:

@@ -17,6 +17,7 @@ from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.head import head_time_s
 from optimizer.cost.layer import Dims, LayerCost, layer_cost
+from optimizer.cost.layer_memo import kind_compute
 from optimizer.cost.memory import (
     ADAM_STEP_BYTES,
     StageMemory,
@@ -132,7 +133,8 @@ def kind_costs(ctx: JobContext, dims: Dims, groups: AxisGroups) -> list[LayerCos
     table = ctx.caches[KIND_COSTS]
     kind_cost = table.get(key)
     if kind_cost is None:
-        kind_cost = table[key] = [layer_cost(ctx, k, dims, groups) for k in ctx.kinds]
+        kind_cost = table[key] = [layer_cost(ctx, k, dims, groups, kind_compute(ctx, i, dims))
+                                  for i, k in enumerate(ctx.kinds)]  # fmt: skip
     return kind_cost
 
 

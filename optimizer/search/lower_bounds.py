@@ -23,11 +23,8 @@ from optimizer.cost.dp_comm import (
 )
 from optimizer.cost.estimate import pp_comm_from_p2p_s, pp_message_bytes
 from optimizer.cost.head import head_time_s
-from optimizer.cost.layer import (
-    Dims,
-    LayerCost,
-    layer_cost,
-)
+from optimizer.cost.layer import Dims
+from optimizer.cost.layer_memo import kind_compute
 from optimizer.cost.memory import (
     ADAM_STEP_BYTES,
     optimizer_shards,
@@ -36,7 +33,7 @@ from optimizer.cost.memory import (
 )
 from optimizer.cost.num import Num
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import AxisGroups, group_geometry
+from optimizer.cost.topology import group_geometry
 from optimizer.search.comm_floors import ep_comm_floor_s, group_geometries, tp_cp_floor_s
 from optimizer.search.floors import STEP_FLOOR_MARGIN
 
@@ -308,29 +305,6 @@ def _p2p_floor_s(ctx: JobContext, lay: ResolvedLayout) -> float:
     )
 
 
-class KindDimsKey(NamedTuple):
-    """What ``_lower_bound_totals``'s per-kind terms read: the layer kind (its index in
-    ``ctx.kinds``) and the ``Dims`` fields it is costed under (its groups are fixed: one rank
-    each for the layer's cost, every geometry of the axis for the TP and CP floors)."""
-
-    kind: int
-    tp: int
-    cp: int
-    ep: int
-    micro_batch_size: int
-    sequence_parallel: bool
-    recompute: str
-    etp: int
-
-
-def kind_dims_key(kind: int, dims: Dims) -> KindDimsKey:
-    return tuple.__new__(KindDimsKey, (kind, dims.tp, dims.cp, dims.ep, dims.micro_batch_size, dims.sequence_parallel,
-                                       dims.recompute, dims.etp))  # fmt: skip
-
-
-LB_LAYER_COST = Memo[KindDimsKey, LayerCost]("lower_bound_layer_cost")
-
-
 def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, float, float, float, float]:
     """(every layer's time, dense parameters with the embedding, expert parameters, every layer's
     forward compute, every layer's backward compute, every layer's stored activation bytes) on one
@@ -339,21 +313,14 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     A layer's time is its compute plus its TP, CP and EP communication, each of which depends only
     on its own axis's group geometry (``layer.tp_comm_s`` etc.): each at its smallest over the
     geometries the axis can have bounds every rank order."""
-    topo = ctx.topology
-    one = group_geometry(topo, 1, 1)
-    groups = AxisGroups(("tp", "cp", "dp", "pp"), one, one, one, one, one, one, one, one, one)
-    layer_costs = ctx.caches[LB_LAYER_COST]
+    one = group_geometry(ctx.topology, 1, 1)
     # A dense layer's cost does not depend on ep, nor its TP and CP terms on ep: keys without it
     # are shared by every expert-parallel degree (most of the keys of an MoE job).
     no_ep = Dims(dims.tp, dims.cp, 1, dims.micro_batch_size, dims.sequence_parallel, dims.recompute)
     times = []
     costs = []
     for i, kind in enumerate(ctx.kinds):
-        kd = dims if kind.is_moe else no_ep
-        key = kind_dims_key(i, kd)
-        c = layer_costs.get(key)
-        if c is None:
-            c = layer_costs[key] = layer_cost(ctx, kind, kd, groups)  # compute and parameters only
+        c = kind_compute(ctx, i, dims if kind.is_moe else no_ep)
         t = c.fwd_s + c.bwd_s + tp_cp_floor_s(ctx, i, no_ep, c.tp_wgrad_windows_s)
         if kind.is_moe and dims.ep * dims.etp > 1:
             t += ep_comm_floor_s(ctx, kind, dims, one)

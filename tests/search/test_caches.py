@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import optimizer.cost.layer_memo as layer_memo_module
 import optimizer.cost.stage as stage_module
 import optimizer.search.comm_floors as comm_floors_module
 import optimizer.search.fit_limits as fit_limits_module
@@ -237,9 +238,9 @@ DROPPED = [
     (floors_module, "kind_floor_key", "sequence_parallel", floors_module.KIND_TIME_FLOOR),
     (floors_module, "slowest_key", "stages", floors_module.SLOWEST_STAGE),
     (lower_bounds_module, "p2p_key", "micro_batch_size", lower_bounds_module.P2P_FLOOR),
-    (lower_bounds_module, "kind_dims_key", "recompute", lower_bounds_module.LB_LAYER_COST),
+    (layer_memo_module, "kind_dims_key", "recompute", layer_memo_module.LAYER_COMPUTE),
     (fit_limits_module, "fit_key", "cap_bytes", fit_limits_module.FIT_LIMITS),
-    (lower_bounds_module, "kind_dims_key", "etp", lower_bounds_module.LB_LAYER_COST),
+    (layer_memo_module, "kind_dims_key", "etp", layer_memo_module.LAYER_COMPUTE),
     (floors_module, "kind_floor_key", "etp", floors_module.KIND_TIME_FLOOR),
     (split_floors_module, "family_key", "etp", split_floors_module.SPLIT_FLOOR_INPUTS),
     (comm_floors_module, "ep_floor_key", "tokens", comm_floors_module.EP_FLOOR),
