@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import fields as dataclass_fields
 from enum import Enum
 from itertools import product
 from typing import NamedTuple
@@ -37,11 +36,6 @@ RECOMPUTE = tuple(RecomputeMode)
 """The cost model's recompute modes in search order. The space holds those the target frameworks
 run (``framework_space``; ``moe`` only for MoE models), plus, with no framework named, any mode
 ``search.fix`` / ``search.allow`` names."""
-
-
-def astuple_shallow(lay: ResolvedLayout) -> tuple:
-    """The layout's fields in declaration order (no deep copy, unlike ``dataclasses.astuple``)."""
-    return tuple(getattr(lay, f.name) for f in dataclass_fields(lay))
 
 
 class Reach(Enum):
@@ -306,6 +300,7 @@ def blocks_with_uneven_depths_apart(
     targets = space_frameworks(job, search)
     interleaves = any(p.parallelism.vpp.value for p in targets.profiles)
     needs_vpp = all(p.parallelism.ep_layouts_pp_needs_vpp.value for p in targets.profiles)  # ep > 1: interleaved
+    etp_memo: dict[tuple[int, int, int, int], list[tuple[int, Targets]]] = {}
     for tp, pp, cp in product(tps, pps, cps):
         if n % (tp * pp * cp):
             continue
@@ -342,7 +337,10 @@ def blocks_with_uneven_depths_apart(
             sp_rule = [sp for sp in (False, True) if sequence_parallel_reason(job, tp, sp) is None]
             sps = _choices("sequence_parallel", [tp > 1], search, sp_rule)
             for ep, sp in product(eps, sps):
-                for etp, runs in _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep):
+                etps = etp_memo.get((tp, dp, cp, ep))
+                if etps is None:  # the same for every micro-batch size
+                    etps = etp_memo[tp, dp, cp, ep] = _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep)
+                for etp, runs in etps:
                     variants = block_variants(runs, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
                     if not variants:
                         continue
