@@ -35,6 +35,9 @@ MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
 TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
 """Stack knobs that act only with tensor parallelism: a framework runs a ``tp = 1`` layout whatever
 they say."""
+PP_KNOBS: tuple[str, ...] = ("pp_comm_overlap",)
+"""Stack knobs that act only with pipeline parallelism: a framework runs a ``pp = 1`` layout
+whatever they say."""
 
 
 @dataclass(frozen=True)
@@ -193,11 +196,11 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any, model: Any, tp: int | None = None) -> str | None:
+    def stack_problem(self, training: Any, model: Any, tp: int | None = None, pp: int | None = None) -> str | None:
         """The first ``training`` knob whose value the framework does not run, or the first rule
         that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
-        (``PRECISION_KNOBS``, ``MOE_KNOBS``; ``TP_KNOBS`` for a layout with ``tp`` 1) are not
-        checked."""
+        (``PRECISION_KNOBS``, ``MOE_KNOBS``; ``TP_KNOBS`` for a layout with ``tp`` 1, ``PP_KNOBS``
+        with ``pp`` 1) are not checked."""
         for rule in self.conditions:
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
@@ -207,12 +210,23 @@ class FrameworkProfile:
                 continue  # the knob does nothing at this precision
             if knob in MOE_KNOBS and not model.is_moe:
                 continue
-            if knob in TP_KNOBS and tp == 1:
+            if (knob in TP_KNOBS and tp == 1) or (knob in PP_KNOBS and pp == 1):
                 continue
             if value is None:  # left to the framework
                 continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
+        return None
+
+    def knob_sizes_problem(self, training: Any, tp: int, pp: int) -> str | None:
+        """The first knob of ``TP_KNOBS`` (with ``tp`` > 1) or ``PP_KNOBS`` (with ``pp`` > 1) whose
+        value the framework does not run: what ``stack_problem`` adds for a layout of these sizes
+        to its check at ``tp = pp = 1``."""
+        knobs = (TP_KNOBS if tp > 1 else ()) + (PP_KNOBS if pp > 1 else ())
+        for knob in knobs:
+            value = getattr(training, knob)
+            if value is not None and value not in self.stack[knob].runs:
+                return f"{self.name} runs training.{knob} {list(self.stack[knob].runs)}, the job has {value!r} ({self.stack[knob].source})"
         return None
 
 
@@ -287,12 +301,26 @@ def costed_config(training: Any, config: Any) -> Any:
     return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
 
 
-def candidate_frameworks(training: Any, model: Any, tp: int | None = None) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job (``training``, ``model``; a layout's ``tp`` when
-    given): the named one, or any of the four, each as it runs the job (``as_run_for``)."""
+def candidate_frameworks(
+    training: Any, model: Any, tp: int | None = None, pp: int | None = None
+) -> tuple[FrameworkProfile, ...]:
+    """The frameworks whose stack runs the job (``training``, ``model``; for a layout of ``tp`` and
+    ``pp`` when given, ``tp = pp = 1``: some layout): the named one, or any of the four, each as
+    it runs the job (``as_run_for``)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp) is None)
+    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp, pp) is None)
+
+
+def job_frameworks(training: Any, model: Any) -> tuple[FrameworkProfile, ...]:
+    """The frameworks whose stack runs the job at some layout sizes (``candidate_frameworks`` at
+    ``tp = pp = 1``) and whose rules for the job leave a ZeRO stage without pipelines, or with
+    them where the job's pipeline knobs allow them."""
+    return tuple(
+        p for p in candidate_frameworks(training, model, 1, 1)
+        if p.parallelism.zero_stages_without_pp.value
+        or (p.parallelism.zero_stages_with_pp.value and p.knob_sizes_problem(training, 1, 2) is None)
+    )  # fmt: skip
 
 
 def costed_fsdp_buffers(training: Any, model: Any) -> str:
@@ -302,7 +330,7 @@ def costed_fsdp_buffers(training: Any, model: Any) -> str:
     given = getattr(training, "fsdp_buffers", None)
     if given is not None:
         return str(given)
-    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
+    held = {str(p.stack["fsdp_buffers"].default) for p in job_frameworks(training, model)}
     return "layer" if held == {"layer"} else "megatron-fsdp"
 
 
@@ -365,28 +393,8 @@ def blocking_profile(fid: str) -> FrameworkProfile:
 
 
 __all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config", "job_frameworks",
     "costed_fsdp_buffers",
     "layout_problem", "model_defaults",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip
-
-
-def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
-    """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
-    costed, and, when there are none, why (one reason per target framework)."""
-    is_moe = model.is_moe
-    targets = candidate_frameworks(training, model, lay.tp)
-    if not targets:
-        named = getattr(training, "framework", None)
-        profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [p.stack_problem(training, model, lay.tp) or "" for p in profiles]
-        return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
-    runs, reasons = [], []
-    for prof in targets:
-        problem = layout_problem(prof, lay, is_moe, training.seq_len)
-        if problem is None:
-            runs.append(prof)
-        else:
-            reasons.append(problem)
-    return runs, ([] if runs else reasons)

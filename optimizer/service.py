@@ -17,7 +17,8 @@ from optimizer.cost.num import Num
 from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
-from optimizer.frameworks import costed_config, running_frameworks
+from optimizer.framework_runs import running_frameworks
+from optimizer.frameworks import costed_config
 from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch, megatron_recompute_modules

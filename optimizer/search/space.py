@@ -337,10 +337,9 @@ def blocks_with_uneven_depths_apart(
             sp_rule = [sp for sp in (False, True) if sequence_parallel_reason(job, tp, sp) is None]
             sps = _choices("sequence_parallel", [tp > 1], search, sp_rule)
             for ep, sp in product(eps, sps):
-                etps = etp_memo.get((tp, dp, cp, ep))
-                if etps is None:  # the same for every micro-batch size
-                    etps = etp_memo[tp, dp, cp, ep] = _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep)
-                for etp, runs in etps:
+                if (tp, dp, cp, ep) not in etp_memo:  # the same for every micro-batch size
+                    etp_memo[tp, dp, cp, ep] = _etp_choices(job, search, targets, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+                for etp, runs in etp_memo[tp, dp, cp, ep]:
                     variants = block_variants(runs, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
                     if not variants:
                         continue
@@ -352,12 +351,13 @@ def blocks_with_uneven_depths_apart(
 
 
 def _etp_choices(
-    job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, dp: int, cp: int, ep: int
+    job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, pp: int, dp: int, cp: int, ep: int
 ) -> list[tuple[int, Targets]]:
-    """The expert tensor-parallel sizes to search with these sizes, each with the target
-    frameworks that run it and split ``seq_len`` so: by default 1 and, for an MoE model with ``tp > 1``,
-    ``tp``; when ``search.fix`` / ``search.allow`` name values, any the layout rules allow."""
-    targets = framework_space.seq_targets(targets, job.training.seq_len, tp, cp)
+    """The expert tensor-parallel sizes to search with these sizes, each with the target frameworks
+    that run it, the job's knobs at these sizes and split ``seq_len`` so: by default 1 and, for an
+    MoE model with ``tp > 1``, ``tp``; when ``search.fix`` / ``search.allow`` name values, any the
+    layout rules allow."""
+    targets = framework_space.size_targets(targets, job.training, tp, pp, cp)
     moe = job.model.moe
     if moe is None:
         return [(1, targets)] if _choices("etp", [1], search) else []

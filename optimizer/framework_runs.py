@@ -1,0 +1,27 @@
+"""Which frameworks run a scored layout as costed, and why none does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.frameworks import FrameworkProfile, candidate_frameworks, layout_problem, load_profiles, profile
+
+
+def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
+    """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
+    costed, and, when there are none, why (one reason per target framework)."""
+    is_moe = model.is_moe
+    targets = candidate_frameworks(training, model, lay.tp, lay.pp)
+    if not targets:
+        named = getattr(training, "framework", None)
+        profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
+        reasons = [p.stack_problem(training, model, lay.tp, lay.pp) or "" for p in profiles]
+        return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
+    runs, reasons = [], []
+    for prof in targets:
+        problem = layout_problem(prof, lay, is_moe, training.seq_len)
+        if problem is None:
+            runs.append(prof)
+        else:
+            reasons.append(problem)
+    return runs, ([] if runs else reasons)
