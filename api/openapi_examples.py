@@ -31,7 +31,7 @@ PLAN_EXAMPLES: dict[str, Example] = {
                 "top_k": 3,
                 "time_limit_s": 10,
                 "fix": {"tp": 8},
-                "allow": {"recompute": ["selective", "full"], "zero_stage": [1]},
+                "allow": {"recompute": ["core_attn", "full"], "zero_stage": [1]},
             },
         },
     },
@@ -86,7 +86,7 @@ EVALUATE_EXAMPLES: dict[str, Example] = {
                 "vpp": 5,
                 "micro_batch_size": 1,
                 "zero_stage": 1,
-                "recompute": "selective",
+                "recompute": "core_attn",
             },
         },
     },
@@ -112,8 +112,8 @@ COMPARE_EXAMPLES: dict[str, Example] = {
         "value": {
             **_LLAMA3_70B_JOB,
             "layouts": [
-                {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "selective"},
-                {"tp": 8, "pp": 4, "vpp": 5, "zero_stage": 1, "recompute": "selective"},
+                {"tp": 8, "pp": 4, "zero_stage": 1, "recompute": "core_attn"},
+                {"tp": 8, "pp": 4, "vpp": 5, "zero_stage": 1, "recompute": "core_attn"},
             ],
         },
     },

@@ -56,8 +56,11 @@ class Layout(Strict):
         default=1, description="ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp."
     )
     recompute: Recompute = Field(
-        default="selective",
-        description="Activation recompute mode (docs/cost-model.md; framework names with training.framework).",
+        default="none",
+        description=(
+            "Activation recompute mode (docs/cost-model.md; framework names with training.framework). Default "
+            "none, what Megatron-LM, Megatron-Bridge and DeepSpeed run unless asked to recompute."
+        ),
     )
     sequence_parallel: bool | None = Field(
         default=None,

@@ -780,6 +780,7 @@ def test_recompute_notes_give_what_the_other_frameworks_keep() -> None:
     more, fits); torchtitan's 8B example: Megatron's selective keeps norms, activations and every
     matmul output (40 GiB more, does not fit)."""
     selective_req = _example("evaluate-llama3-70b.yaml")
+    selective_req["config"] = {**selective_req["config"], "recompute": "selective"}  # the cost model's own
     selective = service.evaluate(EvaluateRequest.model_validate(selective_req))
     op = service.evaluate(
         EvaluateRequest.model_validate({**selective_req, "config": {**selective_req["config"], "recompute": "op"}})

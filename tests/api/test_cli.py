@@ -44,7 +44,7 @@ EVALUATE_DOC: dict[str, Any] = {
 def canned_plan() -> Plan:
     """A syntactically complete Plan (numbers are placeholders, not estimates)."""
     return Plan(
-        config=Layout(tp=8, pp=4, dp=32, vpp=5, num_micro_batches=32),
+        config=Layout(tp=8, pp=4, dp=32, vpp=5, num_micro_batches=32, recompute="selective"),
         placement={"tp": "nvlink", "cp": "nvlink", "ep": "nvlink", "dp": "leaf", "pp": "spine"},
         step_time_s=9.8,
         tokens_per_s=854862.0,

@@ -137,8 +137,17 @@ def test_sweep_point_errors_are_located_at_the_vary_value_or_the_job_field(clien
     assert "Value error" not in pinned["msg"]
 
 
-def test_a_default_recompute_the_named_framework_lacks_says_it_was_the_default(client: TestClient) -> None:
-    body = {**_with("training", framework="deepspeed"), "config": {"tp": 1}}
+def test_the_default_recompute_is_none_and_every_framework_runs_it(client: TestClient) -> None:
+    """``config.recompute`` left out is ``none``, a name every framework has (the cost model's own
+    ``selective`` runs on none, so a layout that left it out would have no launch arguments)."""
+    for framework in ("deepspeed", "torchtitan", None):
+        training = {"framework": framework} if framework else {}
+        response = client.post("/evaluate", json={**_with("training", **training), "config": {"tp": 1, "zero_stage": 3}})
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["config"]["recompute"] == "none"
+        assert answer["frameworks"] and (framework is None or answer["frameworks"] == [framework])
+    body = {**_with("training", framework="deepspeed"), "config": {"tp": 1, "recompute": "selective"}}
     item = _one_error(client, "/evaluate", body)
     assert item["loc"] == ["body", "config", "recompute"]
-    assert item["msg"].startswith("config.recompute: 'selective' (the default: config.recompute not given) is not a")
+    assert item["msg"].startswith("config.recompute: 'selective' is not a")
