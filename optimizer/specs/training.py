@@ -98,12 +98,14 @@ class TrainingSpec(Strict):
     )
     moe_capacity_factor: float | None = Field(
         default=None,
-        gt=0,
+        ge=1,
         le=16,
         description=(
             "Expert capacity factor with padding (Megatron --moe-expert-capacity-factor with "
             "--moe-pad-expert-input-to-capacity): each expert processes this many times its mean "
-            "share of routed tokens, dropping the rest. Null (default): dropless. MoE models only."
+            "share of routed tokens, dropping the rest. At least 1: below it every expert drops "
+            "tokens even when routing is balanced, which the model FLOPs (and MFU) would still count. "
+            "Null (default): dropless. MoE models only."
         ),
     )
     expert_gemm_host_splits: bool = Field(

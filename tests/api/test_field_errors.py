@@ -142,7 +142,9 @@ def test_the_default_recompute_is_none_and_every_framework_runs_it(client: TestC
     ``selective`` runs on none, so a layout that left it out would have no launch arguments)."""
     for framework in ("deepspeed", "torchtitan", None):
         training = {"framework": framework} if framework else {}
-        response = client.post("/evaluate", json={**_with("training", **training), "config": {"tp": 1, "zero_stage": 3}})
+        response = client.post(
+            "/evaluate", json={**_with("training", **training), "config": {"tp": 1, "zero_stage": 3}}
+        )
         assert response.status_code == 200, response.text
         answer = response.json()
         assert answer["config"]["recompute"] == "none"
@@ -151,3 +153,20 @@ def test_the_default_recompute_is_none_and_every_framework_runs_it(client: TestC
     item = _one_error(client, "/evaluate", body)
     assert item["loc"] == ["body", "config", "recompute"]
     assert item["msg"].startswith("config.recompute: 'selective' is not a")
+
+
+def test_a_capacity_factor_below_one_is_a_422(client: TestClient) -> None:
+    """Below 1 every expert drops tokens even under balanced routing, which MFU would still count
+    as computed (a factor of 0.01 once gave an MFU of 194%)."""
+    moe = {"model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 64}}
+    item = _one_error(client, "/plan", {**_with("training", moe_capacity_factor=0.5), **moe} | {
+        "training": {**moe["training"], "moe_capacity_factor": 0.5}})  # fmt: skip
+    assert item["loc"] == ["body", "training", "moe_capacity_factor"]
+    assert "greater than or equal to 1" in item["msg"]
+
+
+def test_a_sweep_count_out_of_range_is_located_at_its_index(client: TestClient) -> None:
+    item = _one_error(client, "/sweeps", {"job": PLAN, "vary": {"num_gpus": [8, -1]}})
+    assert item["loc"] == ["body", "vary", "num_gpus", 1] and "greater than or equal to 1" in item["msg"]
+    item = _one_error(client, "/sweeps", {"job": PLAN, "vary": {"seq_len": [4096, 10**9]}})
+    assert item["loc"] == ["body", "vary", "seq_len", 1]
