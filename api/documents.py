@@ -58,7 +58,8 @@ def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the limits."""
+    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the limits, and
+    reads ``1e12`` as a float (YAML 1.2; PyYAML's 1.1 rules want a dot: ``1.0e+12``)."""
 
     def __init__(self, stream: str, max_nodes: int = MAX_YAML_NODES) -> None:
         super().__init__(stream)
@@ -100,6 +101,11 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes += nodes
         if self._nodes > self._max_nodes:
             raise DocumentError(f"YAML expands to more than {self._max_nodes:,} nodes (aliases included)")
+
+
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def parse_yaml(text: str) -> Any:

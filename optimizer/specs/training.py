@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from optimizer.frameworks import stack_defaults
 from optimizer.specs.common import Framework, Precision, check_derived_bounds
@@ -204,6 +204,14 @@ class TrainingSpec(Strict):
         le=10**10,
         description="Optimizer steps of the whole run (total_tokens = steps x batch tokens).",
     )
+
+    @field_validator("total_tokens", "global_batch_tokens", mode="before")
+    @classmethod
+    def _whole_float(cls, value: object) -> object:
+        """Token counts are written as 1e12 or 15e12: a float with no fractional part is that integer."""
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
 
     @model_validator(mode="after")
     def _framework_stack(self) -> TrainingSpec:

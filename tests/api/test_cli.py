@@ -450,3 +450,11 @@ class TestRealService:
         )
         assert result.returncode == 0, result.stderr
         assert "bottleneck" in result.stdout
+
+
+def test_yaml_reads_exponent_floats_as_numbers(tmp_path: Path) -> None:
+    """YAML 1.2 reads ``1e12`` as a number; PyYAML's 1.1 rules read it as the string '1e12'."""
+    path = write(tmp_path, "job.yaml", "a: 1e12\nb: -2E-3\nc: 1.5e3\nd: '1e3'\ne: 12e\nf: 7\n")
+    assert cli.load_document(str(path)) == {"a": 1e12, "b": -2e-3, "c": 1500.0, "d": "1e3", "e": "12e", "f": 7}
+    job = write(tmp_path, "plan.yaml", yaml.safe_dump(JOB).replace("training:", "training:\n  total_tokens: 1e12", 1))
+    assert PlanRequest.model_validate(cli.load_document(str(job))).training.total_tokens == 10**12

@@ -170,3 +170,14 @@ def test_a_sweep_count_out_of_range_is_located_at_its_index(client: TestClient) 
     assert item["loc"] == ["body", "vary", "num_gpus", 1] and "greater than or equal to 1" in item["msg"]
     item = _one_error(client, "/sweeps", {"job": PLAN, "vary": {"seq_len": [4096, 10**9]}})
     assert item["loc"] == ["body", "vary", "seq_len", 1]
+
+
+def test_token_counts_take_whole_floats(client: TestClient) -> None:
+    """``total_tokens: 1e12`` (how budgets are written, and how answers print them) is 10**12; a
+    fractional count is still a 422."""
+    body = {**_with("training", total_tokens=1e12), "search": {"top_k": 1}}
+    response = client.post("/plan", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["plans"][0]["time_to_train"]["total_tokens"] == 1e12
+    item = _one_error(client, "/plan", _with("training", total_tokens=1.5e3 + 0.25))
+    assert item["loc"] == ["body", "training", "total_tokens"]
