@@ -208,7 +208,10 @@ def sequence_parallel_reason(job: JobSpec, tp: int, sp: bool) -> str | None:
 def _data_parallel(n: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
     """The data-parallel size ``n / (tp pp cp)``, checked against a given ``dp``."""
     if n % (tp * pp * cp):
-        raise InvalidLayout("config.tp", f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
+        sizes = {"tp": tp, "pp": pp, "cp": cp}
+        # the field at fault: the first that alone does not divide, else the last that makes the product
+        at = next((k for k, v in sizes.items() if n % v), None) or [k for k, v in sizes.items() if v > 1][-1]
+        raise InvalidLayout(f"config.{at}", f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
     given_dp = dp
     dp = n // (tp * pp * cp)
     if given_dp is not None and given_dp != dp:

@@ -181,3 +181,11 @@ def test_token_counts_take_whole_floats(client: TestClient) -> None:
     assert response.json()["plans"][0]["time_to_train"]["total_tokens"] == 1e12
     item = _one_error(client, "/plan", _with("training", total_tokens=1.5e3 + 0.25))
     assert item["loc"] == ["body", "training", "total_tokens"]
+
+
+def test_a_product_that_does_not_divide_is_located_at_the_field_at_fault(client: TestClient) -> None:
+    """The first size that alone does not divide num_gpus, else the last one making the product."""
+    for config, field in (({"pp": 64}, "pp"), ({"cp": 3}, "cp"), ({"tp": 3}, "tp"), ({"tp": 8, "pp": 4}, "pp")):
+        item = _one_error(client, "/evaluate", {**PLAN, "config": config})
+        assert item["loc"] == ["body", "config", field], config
+        assert "does not divide num_gpus = 16" in item["msg"]
