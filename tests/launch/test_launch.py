@@ -251,7 +251,7 @@ def test_megatron_zero0_has_no_optimizer_sharding():
     assert "--use-distributed-optimizer" not in flags
     assert "--use-megatron-fsdp" not in flags
     assert "--sequence-parallel" not in flags  # tp = 1
-    assert megatron_value(args, "--recompute-granularity") == "selective"  # Layout default
+    assert "--recompute-granularity" not in flags  # the Layout default: none
 
 
 def test_megatron_uneven_first_last():

@@ -1,0 +1,34 @@
+"""A plan's notes name the settings of the frameworks that run it, not of the others."""
+
+from __future__ import annotations
+
+from optimizer.plan_notes import DP_OVERLAP_FLAGS, DP_OVERLAP_ZERO3
+from optimizer.service import evaluate
+from optimizer.specs import EvaluateRequest
+
+JOB = {
+    "model": {"preset": "llama3-70b"},
+    "training": {"seq_len": 8192, "global_batch_size": 256},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+}
+
+
+def _overlap_note(framework: str | None, config: dict) -> tuple[list[str], str]:
+    training = {**JOB["training"], **({"framework": framework} if framework else {})}
+    plan = evaluate(EvaluateRequest.model_validate({**JOB, "training": training, "config": config}))
+    (note,) = [n for n in plan.notes if "hidden under compute" in n]
+    return plan.frameworks, note
+
+
+def test_the_overlap_note_names_only_the_plans_frameworks() -> None:
+    zero3 = {"tp": 2, "pp": 1, "zero_stage": 3, "recompute": "full"}
+    frameworks, note = _overlap_note("megatron-lm", zero3)
+    assert frameworks == ["megatron-lm"]
+    assert DP_OVERLAP_ZERO3["megatron-lm"] in note and "DeepSpeed" not in note and "FSDP2" not in note
+    frameworks, note = _overlap_note(None, zero3)  # no framework named: Megatron-LM and DeepSpeed run it
+    assert frameworks == ["megatron-lm", "deepspeed"]
+    assert DP_OVERLAP_ZERO3["deepspeed"] in note and "FSDP2" not in note
+    zero1 = {"tp": 8, "pp": 1, "zero_stage": 1, "recompute": "full"}
+    frameworks, note = _overlap_note("megatron-bridge", zero1)
+    assert frameworks == ["megatron-bridge"]
+    assert DP_OVERLAP_FLAGS["megatron-bridge"] in note and "DeepSpeed" not in note and "--overlap" not in note
