@@ -72,8 +72,13 @@ def load_document(path: str) -> dict[str, Any]:
         else:
             try:
                 data = parse_json(text)
-            except DocumentError:
-                data = parse_yaml(text)
+            except DocumentError as json_error:
+                try:
+                    data = parse_yaml(text)
+                except DocumentError:
+                    if text.lstrip().startswith(("{", "[")):  # it looks like JSON: the JSON error
+                        raise json_error from None
+                    raise
     except DocumentError as exc:
         raise InputError(f"cannot parse {path}: {exc}") from exc
     if not isinstance(data, dict):

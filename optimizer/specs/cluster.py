@@ -49,9 +49,12 @@ class ClusterSpec(Strict):
     )
     gpu_memory_gib: float | None = Field(
         default=None,
-        gt=0,
+        ge=4,
         le=4096,
-        description="Override the GPU's usable memory (e.g. a 94/96 GB part); default: catalog",
+        description=(
+            "Override the GPU's usable memory (e.g. a 94/96 GB part), at least 4 GiB (the search keeps 1 GiB "
+            "of headroom by default); default: catalog"
+        ),
     )
     topology: ClusterTopology | None = Field(
         default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"

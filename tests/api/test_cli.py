@@ -458,3 +458,14 @@ def test_yaml_reads_exponent_floats_as_numbers(tmp_path: Path) -> None:
     assert cli.load_document(str(path)) == {"a": 1e12, "b": -2e-3, "c": 1500.0, "d": "1e3", "e": "12e", "f": 7}
     job = write(tmp_path, "plan.yaml", yaml.safe_dump(JOB).replace("training:", "training:\n  total_tokens: 1e12", 1))
     assert PlanRequest.model_validate(cli.load_document(str(job))).training.total_tokens == 10**12
+
+
+def test_a_broken_json_document_gets_the_json_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an extension a document is tried as JSON, then YAML; one that starts as JSON
+    reports the JSON error (YAML's flow-mapping error about the same text misleads)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"model": '))
+    with pytest.raises(cli.InputError, match="not valid JSON: Expecting value"):
+        cli.load_document("-")
+    monkeypatch.setattr("sys.stdin", io.StringIO("a: [1"))
+    with pytest.raises(cli.InputError, match="YAML"):
+        cli.load_document("-")

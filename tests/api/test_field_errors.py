@@ -189,3 +189,8 @@ def test_a_product_that_does_not_divide_is_located_at_the_field_at_fault(client:
         item = _one_error(client, "/evaluate", {**PLAN, "config": config})
         assert item["loc"] == ["body", "config", field], config
         assert "does not divide num_gpus = 16" in item["msg"]
+
+
+def test_a_gpu_memory_below_four_gib_is_a_422(client: TestClient) -> None:
+    item = _one_error(client, "/plan", _with("cluster", gpu_memory_gib=0.001))
+    assert item["loc"] == ["body", "cluster", "gpu_memory_gib"] and "greater than or equal to 4" in item["msg"]
