@@ -76,7 +76,7 @@ def configure_logging(level: str, rate_per_s: float = 20.0) -> None:
         target.addFilter(RateLimitFilter(rate_per_s))
 
 
-def _log_json(logger: logging.Logger, level: int, record: dict[str, Any]) -> None:
+def log_json(logger: logging.Logger, level: int, record: dict[str, Any]) -> None:
     if logger.isEnabledFor(level):
         logger.log(level, json.dumps(record, separators=(",", ":"), default=str))
 
@@ -203,7 +203,7 @@ class RequestContextMiddleware:
                 return
             await self.app(scope, replay, send_with_id)
         except Exception as exc:
-            _log_json(
+            log_json(
                 error_log,
                 logging.ERROR,
                 {
@@ -220,7 +220,7 @@ class RequestContextMiddleware:
             else:  # headers already sent: nothing sensible left to tell the client
                 raise
         finally:
-            _log_json(
+            log_json(
                 access_log,
                 logging.INFO,
                 {

@@ -9,6 +9,7 @@ sweep (422), sweeps running at once (429), finished sweeps kept (the oldest are 
 from __future__ import annotations
 
 import functools
+import logging
 import multiprocessing
 import threading
 import time
@@ -24,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from api.errors import ERROR_RESPONSES, MessageBody, field_loc, invalid_field
+from api.middleware import log_json, error_log
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
 from hardware_catalog import load_catalog
@@ -163,6 +165,9 @@ class SweepManager:
             result = PointResult(point=point, status="cancelled")
         elif (exc := fut.exception()) is not None:
             reason = "worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
+            log_json(error_log, logging.ERROR, {"event": "sweep_point_failed", "sweep_id": sweep.id, "point": i,
+                                                 "error": reason})  # fmt: skip
+            reason = f"internal error ({reason}); quote sweep {sweep.id} point {i} when reporting it"
             result = PointResult(point=point, status="failed", explanation=reason)
         else:
             status, plan, why = fut.result()
