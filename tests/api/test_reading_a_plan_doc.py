@@ -66,5 +66,12 @@ def test_the_pages_example_is_what_pplan_plan_answers() -> None:
     assert top.time_to_train is not None
     assert top.time_to_train.days == pytest.approx(17.13, abs=5e-3)
     assert answer.plans[1].memory_gib.per_stage_total == pytest.approx([61.14, 58.60], abs=5e-3)
+    low, high = top.tokens_per_s_per_gpu_range
+    fast, slow = top.step_time_s_range
+    solver = answer.solver
     text = DOC.read_text()
     assert '"step_time_s": 6.203' in text and '"days": 17.13' in text and "[61.14, 58.60]" in text
+    assert f'"tokens_per_s_per_gpu_range": [{low:.0f}, {high:.0f}]' in text
+    assert f'"step_time_s_range": [{fast:.3f}, {slow:.3f}]' in text
+    assert f'"candidates_enumerated": {solver.candidates_enumerated}' in text
+    assert f'"candidates_fitting_memory": {solver.candidates_fitting_memory}' in text
