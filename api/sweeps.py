@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from api.errors import ERROR_RESPONSES, MessageBody, field_loc, invalid_field
-from api.middleware import log_json, error_log
+from api.middleware import error_log, log_json
 from api.planning import apply_search_limits
 from api.settings import SettingsDep
 from hardware_catalog import load_catalog
@@ -89,7 +89,9 @@ class TooManySweeps(Exception):
 
 
 @dataclass
-class _Sweep:
+class RunningSweep:
+    """One sweep as the manager holds it: its points' results so far and their futures."""
+
     id: str
     results: list[PointResult]
     prices: list[float | None]
@@ -115,7 +117,7 @@ class SweepManager:
         self.max_running = max_running
         self.max_kept = max_kept
         self._lock = threading.Lock()
-        self._sweeps: dict[str, _Sweep] = {}
+        self._sweeps: dict[str, RunningSweep] = {}
         self._executor: ProcessPoolExecutor | None = None
 
     def _pool(self) -> ProcessPoolExecutor:
@@ -130,7 +132,7 @@ class SweepManager:
 
     def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]]) -> str:
         """Queue every point; the id to poll. Raises ``TooManySweeps``."""
-        sweep = _Sweep(
+        sweep = RunningSweep(
             id=uuid.uuid4().hex[:16],
             results=[PointResult(point=p, status="pending") for p, _ in jobs],
             prices=[price_per_gpu_hour_usd(r) for _, r in jobs],
@@ -159,7 +161,7 @@ class SweepManager:
         for _, key in done[: max(0, len(self._sweeps) + 1 - self.max_kept)]:
             del self._sweeps[key]
 
-    def _record(self, sweep: _Sweep, i: int, fut: Future[Any]) -> None:
+    def _record(self, sweep: RunningSweep, i: int, fut: Future[Any]) -> None:
         point = sweep.results[i].point
         if fut.cancelled():
             result = PointResult(point=point, status="cancelled")

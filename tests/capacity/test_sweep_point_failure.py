@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from api.sweeps import SweepManager, _Sweep
+from api.sweeps import RunningSweep, SweepManager
 from optimizer.capacity.sweep import PointResult
 
 
 def test_a_failed_point_says_internal_error_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     manager = SweepManager(workers=1, max_running=1)
-    sweep = _Sweep(id="abc", results=[PointResult(point={"num_gpus": 8}, status="pending")], prices=[None])
+    sweep = RunningSweep(id="abc", results=[PointResult(point={"num_gpus": 8}, status="pending")], prices=[None])
     fut: Future[Any] = Future()
     fut.set_exception(NameError("name 'x' is not defined"))
     with caplog.at_level(logging.ERROR, logger="pplan.error"):

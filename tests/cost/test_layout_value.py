@@ -49,7 +49,7 @@ def test_the_value_is_frozen_and_hashable() -> None:
     lay = ResolvedLayout.from_spec(Layout(tp=2, pp=2, micro_batch_size=2), DENSE)
     with pytest.raises(dataclasses.FrozenInstanceError):
         lay.tp = 4  # type: ignore[misc]
-    again = resolve(DENSE, tp=2, pp=2, cp=1, ep=1, vpp=1, micro_batch_size=2, zero_stage=1, recompute="selective",
+    again = resolve(DENSE, tp=2, pp=2, cp=1, ep=1, vpp=1, micro_batch_size=2, zero_stage=1, recompute="none",
                     sequence_parallel=True)  # fmt: skip
     assert again == lay and hash(again) == hash(lay)
     assert {lay: 1}[again] == 1
