@@ -58,8 +58,7 @@ def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the limits, and
-    reads ``1e12`` as a float (YAML 1.2; PyYAML's 1.1 rules want a dot: ``1.0e+12``)."""
+    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the limits."""
 
     def __init__(self, stream: str, max_nodes: int = MAX_YAML_NODES) -> None:
         super().__init__(stream)
@@ -103,14 +102,21 @@ class _BoundedLoader(yaml.SafeLoader):
             raise DocumentError(f"YAML expands to more than {self._max_nodes:,} nodes (aliases included)")
 
 
-_BoundedLoader.add_implicit_resolver(
+class _RequestLoader(_BoundedLoader):
+    """A request document's loader: also reads ``1e12`` as a float (YAML 1.2; PyYAML's 1.1 rules
+    want a dot, ``1.0e+12``, and give the string '1e12'), as token budgets are written.
+    Inventories (topology files, kubectl output) keep the 1.1 rules: node names stay strings."""
+
+
+_RequestLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
 )
 
 
 def parse_yaml(text: str) -> Any:
-    """``yaml.safe_load`` within ``MAX_DOCUMENT_BYTES``, ``MAX_DEPTH`` and ``MAX_YAML_NODES``."""
-    return _load_yaml(text, MAX_DOCUMENT_BYTES, MAX_YAML_NODES, all_documents=False)
+    """A request document: ``yaml.safe_load`` (``_RequestLoader``) within ``MAX_DOCUMENT_BYTES``,
+    ``MAX_DEPTH`` and ``MAX_YAML_NODES``."""
+    return _load_yaml(text, MAX_DOCUMENT_BYTES, MAX_YAML_NODES, all_documents=False, loader_class=_RequestLoader)
 
 
 def parse_yaml_all(
@@ -120,10 +126,12 @@ def parse_yaml_all(
     return _load_yaml(text, max_bytes, max_nodes, all_documents=True)
 
 
-def _load_yaml(text: str, max_bytes: int, max_nodes: int, all_documents: bool) -> Any:
+def _load_yaml(
+    text: str, max_bytes: int, max_nodes: int, all_documents: bool, loader_class: type[_BoundedLoader] = _BoundedLoader
+) -> Any:
     _check_size(text, max_bytes)
     try:
-        loader = _BoundedLoader(text, max_nodes)
+        loader = loader_class(text, max_nodes)
     except yaml.YAMLError as exc:  # characters YAML does not allow
         raise DocumentError(f"not valid YAML: {_one_line(exc)}") from exc
     try:

@@ -218,17 +218,6 @@ class FrameworkProfile:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
         return None
 
-    def knob_sizes_problem(self, training: Any, tp: int, pp: int) -> str | None:
-        """The first knob of ``TP_KNOBS`` (with ``tp`` > 1) or ``PP_KNOBS`` (with ``pp`` > 1) whose
-        value the framework does not run: what ``stack_problem`` adds for a layout of these sizes
-        to its check at ``tp = pp = 1``."""
-        knobs = (TP_KNOBS if tp > 1 else ()) + (PP_KNOBS if pp > 1 else ())
-        for knob in knobs:
-            value = getattr(training, knob)
-            if value is not None and value not in self.stack[knob].runs:
-                return f"{self.name} runs training.{knob} {list(self.stack[knob].runs)}, the job has {value!r} ({self.stack[knob].source})"
-        return None
-
 
 def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool, seq_len: int | None = None) -> str | None:
     """Why ``profile`` does not run ``lay`` (a resolved layout, cost-model recompute names) as
@@ -305,22 +294,14 @@ def candidate_frameworks(
     training: Any, model: Any, tp: int | None = None, pp: int | None = None
 ) -> tuple[FrameworkProfile, ...]:
     """The frameworks whose stack runs the job (``training``, ``model``; for a layout of ``tp`` and
-    ``pp`` when given, ``tp = pp = 1``: some layout): the named one, or any of the four, each as
-    it runs the job (``as_run_for``)."""
+    ``pp`` when given, else at any sizes): the named one, or any of the four, each as it runs the
+    job (``as_run_for``), less those its rules leave no ZeRO stage (they run no layout)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    return tuple(as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp, pp) is None)
-
-
-def job_frameworks(training: Any, model: Any) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job at some layout sizes (``candidate_frameworks`` at
-    ``tp = pp = 1``) and whose rules for the job leave a ZeRO stage without pipelines, or with
-    them where the job's pipeline knobs allow them."""
+    runs = (as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp, pp) is None)
     return tuple(
-        p for p in candidate_frameworks(training, model, 1, 1)
-        if p.parallelism.zero_stages_without_pp.value
-        or (p.parallelism.zero_stages_with_pp.value and p.knob_sizes_problem(training, 1, 2) is None)
-    )  # fmt: skip
+        p for p in runs if p.parallelism.zero_stages_without_pp.value or p.parallelism.zero_stages_with_pp.value
+    )
 
 
 def costed_fsdp_buffers(training: Any, model: Any) -> str:
@@ -330,7 +311,7 @@ def costed_fsdp_buffers(training: Any, model: Any) -> str:
     given = getattr(training, "fsdp_buffers", None)
     if given is not None:
         return str(given)
-    held = {str(p.stack["fsdp_buffers"].default) for p in job_frameworks(training, model)}
+    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
     return "layer" if held == {"layer"} else "megatron-fsdp"
 
 
@@ -393,7 +374,7 @@ def blocking_profile(fid: str) -> FrameworkProfile:
 
 
 __all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config", "job_frameworks",
+    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
     "costed_fsdp_buffers",
     "layout_problem", "model_defaults",
     "load_profiles", "profile", "stack_defaults",

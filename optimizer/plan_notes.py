@@ -26,7 +26,8 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
             "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
-    if lay.recompute == "selective":
+    portable = job.training.framework is None  # what the other frameworks' recompute would take
+    if lay.recompute == "selective" and portable:
         notes += _selective_recompute_note(job, est)
         notes += _recompute_elsewhere_note(
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
@@ -36,7 +37,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
     notes += [ranges_note] if ranges_note else []
-    if lay.recompute == "op":
+    if lay.recompute == "op" and portable:
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
             "DeepSpeed have none (their selective recompute re-runs the attention core instead)"

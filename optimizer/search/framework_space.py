@@ -15,8 +15,8 @@ from typing import NamedTuple
 from optimizer.frameworks import (
     FrameworkProfile,
     as_run_for,
+    candidate_frameworks,
     costed_fsdp_buffers,
-    job_frameworks,
     load_profiles,
     profile,
 )
@@ -42,7 +42,7 @@ class Targets(NamedTuple):
 def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
     """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named
     framework (or every one), whose layout rules still hold, and False."""
-    profiles = job_frameworks(training, model)  # at some sizes: ``size_targets`` narrows per block
+    profiles = candidate_frameworks(training, model)
     if profiles:
         return profiles, True
     framework = training.framework
@@ -81,17 +81,6 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     if not is_moe:
         runs.discard(RecomputeMode.MOE)
     return [m for m in order if m in runs]
-
-
-def size_targets(targets: Targets, training: TrainingSpec, tp: int, pp: int, cp: int) -> Targets:
-    """``seq_targets`` without the frameworks whose stack does not run the job's tensor- or
-    pipeline-parallel knobs at these sizes (``FrameworkProfile.knob_sizes_problem``; not checked
-    when no framework's stack runs the job: the plans then follow every target's layout rules)."""
-    targets = seq_targets(targets, training.seq_len, tp, cp)
-    if not targets.stack_matched or (tp == 1 and pp == 1):
-        return targets
-    runs = tuple(p for p in targets.profiles if p.knob_sizes_problem(training, tp, pp) is None)
-    return targets if len(runs) == len(targets.profiles) else targets._replace(profiles=runs)
 
 
 def seq_targets(targets: Targets, seq_len: int, tp: int, cp: int) -> Targets:

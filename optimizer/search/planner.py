@@ -365,7 +365,8 @@ class Planner:
                 "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
                 "the plans' notes name the knob); the plans follow the layout rules of "
                 + (f"{job.training.framework}" if job.training.framework else "every framework")
-                + " and list none in plan.frameworks"
+                + "; a plan lists only a framework whose stack runs the knobs at the plan's sizes (the TP knobs "
+                "act only with tp above 1, pp_comm_overlap only with pp above 1)"
             )
         beyond_bound = bounds.beyond_bound(self.usable_bytes)
         above = min(beyond_bound, best.step_time_s)

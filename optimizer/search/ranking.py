@@ -119,10 +119,8 @@ def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
     """The target frameworks whose layout rules ``lay`` follows: those whose stack runs the job's
     knobs or, when none does, the named one (or every one), whose layout rules the plans still
     follow (``framework_space``)."""
-    profiles, matched = target_profiles(job.training, job.model)
     return {
         p.id
-        for p in profiles
+        for p in target_profiles(job.training, job.model)[0]
         if layout_problem(p, lay, is_moe, job.training.seq_len) is None
-        and (not matched or p.knob_sizes_problem(job.training, lay.tp, lay.pp) is None)
     }

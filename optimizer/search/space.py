@@ -338,7 +338,7 @@ def blocks_with_uneven_depths_apart(
             sps = _choices("sequence_parallel", [tp > 1], search, sp_rule)
             for ep, sp in product(eps, sps):
                 if (tp, dp, cp, ep) not in etp_memo:  # the same for every micro-batch size
-                    etp_memo[tp, dp, cp, ep] = _etp_choices(job, search, targets, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+                    etp_memo[tp, dp, cp, ep] = _etp_choices(job, search, targets, tp=tp, dp=dp, cp=cp, ep=ep)
                 for etp, runs in etp_memo[tp, dp, cp, ep]:
                     variants = block_variants(runs, zeros, rcs, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, nmb=m, sp=sp)
                     if not variants:
@@ -351,13 +351,12 @@ def blocks_with_uneven_depths_apart(
 
 
 def _etp_choices(
-    job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, pp: int, dp: int, cp: int, ep: int
+    job: JobSpec, search: SearchSpec, targets: Targets, *, tp: int, dp: int, cp: int, ep: int
 ) -> list[tuple[int, Targets]]:
     """The expert tensor-parallel sizes to search with these sizes, each with the target frameworks
-    that run it, the job's knobs at these sizes and split ``seq_len`` so: by default 1 and, for an
-    MoE model with ``tp > 1``, ``tp``; when ``search.fix`` / ``search.allow`` name values, any the
-    layout rules allow."""
-    targets = framework_space.size_targets(targets, job.training, tp, pp, cp)
+    that run it and split ``seq_len`` so: by default 1 and, for an MoE model with ``tp > 1``,
+    ``tp``; when ``search.fix`` / ``search.allow`` name values, any the layout rules allow."""
+    targets = framework_space.seq_targets(targets, job.training.seq_len, tp, cp)
     moe = job.model.moe
     if moe is None:
         return [(1, targets)] if _choices("etp", [1], search) else []

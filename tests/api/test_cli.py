@@ -469,3 +469,10 @@ def test_a_broken_json_document_gets_the_json_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("sys.stdin", io.StringIO("a: [1"))
     with pytest.raises(cli.InputError, match="YAML"):
         cli.load_document("-")
+
+
+def test_inventories_keep_exponent_like_names_as_strings() -> None:
+    """Topology files and kubectl output keep YAML 1.1's rules: a node named 2e1 stays a name."""
+    from api.documents import parse_yaml_all
+
+    assert parse_yaml_all("nodes: [2e1, gpu001]\nblock: 1e1\n") == [{"nodes": ["2e1", "gpu001"], "block": "1e1"}]

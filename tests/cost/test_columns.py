@@ -42,9 +42,7 @@ JOBS: dict[str, dict[str, Any]] = {
     # tied embeddings (the last stage keeps its own copy), flat data-parallel rings
     "gpt3-175b, 256 H100, flat DP": {
         "model": {"preset": "gpt3-175b"},
-        # fp32 gradients: no framework runs the job (DeepSpeed, the one with flat rings, would run
-        # only pipelines with blocking sends), so every layout of every framework's rules is costed
-        "training": {"seq_len": 2048, "global_batch_size": 512, "dp_collectives": "flat", "grad_reduce_in_fp32": True},
+        "training": {"seq_len": 2048, "global_batch_size": 512, "dp_collectives": "flat"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
     },
     # MLA + MoE after dense layers on 72-GPU NVLink domains: EP and CP placements, MoE recompute

@@ -44,8 +44,7 @@ JOBS: dict[str, dict[str, Any]] = {
     },
     "llama3-8b, 64 H100, flat": {
         "model": {"preset": "llama3-8b"},
-        # fp32 gradients: no framework runs it, so pipelines are in (as in test_columns)
-        "training": {"seq_len": 8192, "global_batch_size": 64, "dp_collectives": "flat", "grad_reduce_in_fp32": True},
+        "training": {"seq_len": 8192, "global_batch_size": 64, "dp_collectives": "flat"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
     },
     "llama3-8b, 64 H100, blocking data-parallel collectives": {

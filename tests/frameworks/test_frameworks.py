@@ -22,7 +22,7 @@ from optimizer.cost.pipeline import even_split
 from optimizer.errors import InvalidLayout
 from optimizer.frameworks import (
     FRAMEWORK_IDS,
-    job_frameworks,
+    candidate_frameworks,
     layout_problem,
     load_profiles,
     profile,
@@ -89,11 +89,14 @@ def _check_plans(request: PlanRequest) -> None:
     response = plan(request)
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     named = request.training.framework
-    matched = bool(job_frameworks(request.training, request.model))  # at some sizes
+    matched = bool(candidate_frameworks(request.training, request.model))
     if not matched and response.plans:  # no framework's stack runs the job's knobs: the answer says so
         assert any("no framework's stack" in w for w in response.warnings), response.warnings
     for p in response.plans:
-        assert bool(p.frameworks) == matched, p.notes
+        # unmatched, a plan lists only frameworks whose stack runs the knobs at its sizes
+        sized = candidate_frameworks(request.training, request.model, p.config.tp, p.config.pp)
+        assert bool(p.frameworks) or not matched, p.notes
+        assert set(p.frameworks) <= {f.id for f in sized}, p.notes
         if named is not None and matched:
             assert p.frameworks == [named]
         config = p.config

@@ -1,7 +1,7 @@
 """Stack knobs that act only with tensor or pipeline parallelism (``frameworks.TP_KNOBS``,
 ``PP_KNOBS``) do not decide which framework runs a layout without it: DeepSpeed (blocking pipeline
-sends only) runs a ``pp = 1`` layout whatever ``training.pp_comm_overlap`` says, and the search
-offers it such layouts, not pipelined ones."""
+sends only) runs a ``pp = 1`` layout whatever ``training.pp_comm_overlap`` says, and a plan
+without pipelines lists it. The search's space stays what the job's knobs select at any sizes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.frameworks import PP_KNOBS, job_frameworks, profile
+from optimizer.frameworks import PP_KNOBS, candidate_frameworks, profile
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, ModelSpec, PlanRequest, TrainingSpec
 
@@ -24,8 +24,7 @@ def test_pp_comm_overlap_is_checked_only_with_pipelines() -> None:
     assert "pp_comm_overlap" in (deepspeed.stack_problem(training, model, 1, 2) or "")
     assert "pp_comm_overlap" in (deepspeed.stack_problem(training, model) or "")  # sizes not given: every knob
     assert deepspeed.stack_problem(training, model, 1, 1) is None
-    assert "pp_comm_overlap" in (deepspeed.knob_sizes_problem(training, 1, 2) or "")
-    assert deepspeed.knob_sizes_problem(training, 8, 1) is None
+    assert deepspeed.stack_problem(training, model, 8, 1) is None
 
 
 def test_the_deepspeed_example_runs_on_deepspeed() -> None:
@@ -49,40 +48,43 @@ def test_torchtitan_runs_an_unpipelined_layout_with_blocking_sends_asked_for() -
     assert blocking.step_time_s == base.step_time_s
 
 
-def test_a_search_offers_deepspeed_only_unpipelined_layouts() -> None:
-    """With pp_comm_overlap true (the default) DeepSpeed is listed on plans without a pipeline and on
-    none with one; with no framework whose stack runs a pipeline, no plan has one."""
+def test_a_plan_without_pipelines_lists_deepspeed() -> None:
+    """No framework runs flat rings with overlapped pipeline sends (Megatron-LM: no flat rings;
+    DeepSpeed: no overlapped sends), so every layout of every framework's rules is searched; those
+    without a pipeline list DeepSpeed, the pipelined ones none, and the answer says so."""
     body = {
         "model": {"preset": "gpt3-175b"},
-        "training": {"seq_len": 2048, "global_batch_size": 512, "dp_collectives": "flat"},  # not Megatron's
+        "training": {"seq_len": 2048, "global_batch_size": 512, "dp_collectives": "flat"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 128},
-        "search": {"top_k": 5},
+        "search": {"top_k": 5, "diverse": False},
     }
     request = PlanRequest.model_validate(body)
-    assert [p.id for p in job_frameworks(request.training, request.model)] == ["deepspeed"]
+    assert candidate_frameworks(request.training, request.model) == ()
+    assert [p.id for p in candidate_frameworks(request.training, request.model, 8, 1)] == ["deepspeed"]
     answer = plan(request)
-    assert answer.plans
-    for p in answer.plans:
-        assert p.config.pp == 1, p.config
-        assert p.frameworks == ["deepspeed"], p.notes
-    # DeepSpeed's pipeline engine: blocking sends, fp32 gradients with bf16, no overlapped ZeRO-0/1
-    blocking = {"pp_comm_overlap": False, "grad_reduce_in_fp32": True, "dp_comm_overlap": False}
-    request = PlanRequest.model_validate({**body, "training": {**body["training"], **blocking}})
-    answer = plan(request)
-    assert answer.plans and all(p.frameworks == ["deepspeed"] for p in answer.plans)
-    assert answer.plans[0].config.pp > 1
+    assert any("no framework's stack" in w for w in answer.warnings)
+    assert {p.config.pp > 1 for p in answer.plans} == {True}  # the best layouts pipeline
+    assert all(p.frameworks == [] for p in answer.plans)
+    fixed = plan(PlanRequest.model_validate({**body, "search": {"top_k": 3, "fix": {"pp": 1}}}))
+    assert fixed.plans[0].frameworks == ["deepspeed"]  # TP2 ZeRO-3; others use CP or op recompute: none
+    assert all(set(p.frameworks) <= {"deepspeed"} for p in fixed.plans)
 
 
 def test_a_framework_whose_rules_leave_no_layout_is_not_a_target() -> None:
     """fp32 gradients with bf16 on DeepSpeed run only ZeRO-0/1 pipelines, which never overlap their
     gradient reduction: asked to overlap it, DeepSpeed runs nothing, so (no other framework running
-    the flat rings either) the answer says no framework's stack runs the job and still plans."""
+    flat rings) the answer says no framework's stack runs the job and still plans (it once said
+    'infeasible', blaming the sizes)."""
     training = {"seq_len": 2048, "global_batch_size": 512, "dp_collectives": "flat", "pp_comm_overlap": False,
                 "grad_reduce_in_fp32": True}  # fmt: skip
     request = PlanRequest.model_validate({
         "model": {"preset": "gpt3-175b"}, "training": training, "cluster": {"preset": "dgx-h100", "num_gpus": 128},
     })  # fmt: skip
-    assert job_frameworks(request.training, request.model) == ()
+    assert candidate_frameworks(request.training, request.model) == ()
     answer = plan(request)
     assert answer.plans and all(p.frameworks == [] for p in answer.plans)
     assert any("no framework's stack" in w for w in answer.warnings)
+    blocking = {**training, "dp_comm_overlap": False}  # DeepSpeed's pipeline engine as it runs
+    answer = plan(PlanRequest.model_validate({**request.model_dump(exclude_unset=True), "training": blocking}))
+    assert answer.plans and all(p.frameworks == ["deepspeed"] for p in answer.plans)
+    assert answer.plans[0].config.pp > 1

@@ -32,3 +32,16 @@ def test_the_overlap_note_names_only_the_plans_frameworks() -> None:
     frameworks, note = _overlap_note("megatron-bridge", zero1)
     assert frameworks == ["megatron-bridge"]
     assert DP_OVERLAP_FLAGS["megatron-bridge"] in note and "DeepSpeed" not in note and "--overlap" not in note
+
+
+def test_a_named_frameworks_plan_has_no_notes_on_the_others_recompute() -> None:
+    """torchtitan's selective (costed 'op') on a torchtitan plan: no note on what Megatron's or
+    DeepSpeed's recompute would keep; with no framework named the same layout carries them."""
+    config = {"tp": 1, "pp": 1, "zero_stage": 3, "recompute": "selective"}
+    job = {**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "model": {"preset": "llama3-8b"}}
+    named = evaluate(EvaluateRequest.model_validate({**job, "training": {**JOB["training"], "framework": "torchtitan"},
+                                                     "config": config}))  # fmt: skip
+    assert named.frameworks == ["torchtitan"]
+    assert not any("Megatron" in n or "DeepSpeed" in n for n in named.notes), named.notes
+    portable = evaluate(EvaluateRequest.model_validate({**job, "config": {**config, "recompute": "op"}}))
+    assert any(n.startswith("recompute 'op' is torchtitan's") for n in portable.notes)
