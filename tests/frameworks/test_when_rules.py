@@ -208,3 +208,10 @@ def test_torchtitan_pipelines_say_what_their_memory_leaves_out() -> None:
     assert any("sharded fp32 gradient" in n for n in piped.notes), piped.notes
     flat = evaluate(EvaluateRequest.model_validate({**job, "config": {"tp": 2, "zero_stage": 3}}))
     assert not any("sharded fp32 gradient" in n for n in flat.notes)
+
+
+def test_megatron_bridge_runs_no_fp4_job() -> None:
+    """No NVFP4 mixed-precision recipe at Megatron-Bridge v0.1.0rc4 (mixed_precision.py)."""
+    dense = {"preset": "llama3-8b"}
+    assert "megatron-bridge" not in _ids(_training(precision="fp4"), dense)
+    assert "megatron-bridge" in _ids(_training(precision="fp8", grad_reduce_in_fp32=True), dense)
