@@ -60,11 +60,24 @@ function fields() {
   return [...form.elements].filter((e) => e.name);
 }
 
+// the job the page was opened with (a link): fields the form has no box for are kept from it
+let baseJob = {};
+
+function deletePath(obj, path) {
+  const keys = path.split(".");
+  const last = keys.pop();
+  const parent = keys.reduce((o, key) => (o == null ? undefined : o[key]), obj);
+  if (parent != null) delete parent[last];
+}
+
 function formToJob() {
-  const job = {};
+  const job = structuredClone(baseJob);
   for (const field of fields()) {
     const raw = field.value.trim();
-    if (raw === "") continue;
+    if (raw === "") {
+      deletePath(job, field.name);
+      continue;
+    }
     let value = raw;
     if (field.type === "number") value = Number(raw);
     else if (field.dataset.type === "int") value = parseInt(raw, 10);
@@ -88,7 +101,8 @@ function jobFromUrl() {
   const text = new URLSearchParams(location.search).get("job");
   if (!text) return null;
   try {
-    return JSON.parse(text);
+    baseJob = JSON.parse(text);
+    return baseJob;
   } catch (err) {
     showFormError(`the job in the link is not JSON: ${err.message}`);
     return null;
@@ -106,11 +120,14 @@ function showFormError(message) {
   $("#form-error").hidden = false;
 }
 
+// the form field an error is at: the field itself or, for an error at a whole section (loc
+// "training"), its first field; an error at a field the form has no box for has none
 function fieldFor(loc) {
   const path = loc.filter((part) => part !== "body").map(String);
   for (let n = path.length; n > 0; n--) {
     const name = path.slice(0, n).join(".");
-    const field = fields().find((f) => f.name === name) ?? fields().find((f) => f.name.startsWith(`${name}.`));
+    const field = fields().find((f) => f.name === name) ??
+      (n === path.length ? fields().find((f) => f.name.startsWith(`${name}.`)) : undefined);
     if (field) return field;
   }
   return null;
@@ -160,6 +177,7 @@ function layoutText(c) {
   const parts = [`TP${c.tp}`, `PP${c.pp}`, `DP${c.dp}`];
   if (c.cp > 1) parts.push(`CP${c.cp}`);
   if (c.ep > 1) parts.push(`EP${c.ep}`);
+  if (c.etp > 1) parts.push(`ETP${c.etp}`);
   if (c.vpp > 1) parts.push(`VPP${c.vpp}`);
   parts.push(`mbs ${c.micro_batch_size}`, `ZeRO-${c.zero_stage}`, `recompute ${c.recompute}`);
   return parts.join(" ");
@@ -195,7 +213,7 @@ function planRows(plan, i) {
     ["rank", `${i + 1}`], ["layout", layoutText(plan.config)],
     ["placement", Object.entries(plan.placement).filter(([, t]) => t !== "none").map(([a, t]) => `${a}:${t}`).join(" ")],
     ["step_time_s", fmt.s(plan.step_time_s)], ["tokens_per_s_per_gpu", fmt.int(plan.tokens_per_s_per_gpu)],
-    ["mfu", fmt.pct(plan.mfu)], ["memory", `${fmt.gib(m.total)} / ${fmt.gib(m.capacity)}`],
+    ["mfu", fmt.pct(plan.mfu)], ["memory", `${fmt.gib(m.total)} / ${fmt.gib(m.capacity - (m.headroom ?? 0))}`],
     ["bottleneck", plan.bottleneck], ["frameworks", frameworksOf(plan).join(", ")],
   ];
   const row = el("tr", { "data-testid": "plan-row", class: plan.fits_memory ? "" : "over" },
@@ -298,13 +316,17 @@ async function startSweep() {
     return sweepMessage("GPU counts: whole numbers separated by commas", true);
   }
   const job = formToJob();
+  job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
+  delete job.search.suggest;
   const { status, body } = await getJson("/sweeps", {
     method: "POST", headers: { "content-type": "application/json" },
     body: JSON.stringify({ job, vary: { num_gpus: counts } }),
   });
   if (status === 404) return sweepMessage("this server does not run sweeps", true);
   if (status !== 202 && status !== 200) {
-    const detail = Array.isArray(body.detail) ? body.detail.map((d) => `${d.loc.slice(1).join(".")}: ${d.msg}`).join("; ") : body.detail;
+    const where = (d) => d.loc.slice(1).join(".");
+    const line = (d) => (d.msg.startsWith(`${where(d)}:`) ? d.msg : `${where(d)}: ${d.msg}`);
+    const detail = Array.isArray(body.detail) ? body.detail.map(line).join("; ") : body.detail;
     return sweepMessage(detail, true);
   }
   sweepId = body.id;

@@ -83,7 +83,7 @@ def assert_row_shows(row: WebElement, plan: dict[str, Any]) -> None:
     assert cell(row, "step_time_s") == f"{plan['step_time_s']:.3f} s"
     assert cell(row, "tokens_per_s_per_gpu") == f"{int(plan['tokens_per_s_per_gpu'] + 0.5):,}"
     assert cell(row, "mfu") == f"{100 * plan['mfu']:.1f}%"
-    assert cell(row, "memory") == f"{memory['total']:.1f} / {memory['capacity']:.1f}"
+    assert cell(row, "memory") == f"{memory['total']:.1f} / {memory['capacity'] - memory['headroom']:.1f}"
     assert cell(row, "bottleneck") == plan["bottleneck"]
 
 
@@ -235,3 +235,38 @@ def test_a_link_whose_job_is_not_json_says_so(driver: WebDriver, base_url: str) 
     assert error.get_attribute("data-testid") == "error"
     assert error.text.startswith("the job in the link is not JSON")
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]') == []
+
+
+def test_an_error_at_a_field_the_form_lacks_goes_above_the_results(driver: WebDriver, base_url: str) -> None:
+    """``training.moe_capacity_factor`` has no box: its 422 is shown above the results, not next
+    to the first training field."""
+    job = {
+        "model": {"preset": "mixtral-8x7b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "moe_capacity_factor": 0.5},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+    }
+    open_page(driver, f"{base_url}/?job={quote(json.dumps(job))}")
+    assert wait_state(driver, "done", "error") == "error"
+    (item,) = post_plan(base_url, job).json()["detail"]
+    assert item["loc"] == ["body", "training", "moe_capacity_factor"]
+    assert driver.find_elements(By.CSS_SELECTOR, "[data-for]") == []  # no message next to a field
+    error = driver.find_element(By.ID, "form-error")
+    assert error.is_displayed() and error.text == f"training.moe_capacity_factor: {item['msg']}"
+
+
+def test_the_forms_job_keeps_the_links_fields_the_form_lacks(driver: WebDriver, base_url: str) -> None:
+    """What *Plan* and *Sweep* send: the form's fields over the link's job (dp_comm_overlap has no box)."""
+    job = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "dp_comm_overlap": False},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "search": {"top_k": 2},
+    }
+    open_page(driver, f"{base_url}/?job={quote(json.dumps(job))}")
+    wait_state(driver, "done")
+    box = driver.find_element(By.CSS_SELECTOR, '[name="cluster.num_gpus"]')
+    box.clear()
+    box.send_keys("16")
+    sent = driver.execute_script("return formToJob()")
+    assert sent["training"]["dp_comm_overlap"] is False
+    assert sent["cluster"]["num_gpus"] == 16 and sent["search"]["top_k"] == 2
