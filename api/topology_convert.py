@@ -133,8 +133,20 @@ def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None =
     topo = _pick_slurm(docs, name)
     taken = set(_expand(busy, "--busy")) if busy else set()
     if "tree" in topo:
-        return _tree_topology(topo["tree"] or {}, gpus_per_node, taken)
-    return _block_topology(topo["block"] or {}, gpus_per_node, taken)
+        out = _tree_topology(topo["tree"] or {}, gpus_per_node, taken)
+    else:
+        out = _block_topology(topo["block"] or {}, gpus_per_node, taken)
+    check_busy_known(taken, {n["name"] for n in out["nodes"]})
+    return out
+
+
+def check_busy_known(busy: set[str], names: set[str]) -> None:
+    """A ``--busy`` name the topology does not have is an error, not a node silently left free
+    (a typo, or a long host name where the topology has short ones)."""
+    unknown = sorted(busy - names)
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise ConvertError(f"--busy names nodes the topology does not have: {shown}")
 
 
 def _kueue_levels(text: str) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 import hostlist
 
 from api.documents import DocumentError, parse_yaml_all
-from api.topology_convert import ConvertError, free_gpus, requested_gpus
+from api.topology_convert import ConvertError, check_busy_known, free_gpus, requested_gpus
 from optimizer.topology_spec import HOSTNAME_LABEL
 
 TIER_LEVEL = "volcano/tier-{tier}"
@@ -152,4 +152,5 @@ def from_volcano(
         else:
             free = free_gpus(items[node], used) if node in items else 0
         out.append({"name": node, "labels": path, "free_gpus": free})
+    check_busy_known(taken, set(leaf_of))
     return {"levels": levels, "nvlink_level": HOSTNAME_LABEL, "nodes": out}

@@ -148,3 +148,13 @@ def test_converters_parse_within_the_document_limits(tmp_path: Path, capsys: pyt
     assert main(["topology", "from-kueue", str(DATA / "kueue-topology.yaml"), str(deep)]) == 2
     err = capsys.readouterr().err
     assert "nested deeper than" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_busy_name_the_topology_lacks_is_an_error() -> None:
+    """A typo or a long host name in --busy would leave the busy node free: it is an error."""
+    text = (DATA / "slurm-tree.yaml").read_text()
+    with pytest.raises(ConvertError, match="--busy names nodes the topology does not have: gpu01"):
+        from_slurm(text, 8, busy="gpu01")
+    with pytest.raises(ConvertError, match="gpu001.cluster.local, gpu9"):
+        from_slurm(text, 8, busy="gpu001.cluster.local,gpu9,gpu001")
+    assert from_slurm(text, 8, busy="gpu001")["nodes"]

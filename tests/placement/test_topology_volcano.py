@@ -128,3 +128,8 @@ def test_bad_inputs_name_the_place() -> None:
     missing = "kind: HyperNode\nmetadata: {name: s9}\nspec:\n  tier: 2\n  members:\n  - type: HyperNode\n    selector: {exactMatch: {name: nope}}\n"
     with pytest.raises(ConvertError, match="'nope' is not defined"):
         from_volcano(EXAMPLE + "\n---\n" + missing)
+
+
+def test_a_busy_name_the_hypernodes_lack_is_an_error() -> None:
+    with pytest.raises(ConvertError, match="--busy names nodes the topology does not have: node-9"):
+        from_volcano(EXAMPLE, busy="node-[1,9]")
