@@ -69,6 +69,16 @@ def plan_warnings(job: JobSpec, plan: Plan) -> list[str]:
     return [w for w in (_few_micro_batches(plan), _mfu_above_published(job, plan)) if w]
 
 
+def shared_nodes_warning(taken_per_node: int, gpus_per_node: int, nodes: int) -> str | None:
+    """A plan placed on free nodes that takes only some GPUs of each (its ``assignment``)."""
+    if taken_per_node >= gpus_per_node:
+        return None
+    return (
+        f"the plan takes {taken_per_node} of the {gpus_per_node} GPUs on each of its {nodes} nodes: they share "
+        "their node (NVLink domain, NICs) with other jobs, which the plans do not cost"
+    )
+
+
 def _tokens_like_batch(job: JobSpec) -> str | None:
     checks = load_job_checks()
     t = job.training
@@ -85,8 +95,11 @@ def _tokens_like_batch(job: JobSpec) -> str | None:
 
 
 def _partial_nodes(job: JobSpec) -> str | None:
+    """A GPU count that leaves a node partly used. With ``cluster.topology`` the plan's
+    ``assignment`` says which nodes it takes and how many GPUs of each: said from it instead
+    (``shared_nodes_warning``)."""
     n, per_node = job.cluster.resolved_num_gpus, job.cluster.gpus_per_node or 1
-    if n % per_node == 0 or (n < per_node and per_node % n == 0):
+    if job.cluster.topology is not None or n % per_node == 0 or (n < per_node and per_node % n == 0):
         return None
     return (
         f"num_gpus ({n:,}) is not a whole number of {per_node}-GPU nodes ({n // per_node:,} nodes and {n % per_node} "

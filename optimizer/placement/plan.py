@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from optimizer.capacity.annotate import objective_value, resolve_inputs
 from optimizer.errors import InvalidLayout
+from optimizer.job_warnings import shared_nodes_warning
 from optimizer.placement.outputs import build_assignment
 from optimizer.placement.select import Choice, candidate_sets, rank_order
 from optimizer.results import Plan, PlanResponse, SolverInfo
@@ -185,7 +186,9 @@ def _answer(c: ClusterSpec, best: Outcome, outcomes: list[Outcome], wall_s: floa
         }
     )
     status = "optimal" if solver.proved_optimal else "feasible"
-    return best.response.model_copy(update={"plans": plans, "solver": solver, "status": status})
+    shared = shared_nodes_warning(g, c.gpus_per_node or g, len(nodes))
+    warnings = [*best.response.warnings, *([shared] if shared else [])]
+    return best.response.model_copy(update={"plans": plans, "solver": solver, "status": status, "warnings": warnings})
 
 
 def free_by_level(c: ClusterSpec) -> dict[str, dict[str, int]]:
@@ -235,11 +238,15 @@ def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, 
     topo = c.topology
     assert topo is not None and c.gpus_per_node
     free = sum(n.free_gpus for n in topo.nodes)
+    with_free = sum(1 for n in topo.nodes if n.free_gpus > 0)
     full = sum(1 for n in topo.nodes if n.free_gpus >= c.gpus_per_node)
     by_level = free_by_level(c)
     coarse = topo.switch_levels()[0]
     biggest = max(by_level[coarse].values(), default=0)
-    have = f"{free} GPUs free on {len(topo.nodes)} nodes ({full} nodes wholly free; at most {biggest} in one {coarse} domain)"
+    have = (
+        f"{free} GPUs free on {with_free} of {len(topo.nodes)} nodes ({full} nodes wholly free; at most {biggest} "
+        f"in one {coarse} domain)"
+    )
     if outcomes:
         first = outcomes[0]
         n = len(first.option.choice.nodes) * first.option.gpus_per_node
@@ -296,4 +303,8 @@ def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequ
         plan = score(request.model_copy(update={"cluster": on_nodes(c, nodes, opt.gpus_per_node)}))
         scored.append((round(plan.step_time_s, 9), opt.choice.compactness, plan, nodes, opt.gpus_per_node))
     _, _, plan, nodes, g = min(scored, key=lambda s: (s[0], s[1]))
-    return plan.model_copy(update={"assignment": build_assignment(topo, nodes, g, plan.placement, len(scored))})
+    shared = shared_nodes_warning(g, c.gpus_per_node or g, len(nodes))
+    notes = [*plan.notes, *([shared] if shared else [])]
+    return plan.model_copy(
+        update={"assignment": build_assignment(topo, nodes, g, plan.placement, len(scored)), "notes": notes}
+    )

@@ -81,6 +81,12 @@ def test_partially_free_nodes_give_fewer_gpus_per_node(client: TestClient) -> No
     a = r["plans"][0]["assignment"]
     assert a["gpus_per_node"] == 4 and len(a["nodes"]) == 4
     assert "--ntasks-per-node=4" in a["slurm"]["sbatch"]
+    # the warning says what the assignment does (16 is two whole nodes, but no node is free)
+    shared = [w for w in r["warnings"] if "share" in w]
+    assert shared == ["the plan takes 4 of the 8 GPUs on each of its 4 nodes: they share their node (NVLink "
+                      "domain, NICs) with other jobs, which the plans do not cost"]  # fmt: skip
+    r = client.post("/plan", json=job(topo, 20)).json()
+    assert [w for w in r["warnings"] if "share" in w][0].startswith("the plan takes 4 of the 8 GPUs on each of its 5")
 
 
 def test_whole_rack_preferred_when_faster(client: TestClient) -> None:
@@ -107,6 +113,7 @@ def test_infeasible_names_the_numbers(client: TestClient) -> None:
     body = client.post("/plan", json=job(topo, 48)).json()
     assert body["status"] == "infeasible" and body["plans"] == []
     assert "asked for 48 GPUs; only 40 are free" in body["explanation"]
+    assert "40 GPUs free on 5 of 8 nodes (5 nodes wholly free" in body["explanation"]  # busy ones not counted
     assert body["free_gpus_by_level"]["rack"] == {"b0/b0-r1": 32, "b0/b0-r0": 8}
     assert body["smallest_fitting_gpus"] == 8  # Llama 3 8B fits on one node
     assert "the smallest fitting layout needs 8 GPUs (1 whole nodes" in body["explanation"]
