@@ -131,7 +131,8 @@ def _dp_overlap_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list
     if slower < DP_OVERLAP_NOTE_MIN:
         return []
     hidden_s = blocking.breakdown_s["dp_comm"] - est.breakdown_s["dp_comm"]
-    texts = DP_OVERLAP_ZERO3 if est.layout.zero_stage == 3 else DP_OVERLAP_FLAGS
+    zero = est.layout.zero_stage
+    texts = DP_OVERLAP_ZERO3 if zero == 3 else DP_OVERLAP_FLAGS if zero >= 1 else DP_OVERLAP_FLAGS_ZERO0
     asks = "; ".join(dict.fromkeys(texts[f] for f in frameworks))
     how = f"the launch arguments ask for that overlap ({asks})" if asks else "the stack must overlap it"
     note = (
@@ -148,7 +149,13 @@ DP_OVERLAP_FLAGS = {
     "torchtitan": "torchtitan's DDP and FSDP2 always overlap them",
     "deepspeed": "DeepSpeed overlap_comm",
 }
-"""What each framework's launch sets (or does always) to overlap ZeRO-0/1/2 data-parallel collectives."""
+"""What each framework's launch sets (or does always) to overlap ZeRO-1/2 data-parallel collectives."""
+DP_OVERLAP_FLAGS_ZERO0 = {
+    **DP_OVERLAP_FLAGS,
+    "megatron-lm": "Megatron --overlap-grad-reduce",  # --overlap-param-gather needs the distributed optimizer
+    "megatron-bridge": "Megatron-Bridge ddp.overlap_grad_reduce",
+}
+"""The same without ZeRO: no sharded weights to gather."""
 DP_OVERLAP_ZERO3 = {
     "megatron-lm": "Megatron-FSDP always overlaps them",
     "megatron-bridge": "Megatron-FSDP always overlaps them",

@@ -45,3 +45,21 @@ def test_a_named_frameworks_plan_has_no_notes_on_the_others_recompute() -> None:
     assert not any("Megatron" in n or "DeepSpeed" in n for n in named.notes), named.notes
     portable = evaluate(EvaluateRequest.model_validate({**job, "config": {**config, "recompute": "op"}}))
     assert any(n.startswith("recompute 'op' is torchtitan's") for n in portable.notes)
+
+
+def test_the_overlap_note_of_a_zero0_plan_names_the_flags_its_launch_sets() -> None:
+    """Without ZeRO Megatron's launch sets --overlap-grad-reduce only (--overlap-param-gather needs
+    the distributed optimizer), and Megatron-Bridge ddp.overlap_grad_reduce only."""
+    zero0 = {"tp": 8, "pp": 1, "zero_stage": 0, "recompute": "full"}
+    for framework, flags in (("megatron-lm", "--overlap-grad-reduce"), ("megatron-bridge", "ddp.overlap_grad_reduce")):
+        training = {**JOB["training"], "framework": framework}
+        plan = evaluate(EvaluateRequest.model_validate({**JOB, "training": training, "config": zero0}))
+        (note,) = [n for n in plan.notes if "hidden under compute" in n]
+        assert flags in note and "param" not in note
+        assert plan.launch is not None
+        if framework == "megatron-lm":
+            assert "--overlap-grad-reduce" in plan.launch.megatron
+            assert "--overlap-param-gather" not in plan.launch.megatron
+        else:
+            assert "ddp.overlap_grad_reduce=true" in plan.launch.nemo
+            assert "ddp.overlap_param_gather=false" in plan.launch.nemo
