@@ -23,6 +23,7 @@ import asyncio
 import functools
 import logging
 import resource
+import sys
 from typing import Any
 
 import uvicorn
@@ -164,4 +165,7 @@ def serve(settings: Settings | None = None, **overrides: Any) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:  # settings come from PPLAN_* variables; `pplan serve` takes options
+        sys.exit(f"python -m api.server takes no arguments (got {' '.join(sys.argv[1:])}): set PPLAN_HOST, "
+                 "PPLAN_PORT, ... or run `pplan serve --host H --port P`")  # fmt: skip
     serve()
