@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-from optimizer.cost import build_context
 from optimizer.search.fixed_values import check_named_values
 from optimizer.search.planner import Planner
 from optimizer.search.result import SearchResult
@@ -41,26 +40,16 @@ __all__ = [
     "Planner",
     "SearchResult",
     "bound_space",
-    "check_request",
     "cyclic_gc_paused",
     "search",
     "space_memory_budget",
 ]
 
 
-def check_request(request: PlanRequest) -> None:
-    """What a search refuses before it starts, as ``InvalidLayout`` at the field: ``search.fix`` /
-    ``search.allow`` values no layout takes, a ``seq_len`` no layout splits, a precision the GPU
-    has no tensor cores for."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
-    check_named_values(job, request.search)
-    build_context(job)
-
-
 def search(request: PlanRequest) -> SearchResult:
     """The top-k of ``request`` (see the module docstring) as ranked estimates
     (``optimizer.service`` makes them plans); a layout space that would take more memory than
     ``space_memory_budget`` allows is a ``SpaceTooLarge`` error."""
-    check_request(request)
+    check_named_values(JobSpec(model=request.model, training=request.training, cluster=request.cluster), request.search)
     with cyclic_gc_paused():
         return Planner(request, space_memory_bytes()).run()
