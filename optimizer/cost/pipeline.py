@@ -36,12 +36,10 @@ def in_flight_microbatches(stage: Num, pp: int, vpp: Num, m: Num) -> Num:
     """
     if pp == 1:
         return 1.0
-    if not isinstance(stage, np.ndarray) and not isinstance(vpp, np.ndarray) and not isinstance(m, np.ndarray):
-        # numbers (the split search's many per-stage calls): the same values without numpy
-        if vpp == 1:
-            return float(min(m, pp - stage))
-        return float(min(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp)
     one_f_one_b = minimum(m, pp - stage)
-    interleaved = minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
-    held = select(vpp == 1, one_f_one_b, interleaved)
+    if not isinstance(vpp, np.ndarray) and vpp == 1:  # (the split search's many per-stage calls)
+        held = one_f_one_b
+    else:
+        interleaved = minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
+        held = select(vpp == 1, one_f_one_b, interleaved)
     return held.astype(float) if isinstance(held, np.ndarray) else float(held)
