@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext, LayerKind
-from optimizer.cost.layer import Dims, attention_core_times_s, cp_comm_s, ep_comm_s, tp_comm_s
+from optimizer.cost.layer import Dims, LayerCompute, cp_comm_s, ep_comm_s, tp_comm_s
 from optimizer.cost.layer_base import ATTENTION_CORE_RECOMPUTED
 from optimizer.cost.layer_comm import DISPATCH_REPLAYED, rank_tokens
 from optimizer.cost.rules import divisors
@@ -100,8 +100,9 @@ class TpCpFloorKey(NamedTuple):
     """All ``_tp_cp_floor_s`` reads of a layer: its kind (index in ``ctx.kinds``), the ``Dims``
     fields the TP and CP terms read but the recompute mode, and of that mode only what they
     read: whether it replays the forward collectives (``full``), keeps the forward all-gathers
-    (``op``) and re-runs the attention core (``ATTENTION_CORE_RECOMPUTED``). The TP windows come
-    from the layer's GEMM times, which depend on none of the modes."""
+    (``op``) and re-runs the attention core (``ATTENTION_CORE_RECOMPUTED``). The TP windows and
+    the attention core's times come from the layer's compute and depend on none of the modes
+    (nor on ep or etp)."""
 
     kind: int
     tp: int
@@ -120,11 +121,11 @@ def tp_cp_floor_key(kind: int, dims: Dims) -> TpCpFloorKey:
 TP_CP_FLOOR = Memo[TpCpFloorKey, float]("lower_bound_tp_cp_floor")
 
 
-def tp_cp_floor_s(ctx: JobContext, k: int, dims: Dims, windows: tuple[float, ...]) -> float:
+def tp_cp_floor_s(ctx: JobContext, k: int, dims: Dims, compute: LayerCompute) -> float:
     """A layer's TP and CP communication (``layer.tp_comm_s``, ``layer.cp_comm_s``) of layer kind
     ``k`` under ``dims`` (without expert parallelism), each at its smallest over the geometries
-    its group can have; ``windows``: the layer's ``tp_wgrad_windows_s``. Memoised per
-    ``TpCpFloorKey``."""
+    its group can have; ``compute``: the layer's ``layer_compute`` (its TP windows and attention
+    core times). Memoised per ``TpCpFloorKey``."""
     key = tp_cp_floor_key(k, dims)
     table = ctx.caches[TP_CP_FLOOR]
     floor = table.get(key)
@@ -132,9 +133,10 @@ def tp_cp_floor_s(ctx: JobContext, k: int, dims: Dims, windows: tuple[float, ...
         kind = ctx.kinds[k]
         floor = 0.0
         if dims.tp > 1:
+            windows = compute.tp_wgrad_windows_s
             floor += min(tp_comm_s(ctx, kind, dims, g, windows) for g in group_geometries(ctx, dims.tp))
         if dims.cp > 1:
-            t_core, t_core_bwd = attention_core_times_s(ctx, kind, dims)
+            t_core, t_core_bwd = compute.t_core_s, compute.t_core_bwd_s
             floor += min(cp_comm_s(ctx, dims, g, t_core, t_core_bwd) for g in group_geometries(ctx, dims.cp))
         table[key] = floor
     return floor

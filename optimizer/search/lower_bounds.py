@@ -321,7 +321,7 @@ def _lower_bound_totals(ctx: JobContext, dims: Dims) -> tuple[float, float, floa
     costs = []
     for i, kind in enumerate(ctx.kinds):
         c = kind_compute(ctx, i, dims if kind.is_moe else no_ep)
-        t = c.fwd_s + c.bwd_s + tp_cp_floor_s(ctx, i, no_ep, c.tp_wgrad_windows_s)
+        t = c.fwd_s + c.bwd_s + tp_cp_floor_s(ctx, i, no_ep, c)
         if kind.is_moe and dims.ep * dims.etp > 1:
             t += ep_comm_floor_s(ctx, kind, dims, one)
         costs.append(c)
