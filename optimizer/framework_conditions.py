@@ -6,7 +6,8 @@ values it matches, or ``"set"`` for any value but null). A matching rule either 
 framework for the job (``excluded``: the reason; the framework then does not run the job as
 costed, like a stack knob outside its ``runs``), narrows what it runs for the job (ZeRO stages,
 recompute modes and pipelines without interleaving on expert-parallel layouts, tensor parallelism), or sets the default of
-knobs the job leaves out (``defaults``, applied with the framework named).
+knobs the job leaves out (``defaults``, applied with the framework named; such rules match on
+the model and ``training.precision`` only).
 """
 
 from __future__ import annotations
@@ -83,8 +84,10 @@ def parse_when(fid: str, raw: dict[str, Any]) -> When:
     )
     if not (rule.excluded or rule.narrows or rule.defaults):
         raise ValueError(f"frameworks.toml {fid}.when: a rule must exclude, narrow or set defaults ({raw})")
-    if rule.defaults and rule.knobs:
-        raise ValueError(f"frameworks.toml {fid}.when: a rule with defaults matches on the model only ({raw})")
+    if rule.defaults and any(knob != "precision" for knob, _ in rule.knobs):
+        raise ValueError(
+            f"frameworks.toml {fid}.when: a rule with defaults matches on the model and precision only ({raw})"
+        )
     return rule
 
 

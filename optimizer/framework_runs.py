@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.frameworks import FrameworkProfile, candidate_frameworks, layout_problem, load_profiles, profile
+from optimizer.frameworks import (
+    FrameworkProfile,
+    candidate_frameworks,
+    kv_heads_to_split,
+    layout_problem,
+    load_profiles,
+    profile,
+)
 
 
 def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
@@ -19,7 +26,7 @@ def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[Framew
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = layout_problem(prof, lay, is_moe, training.seq_len)
+        problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model))
         if problem is None:
             runs.append(prof)
         else:

@@ -90,6 +90,8 @@ class Parallelism:
     """Cost-model recompute modes it does not run on layouts with ep > 1 (set by a ``when`` rule)."""
     tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
+    tp_divides_kv_heads: Fact = Fact(False, "frameworks.toml: the layout rules' head checks only")
+    """tp divides ``num_kv_heads`` (the layout rules also allow key/value heads replicated over TP)."""
     seq_len_multiple_of_tp_2cp: Fact = Fact(False, "frameworks.toml: the layout rules' seq_len checks only")
     """``seq_len`` a multiple of ``tp x 2 cp`` (beyond the layout rules' ``2 cp`` and, with sequence
     parallelism, ``tp`` dividing each context-parallel rank's tokens)."""
@@ -173,6 +175,17 @@ class FrameworkProfile:
             return f"{self.name} needs seq_len ({seq_len}) a multiple of tp x 2 cp = {tp * 2 * cp} ({fact.source})"
         return None
 
+    def heads_problem(self, kv_heads: int | None, tp: int) -> str | None:
+        """Why the framework does not split ``kv_heads`` key/value heads (None: MLA) ``tp`` ways."""
+        fact = self.parallelism.tp_divides_kv_heads
+        if fact.value and kv_heads is not None and kv_heads % tp:
+            return f"{self.name} needs tp ({tp}) to divide num_kv_heads ({kv_heads}) ({fact.source})"
+        return None
+
+    def split_problem(self, seq_len: int, kv_heads: int | None, tp: int, cp: int) -> str | None:
+        """Why the framework does not split the job's sequence and heads over ``tp`` and ``cp``."""
+        return self.seq_problem(seq_len, tp, cp) or self.heads_problem(kv_heads, tp)
+
     def etp_problem(self, tp: int, cp: int, dp: int, ep: int, etp: int) -> str | None:
         """Why the framework does not lay experts out this way: split ``etp`` ways, over ``ep``
         ranks (None: it does)."""
@@ -219,24 +232,30 @@ class FrameworkProfile:
         return None
 
 
-def layout_problem(profile: FrameworkProfile, lay: Any, is_moe: bool, seq_len: int | None = None) -> str | None:
+def kv_heads_to_split(model: Any) -> int | None:
+    """The key/value heads tensor parallelism splits (None for MLA models, which have none)."""
+    return None if model.mla is not None else model.num_kv_heads
+
+
+def layout_problem(
+    profile: FrameworkProfile, lay: Any, is_moe: bool, seq_len: int | None = None, kv_heads: int | None = None
+) -> str | None:
     """Why ``profile`` does not run ``lay`` (a resolved layout, cost-model recompute names) as
-    costed for a job of ``seq_len`` tokens a sequence (None: not checked); None when it does."""
+    costed for a job of ``seq_len`` tokens a sequence and ``kv_heads`` key/value heads (None: not
+    checked); None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
     excluded = profile.parallelism.ep_layouts_excluded_recompute
     if lay.ep > 1 and lay.recompute in excluded.value:
         return f"{profile.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
     uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
-    problem = profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
-    if problem is None and seq_len is not None:
-        problem = profile.seq_problem(seq_len, lay.tp, lay.cp)
-    if problem is not None:
-        return problem
-    problem = profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None
-    if problem is not None:
-        return problem
-    return profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
+    return (
+        profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
+        or (profile.seq_problem(seq_len, lay.tp, lay.cp) if seq_len is not None else None)
+        or profile.heads_problem(kv_heads, lay.tp)
+        or (profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None)
+        or profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
+    )
 
 
 def _fact(raw: dict, key: str) -> Fact:
@@ -345,14 +364,11 @@ def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
     return replace(prof, parallelism=replace(par, **changes))
 
 
-def model_defaults(fid: str, model: Any) -> dict[str, Any]:
-    """The ``training.*`` defaults the framework's ``when`` rules set for this model (rules with
-    defaults match on the model only)."""
-    out: dict[str, Any] = {}
-    for rule in profile(fid).conditions:
-        if rule.defaults and rule.matches(None, model):
-            out.update(rule.defaults)
-    return out
+def model_defaults(fid: str, model: Any, training: Any) -> dict[str, Any]:
+    """The ``training.*`` defaults the framework's ``when`` rules set for this model and
+    ``training.precision`` (rules with defaults match on those only)."""
+    return {k: v for rule in profile(fid).conditions if rule.defaults and rule.matches(training, model)
+            for k, v in rule.defaults}  # fmt: skip
 
 
 @functools.cache

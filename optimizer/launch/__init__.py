@@ -19,7 +19,7 @@ Where each framework's names come from (read in the framework's own repository):
 * torchtitan -- ``pytorch/torchtitan`` ``torchtitan/config/job_config.py`` (commit
   6404b932421f5ce382e7dac5ad381b2c17b1373c, the TOML job-config generation: ``[parallelism]``,
   ``[training]``, ``[activation_checkpoint]``, ``[model]``); module names for
-  ``module_fqns_per_model_part`` from ``torchtitan/distributed/pipeline_parallel.py``
+  ``module_fqns_per_model_part`` from ``torchtitan/distributed/pipeline.py``
   (``generate_llm_fqn_per_model_part``: ``tok_embeddings``, ``layers.<i>``, ``norm``, ``output``).
   Newer torchtitan replaces TOML files with Python configurations
   (``torchtitan/config/README.md``); the ``section.option`` names still work as

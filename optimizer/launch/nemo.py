@@ -34,26 +34,9 @@ def nemo_overrides(
         ("model.context_parallel_size", geo.cp),
     ]
     if model.is_moe:
-        over.append(("model.expert_model_parallel_size", geo.ep))
-        over.append(("model.expert_tensor_parallel_size", geo.etp))  # unset: 1 with ep > 1, tp otherwise
-        flex = training.moe_dispatcher in ("deepep", "hybridep")
-        over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
-        if flex:  # DeepEP: Megatron-Core 0.14's only flex backend (no HybridEP plan runs on Megatron-Bridge)
-            over.append(("model.moe_enable_deepep", True))
-        if (
-            model.moe is not None
-            and model.moe.num_shared_experts
-            and (flex or training.moe_dispatcher == "allgather" or (training.ep_comm_overlap and geo.ep > 1))
-        ):
-            # recipes turn the shared-expert overlap on (DeepSeek); it runs with the alltoall
-            # dispatcher and without the expert all-to-all overlap only, and the plan does not cost it
-            over.append(("model.moe_shared_expert_overlap", False))
-        if training.moe_capacity_factor is not None:
-            over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
-            over.append(("model.moe_pad_expert_input_to_capacity", True))
-        over.append(("model.moe_grouped_gemm", True))
-    if training.tp_comm_overlap and geo.sp:
-        over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
+        over += _moe_overrides(model, training, geo)
+    # the recipes' comm_overlap section turns TP overlap on (Llama 3, GPT-3 175B): always say
+    over.append(("comm_overlap.tp_comm_overlap", training.tp_comm_overlap and geo.sp))
     if not training.pp_comm_overlap and geo.pp > 1:
         over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
@@ -71,6 +54,10 @@ def nemo_overrides(
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
         ("ddp.overlap_grad_reduce", dp_overlapped(training, geo)),
         ("ddp.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
+        # with the distributed optimizer, comm_overlap.setup rewrites the two ddp fields from the
+        # data-parallel size unless these are set (comm_overlap.py _get_optimizer_overlap_cfgs)
+        ("comm_overlap.overlap_grad_reduce", dp_overlapped(training, geo)),
+        ("comm_overlap.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
     ]
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         over += [
@@ -91,6 +78,9 @@ def nemo_overrides(
         ("model.recompute_num_layers", 1 if full else None),
         ("model.num_layers_in_first_pipeline_stage", split.first),
         ("model.num_layers_in_last_pipeline_stage", split.last),
+        # recipes that count the embedding and loss as layers (Llama 3.1 405B) conflict with both
+        ("model.account_for_embedding_in_pipeline_split", False),
+        ("model.account_for_loss_in_pipeline_split", False),
         ("model.mtp_num_layers", None),  # plans cost no MTP layers (DeepSeek-V3, GLM-4.5 recipes: 1)
     ]
     modules = megatron_recompute_modules(model, layout.recompute) if granularity == "selective" else None
@@ -102,6 +92,30 @@ def nemo_overrides(
     token = f"model.pipeline_model_parallel_layout={layout_value}"
     tokens.append(token if split.layout is None else f'"{token}"')
     return " ".join(tokens)
+
+
+def _moe_overrides(model: ModelSpec, training: TrainingSpec, geo: Geometry) -> list[tuple[str, object]]:
+    """The MoE model's expert layout, dispatcher and grouped GEMM."""
+    over: list[tuple[str, object]] = []
+    over.append(("model.expert_model_parallel_size", geo.ep))
+    over.append(("model.expert_tensor_parallel_size", geo.etp))  # unset: 1 with ep > 1, tp otherwise
+    flex = training.moe_dispatcher in ("deepep", "hybridep")
+    over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
+    if flex:  # DeepEP: Megatron-Core 0.14's only flex backend (no HybridEP plan runs on Megatron-Bridge)
+        over.append(("model.moe_enable_deepep", True))
+    if (
+        model.moe is not None
+        and model.moe.num_shared_experts
+        and (flex or training.moe_dispatcher == "allgather" or (training.ep_comm_overlap and geo.ep > 1))
+    ):
+        # recipes turn the shared-expert overlap on (DeepSeek); it runs with the alltoall
+        # dispatcher and without the expert all-to-all overlap only, and the plan does not cost it
+        over.append(("model.moe_shared_expert_overlap", False))
+    if training.moe_capacity_factor is not None:
+        over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
+        over.append(("model.moe_pad_expert_input_to_capacity", True))
+    over.append(("model.moe_grouped_gemm", True))
+    return over
 
 
 def _nemo_precision(model: ModelSpec, training: TrainingSpec, recompute: str) -> str:

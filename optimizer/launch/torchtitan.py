@@ -62,8 +62,8 @@ def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometr
         "activation_checkpoint": checkpoint,
         "training": train,
     }
-    if is_low_bit(training.precision):
-        sections["model"] = {"converters": ["float8"]}
+    # always written: torchtitan's own configs turn float8 on (llama3_405b.toml)
+    sections["model"] = {"converters": ["float8"] if is_low_bit(training.precision) else []}
     if training.precision == "fp4":
         comments["model"] = ["torchtitan has no NVFP4 training recipe: float8 linears (slower than the plan's fp4)"]
     lines: list[str] = []
@@ -98,8 +98,8 @@ def _torchtitan_parallelism(
         # torchtitan's pipeline schedule keeps them gathered anyway)
         parallelism["fsdp_reshard_after_forward"] = "never"
     async_tp = training.tp_comm_overlap and geo.sp  # sequence parallel implies tp > 1
-    if async_tp:
-        parallelism["enable_async_tensor_parallel"] = True  # effective only with training.compile
+    # always written (torchtitan's own configs turn it on); effective only with training.compile
+    parallelism["enable_async_tensor_parallel"] = async_tp
     if geo.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if geo.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = geo.mbs

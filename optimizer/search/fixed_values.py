@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import as_run_for, profile
+from optimizer.frameworks import as_run_for, kv_heads_to_split, load_profiles, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -131,6 +131,20 @@ def _check_fix_within_allow(search: SearchSpec) -> None:
             )
 
 
+def _check_heads_pins(job: JobSpec, search: SearchSpec) -> None:
+    """Raise at ``search.fix.tp`` (or ``search.allow.tp``) when the named framework, or with none
+    named every framework, splits the model's key/value heads none of those ways."""
+    kv, named = kv_heads_to_split(job.model), job.training.framework
+    profiles = [profile(named)] if named is not None else list(load_profiles().values())
+    fixed, allowed = search.fix.tp, search.allow.tp
+    values = [fixed] if fixed is not None else list(allowed or ())
+    reasons = [p.heads_problem(kv, tp) for tp in values for p in profiles]
+    if values and all(r is not None for r in reasons):
+        field = "search.fix.tp" if fixed is not None else "search.allow.tp"
+        shown = f"tp = {fixed}" if fixed is not None else f"any of tp {values}"
+        raise InvalidLayout(field, f"no framework runs {shown}: {reasons[0]}")
+
+
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at the ``search.fix`` field whose value the named framework (as the
     job runs it) runs with no layout: a parallel size it lacks (the others at 1), a ZeRO stage it
@@ -199,6 +213,7 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
                     f"search.allow.{name}",
                     f"no layout can take any of {name} = {allowed}: " + "; ".join(r for r in reasons if r is not None),
                 )
+    _check_heads_pins(job, search)
     _check_sequence_parallel_pairs(job, search)
 
 

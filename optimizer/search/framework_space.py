@@ -17,6 +17,7 @@ from optimizer.frameworks import (
     as_run_for,
     candidate_frameworks,
     costed_fsdp_buffers,
+    kv_heads_to_split,
     load_profiles,
     profile,
 )
@@ -83,10 +84,11 @@ def costed_recompute_choices(job: JobSpec, search: SearchSpec, order: tuple[str,
     return [m for m in order if m in runs]
 
 
-def seq_targets(targets: Targets, seq_len: int, tp: int, cp: int) -> Targets:
-    """``targets`` without the frameworks that do not split ``seq_len`` over ``tp`` and ``cp``
-    (``FrameworkProfile.seq_problem``)."""
-    runs = tuple(p for p in targets.profiles if p.seq_problem(seq_len, tp, cp) is None)
+def split_targets(targets: Targets, job: JobSpec, tp: int, cp: int) -> Targets:
+    """``targets`` without the frameworks that do not split the job's sequence and key/value heads
+    over ``tp`` and ``cp`` (``FrameworkProfile.split_problem``)."""
+    seq_len, kv_heads = job.training.seq_len, kv_heads_to_split(job.model)
+    runs = tuple(p for p in targets.profiles if p.split_problem(seq_len, kv_heads, tp, cp) is None)
     return targets if len(runs) == len(targets.profiles) else targets._replace(profiles=runs)
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from optimizer.cost import Estimate, estimate
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.frameworks import layout_problem
+from optimizer.frameworks import kv_heads_to_split, layout_problem
 from optimizer.modes import RecomputeMode
 from optimizer.search.framework_space import target_profiles
 
@@ -122,5 +122,5 @@ def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
     return {
         p.id
         for p in target_profiles(job.training, job.model)[0]
-        if layout_problem(p, lay, is_moe, job.training.seq_len) is None
+        if layout_problem(p, lay, is_moe, job.training.seq_len, kv_heads_to_split(job.model)) is None
     }

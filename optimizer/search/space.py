@@ -356,7 +356,7 @@ def _etp_choices(
     """The expert tensor-parallel sizes to search with these sizes, each with the target frameworks
     that run it and split ``seq_len`` so: by default 1 and, for an MoE model with ``tp > 1``,
     ``tp``; when ``search.fix`` / ``search.allow`` name values, any the layout rules allow."""
-    targets = framework_space.seq_targets(targets, job.training.seq_len, tp, cp)
+    targets = framework_space.split_targets(targets, job, tp, cp)
     moe = job.model.moe
     if moe is None:
         return [(1, targets)] if _choices("etp", [1], search) else []

@@ -56,6 +56,15 @@ class ReliabilitySpec(Strict):
         description="Rate at which each node writes its checkpoint shard (bytes/s); default 28e9 (node-local NVMe).",
     )
 
+    @model_validator(mode="after")
+    def _one_checkpoint_time(self) -> ReliabilitySpec:
+        if self.checkpoint_write_s is not None and self.checkpoint_write_bytes_per_s_per_node is not None:
+            raise ValueError(
+                "reliability.checkpoint_write_bytes_per_s_per_node: give it or checkpoint_write_s, not both "
+                "(the write time given would override the rate)"
+            )
+        return self
+
 
 class JobSpec(Strict):
     """Model + training + cluster: shared by /plan and /evaluate."""
@@ -73,7 +82,7 @@ class JobSpec(Strict):
         """With a framework named, the ``training.*`` defaults its rules set for this model (e.g.
         torchtitan runs DeepSeek-V3 without torch.compile) for knobs the job leaves out."""
         if self.training.framework is not None:
-            for knob, value in model_defaults(self.training.framework, self.model).items():
+            for knob, value in model_defaults(self.training.framework, self.model, self.training).items():
                 if knob not in self.training.model_fields_set:
                     self.training.__dict__[knob] = value
         return self

@@ -23,6 +23,7 @@ from optimizer.errors import InvalidLayout
 from optimizer.frameworks import (
     FRAMEWORK_IDS,
     candidate_frameworks,
+    kv_heads_to_split,
     layout_problem,
     load_profiles,
     profile,
@@ -104,7 +105,8 @@ def _check_plans(request: PlanRequest) -> None:
             config = config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
         lay = resolve_layout(job, config)
         for fid in p.frameworks or ([named] if named else []):
-            assert layout_problem(profile(fid), lay, job.model.is_moe) is None
+            kv = kv_heads_to_split(job.model)
+            assert layout_problem(profile(fid), lay, job.model.is_moe, job.training.seq_len, kv) is None
         assert not (lay.pp > 1 and lay.zero_stage >= 2)  # no framework runs it
         fields = {profile(fid).launch_field for fid in p.frameworks}
         assert p.launch is not None

@@ -397,6 +397,8 @@ def test_torchtitan_uneven_split_follows_plan():
 def test_torchtitan_precision():
     fp8 = tomllib.loads(launch(zero3_case()).torchtitan)
     assert fp8["model"]["converters"] == ["float8"]
+    # bf16 says so too: torchtitan's own configs (llama3_405b.toml) turn float8 on
+    assert tomllib.loads(launch(llama_case()).torchtitan)["model"]["converters"] == []
     fp16 = launch(ALL_CASES["zero2-fp16"]).torchtitan
     assert "mixed_precision_param" not in tomllib.loads(fp16)["training"]
     assert "# fp16 has no torchtitan setting" in fp16
@@ -535,6 +537,10 @@ def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
     assert json.loads(launch(zero1).deepspeed)["zero_optimization"] == {"stage": 1, "overlap_comm": False, **buckets}
     over = nemo_overrides(launch(zero1).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
+    # Bridge's comm_overlap.setup rewrites the ddp fields from the data-parallel size (on with
+    # dp > 1) unless its own fields say otherwise (comm_overlap.py _get_optimizer_overlap_cfgs)
+    assert over["comm_overlap.overlap_grad_reduce"] == "false"
+    assert over["comm_overlap.overlap_param_gather"] == "false"
     assert "# torchtitan always overlaps data-parallel collectives" in launch(case).torchtitan
     assert "always overlaps" not in launch(zero3_case()).torchtitan
 
@@ -548,13 +554,17 @@ def test_nemo_llama3_70b_exact():
     assert launch(llama_case()).nemo == (
         "model.tensor_model_parallel_size=8 model.pipeline_model_parallel_size=4 "
         "model.virtual_pipeline_model_parallel_size=5 model.context_parallel_size=1 "
+        "comm_overlap.tp_comm_overlap=false "
         "model.sequence_parallel=true model.seq_length=8192 dataset.sequence_length=8192 "
         "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed model.attention_backend=fused "
         "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "
         "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true "
+        "comm_overlap.overlap_grad_reduce=true comm_overlap.overlap_param_gather=true "
         "model.recompute_granularity=selective model.recompute_method=null "
         "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
-        "model.num_layers_in_last_pipeline_stage=null model.mtp_num_layers=null model.pipeline_model_parallel_layout=null"
+        "model.num_layers_in_last_pipeline_stage=null "
+        "model.account_for_embedding_in_pipeline_split=false model.account_for_loss_in_pipeline_split=false "
+        "model.mtp_num_layers=null model.pipeline_model_parallel_layout=null"
     )
 
 
@@ -712,17 +722,17 @@ def test_tp_comm_overlap_flags():
     cfg = tomllib.loads(on.torchtitan)
     assert cfg["parallelism"]["enable_async_tensor_parallel"] is True
     assert cfg["training"]["compile"] is True  # async TP only takes effect when compiled
-    assert "enable_async_tensor_parallel" not in tomllib.loads(off.torchtitan)["parallelism"]
+    assert tomllib.loads(off.torchtitan)["parallelism"]["enable_async_tensor_parallel"] is False  # always said
     assert nemo_overrides(on.nemo)["comm_overlap.tp_comm_overlap"] == "true"
-    assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(off.nemo)
+    assert nemo_overrides(off.nemo)["comm_overlap.tp_comm_overlap"] == "false"  # the recipes turn it on
 
 
 def test_tp_comm_overlap_needs_sequence_parallel():
     model, training, layout = tp_overlap_case()
     out = launch((model, training, layout.model_copy(update={"sequence_parallel": False})))
     assert "--tp-comm-overlap" not in megatron_flags(out.megatron)
-    assert "enable_async_tensor_parallel" not in tomllib.loads(out.torchtitan)["parallelism"]
-    assert "comm_overlap.tp_comm_overlap" not in nemo_overrides(out.nemo)
+    assert tomllib.loads(out.torchtitan)["parallelism"]["enable_async_tensor_parallel"] is False
+    assert nemo_overrides(out.nemo)["comm_overlap.tp_comm_overlap"] == "false"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Megatron-Bridge overrides that a recipe or Bridge's own setup would otherwise undo
+(``NVIDIA-NeMo/Megatron-Bridge`` v0.1.0rc4): ``comm_overlap.setup`` rewrites the data-parallel
+overlap from the data-parallel size, recipes turn TP overlap on, the Llama 3.1 405B recipe counts
+the embedding and loss as pipeline layers, and ``fp16_mixed`` reduces gradients in fp16."""
+
+from __future__ import annotations
+
+from optimizer.service import plan
+from optimizer.specs import PlanRequest
+from tests.launch.test_launch import nemo_overrides
+
+
+def _first_plan(raw: dict) -> tuple:
+    response = plan(PlanRequest.model_validate(raw))
+    assert response.plans, response.explanation
+    return response.plans[0], nemo_overrides(response.plans[0].launch.nemo)
+
+
+def test_zero2_with_only_context_parallel_ranks_keeps_the_overlap_megatron_fsdp_asserts() -> None:
+    # dp 1, cp 8: Bridge's comm_overlap.setup would turn overlap_grad_reduce off (data-parallel size 1)
+    # and Megatron-FSDP's optim_grads asserts it on
+    p, over = _first_plan({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 65536, "global_batch_size": 16, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "search": {"fix": {"cp": 8, "zero_stage": 2}},
+    })  # fmt: skip
+    assert (p.config.dp, p.config.cp, p.config.zero_stage) == (1, 8, 2)
+    assert over["comm_overlap.overlap_grad_reduce"] == "true" == over["ddp.overlap_grad_reduce"]
+    assert over["comm_overlap.overlap_param_gather"] == "true"
+
+
+def test_blocking_data_parallel_stays_blocking_and_tp_overlap_off() -> None:
+    p, over = _first_plan({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512, "framework": "megatron-bridge",
+                     "dp_comm_overlap": False},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"fix": {"tp": 4, "zero_stage": 1}},
+    })  # fmt: skip
+    assert p.config.dp > 1
+    assert over["comm_overlap.overlap_grad_reduce"] == "false" == over["comm_overlap.overlap_param_gather"]
+    assert over["comm_overlap.tp_comm_overlap"] == "false"  # the Llama 3 recipes turn it on
+
+
+def test_pipelined_plans_turn_off_the_recipes_embedding_and_loss_layers() -> None:
+    p, over = _first_plan({
+        "model": {"preset": "llama3.1-405b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+        "search": {"fix": {"pp": 16}},
+    })  # fmt: skip
+    assert p.config.pp == 16
+    assert over["model.account_for_embedding_in_pipeline_split"] == "false"
+    assert over["model.account_for_loss_in_pipeline_split"] == "false"
+
+
+def test_fp16_plans_cost_the_fp16_gradients_fp16_mixed_reduces() -> None:
+    job = {
+        "model": {"preset": "gpt3-175b"},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 768},
+        "search": {"fix": {"tp": 4, "pp": 8, "vpp": 12, "zero_stage": 1, "micro_batch_size": 1}},
+    }
+    training = {"seq_len": 2048, "global_batch_size": 1536, "precision": "fp16", "framework": "megatron-bridge"}
+    fp16, over = _first_plan({**job, "training": training})
+    assert over["mixed_precision"] == "fp16_mixed" and fp16.frameworks == ["megatron-bridge"]
+    bf16, _ = _first_plan({**job, "training": {**training, "precision": "bf16"}})
+    # 175e9 / (tp 4 x pp 8) parameters a GPU: 2 bytes each in fp16, 4 in fp32
+    assert bf16.memory_gib.gradients == 2 * fp16.memory_gib.gradients
+    assert 10.2 < fp16.memory_gib.gradients < 10.6
+    # fp16 with fp32 gradients is not a Bridge recipe: the plan runs nowhere and says why
+    forced = plan(PlanRequest.model_validate({**job, "training": {**training, "grad_reduce_in_fp32": True}}))
+    assert forced.plans and forced.plans[0].frameworks == []
+    assert any("fp16_mixed" in n for n in forced.plans[0].notes), forced.plans[0].notes
