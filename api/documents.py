@@ -47,14 +47,46 @@ def json_depth(text: str) -> int:
 
 
 def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """``json.loads`` within ``max_bytes`` and ``MAX_DEPTH``."""
+    """``json.loads`` within ``max_bytes`` and ``MAX_DEPTH``; a key given twice in one object is
+    an error (JSON parsers keep the last silently)."""
     _check_size(text, max_bytes)
     if json_depth(text) > MAX_DEPTH:
         raise DocumentError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise DocumentError(duplicate_message(exc.key)) from exc
     except ValueError as exc:
         raise DocumentError(f"not valid JSON: {exc}") from exc
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def duplicate_message(key: str) -> str:
+    return f"key {key!r} is given twice in one object (the last would silently win)"
+
+
+def duplicate_json_key(text: str | bytes) -> str | None:
+    """The first key some object of the JSON ``text`` gives twice (None: none, or not JSON)."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        return exc.key
+    except ValueError:
+        return None
+    return None
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -95,6 +127,16 @@ class _BoundedLoader(yaml.SafeLoader):
         self._depth -= 1
         self._sizes[id(node)] = self._nodes - before
         return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping that gives a key twice is an error (PyYAML keeps the last silently)."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise DocumentError(f"{duplicate_message(key_node.value)}, line {key_node.start_mark.line + 1}")
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
 
     def _count(self, nodes: int) -> None:
         self._nodes += nodes

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.documents import MAX_DEPTH, json_depth
+from api.documents import MAX_DEPTH, duplicate_json_key, duplicate_message, json_depth
 from optimizer.reference import ReferenceData, using
 
 LOGGER_NAME = "pplan"
@@ -101,6 +101,11 @@ class _TooDeep(Exception):
     pass
 
 
+class _DuplicateKeyInBody(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
     """Read the whole body (at most ``limit`` bytes); return a ``receive`` that replays it.
 
@@ -128,6 +133,8 @@ async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
     body = b"".join(chunks)
     if body and json_depth(body.decode("latin-1")) > MAX_DEPTH:
         raise _TooDeep
+    if body and (key := duplicate_json_key(body)) is not None:
+        raise _DuplicateKeyInBody(key)
     replayed = False
 
     async def replay() -> Message:
@@ -199,6 +206,10 @@ class RequestContextMiddleware:
                     "msg": f"JSON nested deeper than {MAX_DEPTH} levels",
                     "type": "json_too_deep",
                 }
+                await _send_json(send_with_id, 422, {"detail": [item]})
+                return
+            except _DuplicateKeyInBody as dup:
+                item = {"loc": ["body"], "msg": duplicate_message(dup.key), "type": "json_duplicate_key"}
                 await _send_json(send_with_id, 422, {"detail": [item]})
                 return
             await self.app(scope, replay, send_with_id)

@@ -25,19 +25,22 @@ PointStatus = Literal["pending", "done", "infeasible", "failed", "cancelled"]
 SweepState = Literal["running", "done", "cancelled", "failed"]
 
 
-Count = Annotated[int, Field(ge=1, le=MAX_NUM_GPUS * 4)]
-"""A grid value of a counting axis (a bad one is a 422 at its index)."""
+GpuCount = Annotated[int, Field(ge=1, le=MAX_NUM_GPUS)]
+BatchCount = Annotated[int, Field(ge=1, le=1 << 24)]
+SeqCount = Annotated[int, Field(ge=1, le=4_194_304)]
+"""Grid values of the counting axes, bounded as ``cluster.num_gpus``, ``training.global_batch_size``
+and ``training.seq_len`` are (a bad one is a 422 at its index)."""
 
 
 class SweepVary(Strict):
     """Values per axis; the points are the product of the axes given."""
 
-    num_gpus: list[Count] | None = Field(default=None, min_length=1, max_length=4096, description="GPU counts.")
+    num_gpus: list[GpuCount] | None = Field(default=None, min_length=1, max_length=4096, description="GPU counts.")
     cluster: list[str] | None = Field(default=None, min_length=1, max_length=64, description="Cluster preset ids.")
-    global_batch_size: list[Count] | None = Field(
+    global_batch_size: list[BatchCount] | None = Field(
         default=None, min_length=1, max_length=4096, description="Global batch sizes (sequences per step)."
     )
-    seq_len: list[Count] | None = Field(
+    seq_len: list[SeqCount] | None = Field(
         default=None, min_length=1, max_length=4096, description="Sequence lengths (tokens)."
     )
 

@@ -12,7 +12,7 @@ coarser level).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -20,7 +20,7 @@ from optimizer.capacity.annotate import objective_value, resolve_inputs
 from optimizer.errors import InvalidLayout
 from optimizer.job_warnings import shared_nodes_warning
 from optimizer.placement.outputs import build_assignment
-from optimizer.placement.select import Choice, candidate_sets, rank_order
+from optimizer.placement.select import Choice, Domain, candidate_sets, domain_tree, rank_order
 from optimizer.results import Plan, PlanResponse, SolverInfo
 from optimizer.specs import ClusterSpec, EvaluateRequest, PlanRequest
 from optimizer.topology_spec import ClusterTopology, NodeAssignment, TopologyNode
@@ -74,14 +74,26 @@ def on_nodes(c: ClusterSpec, nodes: list[TopologyNode], g: int) -> ClusterSpec:
 
 
 def node_set_options(c: ClusterSpec) -> list[Option]:
+    """Every candidate node set of the job's GPU counts (``options_by_count``, all of them)."""
+    return [opt for count in options_by_count(c) for opt in count]
+
+
+def options_by_count(c: ClusterSpec) -> Iterator[list[Option]]:
+    """The candidate node sets of each GPU count in turn (one set for an assignment), computed as
+    they are asked for: on a large topology each count's selection takes a while, so a caller
+    with a deadline stops asking."""
     topo = c.topology
     assert topo is not None
     if topo.assignment is not None:
         by_name = {n.name: n for n in topo.nodes}
         g = topo.assignment.gpus_per_node or c.gpus_per_node
         nodes = [by_name[x] for x in topo.assignment.nodes]
-        return [Option(g, Choice(tuple(nodes), ()))]  # type: ignore[arg-type]
-    return [Option(g, ch) for g, n in job_counts(c) for ch in candidate_sets(topo, g, n)]
+        yield [Option(g, Choice(tuple(nodes), ()))]  # type: ignore[arg-type]
+        return
+    trees: dict[int, Domain] = {}
+    for g, n in job_counts(c):
+        tree = trees.setdefault(g, domain_tree(topo, g))
+        yield [Option(g, ch) for ch in candidate_sets(topo, g, n, tree)]
 
 
 def objective_score(out: Outcome) -> float:
@@ -116,24 +128,41 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
     t0 = time.perf_counter()
     deadline = t0 + request.search.time_limit_s
     c = request.cluster
-    options = node_set_options(c)
-    outcomes = []
-    for opt in options:
-        sub = within(
-            request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)}), deadline
-        )
-        if sub is None:
-            break
-        outcomes.append(Outcome(opt, sub, search(sub)))
+    outcomes, cut = _search_node_sets(request, search, deadline)
     found = [o for o in outcomes if o.response.plans]
-    unsettled = sum(not settled(o.response) for o in outcomes)
-    cut = Cut(request.search.time_limit_s, len(outcomes), len(options), unsettled, False)
+    if not found and (cut.reached < cut.total or cut.counts_left or cut.unsettled):
+        return _timed_out(request, cut, time.perf_counter() - t0)
     if not found:
         smallest, complete = smallest_fitting(request, search, deadline)
         answer = _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
         return _cut_short(answer, cut._replace(smallest_cut=not complete))
     best = min(found, key=_key)
     return _cut_short(_answer(c, best, outcomes, time.perf_counter() - t0), cut)
+
+
+def _search_node_sets(
+    request: PlanRequest, search: Callable[[PlanRequest], PlanResponse], deadline: float
+) -> tuple[list[Outcome], Cut]:
+    """Each candidate node set planned in turn with what is left of the time limit; the node sets
+    of GPU counts the deadline leaves unreached are not computed (``Cut.counts_left``)."""
+    c, outcomes, total = request.cluster, [], 0
+    counts = 1 if c.topology is not None and c.topology.assignment is not None else len(job_counts(c))
+    done = 0
+    for options in options_by_count(c):
+        done += 1
+        total += len(options)
+        for opt in options:
+            sub = within(
+                request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)}),
+                deadline,
+            )
+            if sub is None:
+                break
+            outcomes.append(Outcome(opt, sub, search(sub)))
+        if time.perf_counter() >= deadline:
+            break
+    unsettled = sum(not settled(o.response) for o in outcomes)
+    return outcomes, Cut(request.search.time_limit_s, len(outcomes), total, unsettled, False, counts - done)
 
 
 def settled(response: PlanResponse) -> bool:
@@ -150,14 +179,19 @@ class Cut(NamedTuple):
     total: int
     unsettled: int
     smallest_cut: bool
+    counts_left: int = 0
+    """GPU counts whose node sets were not computed before the deadline."""
 
 
 def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
     """``response`` with a warning and no optimality claim when the time limit left node sets
     unsearched or unsettled, or cut the search for the smallest fitting count short."""
     said = []
-    if cut.reached < cut.total:
-        said.append(f"it ran out after {cut.reached} of {cut.total} candidate node sets; the others were not planned")
+    if cut.reached < cut.total or cut.counts_left:
+        more = f" and the node sets of {cut.counts_left} larger GPU counts" if cut.counts_left else ""
+        said.append(
+            f"it ran out after {cut.reached} of {cut.total} candidate node sets{more}; the others were not planned"
+        )
     if cut.unsettled:
         said.append(f"{cut.unsettled} node sets' searches ended before they finished")
     if cut.smallest_cut:
@@ -169,6 +203,23 @@ def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
     solver = response.solver.model_copy(update={"proved_optimal": False, "status": solver_status})
     status = "feasible" if response.plans else response.status
     return response.model_copy(update={"solver": solver, "status": status, "warnings": [*response.warnings, warning]})
+
+
+def _timed_out(request: PlanRequest, cut: Cut, wall_s: float) -> PlanResponse:
+    """No node set's search found a plan before the time limit, and some were not searched or not
+    finished: nothing is proved either way (``feasible``, ``UNKNOWN``), and the answer says so."""
+    answer = PlanResponse(
+        status="feasible",
+        plans=[],
+        solver=SolverInfo(status="UNKNOWN", wall_time_s=wall_s),
+        explanation=(
+            f"no node set's search found a plan within search.time_limit_s ({cut.limit_s:g} s): {cut.reached} "
+            f"node sets searched, {cut.unsettled} of them unfinished; nothing is proved either way: raise the "
+            "limit, or give cluster.num_gpus"
+        ),
+        free_gpus_by_level=free_by_level(request.cluster),
+    )
+    return _cut_short(answer, cut)
 
 
 def _answer(c: ClusterSpec, best: Outcome, outcomes: list[Outcome], wall_s: float) -> PlanResponse:

@@ -219,9 +219,10 @@ def largest_domains(root: Domain, depths: int) -> list[int]:
     return biggest
 
 
-def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int) -> list[Choice]:
-    """The candidate node sets of ``count`` nodes (see the module doc), most compact first."""
-    root = domain_tree(topo, gpus_per_node)
+def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int, root: Domain | None = None) -> list[Choice]:
+    """The candidate node sets of ``count`` nodes (see the module doc), most compact first
+    (``root``: the topology's ``domain_tree`` for ``gpus_per_node``, when the caller has it)."""
+    root = root if root is not None else domain_tree(topo, gpus_per_node)
     depths = len(topo.switch_levels())
     if root.size < count:
         return []

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from optimizer.cost import Estimate
+from optimizer.cost.rules import divisors
 from optimizer.search.fixed_values import fixed_combination_reason
-from optimizer.search.space import empty_choice
+from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, empty_choice
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import to_gib
 
@@ -27,6 +28,22 @@ def no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
         "no combination of tp/pp/cp/dp (and the search.fix / search.allow restrictions) divides evenly "
         "with micro-batches >= pp"
         + ("; training.attention_kernel 'unfused' allows only cp = 1" if t.attention_kernel == "unfused" else "")
+        + _short_chunks_left_out(job, spec)
+    )
+
+
+def _short_chunks_left_out(job: JobSpec, spec: SearchSpec) -> str:
+    """The context-parallel sizes the default space leaves out (a chunk under ``MIN_CP_CHUNK``
+    tokens), which the rules allow and a request may name."""
+    if spec.fix.cp is not None or spec.allow.cp is not None or job.training.attention_kernel == "unfused":
+        return ""
+    n, seq = job.cluster.num_gpus or 0, job.training.seq_len
+    left = [d for d in divisors(n) if 1 < d <= MAX_CP and seq % (2 * d) == 0 and seq // (2 * d) < MIN_CP_CHUNK]
+    if not left:
+        return ""
+    return (
+        f"; the default space leaves out cp {left} (context-parallel chunks under {MIN_CP_CHUNK} tokens): "
+        "name them in search.allow.cp to search them"
     )
 
 

@@ -281,7 +281,7 @@ class Planner:
         there are none."""
         info, split = self.info, self.split_outcome
         info.proved_optimal = self.proved and split.proved and split.status == "OPTIMAL" and bool(results)
-        info.status = solver_status(info.proved_optimal, split.status, bool(results))
+        info.status = solver_status(info.proved_optimal, bool(results))
         next_bound = self.next_bound
         if split.open_floor is not None:  # the optimum may be an unsolved split with this floor or more
             next_bound = split.open_floor if next_bound is None else min(next_bound, split.open_floor)

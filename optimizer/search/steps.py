@@ -33,14 +33,12 @@ def rank_key(est: Estimate) -> tuple:
     )
 
 
-def solver_status(proved_optimal: bool, cp_status: str, found: bool) -> str:
-    """OPTIMAL only with a proof; FEASIBLE with plans but no proof (a split model stopped at its
-    limit keeps CP-SAT's own status); UNKNOWN with neither (the infeasible answer overrides it)."""
+def solver_status(proved_optimal: bool, found: bool) -> str:
+    """OPTIMAL only with a proof; FEASIBLE with plans but no proof (whatever CP-SAT said of a
+    split model it stopped); UNKNOWN with neither (the infeasible answer overrides it)."""
     if proved_optimal:
         return "OPTIMAL"
-    if not found:
-        return "UNKNOWN"
-    return cp_status if cp_status not in ("OPTIMAL", "INFEASIBLE") else "FEASIBLE"
+    return "FEASIBLE" if found else "UNKNOWN"
 
 
 def final_top_k(ctx, job: JobSpec, spec: SearchSpec, ranked: list[Estimate], headroom: float | None) -> list[Estimate]:

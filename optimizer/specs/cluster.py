@@ -107,7 +107,7 @@ class ClusterSpec(Strict):
             self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
         self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
         if self.num_gpus is None and self.topology is None:
-            raise ValueError("num_gpus: required unless cluster.topology is given")
+            raise ValueError("cluster.num_gpus: required unless cluster.topology is given")
         if self.topology is not None:
             over = next((n for n in self.topology.nodes if n.free_gpus > self.gpus_per_node), None)
             if over is not None:
@@ -115,4 +115,12 @@ class ClusterSpec(Strict):
                     f"topology.nodes: node {over.name!r} has {over.free_gpus} free GPUs, more than gpus_per_node "
                     f"({self.gpus_per_node})"
                 )
+            assigned = self.topology.assignment
+            if assigned is not None and self.num_gpus is not None:
+                g = assigned.gpus_per_node or self.gpus_per_node
+                if len(assigned.nodes) * g != self.num_gpus:
+                    raise ValueError(
+                        f"cluster.num_gpus: {self.num_gpus} disagrees with topology.assignment ({len(assigned.nodes)} nodes "
+                        f"x {g} GPUs = {len(assigned.nodes) * g}); omit num_gpus or make them agree"
+                    )
         return self

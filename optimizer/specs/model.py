@@ -97,13 +97,22 @@ class ModelSpec(Strict):
     tied_embeddings: bool | None = Field(
         default=None, description="Input embedding and output layer share weights; default: false."
     )
-    mla: MLAConfig | None = Field(default=None, description="Multi-head latent attention; null: standard attention.")
-    moe: MoEConfig | None = Field(default=None, description="Mixture of experts; null: a dense model.")
+    mla: MLAConfig | None = Field(
+        default=None,
+        description="Multi-head latent attention; null: standard attention (with a preset, null keeps the preset's).",
+    )
+    moe: MoEConfig | None = Field(
+        default=None,
+        description="Mixture of experts; null: a dense model (with a preset, null keeps the preset's: give the architecture without a preset for a dense variant).",
+    )
     sliding_window: int | None = Field(
         default=None,
         ge=1,
         le=4_194_304,
-        description="Sliding-window attention: keys each query attends to on windowed layers (null: full causal).",
+        description=(
+            "Sliding-window attention: keys each query attends to on windowed layers (null: full causal; "
+            "with a preset, null keeps the preset's)."
+        ),
     )
     sliding_window_every: int = Field(
         default=1,
@@ -172,9 +181,10 @@ class ModelSpec(Strict):
                     4 * self.hidden_size if self.activation == "gelu" else (_swiglu_default_ffn(self.hidden_size))
                 )
         check_derived_bounds(self, ("head_dim", "ffn_hidden_size"), "hidden_size and num_attention_heads")
-        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+        if self.moe is not None and self.moe.first_dense_layers >= self.num_layers:
             raise ValueError(
-                f"moe.first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})"
+                f"model.moe.first_dense_layers: {self.moe.first_dense_layers} leaves no MoE layer of num_layers "
+                f"({self.num_layers}): give fewer, or no moe block for a dense model"
             )
         return self
 

@@ -245,10 +245,10 @@ def test_validation_headline_numbers(default_report: ValidationReport) -> None:
     well-documented runs (Megatron-LM, NeMo, SC'21 PTD-P, Korthikanti et al., torchtitan,
     Megatron-MoE) stays within 10% of measured tokens/s/GPU."""
     rep = default_report
-    assert rep.summary.overall.median_abs_pct <= 6.0  # 4.5%
-    assert rep.summary.overall.p90_abs_pct <= 15.0  # 13.6%
+    assert rep.summary.overall.median_abs_pct <= 6.0  # the targets; docs/validation.md has the values
+    assert rep.summary.overall.p90_abs_pct <= 15.0
     moe = rep.summary.by_kind["moe"]
-    assert moe.median_abs_pct <= 10.0 and moe.p90_abs_pct <= 20.0  # 4.5% and 13.9%
+    assert moe.median_abs_pct <= 10.0 and moe.p90_abs_pct <= 20.0
     assert rep.summary.oom_count == 0
     by_id = {r.id: r for r in rep.rows}
     for row_id in (

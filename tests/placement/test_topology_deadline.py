@@ -41,7 +41,9 @@ def test_node_sets_share_the_time_limit() -> None:
     assert 1 <= len(limits) < total
     assert all(b < a for a, b in zip(limits, limits[1:], strict=False))  # each gets what is left
     assert answer.status == "feasible" and not answer.solver.proved_optimal and answer.plans
-    assert f"ran out after {len(limits)} of {total} candidate node sets" in answer.warnings[-1]
+    # the node sets of counts not reached are not even selected (on large topologies that takes a while)
+    assert f"ran out after {len(limits)} of " in answer.warnings[-1]
+    assert "larger GPU counts; the others were not planned" in answer.warnings[-1]
 
 
 def test_a_limit_that_covers_every_set_changes_nothing() -> None:
@@ -73,9 +75,46 @@ def test_a_node_set_whose_search_was_cut_short_settles_nothing() -> None:
     assert "1 node sets' searches ended before they finished" in answer.warnings[-1]
 
 
+def test_node_sets_whose_searches_ended_unfinished_prove_nothing() -> None:
+    """Every node set's search cut short before a plan: not "infeasible" (nothing was proved, and
+    the free nodes may well fit the job) but a time-out answer saying so."""
+    raw = job(blocks_racks(1, 1, 2, busy={"gpu000"}), None)
+    raw["model"] = {"preset": "llama3.1-405b"}
+    answer = plan_on_topology(PlanRequest.model_validate(raw), _unfinished)
+    assert answer.status == "feasible" and not answer.plans and answer.solver.status == "UNKNOWN"
+    assert answer.explanation.startswith("no node set's search found a plan within search.time_limit_s (20 s)")
+    assert "node sets' searches ended before they finished" in answer.warnings[-1]
+
+
 def test_a_smallest_fitting_count_not_found_in_time_is_said() -> None:
+    """The node sets are settled (no layout fits on them, proved), the search for the smallest
+    count that would fit is cut short: infeasible, without the count, and a warning says why."""
     raw = job(blocks_racks(1, 1, 2, busy={"gpu000"}), None)
     raw["model"] = {"preset": "llama3.1-405b"}  # fits on no single free node
-    answer = plan_on_topology(PlanRequest.model_validate(raw), _unfinished)
+    calls: list[int] = []
+
+    def search(sub: PlanRequest) -> PlanResponse:
+        calls.append(1)
+        return service.search_plans(sub) if sub.cluster.topology is not None else _unfinished(sub)
+
+    answer = plan_on_topology(PlanRequest.model_validate(raw), search)
     assert answer.status == "infeasible" and answer.smallest_fitting_gpus is None
     assert "the smallest GPU count with a fitting layout was not found in time" in answer.warnings[-1]
+
+
+def test_a_large_topology_keeps_to_the_time_limit() -> None:
+    """4,096 free nodes and no num_gpus: choosing each count's node sets takes a while, so the
+    counts the deadline leaves are not even selected (before, every count's sets were selected
+    first, several seconds past any limit)."""
+    nodes = [{"name": f"n{i:04d}", "labels": {"b": str(i % 4), "r": f"{i % 64}"}, "free_gpus": 8} for i in range(4096)]
+    request = PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 16384},
+        "cluster": {"preset": "dgx-h100", "topology": {"levels": ["b", "r"], "nodes": nodes}},
+        "search": {"time_limit_s": 0.5},
+    })  # fmt: skip
+    start = time.perf_counter()
+    answer = plan_on_topology(request, service.search_plans)
+    assert time.perf_counter() - start < 0.5 + 2.0  # the limit and the documented grace
+    assert answer.status != "infeasible" and not answer.solver.proved_optimal
+    assert "larger GPU counts; the others were not planned" in answer.warnings[-1]

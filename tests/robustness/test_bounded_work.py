@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from optimizer.search.steps import solver_status
 from tests.robustness.conftest import GRACE_S, MAX_TIME_LIMIT_S, SEARCH_MEMORY_MIB, Server
 
 SMALL: dict[str, Any] = {
@@ -65,6 +66,13 @@ def test_solver_status_is_optimal_only_with_a_proof(http: httpx.Client) -> None:
         "OPTIMAL" if answer["solver"]["proved_optimal"] else answer["solver"]["status"]
     )
     assert (answer["status"] == "optimal") == (answer["solver"]["status"] == "OPTIMAL")
+    # plans without a proof are FEASIBLE, whatever CP-SAT said of a split model it stopped (it
+    # passed CP-SAT's UNKNOWN through, which the docs keep for "no plan")
+    assert [solver_status(p, f) for p, f in ((True, True), (False, True), (False, False))] == [
+        "OPTIMAL",
+        "FEASIBLE",
+        "UNKNOWN",
+    ]
 
 
 def test_long_allow_lists_are_refused_at_once(http: httpx.Client) -> None:
