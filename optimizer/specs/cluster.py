@@ -105,7 +105,12 @@ class ClusterSpec(Strict):
             self.spine_oversubscription = 1.0
         if self.leaf_span_gpus is None:
             self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
-        self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)
+        if "leaf_span_gpus" in self.model_fields_set and self.leaf_span_gpus < self.nvlink_domain_size:
+            raise ValueError(
+                f"cluster.leaf_span_gpus: {self.leaf_span_gpus} is below nvlink_domain_size ({self.nvlink_domain_size}): "
+                "a leaf switch group spans whole NVLink domains"
+            )
+        self.leaf_span_gpus = max(self.leaf_span_gpus, self.nvlink_domain_size)  # a default below a large domain
         if self.num_gpus is None and self.topology is None:
             raise ValueError("cluster.num_gpus: required unless cluster.topology is given")
         if self.topology is not None:

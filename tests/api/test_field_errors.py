@@ -235,3 +235,12 @@ def test_sweep_counts_are_bounded_as_the_fields_they_replace(client: TestClient)
     body = {"job": PLAN, "vary": {"global_batch_size": [1 << 24, (1 << 24) + 1]}}
     item = _one_error(client, "/sweeps", body)
     assert item["loc"] == ["body", "vary", "global_batch_size", 1]
+
+
+def test_a_leaf_span_below_the_nvlink_domain_is_a_422(client: TestClient) -> None:
+    """It was raised to the domain size without a word (``leaf_span_gpus: 1`` and ``8`` gave the
+    same step time on dgx-h100)."""
+    item = _one_error(client, "/plan", _with("cluster", leaf_span_gpus=4))
+    assert item["loc"] == ["body", "cluster", "leaf_span_gpus"]
+    assert item["msg"].startswith("cluster.leaf_span_gpus: 4 is below nvlink_domain_size (8)")
+    assert client.post("/plan", json=_with("cluster", leaf_span_gpus=8)).status_code == 200
