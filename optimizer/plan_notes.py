@@ -10,6 +10,7 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
+from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
 
@@ -37,6 +38,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
     notes += [ranges_note] if ranges_note else []
+    notes += _unmeasured_gemm_note(job)
     if lay.recompute == "op" and portable:
         notes.append(
             "recompute 'op' is torchtitan's op-level selective checkpointing; Megatron-LM, Megatron-Bridge and "
@@ -217,3 +219,16 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
         "(search.allow.zero_stage [0, 1] plans for those frameworks)"
     )
     return [note]
+
+
+def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
+    """The GPU's GEMM efficiency at the job's precision is carried over from another part, not
+    measured on this one (the catalog's ``kind``): every compute time rests on it."""
+    gpu = current().catalog.gpus[job.cluster.gpu or ""]
+    low_bit = job.training.precision in ("fp8", "fp4") and gpu.gemm_efficiency_fp8 is not None
+    eff = gpu.gemm_efficiency_fp8 if low_bit else gpu.gemm_efficiency_bf16
+    if eff is None or eff.kind == "measured":
+        return []
+    return [
+        f"{job.cluster.gpu}'s GEMM efficiency ({eff.value:.3f} of peak) is {eff.kind}, not measured: {eff.note or eff.source}"
+    ]
