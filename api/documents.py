@@ -133,9 +133,10 @@ class _BoundedLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if key_node.value in seen:
+                key = (key_node.tag, key_node.value)  # 1 and '1' are two keys
+                if key in seen:
                     raise DocumentError(f"{duplicate_message(key_node.value)}, line {key_node.start_mark.line + 1}")
-                seen.add(key_node.value)
+                seen.add(key)
         return super().construct_mapping(node, deep)
 
     def _count(self, nodes: int) -> None:

@@ -34,6 +34,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
     notes += _tp_overlap_note(job, est)
+    notes += _bridge_tp_overlap_note(job, est, frameworks)
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
@@ -117,6 +118,20 @@ def _tp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
         return []
     return [
         f"training.tp_comm_overlap is not applied: {why} (the overlap needs sequence parallelism inside one NVLink domain)"
+    ]
+
+
+def _bridge_tp_overlap_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
+    """Megatron-Bridge's Llama 3 / 3.1 and GPT-3 175B recipes turn TP overlap on in their
+    ``comm_overlap`` section; the overrides cannot turn it off by default, since recipes without
+    the section (Qwen) refuse the key."""
+    lay = est.layout
+    if "megatron-bridge" not in frameworks or job.training.tp_comm_overlap or lay.tp == 1 or not lay.sequence_parallel:
+        return []
+    return [
+        "Megatron-Bridge: the Llama 3 / 3.1 and GPT-3 175B recipes turn TP communication overlap on, which this "
+        "plan does not cost: with those, add comm_overlap.tp_comm_overlap=false (or plan with "
+        "training.tp_comm_overlap true)"
     ]
 
 

@@ -156,9 +156,9 @@ class SolverInfo(_Out):
     status: str = Field(
         default="",
         description=(
-            "The search's solver status: OPTIMAL only when the answer is proved optimal; FEASIBLE (or CP-SAT's "
-            "own status when a split model stopped at its limit) for plans without a proof; UNKNOWN for no plan "
-            "and no proof (the time limit ran out); INFEASIBLE (no valid layout, or none fits in memory)."
+            "The search's solver status: OPTIMAL only when the answer is proved optimal; FEASIBLE for plans "
+            "without a proof; UNKNOWN for no plan and no proof (the time limit ran out); INFEASIBLE (no valid "
+            "layout, or none fits in memory)."
         ),
     )
     wall_time_s: float = 0.0

@@ -35,8 +35,8 @@ def nemo_overrides(
     ]
     if model.is_moe:
         over += _moe_overrides(model, training, geo)
-    # the recipes' comm_overlap section turns TP overlap on (Llama 3, GPT-3 175B): always say
-    over.append(("comm_overlap.tp_comm_overlap", training.tp_comm_overlap and geo.sp))
+    if training.tp_comm_overlap and geo.sp:
+        over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     if not training.pp_comm_overlap and geo.pp > 1:
         over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
@@ -54,11 +54,8 @@ def nemo_overrides(
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
         ("ddp.overlap_grad_reduce", dp_overlapped(training, geo)),
         ("ddp.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
-        # with the distributed optimizer, comm_overlap.setup rewrites the two ddp fields from the
-        # data-parallel size unless these are set (comm_overlap.py _get_optimizer_overlap_cfgs)
-        ("comm_overlap.overlap_grad_reduce", dp_overlapped(training, geo)),
-        ("comm_overlap.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
     ]
+    over += _dp_overlap_kept(training, layout, geo)
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         over += [
             ("dist.use_megatron_fsdp", True),
@@ -92,6 +89,21 @@ def nemo_overrides(
     token = f"model.pipeline_model_parallel_layout={layout_value}"
     tokens.append(token if split.layout is None else f'"{token}"')
     return " ".join(tokens)
+
+
+def _dp_overlap_kept(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> list[tuple[str, object]]:
+    """With the distributed optimizer, a recipe's ``comm_overlap`` section rewrites the two
+    ``ddp`` overlap fields from the data-parallel size (on with dp > 1, off otherwise;
+    ``comm_overlap.py`` ``_get_optimizer_overlap_cfgs``) unless it names them: named only where
+    that would differ from the plan (dp 1 with cp > 1, where Megatron-FSDP asserts the overlap;
+    a blocking plan with dp > 1), since recipes without the section (Qwen) refuse the keys."""
+    overlapped = dp_overlapped(training, geo)
+    if layout.zero_stage < 1 or overlapped == (geo.dp > 1):
+        return []
+    return [
+        ("comm_overlap.overlap_grad_reduce", overlapped),
+        ("comm_overlap.overlap_param_gather", overlapped),
+    ]
 
 
 def _moe_overrides(model: ModelSpec, training: TrainingSpec, geo: Geometry) -> list[tuple[str, object]]:

@@ -92,7 +92,9 @@ def options_by_count(c: ClusterSpec) -> Iterator[list[Option]]:
         return
     trees: dict[int, Domain] = {}
     for g, n in job_counts(c):
-        tree = trees.setdefault(g, domain_tree(topo, g))
+        tree = trees.get(g)
+        if tree is None:
+            tree = trees[g] = domain_tree(topo, g)
         yield [Option(g, ch) for ch in candidate_sets(topo, g, n, tree)]
 
 
@@ -215,7 +217,7 @@ def _timed_out(request: PlanRequest, cut: Cut, wall_s: float) -> PlanResponse:
         explanation=(
             f"no node set's search found a plan within search.time_limit_s ({cut.limit_s:g} s): {cut.reached} "
             f"node sets searched, {cut.unsettled} of them unfinished; nothing is proved either way: raise the "
-            "limit, or give cluster.num_gpus"
+            "limit" + (", or give cluster.num_gpus" if request.cluster.num_gpus is None else "")
         ),
         free_gpus_by_level=free_by_level(request.cluster),
     )

@@ -46,3 +46,9 @@ def test_yaml_merge_keys_are_not_repeats(tmp_path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text("base: &b {seq_len: 4096}\ntraining:\n  <<: *b\n  global_batch_size: 256\n")
     assert load_document(str(path))["training"] == {"seq_len": 4096, "global_batch_size": 256}
+
+
+def test_yaml_keys_of_different_types_are_two_keys(tmp_path) -> None:
+    path = tmp_path / "doc.yaml"
+    path.write_text("labels:\n  1: a\n  '1': b\n")
+    assert load_document(str(path))["labels"] == {1: "a", "1": "b"}

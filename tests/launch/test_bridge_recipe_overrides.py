@@ -1,7 +1,8 @@
 """Megatron-Bridge overrides that a recipe or Bridge's own setup would otherwise undo
 (``NVIDIA-NeMo/Megatron-Bridge`` v0.1.0rc4): ``comm_overlap.setup`` rewrites the data-parallel
-overlap from the data-parallel size, recipes turn TP overlap on, the Llama 3.1 405B recipe counts
-the embedding and loss as pipeline layers, and ``fp16_mixed`` reduces gradients in fp16."""
+overlap from the data-parallel size, some recipes turn TP overlap on (others have no
+``comm_overlap`` section and refuse its keys), the Llama 3.1 405B recipe counts the embedding and
+loss as pipeline layers, and ``fp16_mixed`` reduces gradients in fp16."""
 
 from __future__ import annotations
 
@@ -40,7 +41,21 @@ def test_blocking_data_parallel_stays_blocking_and_tp_overlap_off() -> None:
     })  # fmt: skip
     assert p.config.dp > 1
     assert over["comm_overlap.overlap_grad_reduce"] == "false" == over["comm_overlap.overlap_param_gather"]
-    assert over["comm_overlap.tp_comm_overlap"] == "false"  # the Llama 3 recipes turn it on
+    # the key would break recipes without a comm_overlap section (Qwen): a note says what to add
+    assert "comm_overlap.tp_comm_overlap" not in over
+    assert any("add comm_overlap.tp_comm_overlap=false" in n for n in p.notes)
+
+
+def test_the_dp_overlap_keys_only_where_bridge_would_set_otherwise() -> None:
+    # a default plan with dp > 1: Bridge's setup turns the overlap on, as planned, so no
+    # comm_overlap key (the Qwen recipes have no comm_overlap section and refuse them)
+    p, over = _first_plan({
+        "model": {"preset": "qwen3-30b-a3b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    })  # fmt: skip
+    assert p.config.dp > 1 and p.config.zero_stage >= 1
+    assert not [k for k in over if k.startswith("comm_overlap.")]
 
 
 def test_pipelined_plans_turn_off_the_recipes_embedding_and_loss_layers() -> None:

@@ -118,3 +118,19 @@ def test_a_large_topology_keeps_to_the_time_limit() -> None:
     assert time.perf_counter() - start < 0.5 + 2.0  # the limit and the documented grace
     assert answer.status != "infeasible" and not answer.solver.proved_optimal
     assert "larger GPU counts; the others were not planned" in answer.warnings[-1]
+
+
+def test_the_domain_tree_is_built_once_per_node_size(monkeypatch) -> None:
+    from optimizer.placement import plan as placement_plan
+
+    calls: list[int] = []
+    real = placement_plan.domain_tree
+
+    def counted(topo, g):
+        calls.append(g)
+        return real(topo, g)
+
+    monkeypatch.setattr(placement_plan, "domain_tree", counted)
+    request = _request(60.0)
+    counts = list(placement_plan.options_by_count(request.cluster))
+    assert len(counts) > 3 and calls == [8]
