@@ -153,13 +153,13 @@ def _pipeline_limits(job: JobSpec, plan: Plan) -> list[PlanLimit]:
         f"pipeline bubble: {bubble:.3f} s ({_pct(bubble, plan)} of the step): {gbs:,} sequences over {dp} "
         f"data-parallel replicas are {gbs // dp} each, {m} micro-batches of {c.micro_batch_size} for {c.pp} stages"
         + (f" x {c.vpp} chunks" if c.vpp > 1 else "")
-        + f" (idle share (pp-1)/(vpp*m) = {fraction:.3f})"
+        + f" (bubble over the bubble-free time, (pp-1)/(vpp*m) = {fraction:.3f})"
     )
     if c.vpp == 1 and m % c.pp:
         text += f"; interleaving needs micro-batches divisible by pp ({m} % {c.pp} = {m % c.pp})"
     kind = "batch" if m < 2 * c.pp else "pipeline_bubble"
     values = {
-        "time_s": bubble, "micro_batches": float(m), "pp": float(c.pp), "vpp": float(c.vpp), "idle_share": fraction,
+        "time_s": bubble, "micro_batches": float(m), "pp": float(c.pp), "vpp": float(c.vpp), "bubble_over_ideal": fraction,
     }  # fmt: skip
     return [PlanLimit(kind=kind, summary=text, values=values)]
 
@@ -176,10 +176,14 @@ def _communication_limits(job: JobSpec, plan: Plan) -> list[PlanLimit]:
         size = getattr(plan.config, axis) or 1
         tier = tiers.get(plan.placement.get(axis, ""))
         values = {"time_s": seconds, f"{axis}_size": float(size)}
+        group = f"{size}"
+        if axis == "dp" and plan.config.cp > 1:  # gradients reduce over dp x cp (MoE experts: their own groups)
+            group = f"{size * plan.config.cp} (dp x cp)"
+            values["dp_cp_size"] = float(size * plan.config.cp)
         where = ""
         if tier is not None:
             values["tier_gb_per_s"] = tier.beta_bytes_per_s / 1e9
-            where = f", groups of {size} spanning {tier.name} at {tier.beta_bytes_per_s / 1e9:.0f} GB/s a GPU"
+            where = f", groups of {group} spanning {tier.name} at {tier.beta_bytes_per_s / 1e9:.0f} GB/s a GPU"
         out.append(PlanLimit(
             kind="communication",
             summary=f"{AXIS_NAMES[axis]}-parallel communication: {seconds:.3f} s exposed ({_pct(seconds, plan)} of the "

@@ -64,9 +64,9 @@ def job_warnings(job: JobSpec) -> list[str]:
     return [w for w in (_tokens_like_batch(job), _partial_nodes(job), _small_batch(job), _inert_settings(job)) if w]
 
 
-def plan_warnings(job: JobSpec, plan: Plan) -> list[str]:
-    """Warnings about a (top) plan of the job."""
-    return [w for w in (_few_micro_batches(plan), _mfu_above_published(job, plan)) if w]
+def plan_warnings(job: JobSpec, plan: Plan, subject: str = "the top plan") -> list[str]:
+    """Warnings about a plan of the job (``subject``: how they name it)."""
+    return [w for w in (_few_micro_batches(plan, subject), _mfu_above_published(job, plan)) if w]
 
 
 def shared_nodes_warning(taken_per_node: int, gpus_per_node: int, nodes: int) -> str | None:
@@ -140,14 +140,14 @@ def _inert_settings(job: JobSpec) -> str | None:
     return f"{', '.join(inert)} {'has' if len(inert) == 1 else 'have'} no effect on this model: the plans ignore them"
 
 
-def _few_micro_batches(plan: Plan) -> str | None:
+def _few_micro_batches(plan: Plan, subject: str) -> str | None:
     c = plan.config
     m = c.num_micro_batches or 1
     if c.pp == 1 or m >= MICRO_BATCHES_PER_STAGE * c.pp:
         return None
     bubble = plan.time_breakdown_s.pp_bubble
     return (
-        f"the top plan runs {m} micro-batches through {c.pp} pipeline stages (fewer than "
+        f"{subject} runs {m} micro-batches through {c.pp} pipeline stages (fewer than "
         f"{MICRO_BATCHES_PER_STAGE} a stage): its bubble takes {bubble:.3f} s ({100 * bubble / plan.step_time_s:.1f}% "
         "of the step); a larger global batch gives each replica more micro-batches"
     )

@@ -129,9 +129,10 @@ def _bridge_tp_overlap_note(job: JobSpec, est: Estimate, frameworks: list[str]) 
     if "megatron-bridge" not in frameworks or job.training.tp_comm_overlap or lay.tp == 1 or not lay.sequence_parallel:
         return []
     return [
-        "Megatron-Bridge: the Llama 3 / 3.1 and GPT-3 175B recipes turn TP communication overlap on, which this "
-        "plan does not cost: with those, add comm_overlap.tp_comm_overlap=false (or plan with "
-        "training.tp_comm_overlap true)"
+        "Megatron-Bridge: recipes whose comm_overlap section turns TP communication overlap on (Llama 3 / 3.1, "
+        "GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
+        "comm_overlap.tp_comm_overlap=false (or plan with training.tp_comm_overlap true); recipes without the "
+        "section (Qwen) run it off, as planned"
     ]
 
 

@@ -202,7 +202,7 @@ def compare(request: CompareRequest) -> CompareResponse:
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
     warnings = job_warnings(job)
     for i, p in enumerate(plans):
-        warnings += [f"layout {i}: {w}" for w in plan_warnings(job, p)]
+        warnings += [f"layout {i}: {w}" for w in plan_warnings(job, p, "the layout")]
     return CompareResponse(entries=compare_plans(plans), warnings=warnings)
 
 

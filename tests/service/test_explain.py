@@ -94,7 +94,7 @@ def test_pipeline_bubble_and_batch_arithmetic_of_the_seed_scenario(client: TestC
     assert (c["tp"], c["pp"], c["cp"], c["dp"], c["vpp"], c["num_micro_batches"]) == (4, 16, 2, 64, 6, 16)
     limits = {lim["kind"]: lim for lim in body["why"]["limits"]}
     batch = limits["batch"]  # 16 micro-batches for 16 stages: fewer than two a stage
-    assert batch["values"]["idle_share"] == pytest.approx(15 / (6 * 16))
+    assert batch["values"]["bubble_over_ideal"] == pytest.approx(15 / (6 * 16))
     assert batch["values"]["time_s"] == pytest.approx(top["time_breakdown_s"]["pp_bubble"])
     assert "1,024 sequences over 64 data-parallel replicas are 16 each" in batch["summary"]
     dp = next(lim for lim in body["why"]["limits"] if lim["kind"] == "communication" and "dp_size" in lim["values"])

@@ -1,0 +1,45 @@
+"""What the explanation and warnings call things matches what was costed: the data-parallel
+groups are dp x cp ranks, the bubble figure is over the bubble-free time, /compare's layouts are
+not "the top plan", and the Bridge TP-overlap note holds for recipes with and without a
+comm_overlap section."""
+
+from __future__ import annotations
+
+from optimizer.service import compare, plan
+from optimizer.specs import CompareRequest, PlanRequest
+
+
+def test_data_parallel_groups_with_context_parallelism_are_dp_x_cp() -> None:
+    answer = plan(PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 4096},
+        "search": {"fix": {"tp": 2, "cp": 2}},
+    }))  # fmt: skip
+    top = answer.plans[0].config
+    (dp,) = [lim for lim in answer.why.limits if lim.summary.startswith("data-parallel communication")]
+    assert f"groups of {top.dp * top.cp} (dp x cp) spanning" in dp.summary
+    assert dp.values["dp_cp_size"] == top.dp * top.cp == 2048
+
+
+def test_compare_warnings_name_the_layout() -> None:
+    answer = compare(CompareRequest.model_validate({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 64},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "layouts": [{"tp": 8, "recompute": "core_attn", "zero_stage": 1}, {"tp": 4, "pp": 8, "recompute": "none"}],
+    }))  # fmt: skip
+    (few,) = [w for w in answer.warnings if "micro-batches through" in w]
+    assert few.startswith("layout 1: the layout runs 8 micro-batches through 8 pipeline stages")
+    assert "top plan" not in few
+
+
+def test_the_bridge_tp_overlap_note_says_which_recipes_turn_it_on() -> None:
+    answer = plan(PlanRequest.model_validate({
+        "model": {"preset": "qwen3-235b-a22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 128},
+        "search": {"fix": {"tp": 2}},
+    }))  # fmt: skip
+    (note,) = [n for n in answer.plans[0].notes if "comm_overlap.tp_comm_overlap=false" in n]
+    assert "recipes without the section (Qwen) run it off, as planned" in note
