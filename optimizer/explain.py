@@ -85,8 +85,8 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
             return PlanLimit(
                 kind="memory",
                 summary=(
-                    f"memory: recompute '{lighter}' would need {need:.1f} GiB a GPU of {usable:.1f} GiB usable, so the "
-                    f"plan recomputes '{plan.config.recompute}' ({peak:.1f} GiB on stage {plan.memory_gib.stage})"
+                    f"memory: recompute '{lighter}' would need {need:.1f} GiB a GPU of {usable:.1f} GiB usable; with "
+                    f"'{plan.config.recompute}' the plan takes {peak:.1f} GiB on stage {plan.memory_gib.stage}"
                 ),
                 values=values,
             )

@@ -43,3 +43,19 @@ def test_the_bridge_tp_overlap_note_says_which_recipes_turn_it_on() -> None:
     }))  # fmt: skip
     (note,) = [n for n in answer.plans[0].notes if "comm_overlap.tp_comm_overlap=false" in n]
     assert "recipes without the section (Qwen) run it off, as planned" in note
+
+
+def test_the_memory_limit_does_not_say_why_a_pinned_recompute_was_chosen() -> None:
+    """With ``search.fix.recompute`` the plan recomputes because it was told to: the limit states
+    the numbers without a "so"."""
+    answer = plan(PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 32},
+        "search": {"fix": {"recompute": "selective"}},
+    }))  # fmt: skip
+    memory = [lim for lim in answer.why.limits if lim.kind == "memory"]
+    assert memory
+    for lim in memory:
+        assert ", so the plan" not in lim.summary
+        assert f"with '{answer.plans[0].config.recompute}' the plan takes" in lim.summary
