@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-MAX_DOCUMENT_BYTES = 1 << 20
+MAX_DOCUMENT_BYTES = 4 << 20  # a 16,384-node topology (MAX_TOPOLOGY_NODES) with Kueue labels, as pplan writes it
 """Largest request document read (the HTTP body limit's default)."""
 MAX_DEPTH = 32
 """Deepest nesting of objects / arrays (a request document needs 4)."""

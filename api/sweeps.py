@@ -69,7 +69,9 @@ def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | Non
     except InvalidLayout as err:
         return "infeasible", None, str(err)
     if not answer.plans:
-        return "infeasible", None, answer.explanation
+        # no plan within the point's time limit proves nothing (status feasible, solver UNKNOWN)
+        status: PointStatus = "infeasible" if answer.status == "infeasible" else "timed_out"
+        return status, None, answer.explanation
     return "done", answer.plans[0], None
 
 

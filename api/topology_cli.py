@@ -53,12 +53,23 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive(text: str) -> int:
+    """A GPU count of at least 1 (argparse reports anything else as a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs, at least 1, not {text!r}")
+    return value
+
+
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     topo = sub.add_parser("topology", help="convert a scheduler's topology to cluster.topology JSON")
     kinds = topo.add_subparsers(dest="source", required=True, metavar="SOURCE")
     slurm = kinds.add_parser("from-slurm", help="Slurm topology.yaml (tree or block plugin)")
     slurm.add_argument("file", metavar="TOPOLOGY_YAML")
-    slurm.add_argument("--gpus-per-node", type=int, default=8, help="GPUs on each node (default 8)")
+    slurm.add_argument("--gpus-per-node", type=_positive, default=8, help="GPUs on each node (default 8)")
     slurm.add_argument("--busy", help="hostlist of nodes in use (e.g. from squeue -h -o %%N)")
     slurm.add_argument("--name", help="topology name (default: the cluster_default one)")
     kueue = kinds.add_parser("from-kueue", help="Kueue Topology object + kubectl get nodes -o json")
@@ -72,7 +83,7 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     )
     volcano.add_argument("--pods", metavar="PODS_JSON", help="kubectl get pods -A -o json (GPUs in use)")
     volcano.add_argument(
-        "--gpus-per-node", type=int, default=8, help="free GPUs on each node without --nodes (default 8)"
+        "--gpus-per-node", type=_positive, default=8, help="free GPUs on each node without --nodes (default 8)"
     )
     volcano.add_argument("--busy", help="hostlist of nodes in use, without --nodes")
     for p in (slurm, kueue, volcano):

@@ -163,22 +163,51 @@ def _kueue_levels(text: str) -> list[str]:
     return levels
 
 
-def _requested_gpus(pods: dict) -> dict[str, int]:
+def kubectl_items(doc: Any, what: str) -> list[dict]:
+    """The ``items`` of a ``kubectl get ... -o json`` document, each an object (else ``ConvertError``)."""
+    items = doc.get("items", []) if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ConvertError(f"{what}: expected kubectl JSON, an object whose 'items' is a list of objects")
+    return items
+
+
+def _field(obj: Any, key: str) -> dict:
+    """``obj[key]`` as an object ({} when absent or null; ``ConvertError`` when something else)."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConvertError(f"{key}: expected an object, not {type(value).__name__}")
+    return value
+
+
+def gpu_quantity(value: Any, where: str) -> int:
+    """A whole number of GPUs from a Kubernetes quantity (``8`` or ``"8"``)."""
+    if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, str) and value.isdigit()):
+        raise ConvertError(f"{where}: {GPU_RESOURCE} {value!r} is not a whole number of GPUs")
+    return int(value)
+
+
+def _requested_gpus(pods: Any) -> dict[str, int]:
     used: dict[str, int] = {}
-    for pod in pods.get("items", []):
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
+    for pod in kubectl_items(pods, "pods"):
+        spec = _field(pod, "spec")
+        node = spec.get("nodeName")
+        phase = _field(pod, "status").get("phase")
         if not node or phase in ("Succeeded", "Failed"):
             continue
-        for c in (pod.get("spec") or {}).get("containers", []):
-            req = ((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE)
-            used[node] = used.get(node, 0) + int(req or 0)
+        containers = spec.get("containers") or []
+        if not isinstance(containers, list):
+            raise ConvertError(f"pods: pod on {node!r}: spec.containers is not a list")
+        for c in containers:
+            req = _field(_field(c, "resources"), "requests").get(GPU_RESOURCE)
+            used[node] = used.get(node, 0) + (0 if req is None else gpu_quantity(req, f"pods: pod on {node!r}"))
     return used
 
 
 def _ready(node: dict) -> bool:
-    conds = (node.get("status") or {}).get("conditions") or []
-    ready = [c for c in conds if c.get("type") == "Ready"]
+    conds = _field(node, "status").get("conditions") or []
+    ready = [c for c in conds if isinstance(c, dict) and c.get("type") == "Ready"]
     return not ready or ready[0].get("status") == "True"
 
 
@@ -190,10 +219,11 @@ def requested_gpus(pods_json: dict | None) -> dict[str, int]:
 def free_gpus(node: dict, used: dict[str, int]) -> int:
     """Free GPUs of a ``kubectl get nodes -o json`` item: allocatable less ``used``, 0 when cordoned
     or not Ready."""
-    alloc = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
-    if (node.get("spec") or {}).get("unschedulable") or not _ready(node):
+    name = _field(node, "metadata").get("name", "")
+    alloc = gpu_quantity(_field(_field(node, "status"), "allocatable").get(GPU_RESOURCE, 0), f"nodes: {name!r}")
+    if _field(node, "spec").get("unschedulable") or not _ready(node):
         return 0
-    return max(0, alloc - used.get((node.get("metadata") or {}).get("name", ""), 0))
+    return max(0, alloc - used.get(name, 0))
 
 
 def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = None) -> dict:
@@ -201,9 +231,9 @@ def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = No
     levels = _kueue_levels(topology_text)
     used = requested_gpus(pods_json)
     nodes = []
-    for item in nodes_json.get("items", []):
-        meta = item.get("metadata") or {}
-        name, labels = meta.get("name"), meta.get("labels") or {}
+    for item in kubectl_items(nodes_json, "nodes"):
+        meta = _field(item, "metadata")
+        name, labels = meta.get("name"), _field(meta, "labels")
         if not name or any(lv not in labels and lv != HOSTNAME_LABEL for lv in levels):
             continue  # not part of this topology
         nodes.append(

@@ -22,7 +22,7 @@ from typing import Any
 import hostlist
 
 from api.documents import DocumentError, parse_yaml_all
-from api.topology_convert import ConvertError, check_busy_known, free_gpus, requested_gpus
+from api.topology_convert import ConvertError, check_busy_known, free_gpus, kubectl_items, requested_gpus
 from optimizer.topology_spec import HOSTNAME_LABEL
 
 TIER_LEVEL = "volcano/tier-{tier}"
@@ -126,13 +126,12 @@ def from_volcano(
 ) -> dict:
     """``cluster.topology`` from Volcano HyperNodes (``busy``: hostlist of nodes in use, without
     ``nodes_json``)."""
+    if nodes_json is not None and busy:
+        raise ConvertError("--busy applies without --nodes (with it, free GPUs come from the nodes and pods)")
     hns = _hypernodes(text)
-    items = {(i.get("metadata") or {}).get("name"): i for i in (nodes_json or {}).get("items", [])}
-    labels = (
-        None
-        if nodes_json is None
-        else {n: (i.get("metadata") or {}).get("labels") or {} for n, i in items.items() if n}
-    )
+    listed = kubectl_items(nodes_json, "nodes") if nodes_json is not None else []
+    items = {(i.get("metadata") or {}).get("name"): i for i in listed if isinstance(i.get("metadata"), dict)}
+    labels = None if nodes_json is None else {n: i["metadata"].get("labels") or {} for n, i in items.items() if n}
     leaf_of, parent = _tree(hns, labels)
     if not leaf_of:
         raise ConvertError("HyperNode: no leaf HyperNode has a node member")

@@ -21,7 +21,7 @@ from optimizer.topology_spec import ClusterTopology
 VARY_KEYS: tuple[str, ...] = ("num_gpus", "cluster", "global_batch_size", "seq_len")
 """The grid's axes, in the order points are enumerated (the last varies fastest)."""
 
-PointStatus = Literal["pending", "done", "infeasible", "failed", "cancelled"]
+PointStatus = Literal["pending", "done", "infeasible", "timed_out", "failed", "cancelled"]
 SweepState = Literal["running", "done", "cancelled", "failed"]
 
 
@@ -165,7 +165,9 @@ class PointResult(Strict):
     point: dict[str, Any]
     status: PointStatus
     plan: Plan | None = None
-    explanation: str | None = Field(default=None, description="Why no plan: infeasible job, or the error.")
+    explanation: str | None = Field(
+        default=None, description="Why no plan: infeasible job, time limit run out (timed_out), or the error."
+    )
 
 
 class ParetoPoint(Strict):
@@ -184,7 +186,7 @@ class ParetoPoint(Strict):
 class SweepStatus(Strict):
     id: str
     status: SweepState
-    done: int = Field(description="Points finished (planned, infeasible, failed or cancelled).")
+    done: int = Field(description="Points finished (planned, infeasible, timed out, failed or cancelled).")
     total: int
     results: list[PointResult]
     pareto: list[ParetoPoint] = Field(

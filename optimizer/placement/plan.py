@@ -136,7 +136,7 @@ def plan_on_topology(request: PlanRequest, search: Callable[[PlanRequest], PlanR
         return _timed_out(request, cut, time.perf_counter() - t0)
     if not found:
         smallest, complete = smallest_fitting(request, search, deadline)
-        answer = _infeasible(c, outcomes, smallest, time.perf_counter() - t0)
+        answer = _infeasible(c, outcomes, smallest, complete, time.perf_counter() - t0)
         return _cut_short(answer, cut._replace(smallest_cut=not complete))
     best = min(found, key=_key)
     return _cut_short(_answer(c, best, outcomes, time.perf_counter() - t0), cut)
@@ -201,7 +201,8 @@ def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
     if not said:
         return response
     warning = f"search.time_limit_s ({cut.limit_s:g} s): " + "; ".join(said)
-    solver_status = "FEASIBLE" if response.plans else "UNKNOWN"  # no proof either way
+    # no proof either way, unless no layout fits on these nodes (proved; only a count was not found)
+    solver_status = "FEASIBLE" if response.plans else "INFEASIBLE" if response.status == "infeasible" else "UNKNOWN"
     solver = response.solver.model_copy(update={"proved_optimal": False, "status": solver_status})
     status = "feasible" if response.plans else response.status
     return response.model_copy(update={"solver": solver, "status": status, "warnings": [*response.warnings, warning]})
@@ -287,7 +288,9 @@ def smallest_fitting(
     return None, complete
 
 
-def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, wall_s: float) -> PlanResponse:
+def _infeasible(
+    c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, complete: bool, wall_s: float
+) -> PlanResponse:
     topo = c.topology
     assert topo is not None and c.gpus_per_node
     free = sum(n.free_gpus for n in topo.nodes)
@@ -301,9 +304,11 @@ def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, 
         f"in one {coarse} domain)"
     )
     if outcomes:
-        first = outcomes[0]
-        n = len(first.option.choice.nodes) * first.option.gpus_per_node
-        why = f"no layout fits on {n} GPUs of the free nodes: {first.response.explanation}"
+        last = outcomes[-1]  # the largest count tried (counts ascend)
+        n = len(last.option.choice.nodes) * last.option.gpus_per_node
+        tried = sorted({len(o.option.choice.nodes) * o.option.gpus_per_node for o in outcomes})
+        counts = f" (tried {', '.join(str(x) for x in tried)} GPUs)" if len(tried) > 1 else ""
+        why = f"no layout fits on {n} GPUs of the free nodes{counts}: {last.response.explanation}"
     elif c.num_gpus is not None and c.num_gpus > free:
         why = f"asked for {c.num_gpus} GPUs; only {free} are free"
     elif c.num_gpus is not None:
@@ -322,8 +327,10 @@ def _infeasible(c: ClusterSpec, outcomes: list[Outcome], smallest: Plan | None, 
             f"; the smallest fitting layout needs {n} GPUs ({n // c.gpus_per_node} whole nodes; on an empty cluster: "
             f"tp={lay.tp} pp={lay.pp} cp={lay.cp} dp={lay.dp} ep={lay.ep}, {smallest.step_time_s:.3f} s a step)"
         )
-    else:
+    elif complete:
         need = f"; no layout fits on up to {len(topo.nodes) * c.gpus_per_node} GPUs of this node type"
+    else:
+        need = "; the smallest GPU count a layout fits on was not found within the time limit"
     solver = SolverInfo(status="INFEASIBLE", wall_time_s=wall_s)
     return PlanResponse(
         status="infeasible",

@@ -157,3 +157,18 @@ def test_a_point_whose_pins_no_layout_takes_is_infeasible_and_the_pool_survives(
     assert forty_eight["status"] == "done" and forty_eight["plan"]["config"]["tp"] == 3
     again = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8]}})
     assert _wait(client, again.json()["id"])[0]["results"][0]["status"] == "done"
+
+
+def test_a_point_whose_time_ran_out_is_timed_out_not_infeasible(monkeypatch):
+    """A point's search that ended without a plan and without a proof (``feasible``, solver
+    ``UNKNOWN``) is ``timed_out``: calling it infeasible told a consumer the job cannot run."""
+    from api import sweeps
+    from optimizer.results import PlanResponse, SolverInfo
+    from optimizer.specs import PlanRequest
+
+    ran_out = PlanResponse(status="feasible", plans=[], solver=SolverInfo(status="UNKNOWN"), explanation="ran out")
+    monkeypatch.setattr(sweeps.service, "plan", lambda request: ran_out)
+    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B)) == ("timed_out", None, "ran out")
+    proved = ran_out.model_copy(update={"status": "infeasible", "solver": SolverInfo(status="INFEASIBLE")})
+    monkeypatch.setattr(sweeps.service, "plan", lambda request: proved)
+    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B))[0] == "infeasible"

@@ -158,3 +158,40 @@ def test_a_busy_name_the_topology_lacks_is_an_error() -> None:
     with pytest.raises(ConvertError, match="gpu001.cluster.local, gpu9"):
         from_slurm(text, 8, busy="gpu001.cluster.local,gpu9,gpu001")
     assert from_slurm(text, 8, busy="gpu001")["nodes"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pods", "message"),
+    [
+        ([{"metadata": {"name": "a"}}], None, "nodes: expected kubectl JSON"),
+        ({"items": [{"metadata": {"name": "a", "labels": None}}, 5]}, None, "nodes: expected kubectl JSON"),
+        ("8k", None, "nodes: 'node-0': nvidia.com/gpu '8k' is not a whole number of GPUs"),
+        (
+            None,
+            {"items": [{"spec": {"nodeName": "node-0", "containers": [
+                {"resources": {"requests": {"nvidia.com/gpu": "1.5"}}}]}}]},
+            "pods: pod on 'node-0': nvidia.com/gpu '1.5' is not a whole number of GPUs",
+        ),
+        (None, {"items": "x"}, "pods: expected kubectl JSON"),
+    ],
+)  # fmt: skip
+def test_malformed_kubectl_inventories_are_errors_not_tracebacks(nodes, pods, message) -> None:
+    """They raised AttributeError / ValueError / TypeError out of the CLI (exit 1, a traceback)."""
+    topology = (DATA / "kueue-topology.yaml").read_text()
+    if nodes == "8k":  # a real inventory with one unparsable quantity
+        nodes = kubectl_nodes()
+        nodes["items"][0]["status"]["allocatable"]["nvidia.com/gpu"] = "8k"
+    with pytest.raises(ConvertError, match=message):
+        from_kueue(topology, nodes if nodes is not None else kubectl_nodes(), pods)
+
+
+def test_converter_arguments_that_cannot_be_meant(tmp_path: Path) -> None:
+    # a negative or zero GPU count is a usage error (exit 2), not free_gpus -4 in the output
+    with pytest.raises(SystemExit) as usage:
+        main(["topology", "from-slurm", str(DATA / "slurm-topology.yaml"), "--gpus-per-node", "-4"])
+    assert usage.value.code == 2
+    # Volcano's --busy applies without --nodes: together it was ignored, busy nodes came out free
+    from api.topology_volcano import from_volcano
+
+    with pytest.raises(ConvertError, match="--busy applies without --nodes"):
+        from_volcano("", {"items": []}, None, 8, "vn-[0-7]")

@@ -99,7 +99,11 @@ def test_a_smallest_fitting_count_not_found_in_time_is_said() -> None:
 
     answer = plan_on_topology(PlanRequest.model_validate(raw), search)
     assert answer.status == "infeasible" and answer.smallest_fitting_gpus is None
+    assert answer.solver.status == "INFEASIBLE"  # proved on these nodes; only the count is unknown
     assert "the smallest GPU count with a fitting layout was not found in time" in answer.warnings[-1]
+    # and the explanation claims nothing about the counts never searched
+    assert answer.explanation.endswith("the smallest GPU count a layout fits on was not found within the time limit")
+    assert "no layout fits on up to" not in answer.explanation
 
 
 def test_a_large_topology_keeps_to_the_time_limit() -> None:
