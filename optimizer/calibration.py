@@ -32,9 +32,9 @@ class Calibration:
     backward together, on the H100 the calibration rows ran on: 6% below FlashAttention-2's
     published best on H100 (335 TFLOP/s, 0.339). The 2024 long-sequence rows (NeMo, 4k-1M tokens)
     prefer more (0.33), torchtitan's context-parallel rows less; the set's median is smallest at
-    0.32 with its p90 unchanged (0.30: 6.4%, 0.32: 5.0%, 0.33: 4.5% but two more rows past 15%). Other GPUs scale it by their
+    0.32 (0.30: 5.3% and 13.1%, 0.32: 4.0% and 13.6%, 0.33: 4.0% and 15.8% with two more rows past 15%). Other GPUs scale it by their
     catalog ``flash2_attention_fraction`` over the H100's (the kernel's published best rate: 0.656
-    of peak on A100 against 0.339 on H100, so 0.58 on A100); GPUs with none published keep it
+    of peak on A100 against 0.339 on H100, so 0.62 on A100); GPUs with none published keep it
     (``context.attention_efficiency``)."""
     attention_efficiency_flash3: float = 0.6
     """Same for kernels written for Hopper and later (FlashAttention-3, cuDNN fused attention):
@@ -96,7 +96,7 @@ class Calibration:
     Megatron's combined 1F1B schedule, DualPipe). Without it nothing hides: Megatron-Core's
     dispatchers make the compute stream wait for them (DeepEP's ``async_finish`` is off in
     ``fused_a2a.py``). Set from the Qwen3-235B 256-GPU layout with cross-node EP32 and DeepEP
-    measured without and with the overlap (19.7 s and 17.6 s a step, 1.12x): 0.4 predicts 1.13x."""
+    measured without and with the overlap (19.7 s and 17.6 s a step, 1.12x): 0.4 predicts 1.16x."""
     scale_out_all_to_all_efficiency: float = 0.7
     """Share of a scale-out link's collective bandwidth (the catalog's ring ``busbw_fraction``)
     that MoE dispatch and combine traffic leaving a node gets, with NCCL's all-to-all and with
@@ -118,10 +118,10 @@ class Calibration:
     the "host-boundedness" of small expert GEMMs that Megatron-Core's MoE report names as one of
     MoE training's three walls, and that device-initiated grouped GEMMs and CUDA graphs remove.
     Set from the Qwen3-235B 256-GPU layouts with 16 local experts and 512 or 1,024 tokens per
-    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.88x and
-    1.42x too fast without it, 2% slow and 1.19x fast with it). Over the whole set the fit's
-    objective (median + p90 / 2, ``benchmarks/fit_calibration.py``) is smallest at 70 us (4.2%
-    and 13.6%; 4.8% and 13.6% at 65 and 75 us, 5.0% and 13.6% at 60 us): ``benchmarks/grouped_gemm_check.py``.
+    expert GEMM (TP4 EP8 and PP32 EP8, measured 29.0 s and 24.2 s a step, predicted 1.91x and
+    1.42x too fast without it, 1% slow and 1.19x fast with it). Over the whole set the fit's
+    objective (median + p90 / 2, ``benchmarks/fit_calibration.py``) is smallest at 70 us (4.0%
+    and 13.6%; 4.3% and 13.6% at 65 and 75 us): ``benchmarks/grouped_gemm_check.py``.
     Layouts with 2,048 tokens or more per expert
     GEMM are GPU bound or nearly so and move by under 2% (docs/cost-model.md). No published
     measurement gives this time per GEMM: a Transformer Engine grouped linear forward takes
