@@ -84,9 +84,12 @@ class Settings(BaseSettings):
         description="Error log records per second and message (bursts of 5 s worth), the rest counted.",
     )
     max_body_bytes: int = Field(
-        default=4 * MIB,
+        default=8 * MIB,
         ge=1024,
-        description="Largest request body accepted (else 413); 4 MiB holds a 16,384-node topology with Kueue labels.",
+        description=(
+            "Largest request body accepted (else 413); 8 MiB holds a 16,384-node topology with GKE-style "
+            "node names and labels (about 7 MB)."
+        ),
     )
     max_top_k: int = Field(default=50, ge=1, description="Largest search.top_k accepted (else 422).")
     max_time_limit_s: float = Field(default=30.0, gt=0, description="search.time_limit_s is clamped to this.")

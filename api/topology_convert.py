@@ -183,7 +183,9 @@ def _field(obj: Any, key: str) -> dict:
 
 def gpu_quantity(value: Any, where: str) -> int:
     """A whole number of GPUs from a Kubernetes quantity (``8`` or ``"8"``)."""
-    if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, str) and value.isdigit()):
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or isinstance(value, str) and value.isascii() and value.isdigit()
+    ):
         raise ConvertError(f"{where}: {GPU_RESOURCE} {value!r} is not a whole number of GPUs")
     return int(value)
 

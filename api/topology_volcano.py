@@ -128,6 +128,8 @@ def from_volcano(
     ``nodes_json``)."""
     if nodes_json is not None and busy:
         raise ConvertError("--busy applies without --nodes (with it, free GPUs come from the nodes and pods)")
+    if nodes_json is None and pods_json is not None:
+        raise ConvertError("--pods needs --nodes (without them every node has --gpus-per-node free, less --busy)")
     hns = _hypernodes(text)
     listed = kubectl_items(nodes_json, "nodes") if nodes_json is not None else []
     items = {(i.get("metadata") or {}).get("name"): i for i in listed if isinstance(i.get("metadata"), dict)}

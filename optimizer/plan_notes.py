@@ -241,7 +241,12 @@ def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
     """The GPU's GEMM efficiency at the job's precision is carried over from another part, not
     measured on this one (the catalog's ``kind``): every compute time rests on it."""
     gpu = current().catalog.gpus[job.cluster.gpu or ""]
-    low_bit = job.training.precision in ("fp8", "fp4") and gpu.gemm_efficiency_fp8 is not None
+    low_bit = job.training.precision in ("fp8", "fp4")
+    if low_bit and gpu.gemm_efficiency_fp8 is None:
+        return [
+            f"{job.cluster.gpu} has no measured low-precision GEMM efficiency: its {job.training.precision} GEMMs "
+            f"run at its bf16 fraction of peak ({gpu.gemm_efficiency_bf16.value:.3f})"
+        ]
     eff = gpu.gemm_efficiency_fp8 if low_bit else gpu.gemm_efficiency_bf16
     if eff is None or eff.kind == "measured":
         return []

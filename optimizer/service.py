@@ -20,6 +20,7 @@ from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import job_warnings, plan_warnings
 from optimizer.launch import build_launch
 from optimizer.launch.deepspeed import deepspeed_notes
+from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.plan_notes import estimate_notes
@@ -83,6 +84,8 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
         notes += deepspeed_notes(job.training, lay)
     if "torchtitan" in fields:
         notes += torchtitan_notes(lay)
+    if launch_args is not None and "comm_overlap." in launch_args.nemo:
+        notes.append(NEMO_COMM_OVERLAP_NOTE)
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)
         config = config.model_copy(update={"recompute": own or lay.recompute})

@@ -14,6 +14,13 @@ from optimizer.launch.megatron import (
 )
 from optimizer.specs import ModelSpec, TrainingSpec
 
+NEMO_COMM_OVERLAP_NOTE = (
+    "Megatron-Bridge: the comm_overlap.* overrides need the recipe's comm_overlap section (the GPT, Llama 3 / "
+    "3.1 and DeepSeek recipes have one; the Qwen, Llama 4 and Mamba recipes at v0.1.0rc4 do not: give them "
+    "comm_overlap=CommOverlapConfig() first)"
+)
+"""Said on a plan whose overrides write ``comm_overlap.*`` keys (Hydra refuses keys under a None section)."""
+
 
 def _hydra(value: object) -> str:
     if value is None:

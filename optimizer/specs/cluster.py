@@ -69,6 +69,7 @@ class ClusterSpec(Strict):
     @model_validator(mode="after")
     def _resolve(self) -> ClusterSpec:
         cat = current().catalog
+        leaf_given = "leaf_span_gpus" in self.model_fields_set  # before the defaults below set it
         if self.preset is not None:
             if self.preset not in cat.clusters:
                 raise ValueError(str(UnknownCatalogId("cluster preset", self.preset, list(cat.clusters))))
@@ -105,7 +106,7 @@ class ClusterSpec(Strict):
             self.spine_oversubscription = 1.0
         if self.leaf_span_gpus is None:
             self.leaf_span_gpus = 32 * max(self.gpus_per_node, 8)
-        if "leaf_span_gpus" in self.model_fields_set and self.leaf_span_gpus < self.nvlink_domain_size:
+        if leaf_given and self.leaf_span_gpus < self.nvlink_domain_size:
             raise ValueError(
                 f"cluster.leaf_span_gpus: {self.leaf_span_gpus} is below nvlink_domain_size ({self.nvlink_domain_size}): "
                 "a leaf switch group spans whole NVLink domains"

@@ -366,7 +366,7 @@ def test_time_limit_is_clamped_and_defaulted(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_body_over_the_limit_is_413(client: TestClient) -> None:
-    big = json.dumps({**JOB, "padding": "x" * (4 << 20)})
+    big = json.dumps({**JOB, "padding": "x" * (8 << 20)})
     response = client.post("/plan", content=big, headers={"content-type": "application/json"})
     assert response.status_code == 413
     assert "limit" in response.json()["detail"]

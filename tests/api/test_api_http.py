@@ -165,7 +165,7 @@ def test_invalid_request_is_422(http: httpx.Client) -> None:
 def test_declared_body_over_the_limit_is_413(http: httpx.Client) -> None:
     response = http.post(
         "/plan",
-        content=b"{" + b" " * (4 << 20) + b"}",
+        content=b"{" + b" " * (8 << 20) + b"}",
         headers={"content-type": "application/json"},
     )
     assert response.status_code == 413
@@ -173,7 +173,7 @@ def test_declared_body_over_the_limit_is_413(http: httpx.Client) -> None:
 
 def test_streamed_body_over_the_limit_is_413(http: httpx.Client) -> None:
     def chunks() -> Iterator[bytes]:
-        for _ in range(80):  # 5 MiB, over the 4 MiB default
+        for _ in range(144):  # 9 MiB, over the 8 MiB default
             yield b" " * (64 << 10)
 
     response = http.post("/plan", content=chunks(), headers={"content-type": "application/json"})

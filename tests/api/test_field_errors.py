@@ -244,3 +244,10 @@ def test_a_leaf_span_below_the_nvlink_domain_is_a_422(client: TestClient) -> Non
     assert item["loc"] == ["body", "cluster", "leaf_span_gpus"]
     assert item["msg"].startswith("cluster.leaf_span_gpus: 4 is below nvlink_domain_size (8)")
     assert client.post("/plan", json=_with("cluster", leaf_span_gpus=8)).status_code == 200
+
+
+def test_a_leaf_span_left_out_is_never_refused_for_a_large_domain(client: TestClient) -> None:
+    """The default leaf span (32 nodes of GPUs) below a 576-GPU NVLink domain is raised to the
+    domain, not refused as if the request had given it."""
+    cluster = {"gpu": "gb200", "gpus_per_node": 4, "nvlink_domain_size": 576, "num_gpus": 1152}
+    assert client.post("/plan", json={**PLAN, "cluster": cluster}).status_code == 200

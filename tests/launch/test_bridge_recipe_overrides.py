@@ -87,3 +87,21 @@ def test_fp16_plans_cost_the_fp16_gradients_fp16_mixed_reduces() -> None:
     forced = plan(PlanRequest.model_validate({**job, "training": {**training, "grad_reduce_in_fp32": True}}))
     assert forced.plans and forced.plans[0].frameworks == []
     assert any("fp16_mixed" in n for n in forced.plans[0].notes), forced.plans[0].notes
+
+
+def test_plans_writing_comm_overlap_keys_say_the_recipe_needs_the_section() -> None:
+    p, over = _first_plan({
+        "model": {"preset": "qwen3-235b-a22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 2048, "framework": "megatron-bridge",
+                     "ep_comm_overlap": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+    })  # fmt: skip
+    assert over["comm_overlap.overlap_moe_expert_parallel_comm"] == "true"
+    assert any(n.startswith("Megatron-Bridge: the comm_overlap.* overrides need the recipe's") for n in p.notes)
+    plain, plain_over = _first_plan({
+        "model": {"preset": "qwen3-30b-a3b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    })  # fmt: skip
+    assert not any(k.startswith("comm_overlap.") for k in plain_over)
+    assert not any("comm_overlap.* overrides" in n for n in plain.notes)

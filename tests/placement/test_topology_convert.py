@@ -195,3 +195,13 @@ def test_converter_arguments_that_cannot_be_meant(tmp_path: Path) -> None:
 
     with pytest.raises(ConvertError, match="--busy applies without --nodes"):
         from_volcano("", {"items": []}, None, 8, "vn-[0-7]")
+
+
+def test_odd_digits_and_pods_without_nodes_are_errors() -> None:
+    from api.topology_convert import gpu_quantity
+    from api.topology_volcano import from_volcano
+
+    with pytest.raises(ConvertError, match="is not a whole number of GPUs"):
+        gpu_quantity("\u00b2", "nodes: 'n'")  # str.isdigit accepts it, int() does not
+    with pytest.raises(ConvertError, match="--pods needs --nodes"):
+        from_volcano("", None, {"items": []}, 8, "")

@@ -41,7 +41,7 @@ DOCUMENTS: dict[str, tuple[str, bytes]] = {
     "syntax-error": ("plan.json", b'{"model": '),
     "unknown-suffix-garbage": ("plan.txt", b"\x00\x01: [\n"),
     "empty": ("plan.yaml", b""),
-    "huge": ("plan.json", b" " * (5 << 20) + b"{}"),
+    "huge": ("plan.json", b" " * (9 << 20) + b"{}"),
     "huge-integer-yaml": ("plan.yaml", b"cluster: {num_gpus: " + b"9" * 5000 + b"}\n"),
     "huge-integer-json": ("plan.json", b'{"cluster": {"num_gpus": ' + b"9" * 5000 + b"}}"),
 }

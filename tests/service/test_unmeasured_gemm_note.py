@@ -26,3 +26,8 @@ def test_a_derived_gemm_efficiency_is_noted() -> None:
 @pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100", "dgx-b200"])
 def test_measured_ones_are_not(preset: str) -> None:
     assert not any("GEMM efficiency" in n for n in _notes({"preset": preset, "num_gpus": 64}))
+
+
+def test_fp8_on_a_gpu_without_a_low_precision_efficiency_says_which_it_uses() -> None:
+    (note,) = [n for n in _notes({"preset": "dgx-h100", "gpu": "mi300x", "num_gpus": 64}, "fp8") if "GEMM" in n]
+    assert note.startswith("mi300x has no measured low-precision GEMM efficiency: its fp8 GEMMs run at its bf16")
