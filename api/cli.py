@@ -21,15 +21,16 @@ from pydantic import BaseModel, ValidationError
 from api import sweep_cli
 from api.catalog import catalog_items
 from api.documents import DocumentError, parse_json, parse_yaml
-from api.errors import validation_items
+from api.errors import JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
 from api.planning import apply_search_limits
-from api.settings import Settings
+from api.settings import MIB, Settings
 from api.topology_cli import add_topology_commands
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.reference import current
 from optimizer.results import CompareResponse, Plan, PlanResponse
+from optimizer.search import space_memory_budget
 from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 from optimizer.units import GB, GIB, TB, TFLOPS, US
 
@@ -240,8 +241,10 @@ def _error(text: str) -> None:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     request = PlanRequest.model_validate(load_document(args.file))
-    request, warnings = apply_search_limits(request, Settings())
-    response = service.plan(request)
+    settings = Settings()
+    request, warnings = apply_search_limits(request, settings)
+    with space_memory_budget(settings.search_memory_mib * MIB):  # as /plan
+        response = service.plan(request)
     if warnings:
         response = response.model_copy(update={"warnings": [*warnings, *response.warnings]})
     if args.format == "table":
@@ -364,7 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(_validation_message(exc, source))
         return EXIT_INVALID
     except InvalidLayout as exc:
-        field = exc.field if args.command != "evaluate" or exc.field.startswith("config") else f"config.{exc.field}"
+        first = exc.field.split(".")[0]
+        under_config = args.command == "evaluate" and first != "config" and first not in JOB_SECTIONS
+        field = f"config.{exc.field}" if under_config else exc.field  # as layout_error locates it
         _error(f"{source}: invalid layout: {field}: {exc.reason}")
         return EXIT_INVALID
     except PlannerError as exc:

@@ -476,3 +476,34 @@ def test_inventories_keep_exponent_like_names_as_strings() -> None:
     from api.documents import parse_yaml_all
 
     assert parse_yaml_all("nodes: [2e1, gpu001]\nblock: 1e1\n") == [{"nodes": ["2e1", "gpu001"], "block": "1e1"}]
+
+
+def test_cli_plan_keeps_the_search_memory_budget(tmp_path, capsys, monkeypatch) -> None:
+    """PPLAN_SEARCH_MEMORY_MIB bounds `pplan plan` as it bounds /plan (the CLI kept 512 MiB)."""
+    import json as _json
+
+    monkeypatch.setenv("PPLAN_SEARCH_MEMORY_MIB", "16")
+    path = tmp_path / "plan.json"
+    path.write_text(_json.dumps({  # 141,360 layouts and more: over 16 MiB, under the default 512
+        "model": {"num_layers": 1008, "hidden_size": 14400, "num_attention_heads": 720, "vocab_size": 128000},
+        "training": {"seq_len": 46080, "global_batch_size": 80640},
+        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 5040},
+        "search": {"time_limit_s": 5, "allow": {"zero_stage": [0, 1, 2, 3]}},
+    }))  # fmt: skip
+    assert cli.main(["plan", str(path)]) == 2
+    assert "over the per-request memory budget of 16 MiB" in capsys.readouterr().err
+
+
+def test_cli_evaluate_locates_request_fields_as_the_api_does(tmp_path, capsys) -> None:
+    import json as _json
+
+    path = tmp_path / "evaluate.json"
+    path.write_text(_json.dumps({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "fp4"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "config": {"tp": 1},
+    }))  # fmt: skip
+    assert cli.main(["evaluate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid layout: training.precision: fp4 needs FP4 tensor cores" in err and "config.training" not in err

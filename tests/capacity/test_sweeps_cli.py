@@ -35,3 +35,21 @@ def test_invalid_point_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_text(json.dumps({**DOC, "vary": {"cluster": ["dgx-h100", "no-such-cluster"]}}))
     assert cli.main(["sweep", str(path), "--quiet"]) == 2
     assert "no-such-cluster" in capsys.readouterr().err
+
+
+def test_the_cli_sweep_keeps_the_servers_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As POST /sweeps: too many points is an error (it planned all 289), and each point's time
+    limit is defaulted and clamped by the PPLAN_* settings (it ran each point as long as asked)."""
+    path = tmp_path / "sweep.json"
+    path.write_text(
+        json.dumps({**DOC, "vary": {"num_gpus": list(range(1, 18)), "global_batch_size": list(range(240, 257))}})
+    )
+    assert cli.main(["sweep", str(path), "--quiet"]) == 2
+    assert "289 points exceed the server limit max_sweep_points (256)" in capsys.readouterr().err
+    monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "0.001")
+    monkeypatch.setenv("PPLAN_DEFAULT_TIME_LIMIT_S", "0.001")
+    path.write_text(json.dumps(DOC))
+    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
+    assert {r["status"] for r in json.loads(capsys.readouterr().out)["results"]} == {"timed_out"}
