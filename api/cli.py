@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from api import sweep_cli
 from api.catalog import catalog_items
 from api.documents import DocumentError, parse_json, parse_yaml
-from api.errors import JOB_SECTIONS, validation_items
+from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
 from api.planning import apply_search_limits
 from api.settings import MIB, Settings
@@ -90,8 +90,11 @@ def load_document(path: str) -> dict[str, Any]:
 def _validation_message(exc: ValidationError, path: str) -> str:
     lines = [f"{path}: invalid request"]
     for item in validation_items(exc.errors()):
-        loc = ".".join(str(part) for part in item["loc"]) or "(document)"
-        lines.append(f"  {loc}: {item['msg']}")
+        loc, msg = ".".join(str(part) for part in item["loc"]), item["msg"]
+        named = FIELD_PATH.match(msg)  # a cross-field check's message starts with its field
+        if named is not None and (not loc or loc.endswith(named.group(1)) or named.group(1).endswith(loc)):
+            loc, msg = named.group(1) if len(named.group(1)) > len(loc) else loc, msg[named.end() :]
+        lines.append(f"  {loc or '(document)'}: {msg}")
     return "\n".join(lines)
 
 

@@ -507,3 +507,22 @@ def test_cli_evaluate_locates_request_fields_as_the_api_does(tmp_path, capsys) -
     assert cli.main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "invalid layout: training.precision: fp4 needs FP4 tensor cores" in err and "config.training" not in err
+
+
+def test_cli_names_a_cross_field_errors_field_once(tmp_path, capsys) -> None:
+    """A model validator's message starts with its field; the CLI printed it twice
+    (``reliability.x: reliability.x: ...``) or after ``(document)``."""
+    import json as _json
+
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 256},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+    path = tmp_path / "plan.json"
+    path.write_text(
+        _json.dumps({**job, "reliability": {"checkpoint_write_s": 10, "checkpoint_write_bytes_per_s_per_node": 1e9}})
+    )
+    assert cli.main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "  reliability.checkpoint_write_bytes_per_s_per_node: give it or checkpoint_write_s, not both" in err
+    path.write_text(_json.dumps({**job, "search": {"fix": {"recompute": "moe"}}}))
+    assert cli.main(["plan", str(path)]) == 2
+    assert "  search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model" in capsys.readouterr().err
