@@ -5,7 +5,7 @@ from __future__ import annotations
 from optimizer.cost import Estimate
 from optimizer.cost.rules import divisors
 from optimizer.search.fixed_values import fixed_combination_reason
-from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, empty_choice
+from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, cp_chunk_too_short, empty_choice
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import to_gib
 
@@ -33,12 +33,12 @@ def no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
 
 
 def _short_chunks_left_out(job: JobSpec, spec: SearchSpec) -> str:
-    """The context-parallel sizes the default space leaves out (a chunk under ``MIN_CP_CHUNK``
-    tokens), which the rules allow and a request may name."""
+    """The context-parallel sizes the layout rules allow and the default space leaves out
+    (``space.cp_chunk_too_short``), which a request may name."""
     if spec.fix.cp is not None or spec.allow.cp is not None or job.training.attention_kernel == "unfused":
         return ""
     n, seq = job.cluster.num_gpus or 0, job.training.seq_len
-    left = [d for d in divisors(n) if 1 < d <= MAX_CP and seq % (2 * d) == 0 and seq // (2 * d) < MIN_CP_CHUNK]
+    left = [d for d in divisors(n) if d <= MAX_CP and seq % (2 * d) == 0 and cp_chunk_too_short(seq, d)]
     if not left:
         return ""
     return (

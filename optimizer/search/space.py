@@ -22,9 +22,6 @@ from optimizer.specs.layout import MAX_MICRO_BATCH_SIZE
 MAX_TP = 64
 MAX_CP = 64
 MIN_CP_CHUNK = 512
-"""Context parallelism splits each sequence into ``2*cp`` chunks; below this many tokens per chunk
-the ring exchange cannot hide behind attention, so such ``cp`` values are not searched
-(``/evaluate`` still scores them)."""
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
 """The default space's bounds on ``vpp`` and ``micro_batch_size``: search priorities, not rules.
@@ -45,6 +42,12 @@ class Reach(Enum):
 
     DEFAULT = "default"
     ALL = "all"
+
+
+def cp_chunk_too_short(seq_len: int, cp: int) -> bool:
+    """``cp`` splits a sequence into ``2*cp`` chunks under ``MIN_CP_CHUNK`` tokens, too short to hide
+    the ring exchange behind attention: not searched by default (a request may name it)."""
+    return cp > 1 and seq_len // (2 * cp) < MIN_CP_CHUNK
 
 
 def _named(name: str, search: SearchSpec) -> bool:
@@ -285,9 +288,7 @@ def blocks_with_uneven_depths_apart(
     tps = _choices("tp", [d for d in tp_rule if d <= MAX_TP], search, tp_rule)
     pps = _choices("pp", [d for d in div_n if d <= layers], search)
     cp_rule = [d for d in div_n if d == 1 or seq % (2 * d) == 0]
-    cps = _choices(
-        "cp", [d for d in cp_rule if d <= MAX_CP and (d == 1 or seq // (2 * d) >= MIN_CP_CHUNK)], search, cp_rule
-    )
+    cps = _choices("cp", [d for d in cp_rule if d <= MAX_CP and not cp_chunk_too_short(seq, d)], search, cp_rule)
     experts = model.moe.num_experts if model.moe else 1
     zeros, rcs = zero_choices(search), recompute_choices(job, search)
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
