@@ -10,6 +10,7 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
+from optimizer.launch.nemo import tp_overlap_left_to_recipe_note
 from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
@@ -34,7 +35,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
     notes += _tp_overlap_note(job, est)
-    notes += _bridge_tp_overlap_note(job, est, frameworks)
+    notes += tp_overlap_left_to_recipe_note(job.training, lay) if "megatron-bridge" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)
@@ -118,21 +119,6 @@ def _tp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
         return []
     return [
         f"training.tp_comm_overlap is not applied: {why} (the overlap needs sequence parallelism inside one NVLink domain)"
-    ]
-
-
-def _bridge_tp_overlap_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
-    """Megatron-Bridge's Llama 3 / 3.1 and GPT-3 175B recipes turn TP overlap on in their
-    ``comm_overlap`` section; the overrides cannot turn it off by default, since recipes without
-    the section (Qwen) refuse the key."""
-    lay = est.layout
-    if "megatron-bridge" not in frameworks or job.training.tp_comm_overlap or lay.tp == 1 or not lay.sequence_parallel:
-        return []
-    return [
-        "Megatron-Bridge: recipes whose comm_overlap section turns TP communication overlap on (Llama 3 / 3.1, "
-        "GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
-        "comm_overlap.tp_comm_overlap=false (or plan with training.tp_comm_overlap true); recipes without the "
-        "section (Qwen) run it off, as planned"
     ]
 
 

@@ -22,6 +22,20 @@ NEMO_COMM_OVERLAP_NOTE = (
 """Said on a plan whose overrides write ``comm_overlap.*`` keys (Hydra refuses keys under a None section)."""
 
 
+def tp_overlap_left_to_recipe_note(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
+    """A plan without TP overlap where it could apply: the overrides leave
+    ``comm_overlap.tp_comm_overlap`` to the recipe (recipes without the section refuse the key),
+    and the Llama 3 / 3.1 and GPT-3 175B recipes turn it on."""
+    if training.tp_comm_overlap or layout.tp == 1 or not layout.sequence_parallel:
+        return []
+    return [
+        "Megatron-Bridge: recipes whose comm_overlap section turns TP communication overlap on (Llama 3 / 3.1, "
+        "GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
+        "comm_overlap.tp_comm_overlap=false (or plan with training.tp_comm_overlap true); recipes without the "
+        "section (Qwen) run it off, as planned"
+    ]
+
+
 def _hydra(value: object) -> str:
     if value is None:
         return "null"
@@ -42,7 +56,7 @@ def nemo_overrides(
     ]
     if model.is_moe:
         over += _moe_overrides(model, training, geo)
-    if training.tp_comm_overlap and geo.sp:
+    if training.tp_comm_overlap and geo.sp:  # only when on: see tp_overlap_left_to_recipe_note
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     if not training.pp_comm_overlap and geo.pp > 1:
         over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
