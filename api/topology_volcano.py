@@ -132,7 +132,7 @@ def from_volcano(
         raise ConvertError("--pods needs --nodes (without them every node has --gpus-per-node free, less --busy)")
     hns = _hypernodes(text)
     listed = kubectl_items(nodes_json, "nodes") if nodes_json is not None else []
-    items = {(i.get("metadata") or {}).get("name"): i for i in listed if isinstance(i.get("metadata"), dict)}
+    items = {i["metadata"].get("name"): i for i in listed if isinstance(i.get("metadata"), dict)}
     labels = None if nodes_json is None else {n: i["metadata"].get("labels") or {} for n, i in items.items() if n}
     leaf_of, parent = _tree(hns, labels)
     if not leaf_of:
