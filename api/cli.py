@@ -24,7 +24,7 @@ from api.documents import DocumentError, parse_json, parse_yaml
 from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
 from api.planning import apply_search_limits
-from api.settings import MIB, Settings
+from api.settings import MIB, Settings, settings_message
 from api.topology_cli import add_topology_commands
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(str(exc))
         return EXIT_INVALID
     except ValidationError as exc:
-        _error(_validation_message(exc, source))
+        _error(settings_message(exc) if exc.title == Settings.__name__ else _validation_message(exc, source))
         return EXIT_INVALID
     except InvalidLayout as exc:
         first = exc.field.split(".")[0]

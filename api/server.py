@@ -27,9 +27,10 @@ import sys
 from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from api.settings import Settings
+from api.settings import Settings, settings_message
 
 MAX_HEADER_BYTES = 16 * 1024
 FD_MARGIN = 256
@@ -168,4 +169,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:  # settings come from PPLAN_* variables; `pplan serve` takes options
         sys.exit(f"python -m api.server takes no arguments (got {' '.join(sys.argv[1:])}): set PPLAN_HOST, "
                  "PPLAN_PORT, ... or run `pplan serve --host H --port P`")  # fmt: skip
-    serve()
+    try:
+        serve()
+    except ValidationError as exc:
+        sys.exit(settings_message(exc) if exc.title == Settings.__name__ else str(exc))

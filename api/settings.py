@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1 << 20
@@ -127,3 +127,12 @@ def get_settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def settings_message(exc: ValidationError) -> str:
+    """A bad ``PPLAN_*`` variable, named as the user set it."""
+    lines = ["PPLAN_* settings: invalid environment"]
+    for item in exc.errors():
+        name = "PPLAN_" + "_".join(str(part) for part in item["loc"]).upper() if item["loc"] else "(settings)"
+        lines.append(f"  {name}: {item['msg']}")
+    return "\n".join(lines)

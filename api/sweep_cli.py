@@ -75,5 +75,9 @@ def command(args: argparse.Namespace, document: dict) -> int:
         Console(width=None if sys.stdout.isatty() else TABLE_WIDTH).print(pareto_table(status))
     else:
         data = status.model_dump(mode="json")
-        sys.stdout.write(json.dumps(data, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(data))
+        sys.stdout.write(
+            json.dumps(data, indent=2) + "\n"
+            if args.format == "json"
+            else yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        )
     return 0

@@ -58,7 +58,7 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     return annotate(resolve_inputs(request), to_plan(job, est))
 
 
-def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
+def to_plan(job: JobSpec, est: Estimate) -> Plan:
     """The contract's ``Plan`` for an estimate (numbers straight from the cost model)."""
     lay = est.layout
     config = lay.to_spec()
@@ -79,12 +79,12 @@ def to_plan(job: JobSpec, est: Estimate, launch: bool = True) -> Plan:
     training = job.training.model_copy(update={"attention_kernel": kernel})
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
-    launch_args = build_launch(job.model, training, lay, fields) if launch else None
+    launch_args = build_launch(job.model, training, lay, fields)
     if "deepspeed" in fields:
         notes += deepspeed_notes(job.training, lay)
     if "torchtitan" in fields:
         notes += torchtitan_notes(lay)
-    if launch_args is not None and "comm_overlap." in launch_args.nemo:
+    if "comm_overlap." in launch_args.nemo:
         notes.append(NEMO_COMM_OVERLAP_NOTE)
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)

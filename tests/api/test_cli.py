@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -360,6 +361,17 @@ def test_worker_counts_below_one_exit_2(args: list[str], capsys: pytest.CaptureF
     assert "argument --workers" in capsys.readouterr().err
 
 
+def test_bad_environment_setting_is_named_as_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PPLAN_SEARCH_MEMORY_MIB", "abc")
+    code, _, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
+    assert code == 2
+    assert "PPLAN_* settings: invalid environment" in err
+    assert "PPLAN_SEARCH_MEMORY_MIB: Input should be a valid integer" in err
+    assert "job.yaml" not in err  # the document is fine
+
+
 def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
 
@@ -526,3 +538,13 @@ def test_cli_names_a_cross_field_errors_field_once(tmp_path, capsys) -> None:
     path.write_text(_json.dumps({**job, "search": {"fix": {"recompute": "moe"}}}))
     assert cli.main(["plan", str(path)]) == 2
     assert "  search.fix.recompute: 'moe' recomputes MoE blocks and needs an MoE model" in capsys.readouterr().err
+
+
+def test_server_module_names_a_bad_environment_variable() -> None:
+    env = {**os.environ, "PPLAN_PORT": "abc"}
+    result = subprocess.run(
+        [sys.executable, "-m", "api.server"], check=False, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 1
+    assert "PPLAN_PORT: Input should be a valid integer" in result.stderr
+    assert "Traceback" not in result.stderr

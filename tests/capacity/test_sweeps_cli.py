@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from api import cli
 from jobs import LLAMA3_8B_ON_8_H100, job_copy
@@ -28,6 +29,17 @@ def test_sweep_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cli.main(["sweep", str(path), "--format", "table", "--workers", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "Pareto front" in out and "num_gpus=8" in out
+
+
+def test_sweep_yaml_keeps_the_json_field_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({**DOC, "vary": {"num_gpus": [8]}}))
+    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert cli.main(["sweep", str(path), "--format", "yaml", "--workers", "1", "--quiet"]) == 0
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    assert list(as_yaml) == list(as_json)  # not sorted: status first, as the HTTP body
+    assert list(as_yaml["results"][0]) == list(as_json["results"][0])
 
 
 def test_invalid_point_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
