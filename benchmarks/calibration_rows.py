@@ -196,7 +196,7 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             # torchao's float8 linears keep their 16-bit inputs, Transformer Engine's the fp8 ones
             fp8_saved_inputs=not titan,
             # ZeRO-2/3 buffers: FSDP2 and DeepSpeed hold a layer's worth, Megatron-FSDP its queues
-            fsdp_buffers="layer" if titan or names_deepspeed(row) else "megatron-fsdp",
+            fsdp_buffers="fsdp2" if titan else "layer" if names_deepspeed(row) else "megatron-fsdp",
         )
         cluster = ClusterSpec(
             num_gpus=int(row["num_gpus"]),

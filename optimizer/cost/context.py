@@ -35,6 +35,13 @@ LOGIT_BYTES = {"fused": 6.0, "unfused": 12.0}
 gradient reuses (Megatron-Core's vocab-parallel cross-entropy). unfused: PyTorch's cross_entropy
 on logits cast to fp32 keeps the fp32 log-probabilities for backward, where the fp32 gradients of
 those and of the logits are made next to them (torchtitan frees the bf16 logits first)."""
+LOSS_PARALLEL_LOGIT_BYTES = 16.0
+"""Bytes per logit PyTorch's cross-entropy holds on vocabulary-sharded logits (tensor parallel,
+``loss_parallel``, torchtitan's default with TP): its backward
+(``torch/distributed/tensor/parallel/loss.py`` ``_nll_loss_and_log_softmax_backward``) keeps the
+fp32 log-probabilities saved by forward next to ``grad_input = zeros_like(x)``, ``exp(x)`` and
+their sum (then their product with the output gradient), four fp32 values a logit; its forward
+peaks at 14 (the bf16 logits, their fp32 copy, the shifted values and the result)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,12 @@ class JobContext:
     def logit_bytes(self) -> float:
         """Bytes the loss holds per logit at its peak (``training.cross_entropy``)."""
         return LOGIT_BYTES[self.job.training.cross_entropy]
+
+    def loss_bytes_per_logit(self, tp: int) -> float:
+        """Bytes the loss holds per logit at its peak on a ``tp``-way split vocabulary: PyTorch's
+        unfused cross-entropy runs as ``loss_parallel`` on sharded logits, else ``logit_bytes``."""
+        unfused = self.job.training.cross_entropy == "unfused"
+        return LOSS_PARALLEL_LOGIT_BYTES if unfused and tp > 1 else self.logit_bytes
 
     def headroom_bytes(self, requested: float | None) -> float:
         """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in

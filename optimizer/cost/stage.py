@@ -371,10 +371,11 @@ def stage_fixed_terms(
                                                                   opt_dense_shard, opt_expert_shard)  # fmt: skip
     acts = working  # plus the in-flight micro-batches' stored activations (added per stage)
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
-    acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.logit_bytes)
+    acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.loss_bytes_per_logit(lay.tp))
     buffers: Num = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    head = last * ((ctx.lm_head_params or ctx.embedding_params) / lay.tp)
     buffers += zero_buffer_bytes(ctx, lay.zero_stage, lay.dp * lay.cp > 1, (dense, expert, max_layer_params),
-                                 dense - layer_dense, (dp_shard, ep_shard), w_bytes)  # fmt: skip
+                                 dense - layer_dense, (dp_shard, ep_shard), w_bytes, head)  # fmt: skip
     memory = StageMemory(weights_bytes, grads_bytes, optim_bytes, acts, buffers)
     terms = StageTerms(fwd, bwd, compute, tp_s, cp_s, ep_s, 0.0, t_opt, memory)
     return terms, stored, grads_bytes, (dense, expert, n_layers, max_layer_params, compute, fwd, bwd)

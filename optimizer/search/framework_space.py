@@ -36,7 +36,7 @@ class Targets(NamedTuple):
     searched whether or not a framework runs them (the plans then say so)."""
     free_recompute: bool
     zero1_dominated: bool
-    """ZeRO-2 never needs more memory than ZeRO-1 (``training.fsdp_buffers`` 'layer'); with
+    """ZeRO-2 never needs more memory than ZeRO-1 (``training.fsdp_buffers`` 'layer', 'fsdp2'); with
     Megatron-FSDP's buffers it can (its reduce-scatter queue outweighs a small model's gradients)."""
 
 
@@ -56,7 +56,7 @@ def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     profiles, matched = target_profiles(job.training, job.model)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
-    zero1_dominated = costed_fsdp_buffers(job.training, job.model) == "layer"
+    zero1_dominated = costed_fsdp_buffers(job.training, job.model) in ("layer", "fsdp2")
     return Targets(profiles, named, matched, free_zero, free_rc, zero1_dominated)
 
 

@@ -129,14 +129,16 @@ class TrainingSpec(Strict):
             "Ignored with bf16 or fp16 GEMMs."
         ),
     )
-    fsdp_buffers: Literal["megatron-fsdp", "layer"] | None = Field(
+    fsdp_buffers: Literal["megatron-fsdp", "fsdp2", "layer"] | None = Field(
         default=None,
         description=(
             "Buffers the stack's ZeRO-2/3 holds beside the shards. megatron-fsdp (Megatron-FSDP, "
             "Megatron-LM and Megatron-Bridge): a reduce-scatter queue of up to max(1e9, 2 layers) "
             "unsharded gradient elements, a parameter prefetch of half that, and the embedding and "
-            "output layer kept gathered all step. layer (FSDP2, DeepSpeed): one layer gathered ahead "
-            "and one gradient bucket. Null: the named framework's; with none named, the larger of "
+            "output layer kept gathered all step. fsdp2 (torchtitan): ZeRO-3 gathers two layers whole "
+            "and reduces a layer's 16-bit gradients through a reduce-dtype copy (ZeRO-2: the copy only), "
+            "and keeps the output layer gathered across the loss. layer (DeepSpeed): one layer gathered "
+            "ahead and one gradient bucket. Null: the named framework's; with none named, the larger of "
             "those the frameworks whose stack runs the job hold (megatron-fsdp when a Megatron "
             "framework is among them), so plans fit on every framework they list. Ignored below ZeRO-2."
         ),
@@ -174,7 +176,8 @@ class TrainingSpec(Strict):
             "vocab-parallel cross-entropy, one fp32 softmax buffer reused for the gradient next to "
             "the bf16 logits (6 bytes per logit); unfused: PyTorch's cross_entropy on logits cast "
             "to fp32 (torchtitan), whose fp32 log-probabilities are kept for backward and meet "
-            "their fp32 gradient and the logits' there (12 bytes per logit at the peak)."
+            "their fp32 gradient and the logits' there (12 bytes per logit at the peak; 16 with TP, "
+            "where it runs as PyTorch's loss_parallel on vocabulary-sharded logits)."
         ),
     )
     dp_collectives: Literal["hierarchical", "flat"] = Field(

@@ -1,6 +1,8 @@
 """What ZeRO-2/3 hold beside the shards (``cost.zero_buffers``, ``training.fsdp_buffers``):
 Megatron-FSDP's reduce-scatter queue, parameter prefetch and gathered embedding and output layer
-(Megatron-LM 000c4ac2 ``megatron_fsdp.py``), against FSDP2's and DeepSpeed's layer ahead."""
+(Megatron-LM 000c4ac2 ``megatron_fsdp.py``), FSDP2's whole layers, reduce-dtype gradient copies
+and kept output layer (torch ``_fsdp_collectives.py``, torchtitan ``apply_fsdp``), against
+DeepSpeed's layer ahead."""
 
 from __future__ import annotations
 
@@ -63,7 +65,69 @@ def test_below_zero2_the_knob_changes_nothing(zero_stage: int) -> None:
 
 
 @pytest.mark.parametrize(("fid", "value"), [("megatron-lm", "megatron-fsdp"), ("megatron-bridge", "megatron-fsdp"),
-                                            ("torchtitan", "layer"), ("deepspeed", "layer")])  # fmt: skip
+                                            ("torchtitan", "fsdp2"), ("deepspeed", "layer")])  # fmt: skip
 def test_profiles_name_their_buffers(fid: str, value: str) -> None:
     knob = profile(fid).stack["fsdp_buffers"]
     assert knob.default == value and knob.runs == (value,)
+
+
+@pytest.mark.parametrize(("fp32", "grad_bytes"), [(False, 2), (True, 4)])
+def test_fsdp2_zero3_hand_computed(fp32: bool, grad_bytes: int) -> None:
+    """DP8. A layer's backward: two layers gathered whole (bf16) and one layer's bf16 gradients
+    next to their reduce-dtype copy: 1.74 GB with bf16 reduction, 2.18 GB with fp32
+    (torchtitan's), against 0.76 GB for DeepSpeed's layers (7/8 of two gathered). The output
+    layer kept gathered (1.05 GB) is less."""
+    layers = 2 * LAYER * 2 + LAYER * (2 + grad_bytes)
+    assert layers > EMBEDDING * 2
+    deepspeed = 2 * LAYER * 7 / 8 * 2
+    got = _memory_gib(3, "fsdp2", grad_reduce_in_fp32=fp32) - _memory_gib(3, "layer", grad_reduce_in_fp32=fp32)
+    assert got == pytest.approx((layers - deepspeed) / GIB, rel=1e-6)
+    assert layers / 1e9 == pytest.approx(2.18 if fp32 else 1.74, abs=0.005)
+
+
+def test_fsdp2_zero3_output_layer_when_larger() -> None:
+    """A 1M-entry vocabulary makes the output layer (4.2B parameters, 8.4 GB gathered) the larger."""
+    training = {"seq_len": 8192, "global_batch_size": 64}
+    plan = evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-8b", "vocab_size": 1 << 20},
+        "training": {**training, "fsdp_buffers": "fsdp2"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
+    }))  # fmt: skip
+    other = evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-8b", "vocab_size": 1 << 20},
+        "training": {**training, "fsdp_buffers": "layer"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+        "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
+    }))  # fmt: skip
+    head = (1 << 20) * H * 2
+    assert plan.memory_gib.buffers - other.memory_gib.buffers == pytest.approx(
+        (head - 2 * LAYER * 7 / 8 * 2) / GIB, rel=1e-6
+    )
+
+
+def test_fsdp2_zero2_gradient_copies() -> None:
+    """ZeRO-2 keeps whole weights: a layer's bf16 gradients and their fp32 copy (6 bytes a
+    parameter) in place of two 160 MB buckets."""
+    bucket = 160e6
+    got = _memory_gib(2, "fsdp2", grad_reduce_in_fp32=True) - _memory_gib(2, "layer", grad_reduce_in_fp32=True)
+    assert got == pytest.approx((LAYER * 6 - 2 * bucket) / GIB, rel=1e-6)
+
+
+def test_no_framework_named_charges_the_larger_buffers() -> None:
+    """Without a named framework the buffers are the largest the candidate frameworks hold:
+    Megatron-FSDP's with a Megatron framework among them, else FSDP2's over DeepSpeed's."""
+    from optimizer.frameworks import costed_fsdp_buffers
+    from optimizer.specs import ModelSpec, TrainingSpec
+
+    model = ModelSpec.model_validate({"preset": "llama3-8b"})
+    bf16 = TrainingSpec.model_validate({"seq_len": 8192, "global_batch_size": 64})
+    assert costed_fsdp_buffers(bf16, model) == "megatron-fsdp"
+    # a stack both torchtitan and DeepSpeed run (the unfused loss rules out the Megatron ones)
+    stack = {"attention_kernel": "flash2", "cross_entropy": "unfused", "tp_dgrad_overlap": False,
+             "grad_reduce_in_fp32": True}  # fmt: skip
+    titan_like = TrainingSpec.model_validate({"seq_len": 8192, "global_batch_size": 64, **stack})
+    assert costed_fsdp_buffers(titan_like, model) == "fsdp2"
+    # 16-bit gradients (torchtitan reduces in fp32) and blocking pipeline p2p (DeepSpeed's engine)
+    deepspeed_only = titan_like.model_copy(update={"grad_reduce_in_fp32": False, "pp_comm_overlap": False})
+    assert costed_fsdp_buffers(deepspeed_only, model) == "layer"
