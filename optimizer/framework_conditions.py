@@ -36,12 +36,22 @@ class When:
     """Layouts with ep > 1 and pp > 1 only interleaved."""
     tensor_parallel: bool = True
     defaults: tuple[tuple[str, Any], ...] = ()
+    shared_experts: bool | None = None
+    """Matches an MoE model with (true) or without (false) shared experts."""
+    activations: tuple[str, ...] | None = None
+    """Matches a model whose FFN activation (default swiglu) is one of these."""
 
     def matches(self, training: Any, model: Any) -> bool:
         """Whether the job (``training``, ``model``: its specs) meets every condition."""
         if self.moe is not None and model.is_moe != self.moe:
             return False
         if self.mla is not None and (model.mla is not None) != self.mla:
+            return False
+        if self.shared_experts is not None and (
+            model.moe is None or (model.moe.num_shared_experts > 0) != self.shared_experts
+        ):
+            return False
+        if self.activations is not None and (model.activation or "swiglu") not in self.activations:
             return False
         for knob, values in self.knobs:
             value = getattr(training, knob)
@@ -81,6 +91,8 @@ def parse_when(fid: str, raw: dict[str, Any]) -> When:
         ep_layouts_pp_needs_vpp=bool(raw.get("ep_layouts_pp_needs_vpp", False)),
         tensor_parallel=bool(raw.get("tensor_parallel", True)),
         defaults=tuple(raw.get("defaults", {}).items()),
+        shared_experts=raw.get("shared_experts"),
+        activations=_tuple(raw.get("activations")),
     )
     if not (rule.excluded or rule.narrows or rule.defaults):
         raise ValueError(f"frameworks.toml {fid}.when: a rule must exclude, narrow or set defaults ({raw})")
@@ -98,6 +110,10 @@ def condition_text(rule: When) -> str:
         parts.append("an MoE model" if rule.moe else "a dense model")
     if rule.mla is not None:
         parts.append("an MLA model" if rule.mla else "no MLA")
+    if rule.shared_experts is not None:
+        parts.append("shared experts" if rule.shared_experts else "no shared experts")
+    if rule.activations is not None:
+        parts.append("a " + " or ".join(rule.activations) + " FFN")
     for knob, values in rule.knobs:
         shown = "set" if values == SET else " or ".join(repr(v) for v in values)
         parts.append(f"training.{knob} {shown}")

@@ -10,7 +10,8 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
-from optimizer.launch.nemo import tp_overlap_left_to_recipe_note
+from optimizer.launch.megatron import delayed_wgrad_te_note
+from optimizer.launch.nemo import first_last_bf16_note, tp_overlap_left_to_recipe_note
 from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
@@ -35,7 +36,10 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
     notes += _tp_overlap_note(job, est)
-    notes += tp_overlap_left_to_recipe_note(job.training, lay) if "megatron-bridge" in frameworks else []
+    if "megatron-bridge" in frameworks:
+        notes += tp_overlap_left_to_recipe_note(job.training, lay)
+        notes += first_last_bf16_note(job.model, job.training, lay)
+    notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
     notes += _host_bound_experts_note(job, est)

@@ -11,13 +11,14 @@
 - ``deepep``: the flex dispatcher with DeepEP (NVLink inside a node, RDMA across nodes). A token
   goes once to each rank that holds one of its experts, and once to each other node (to the
   rank on its own rail, which forwards it over NVLink): the per-node de-duplication of DeepEP's
-  ``get_dispatch_layout`` (``is_token_in_rank``, ``num_tokens_per_rdma_rank``). With FP8 training
-  it dispatches FP8 activations with one fp32 scale per 128 elements (the combine stays bf16).
-  It moves fewer bytes; like the others it does not overlap the same micro-batch's compute in
-  Megatron-Core (``fused_a2a.py`` dispatches with ``async_finish`` off: the compute stream waits).
+  ``get_dispatch_layout`` (``is_token_in_rank``, ``num_tokens_per_rdma_rank``). It moves fewer
+  bytes; like the others it does not overlap the same micro-batch's compute in Megatron-Core
+  (``fused_a2a.py`` dispatches with ``async_finish`` off: the compute stream waits). DeepEP can
+  dispatch FP8 rows, but Megatron-Core 0.14 hands it the bf16 hidden states in FP8 training too
+  (``fused_a2a.py`` ``buffer.dispatch(x, ...)``, no FP8 path at 000c4ac2): every dispatch is bf16.
 - ``hybridep``: the flex dispatcher's HybridEP backend (NVL72 racks: TMA copies within the
-  NVLink domain, RDMA across). Costed as DeepEP: the same de-duplication and FP8 dispatch (no
-  separate bandwidth measurement is published).
+  NVLink domain, RDMA across). Costed as DeepEP: the same de-duplication (no separate bandwidth
+  measurement is published).
 
 Every dispatcher's time is exposed unless the job overlaps one micro-batch's dispatch with
 another's compute (``training.ep_comm_overlap``: ``layer.ep_comm_s``).
@@ -34,10 +35,9 @@ from optimizer.cost.comm import Level, all_to_all_time_s, hierarchical_allgather
 
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 DEDUPLICATING_DISPATCHERS = frozenset({"deepep", "hybridep"})
-"""Dispatchers that send a token once per destination rank and node, FP8 in FP8 runs."""
-FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
-"""Bytes per element of an FP8 dispatch: one e4m3 byte and an fp32 scale per 128 elements."""
+"""Dispatchers that send a token once per destination rank and node."""
 ACT_BYTES = 2.0
+"""Bytes per element of a dispatched or combined row (bf16, whatever the GEMM precision)."""
 
 
 def distinct_other_groups(top_k: int, groups: int) -> float:
@@ -67,13 +67,11 @@ def dispatch_time_s(
     hidden: float,
     top_k: int,
     levels: tuple[Level, ...],
-    fp8: bool,
     imbalance: float = 1.0,
     scale_out_efficiency: float = 1.0,
 ) -> tuple[float, float]:
     """(dispatch, combine) time of one MoE layer's ``tokens`` (this rank's, ``hidden`` wide) over an
-    expert-parallel group spread over ``levels`` (innermost first). ``fp8``: the job trains in
-    FP8 (DeepEP and HybridEP then dispatch FP8). ``imbalance``: busiest rank's volume / mean.
+    expert-parallel group spread over ``levels`` (innermost first). ``imbalance``: busiest rank's volume / mean.
     ``scale_out_efficiency``: the share of a scale-out level's bandwidth the all-to-all dispatchers
     get (``scale_out_derated``; the all-gather dispatcher's collectives run at the full rate)."""
     ranks = 1
@@ -92,8 +90,8 @@ def dispatch_time_s(
         return one, one
     if dispatcher not in DEDUPLICATING_DISPATCHERS:
         raise ValueError(f"unknown MoE dispatcher {dispatcher!r}")
-    disp = FP8_DISPATCH_BYTES if fp8 else ACT_BYTES
-    return _deduplicated_s(row * disp, top_k, levels, ranks), _deduplicated_s(row * ACT_BYTES, top_k, levels, ranks)
+    one = _deduplicated_s(row * ACT_BYTES, top_k, levels, ranks)
+    return one, one
 
 
 def _deduplicated_s(row_bytes: float, top_k: int, levels: tuple[Level, ...], ranks: int) -> float:

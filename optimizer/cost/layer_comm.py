@@ -13,7 +13,7 @@ from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims
 from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
 from optimizer.cost.topology import GroupGeometry
-from optimizer.modes import RecomputeMode, is_low_bit
+from optimizer.modes import RecomputeMode
 
 
 def tp_comm_s(
@@ -189,7 +189,6 @@ def ep_comm_s(
     training = ctx.job.training
     h = float(ctx.job.model.hidden_size or 0)
     tok_gpu = rank_tokens(ctx, d)
-    fp8 = is_low_bit(training.precision)
     dispatcher = training.moe_dispatcher
     recomputed = d.recompute in DISPATCH_REPLAYED
     a2a_eff = cal.scale_out_all_to_all_efficiency
@@ -198,9 +197,9 @@ def ep_comm_s(
         # one transfer over the etp x ep block (flex: every token to all etp shards)
         assert block is not None
         tokens = tok_gpu * d.etp if dispatcher in DEDUPLICATING_DISPATCHERS else tok_gpu
-        disp, comb = dispatch_time_s(dispatcher, tokens, h, moe.top_k, block.levels, fp8, routing_load(ctx), a2a_eff)
+        disp, comb = dispatch_time_s(dispatcher, tokens, h, moe.top_k, block.levels, routing_load(ctx), a2a_eff)
     else:
-        disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, fp8, routing_load(ctx), a2a_eff)
+        disp, comb = dispatch_time_s(dispatcher, tok_gpu, h, moe.top_k, geo.levels, routing_load(ctx), a2a_eff)
         if d.etp > 1:
             assert etp_geo is not None
             routed = tok_gpu * moe.top_k * routing_load(ctx)

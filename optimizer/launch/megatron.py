@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.common import Geometry, dp_overlapped
+from optimizer.launch.common import Geometry, dp_overlapped, geometry
 from optimizer.specs import ModelSpec, TrainingSpec
 
 MEGATRON_FLAGS: frozenset[str] = frozenset(
@@ -78,6 +78,16 @@ MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_MOE_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 """``recompute="moe"``: Megatron-Core selective recompute modules (TransformerConfig.recompute_modules;
 'moe' wraps the whole MoE layer forward in a checkpoint, 'layernorm' the input/pre-MLP norms)."""
+
+
+def launched_dispatcher(dispatcher: str, geo: Geometry) -> str:
+    """The dispatcher a plan launches: its own, except that with one expert-parallel rank
+    (``ep x etp == 1``: nothing to dispatch, and none costed) DeepEP and HybridEP become the
+    all-to-all dispatcher, since the flex dispatcher asserts "Flex token dispatcher requires TPxEP
+    > 1" (Megatron-Core ``token_dispatcher.py`` MoEFlexTokenDispatcher at 000c4ac2)."""
+    if dispatcher in ("deepep", "hybridep") and geo.ep * geo.etp <= 1:
+        return "alltoall"
+    return dispatcher
 
 
 def _megatron_dispatcher_args(dispatcher: str) -> list[str]:
@@ -206,7 +216,7 @@ def _megatron_moe_args(training: TrainingSpec, geo: Geometry) -> list[str]:
     args += ["--expert-model-parallel-size", str(geo.ep), "--expert-tensor-parallel-size", str(geo.etp)]
     # the plan's dispatcher (training.moe_dispatcher) and one grouped GEMM per layer; Megatron
     # defaults to an all-gather dispatcher and a loop of per-expert GEMMs
-    args += [*_megatron_dispatcher_args(training.moe_dispatcher), "--moe-grouped-gemm"]
+    args += [*_megatron_dispatcher_args(launched_dispatcher(training.moe_dispatcher, geo)), "--moe-grouped-gemm"]
     if training.moe_capacity_factor is not None:  # experts padded to capacity, as costed
         args += ["--moe-expert-capacity-factor", f"{training.moe_capacity_factor:g}",
                  "--moe-pad-expert-input-to-capacity"]  # fmt: skip
@@ -273,3 +283,15 @@ def _megatron_precision_args(training: TrainingSpec, current_scaling: bool = Fal
         elif training.precision == "fp4":
             args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return args
+
+
+def delayed_wgrad_te_note(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
+    """A Megatron-LM plan that overlaps the expert all-to-all (``--delay-wgrad-compute``) and the
+    data-parallel gradient reduction: Megatron-LM asserts Transformer Engine 2.8 for the pair."""
+    geo = geometry(training, layout)
+    if not (model.is_moe and training.ep_comm_overlap and geo.ep > 1 and dp_overlapped(training, geo)):
+        return []
+    return [
+        "Megatron-LM: --delay-wgrad-compute with --overlap-grad-reduce needs Transformer Engine 2.8 or later "
+        "(megatron/training/arguments.py asserts it)"
+    ]

@@ -9,6 +9,7 @@ from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
     MEGATRON_FSDP_STRATEGY,
     Split,
+    launched_dispatcher,
     megatron_recompute_modules,
     needs_current_scaling,
 )
@@ -63,6 +64,9 @@ def nemo_overrides(
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
         over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
         over.append(("comm_overlap.delay_wgrad_compute", True))
+        # Bridge copies it into the DDP config only with the distributed optimizer
+        # (comm_overlap.py _get_optimizer_overlap_cfgs); DDP hooks the reduction on it
+        over.append(("ddp.delay_wgrad_compute", True))
     over += [
         ("model.sequence_parallel", geo.sp),
         ("model.seq_length", geo.seq),
@@ -132,17 +136,14 @@ def _moe_overrides(model: ModelSpec, training: TrainingSpec, geo: Geometry) -> l
     over: list[tuple[str, object]] = []
     over.append(("model.expert_model_parallel_size", geo.ep))
     over.append(("model.expert_tensor_parallel_size", geo.etp))  # unset: 1 with ep > 1, tp otherwise
-    flex = training.moe_dispatcher in ("deepep", "hybridep")
-    over.append(("model.moe_token_dispatcher_type", "flex" if flex else training.moe_dispatcher))
+    dispatcher = launched_dispatcher(training.moe_dispatcher, geo)
+    flex = dispatcher in ("deepep", "hybridep")
+    over.append(("model.moe_token_dispatcher_type", "flex" if flex else dispatcher))
     if flex:  # DeepEP: Megatron-Core 0.14's only flex backend (no HybridEP plan runs on Megatron-Bridge)
         over.append(("model.moe_enable_deepep", True))
-    if (
-        model.moe is not None
-        and model.moe.num_shared_experts
-        and (flex or training.moe_dispatcher == "allgather" or (training.ep_comm_overlap and geo.ep > 1))
-    ):
-        # recipes turn the shared-expert overlap on (DeepSeek); it runs with the alltoall
-        # dispatcher and without the expert all-to-all overlap only, and the plan does not cost it
+    if model.moe is not None and model.moe.num_shared_experts:
+        # the DeepSeek and Llama 4 providers turn the shared-expert overlap on; the plan does not
+        # cost it (and it runs only with the alltoall dispatcher, without the expert overlap)
         over.append(("model.moe_shared_expert_overlap", False))
     if training.moe_capacity_factor is not None:
         over.append(("model.moe_expert_capacity_factor", training.moe_capacity_factor))
@@ -167,3 +168,15 @@ _NEMO_PRECISION = {
     "fp8": "bf16_with_fp8_delayed_scaling_mixed",
 }
 """(fp4: Megatron-Bridge has no NVFP4 recipe at the profile's version, so no plan launches it there.)"""
+
+
+def first_last_bf16_note(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
+    """A Bridge fp8 plan whose recompute needs per-tensor current scaling: that recipe runs the
+    first and last transformer layer in bf16, which a named recipe cannot turn off
+    (``mixed_precision.py`` ``bf16_with_fp8_current_scaling_mixed``: ``first_last_layers_bf16``)."""
+    if not needs_current_scaling(model, training, layout.recompute):
+        return []
+    return [
+        "Megatron-Bridge: bf16_with_fp8_current_scaling_mixed (needed with this recompute) runs the first and "
+        "last transformer layer in bf16, costed here in fp8: their stages run a little slower"
+    ]

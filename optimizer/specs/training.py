@@ -91,8 +91,8 @@ class TrainingSpec(Strict):
             "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): 'alltoall' (every "
             "routed copy through one NCCL all-to-all on the compute stream), 'allgather' (gather "
             "the expert-parallel group's tokens, reduce-scatter back), 'deepep' (flex dispatcher "
-            "with DeepEP: one copy per destination rank and per remote node, FP8 dispatch in FP8 "
-            "runs, partly overlapped with the same micro-batch's compute), 'hybridep' (the flex "
+            "with DeepEP: one copy per destination rank and per remote node, bf16 rows in FP8 runs "
+            "too), 'hybridep' (the flex "
             "dispatcher's NVL72 backend, costed as DeepEP). MoE models with expert parallelism only."
         ),
     )

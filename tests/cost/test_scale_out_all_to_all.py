@@ -26,8 +26,8 @@ def test_alltoall_over_four_nodes_hand_computed() -> None:
     29 MB at 360 GB/s, is shorter)."""
     sent = 2048 * 8 * 4096 * 2.0 * 31 / 32
     over_nic = sent * 24 / 31
-    full, _ = dispatch_time_s("alltoall", 2048, 4096, 8, (NVLINK, NIC), fp8=False)
-    derated, _ = dispatch_time_s("alltoall", 2048, 4096, 8, (NVLINK, NIC), fp8=False, scale_out_efficiency=0.7)
+    full, _ = dispatch_time_s("alltoall", 2048, 4096, 8, (NVLINK, NIC))
+    derated, _ = dispatch_time_s("alltoall", 2048, 4096, 8, (NVLINK, NIC), scale_out_efficiency=0.7)
     assert full == pytest.approx(over_nic / 47e9)
     assert derated == pytest.approx(over_nic / (0.7 * 47e9))
     assert derated == pytest.approx(3.07e-3, rel=0.01)
@@ -35,18 +35,18 @@ def test_alltoall_over_four_nodes_hand_computed() -> None:
 
 @pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
 def test_inside_one_node_nothing_changes(dispatcher: str) -> None:
-    one = dispatch_time_s(dispatcher, 2048, 4096, 8, (NVLINK,), fp8=True)
-    assert dispatch_time_s(dispatcher, 2048, 4096, 8, (NVLINK,), fp8=True, scale_out_efficiency=0.7) == one
+    one = dispatch_time_s(dispatcher, 2048, 4096, 8, (NVLINK,))
+    assert dispatch_time_s(dispatcher, 2048, 4096, 8, (NVLINK,), scale_out_efficiency=0.7) == one
 
 
 def test_allgather_dispatcher_runs_collectives_at_full_rate() -> None:
-    one = dispatch_time_s("allgather", 2048, 4096, 8, (NVLINK, NIC), fp8=False)
-    assert dispatch_time_s("allgather", 2048, 4096, 8, (NVLINK, NIC), fp8=False, scale_out_efficiency=0.7) == one
+    one = dispatch_time_s("allgather", 2048, 4096, 8, (NVLINK, NIC))
+    assert dispatch_time_s("allgather", 2048, 4096, 8, (NVLINK, NIC), scale_out_efficiency=0.7) == one
 
 
 @pytest.mark.parametrize("efficiency", [0.5, 0.7, 0.9])
 def test_deepep_rdma_stage_slows_no_more_than_the_rate(efficiency: float) -> None:
-    full = dispatch_time_s("deepep", 2048, 4096, 8, (NVLINK, NIC), fp8=True)
-    slow = dispatch_time_s("deepep", 2048, 4096, 8, (NVLINK, NIC), fp8=True, scale_out_efficiency=efficiency)
+    full = dispatch_time_s("deepep", 2048, 4096, 8, (NVLINK, NIC))
+    slow = dispatch_time_s("deepep", 2048, 4096, 8, (NVLINK, NIC), scale_out_efficiency=efficiency)
     for f, s in zip(full, slow, strict=True):
         assert f <= s <= f / efficiency * (1 + 1e-12)

@@ -29,7 +29,7 @@ def test_the_knobs_are_the_moe_ones() -> None:
 def test_a_dense_job_runs_on_torchtitan_whatever_the_moe_knobs_say() -> None:
     training = _titan_training(expert_gemm_host_splits=True)  # torchtitan splits on the device
     titan = profile("torchtitan")
-    dense, moe = ModelSpec(preset="llama3-8b"), ModelSpec(preset="mixtral-8x7b")
+    dense, moe = ModelSpec(preset="llama3-8b"), ModelSpec(preset="llama4-scout")
     assert titan.stack_problem(training, dense) is None
     assert "expert_gemm_host_splits" in (titan.stack_problem(training, moe) or "")
     assert [p.id for p in candidate_frameworks(training, dense)] == ["torchtitan"]
