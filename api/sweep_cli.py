@@ -14,9 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.planning import apply_search_limits
 from api.settings import Settings
-from api.sweeps import SweepManager, validated_points
+from api.sweeps import SweepManager, limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
 
 POLL_S = 0.2
@@ -28,10 +27,10 @@ def run(document: dict, workers: int | None, show_progress: bool = True) -> Swee
     """Plan every point of ``document`` (a POST /sweeps body) and return the finished sweep."""
     request = SweepRequest.model_validate(document)
     settings = Settings()  # the limits POST /sweeps applies: points, and each point's time limit
-    jobs = [(p, apply_search_limits(r, settings)[0]) for p, r in validated_points(request, settings.max_sweep_points)]
+    jobs, warnings = limited_points(validated_points(request, settings.max_sweep_points), settings)
     manager = SweepManager(workers=workers or os.cpu_count() or 1, max_running=1)
     try:
-        sweep_id = manager.start(jobs)
+        sweep_id = manager.start(jobs, warnings)
         columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=Console(stderr=True), disable=not show_progress) as bar:
             task = bar.add_task("points", total=len(jobs))

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from api.errors import ERROR_RESPONSES, MessageBody, field_loc, invalid_field
 from api.middleware import error_log, log_json
 from api.planning import apply_search_limits
-from api.settings import SettingsDep
+from api.settings import Settings, SettingsDep
 from hardware_catalog import load_catalog
 from hardware_catalog.capacity import load_capacity_catalog
 from optimizer import service
@@ -44,7 +44,6 @@ from optimizer.capacity.sweep import (
 from optimizer.errors import InvalidLayout
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
-from optimizer.results import Plan
 from optimizer.specs import PlanRequest
 from optimizer.strict_model import error_reason
 
@@ -60,19 +59,19 @@ MAX_KEPT = 16
 at most 256 points of about 5 KB of JSON each."""
 
 
-def run_point(request: PlanRequest) -> tuple[PointStatus, Plan | None, str | None]:
-    """Plan one point (in a worker process): its status, best plan and explanation. Pins no
-    layout of this point can take (``search.fix`` values a 422 on /plan) make the point
-    infeasible, with the field and the reason."""
+def run_point(request: PlanRequest) -> PointResult:
+    """Plan one point (in a worker process): its status, best plan, explanation and warnings
+    (``point`` left empty for the caller). Pins no layout of this point can take (``search.fix``
+    values a 422 on /plan) make the point infeasible, with the field and the reason."""
     try:
         answer = service.plan(request)
     except InvalidLayout as err:
-        return "infeasible", None, str(err)
+        return PointResult(point={}, status="infeasible", explanation=str(err))
     if not answer.plans:
         # no plan within the point's time limit proves nothing (status feasible, solver UNKNOWN)
         status: PointStatus = "infeasible" if answer.status == "infeasible" else "timed_out"
-        return status, None, answer.explanation
-    return "done", answer.plans[0], None
+        return PointResult(point={}, status=status, explanation=answer.explanation, warnings=answer.warnings)
+    return PointResult(point={}, status="done", plan=answer.plans[0], warnings=answer.warnings)
 
 
 def warm_worker(reference: ReferenceData | None = None) -> None:
@@ -97,6 +96,7 @@ class RunningSweep:
     id: str
     results: list[PointResult]
     prices: list[float | None]
+    warnings: list[str] = field(default_factory=list)
     futures: list[Future[Any]] = field(default_factory=list)
     cancelled: bool = False
     created: float = field(default_factory=time.monotonic)
@@ -132,12 +132,14 @@ class SweepManager:
             )
         return self._executor
 
-    def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]]) -> str:
-        """Queue every point; the id to poll. Raises ``TooManySweeps``."""
+    def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]], warnings: list[str] | None = None) -> str:
+        """Queue every point (``warnings``: what applies to all of them); the id to poll.
+        Raises ``TooManySweeps``."""
         sweep = RunningSweep(
             id=uuid.uuid4().hex[:16],
             results=[PointResult(point=p, status="pending") for p, _ in jobs],
             prices=[price_per_gpu_hour_usd(r) for _, r in jobs],
+            warnings=list(warnings or []),
         )
         with self._lock:
             running = sum(not s.terminal() for s in self._sweeps.values())
@@ -174,8 +176,7 @@ class SweepManager:
             reason = f"internal error ({reason}); quote sweep {sweep.id} point {i} when reporting it"
             result = PointResult(point=point, status="failed", explanation=reason)
         else:
-            status, plan, why = fut.result()
-            result = PointResult(point=point, status=status, plan=plan, explanation=why)
+            result = fut.result().model_copy(update={"point": point})
         with self._lock:
             sweep.results[i] = result
 
@@ -201,6 +202,7 @@ class SweepManager:
             done=done,
             total=len(results),
             results=results,
+            warnings=sweep.warnings,
             pareto=pareto_front(results, sweep.prices),
         )
 
@@ -253,6 +255,16 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
         raise RequestValidationError([_point_error(body, exc.point, e) for e in exc.errors]) from exc
 
 
+def limited_points(
+    points: list[tuple[dict[str, Any], PlanRequest]], settings: Settings
+) -> tuple[list[tuple[dict[str, Any], PlanRequest]], list[str]]:
+    """The points with the server's search limits applied (``apply_search_limits``), and what
+    those limits changed (the same for every point: they share the job's ``search``)."""
+    limited = [(p, apply_search_limits(r, settings)) for p, r in points]
+    warnings = list(dict.fromkeys(w for _, (_, ws) in limited for w in ws))
+    return [(p, r) for p, (r, _) in limited], warnings
+
+
 VARIED_AT: dict[str, tuple[str, ...]] = {
     "num_gpus": ("cluster", "num_gpus"),
     "cluster": ("cluster",),
@@ -267,10 +279,10 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
     the error is at that value's field, else at the job's field; the message names the point
     (pydantic's "Value error, " prefix dropped)."""
     msg = error_reason(error)
-    inner = list(error["loc"]) or field_loc(["body"], msg)[1:]  # a check across fields names its field
+    inner = field_loc(["body", *error["loc"]], msg)[1:]  # a check across fields names its field
     loc: tuple[Any, ...] = ("body", "job", *inner)
     for axis, at in VARIED_AT.items():
-        if axis in point and tuple(error["loc"]) == at:
+        if axis in point and tuple(inner) == at:
             loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
     return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}
 
@@ -288,9 +300,9 @@ async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: Sweeps
     ``GET /sweeps/{id}``."""
     # validating every point can take seconds on a large topology: off the event loop
     points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)
-    jobs = [(p, apply_search_limits(r, settings)[0]) for p, r in points]
+    jobs, warnings = limited_points(points, settings)
     try:
-        sweep_id = sweeps.start(jobs)
+        sweep_id = sweeps.start(jobs, warnings)
     except TooManySweeps as exc:
         raise HTTPException(status_code=429, detail=str(exc)) from exc
     return SweepCreated(id=sweep_id, total=len(jobs))

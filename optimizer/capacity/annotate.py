@@ -41,12 +41,24 @@ class CapacityInputs:
 
 
 def price_per_gpu_hour_usd(job: JobSpec) -> float | None:
-    """The job's price per GPU-hour: ``costs.price_per_gpu_hour_usd``, else the catalog's for its
-    GPU (None: neither)."""
+    """The job's price per GPU-hour: its GPU's in ``costs.price_per_gpu_hour_usd_by_gpu``, else
+    ``costs.price_per_gpu_hour_usd``, else the catalog's for its GPU (None: none of them)."""
+    by_gpu = job.costs.price_per_gpu_hour_usd_by_gpu or {}
+    if job.cluster.gpu in by_gpu:
+        return by_gpu[job.cluster.gpu]
     if job.costs.price_per_gpu_hour_usd is not None:
         return job.costs.price_per_gpu_hour_usd
     catalog_price = current().capacity.gpus[job.cluster.gpu].price_per_gpu_hour_usd  # type: ignore[index]
     return None if catalog_price is None else catalog_price.value
+
+
+def job_nodes(job: JobSpec) -> int:
+    """The nodes the job runs on: its topology assignment's (placed on free nodes, a node may
+    give it fewer GPUs than it has), else whole nodes."""
+    topo = job.cluster.topology
+    if topo is not None and topo.assignment is not None:
+        return len(topo.assignment.nodes)
+    return math.ceil(job.cluster.resolved_num_gpus / (job.cluster.gpus_per_node or 1))
 
 
 def resolve_inputs(job: JobSpec) -> CapacityInputs:
@@ -66,7 +78,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     tdp = min(job.cluster.gpu_power_limit_w or gpu.tdp_w.value, gpu.tdp_w.value)  # a cap only lowers it
     return CapacityInputs(
         num_gpus=n,
-        nodes=math.ceil(n / (job.cluster.gpus_per_node or 1)),
+        nodes=job_nodes(job),
         params=count_params(job.model).total,
         mtbf_gpu_s=(rel.gpu_mtbf_hours or d.gpu_mtbf_hours.value) * f.HOUR_S,
         restart_s=rel.restart_s if rel.restart_s is not None else d.restart_s.value,
@@ -114,13 +126,15 @@ def power_per_gpu_w(inp: CapacityInputs, plan: Plan) -> float:
 def time_to_train_of(inp: CapacityInputs, plan: Plan, goodput: Goodput) -> TimeToTrain | None:
     if inp.total_tokens is None or goodput.fraction <= 0.0:
         return None
-    wall = f.wall_time_s(inp.total_tokens, plan.tokens_per_s, goodput.fraction)
+    steps = math.ceil(inp.total_tokens / inp.global_batch_tokens)
+    # whole steps: the last one trains a full batch (the budget rounded up to one)
+    wall = f.wall_time_s(steps * inp.global_batch_tokens, plan.tokens_per_s, goodput.fraction)
     hours = f.gpu_hours(wall, inp.num_gpus)
     power = power_per_gpu_w(inp, plan)
     cost = None if inp.price_per_gpu_hour_usd is None else f.cost_usd(hours, inp.price_per_gpu_hour_usd)
     return TimeToTrain(
         total_tokens=inp.total_tokens,
-        steps=math.ceil(inp.total_tokens / inp.global_batch_tokens),
+        steps=steps,
         days=wall / f.DAY_S,
         gpu_hours=hours,
         cost_usd=cost,

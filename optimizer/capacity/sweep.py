@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from optimizer.capacity.formulas import HOUR_S
+from optimizer.reference import current
 from optimizer.results import Plan
 from optimizer.specs import MAX_NUM_GPUS, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict, error_reason
@@ -83,8 +84,51 @@ class SweepRequest(Strict):
                     raise ValueError(f"job.search.{knob}: a sweep plans each point's best plan only ({knob} {only})")
         return job
 
+    @model_validator(mode="after")
+    def _comparable(self) -> SweepRequest:
+        """The points' budgets and prices mean the same thing at every point."""
+        problem = budget_problem(self.job, self.vary) or price_problem(self.job, self.vary)
+        if problem:
+            raise ValueError(problem)
+        return self
+
     def num_points(self) -> int:
         return math.prod(len(getattr(self.vary, k)) for k in VARY_KEYS if getattr(self.vary, k) is not None)
+
+
+def budget_problem(job: dict[str, Any], vary: SweepVary) -> str | None:
+    """A step budget over points whose steps hold different token counts (batch or sequence
+    length varied, the batch not given in tokens): each point would train a different amount."""
+    training = job.get("training") or {}
+    if training.get("total_steps") is None:
+        return None
+    varied = vary.global_batch_size is not None or (vary.seq_len is not None and "global_batch_tokens" not in training)
+    if not varied:
+        return None
+    return (
+        "job.training.total_steps: a step holds a different number of tokens at each point of "
+        "vary.global_batch_size / vary.seq_len, so the points would train different amounts; give the "
+        "budget as training.total_tokens"
+    )
+
+
+def price_problem(job: dict[str, Any], vary: SweepVary) -> str | None:
+    """One ``costs.price_per_gpu_hour_usd`` for points on different GPUs: it would bill them all
+    alike (``costs.price_per_gpu_hour_usd_by_gpu`` prices each)."""
+    costs = job.get("costs") or {}
+    cluster = job.get("cluster") or {}
+    if costs.get("price_per_gpu_hour_usd") is None or vary.cluster is None or cluster.get("gpu") is not None:
+        return None
+    presets = current().catalog.clusters
+    gpus = {presets[c].gpu for c in vary.cluster if c in presets}
+    unpriced = sorted(gpus - set(costs.get("price_per_gpu_hour_usd_by_gpu") or {}))
+    if len(unpriced) <= 1:
+        return None
+    return (
+        f"job.costs.price_per_gpu_hour_usd: one price would bill every GPU of vary.cluster alike "
+        f"({', '.join(unpriced)}); give costs.price_per_gpu_hour_usd_by_gpu (USD per GPU-hour by GPU id), or "
+        "leave the price out for the catalog's"
+    )
 
 
 class PointError(ValueError):
@@ -168,6 +212,10 @@ class PointResult(Strict):
     explanation: str | None = Field(
         default=None, description="Why no plan: infeasible job, time limit run out (timed_out), or the error."
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What POST /plan warns about this point (e.g. a predicted MFU above the best published).",
+    )
 
 
 class ParetoPoint(Strict):
@@ -189,9 +237,12 @@ class SweepStatus(Strict):
     done: int = Field(description="Points finished (planned, infeasible, timed out, failed or cancelled).")
     total: int
     results: list[PointResult]
+    warnings: list[str] = Field(
+        default_factory=list, description="What applies to every point (a time limit clamped to the server's)."
+    )
     pareto: list[ParetoPoint] = Field(
         description=(
-            "Non-dominated points over speed (time_to_train_days, shorter; without a token budget "
+            "Non-dominated points with goodput above 0 over speed (time_to_train_days, shorter; without a token budget "
             "goodput_tokens_per_s, more) and cost (cost_usd, or usd_per_million_tokens without a budget; the GPU "
             "count stands in when some point has no price), fastest first."
         )
@@ -221,6 +272,7 @@ def _pareto_entry(index: int, result: PointResult, price: float | None) -> Paret
 def pareto_front(results: list[PointResult], prices: list[float | None]) -> list[ParetoPoint]:
     """The non-dominated points among the planned ones (``prices``: per result, USD per GPU-hour)."""
     entries = [_pareto_entry(i, r, prices[i]) for i, r in enumerate(results) if r.status == "done" and r.plan]
+    entries = [e for e in entries if e.goodput_tokens_per_s > 0]  # goodput 0 (its note says why) trains nothing
     if not entries:
         return []
     with_days = all(e.time_to_train_days is not None for e in entries)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
 
 from optimizer.frameworks import model_defaults, profile
+from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec
 from optimizer.specs.layout import Layout
 from optimizer.specs.model import ModelSpec
 from optimizer.specs.search import SearchSpec
 from optimizer.specs.training import TrainingSpec
 from optimizer.strict_model import Strict
+
+Price = Annotated[float, Field(ge=1e-4, le=1000)]
+"""USD per GPU-hour, bounded as ``costs.price_per_gpu_hour_usd``."""
 
 
 class CostsSpec(Strict):
@@ -23,12 +29,29 @@ class CostsSpec(Strict):
         le=1000,
         description="USD per GPU-hour; default: the catalog's on-demand price for the GPU.",
     )
+    price_per_gpu_hour_usd_by_gpu: dict[str, Price] | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "USD per GPU-hour for each GPU id (GET /gpus), ahead of price_per_gpu_hour_usd: one "
+            "document for a sweep over clusters of different GPUs."
+        ),
+    )
     pue: float | None = Field(
         default=None,
         ge=1.0,
         le=5.0,
         description="Data-centre power usage effectiveness; default 1.58 (industry average).",
     )
+
+    @field_validator("price_per_gpu_hour_usd_by_gpu")
+    @classmethod
+    def _known_gpus(cls, prices: dict[str, float] | None) -> dict[str, float] | None:
+        known = current().catalog.gpus
+        for gpu in prices or {}:
+            if gpu not in known:
+                raise ValueError(f"unknown GPU id {gpu!r} (GET /gpus lists them)")
+        return prices
 
 
 class ReliabilitySpec(Strict):

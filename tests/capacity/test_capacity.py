@@ -125,8 +125,10 @@ def test_given_write_time_and_mtbf_are_used():
 
 
 def test_cost_and_energy_linear_in_tokens():
-    one = _evaluate(total_tokens=10**12).time_to_train
-    three = _evaluate(total_tokens=3 * 10**12).time_to_train
+    """Linear in whole steps: budgets that are whole numbers of steps (1024 x 8192 tokens each)."""
+    step = 1024 * 8192
+    one = _evaluate(total_tokens=100_000 * step).time_to_train
+    three = _evaluate(total_tokens=300_000 * step).time_to_train
     assert one is not None and three is not None
     for name in ("days", "gpu_hours", "cost_usd", "energy_mwh"):
         assert getattr(three, name) == pytest.approx(3 * getattr(one, name), rel=1e-9), name
@@ -138,7 +140,7 @@ def test_cost_and_energy_linear_in_tokens():
 def test_time_to_train_numbers():
     plan = _evaluate(total_tokens=10**12)
     t = plan.time_to_train
-    wall = 1e12 / plan.goodput.tokens_per_s
+    wall = math.ceil(1e12 / (1024 * 8192)) * 1024 * 8192 / plan.goodput.tokens_per_s  # whole steps
     assert t.days == pytest.approx(wall / 86400)
     board = 140 + (700 - 140) * min(1.0, plan.hfu / 0.803)
     assert t.power_per_gpu_w == pytest.approx(board + 575)

@@ -65,3 +65,21 @@ def test_the_cli_sweep_keeps_the_servers_limits(
     path.write_text(json.dumps(DOC))
     assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
     assert {r["status"] for r in json.loads(capsys.readouterr().out)["results"]} == {"timed_out"}
+
+
+def test_sweep_results_keep_the_plan_warnings_and_the_clamp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each point carries what /plan warns about it (12 GPUs are not whole 8-GPU nodes); the
+    sweep says once that the job's time limit was clamped to the server's."""
+    monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "5")
+    monkeypatch.setenv("PPLAN_DEFAULT_TIME_LIMIT_S", "5")
+    job = {**DOC["job"], "search": {"time_limit_s": 30}}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"job": job, "vary": {"num_gpus": [8, 12]}}))
+    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["warnings"] == ["search.time_limit_s (30 s) clamped to the server limit max_time_limit_s (5 s)"]
+    eight, twelve = body["results"]
+    assert not any("whole number of 8-GPU nodes" in w for w in eight["warnings"])
+    assert any(w.startswith("num_gpus (12) is not a whole number of 8-GPU nodes") for w in twelve["warnings"])

@@ -168,7 +168,8 @@ def test_a_point_whose_time_ran_out_is_timed_out_not_infeasible(monkeypatch):
 
     ran_out = PlanResponse(status="feasible", plans=[], solver=SolverInfo(status="UNKNOWN"), explanation="ran out")
     monkeypatch.setattr(sweeps.service, "plan", lambda request: ran_out)
-    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B)) == ("timed_out", None, "ran out")
+    result = sweeps.run_point(PlanRequest.model_validate(JOB_8B))
+    assert (result.status, result.plan, result.explanation) == ("timed_out", None, "ran out")
     proved = ran_out.model_copy(update={"status": "infeasible", "solver": SolverInfo(status="INFEASIBLE")})
     monkeypatch.setattr(sweeps.service, "plan", lambda request: proved)
-    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B))[0] == "infeasible"
+    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B)).status == "infeasible"
