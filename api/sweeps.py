@@ -41,6 +41,7 @@ from optimizer.capacity.sweep import (
     pareto_front,
     point_requests,
 )
+from optimizer.capacity.sweep_notes import with_fewer_gpus_notes
 from optimizer.errors import InvalidLayout
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
@@ -187,6 +188,7 @@ class SweepManager:
                 return None
             results = list(sweep.results)
             cancelled = sweep.cancelled
+        results = with_fewer_gpus_notes(results)
         done = sum(r.status != "pending" for r in results)
         if cancelled:
             state = "cancelled"

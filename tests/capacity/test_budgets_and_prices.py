@@ -89,3 +89,27 @@ def test_goodput_zero_points_stay_off_the_pareto_front() -> None:
     front = pareto_front([zero, PointResult(point={"num_gpus": 8}, status="done", plan=good)], [None, None])
     assert [e.index for e in front] == [1]
     assert not math.isnan(front[0].goodput_tokens_per_s)
+
+
+def test_a_count_no_faster_than_a_smaller_one_says_so() -> None:
+    """16 GPUs that deliver less than 8 (here made so by hand) carry a warning naming 8; the
+    8-GPU point, and points of another batch, do not."""
+    from optimizer.capacity.sweep_notes import with_fewer_gpus_notes
+
+    small = service.plan(PlanRequest.model_validate(JOB)).plans[0]
+    big = service.plan(PlanRequest.model_validate({**JOB, "cluster": {**JOB["cluster"], "num_gpus": 16}})).plans[0]
+    assert small.goodput is not None and big.goodput is not None
+    slow = big.model_copy(
+        update={"goodput": big.goodput.model_copy(update={"tokens_per_s": small.goodput.tokens_per_s * 0.9})}
+    )
+    results = [
+        PointResult(point={"num_gpus": 8}, status="done", plan=small),
+        PointResult(point={"num_gpus": 16}, status="done", plan=slow),
+        PointResult(point={"num_gpus": 16, "global_batch_size": 1}, status="done", plan=slow),
+    ]
+    noted = with_fewer_gpus_notes(results)
+    assert noted[0].warnings == [] and noted[2].warnings == []
+    (warning,) = noted[1].warnings
+    assert warning.startswith("16 GPUs train no faster than 8 in this sweep")
+    fast = [results[0], PointResult(point={"num_gpus": 16}, status="done", plan=big)]
+    assert all(r.warnings == [] for r in with_fewer_gpus_notes(fast))
