@@ -134,5 +134,5 @@ def settings_message(exc: ValidationError) -> str:
     lines = ["PPLAN_* settings: invalid environment"]
     for item in exc.errors():
         name = "PPLAN_" + "_".join(str(part) for part in item["loc"]).upper() if item["loc"] else "(settings)"
-        lines.append(f"  {name}: {item['msg']}")
+        lines.append(f"  {name}: {item['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)
