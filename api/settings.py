@@ -133,6 +133,8 @@ def settings_message(exc: ValidationError) -> str:
     """A bad ``PPLAN_*`` variable, named as the user set it."""
     lines = ["PPLAN_* settings: invalid environment"]
     for item in exc.errors():
-        name = "PPLAN_" + "_".join(str(part) for part in item["loc"]).upper() if item["loc"] else "(settings)"
-        lines.append(f"  {name}: {item['msg'].removeprefix('Value error, ')}")
+        msg = item["msg"].removeprefix("Value error, ")
+        field = "_".join(str(part) for part in item["loc"]) or msg.split(" ", 1)[0]  # a cross-field check
+        name = f"PPLAN_{field.upper()}" if field in Settings.model_fields else "(settings)"
+        lines.append(f"  {name}: {msg}")
     return "\n".join(lines)

@@ -67,11 +67,27 @@ def pareto_table(status: SweepStatus) -> Table:
     return table
 
 
+def sweep_warnings(status: SweepStatus) -> list[str]:
+    """The sweep's warnings, then each point's, the point named (a warning several points share
+    once, with the first of them)."""
+    lines = list(status.warnings)
+    seen: set[str] = set()
+    for result in status.results:
+        for w in result.warnings:
+            if w not in seen:
+                seen.add(w)
+                lines.append(f"{', '.join(f'{k}={v}' for k, v in result.point.items())}: {w}")
+    return lines
+
+
 def command(args: argparse.Namespace, document: dict) -> int:
     """The ``sweep`` subcommand; exit code 0, or 2 for an invalid point."""
     status = run(document, args.workers, show_progress=not args.quiet)  # a bad point: RequestValidationError
     if args.format == "table":
-        Console(width=None if sys.stdout.isatty() else TABLE_WIDTH).print(pareto_table(status))
+        console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+        console.print(pareto_table(status))
+        for line in sweep_warnings(status):
+            console.print(f"warning: {line}", markup=False, highlight=False)
     else:
         data = status.model_dump(mode="json")
         sys.stdout.write(

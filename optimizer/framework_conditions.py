@@ -34,6 +34,8 @@ class When:
     """Cost-model recompute modes it does not run on layouts with ep > 1."""
     ep_layouts_pp_needs_vpp: bool = False
     """Layouts with ep > 1 and pp > 1 only interleaved."""
+    ep_layouts_zero_stages: tuple[int, ...] | None = None
+    """ZeRO stages it runs on layouts with ep > 1."""
     tensor_parallel: bool = True
     defaults: tuple[tuple[str, Any], ...] = ()
     shared_experts: bool | None = None
@@ -68,6 +70,7 @@ class When:
             or self.zero_stages_with_pp is not None
             or bool(self.ep_layouts_drop_recompute)
             or self.ep_layouts_pp_needs_vpp
+            or self.ep_layouts_zero_stages is not None
             or not self.tensor_parallel
         )
 
@@ -89,6 +92,7 @@ def parse_when(fid: str, raw: dict[str, Any]) -> When:
         zero_stages_with_pp=_tuple(raw.get("zero_stages_with_pp")),
         ep_layouts_drop_recompute=tuple(raw.get("ep_layouts_drop_recompute", ())),
         ep_layouts_pp_needs_vpp=bool(raw.get("ep_layouts_pp_needs_vpp", False)),
+        ep_layouts_zero_stages=_tuple(raw.get("ep_layouts_zero_stages")),
         tensor_parallel=bool(raw.get("tensor_parallel", True)),
         defaults=tuple(raw.get("defaults", {}).items()),
         shared_experts=raw.get("shared_experts"),

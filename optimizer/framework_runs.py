@@ -32,3 +32,17 @@ def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[Framew
         else:
             reasons.append(problem)
     return runs, ([] if runs else reasons)
+
+
+def costed_fsdp_buffers(training: Any, model: Any) -> str:
+    """The ZeRO-2/3 buffers the cost model charges (``training.fsdp_buffers``): the job's, else the
+    larger of those the frameworks whose stack runs the job hold (Megatron-FSDP's when a Megatron
+    framework is among them or none runs the job, else FSDP2's when torchtitan is, else ``layer``;
+    each holds at least what the next does)."""
+    given = getattr(training, "fsdp_buffers", None)
+    if given is not None:
+        return str(given)
+    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
+    if not held or "megatron-fsdp" in held:
+        return "megatron-fsdp"
+    return "fsdp2" if "fsdp2" in held else "layer"

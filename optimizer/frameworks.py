@@ -86,6 +86,8 @@ class Parallelism:
     ep_layouts_pp_needs_vpp: Fact = Fact(False, "frameworks.toml: set only by a job's [[when]] rule")
     """Layouts with ep > 1 and pp > 1 only with an interleaved schedule (set for a job by a
     ``when`` rule)."""
+    ep_layouts_zero_stages: Fact = Fact((0, 1, 2, 3), "frameworks.toml: narrowed only by a job's [[when]] rule")
+    """ZeRO stages it runs on layouts with ep > 1 (narrowed by a ``when`` rule)."""
     ep_layouts_excluded_recompute: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")
     """Cost-model recompute modes it does not run on layouts with ep > 1 (set by a ``when`` rule)."""
     tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
@@ -140,6 +142,8 @@ class FrameworkProfile:
         allowed = par.zero_stages_with_pp if pp > 1 else par.zero_stages_without_pp
         if zero not in allowed.value:
             return f"{self.name} runs zero_stage {list(allowed.value)} with pp {'> 1' if pp > 1 else '= 1'} ({allowed.source})"
+        if ep > 1 and zero not in par.ep_layouts_zero_stages.value:
+            return f"{self.name} runs zero_stage {list(par.ep_layouts_zero_stages.value)} with ep > 1 ({par.ep_layouts_zero_stages.source})"
         if zero == 0 and par.ddp_only_without_other_parallelism.value and (cp > 1 or dp > 1 and max(tp, pp, ep) > 1):
             return f"{self.name} runs zero_stage 0 only with data parallelism alone ({par.ddp_only_without_other_parallelism.source})"
         if pp == 1 and zero in (1, 2) and nmb > 1 and par.sharded_below_zero3_needs_one_micro_batch.value:
@@ -323,20 +327,6 @@ def candidate_frameworks(
     )
 
 
-def costed_fsdp_buffers(training: Any, model: Any) -> str:
-    """The ZeRO-2/3 buffers the cost model charges (``training.fsdp_buffers``): the job's, else the
-    larger of those the frameworks whose stack runs the job hold (Megatron-FSDP's when a Megatron
-    framework is among them or none runs the job, else FSDP2's when torchtitan is, else ``layer``;
-    each holds at least what the next does)."""
-    given = getattr(training, "fsdp_buffers", None)
-    if given is not None:
-        return str(given)
-    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
-    if not held or "megatron-fsdp" in held:
-        return "megatron-fsdp"
-    return "fsdp2" if "fsdp2" in held else "layer"
-
-
 def as_run_for(prof: FrameworkProfile, training: Any, model: Any) -> FrameworkProfile:
     """``prof`` as it runs the job: with ``training.dp_comm_overlap`` false, without the ZeRO
     stages it always overlaps (it would not run them as costed); narrowed by every ``when`` rule
@@ -359,6 +349,9 @@ def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
             changes[name] = Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
     if rule.ep_layouts_pp_needs_vpp:
         changes["ep_layouts_pp_needs_vpp"] = Fact(True, why)
+    if rule.ep_layouts_zero_stages is not None:
+        kept = par.ep_layouts_zero_stages.value
+        changes["ep_layouts_zero_stages"] = Fact(tuple(z for z in kept if z in rule.ep_layouts_zero_stages), why)
     if rule.ep_layouts_drop_recompute:
         dropped = tuple(par.ep_layouts_excluded_recompute.value) + rule.ep_layouts_drop_recompute
         changes["ep_layouts_excluded_recompute"] = Fact(dropped, why)
@@ -394,7 +387,6 @@ def blocking_profile(fid: str) -> FrameworkProfile:
 
 __all__ = [
     "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
-    "costed_fsdp_buffers",
     "layout_problem", "model_defaults",
     "load_profiles", "profile", "stack_defaults",
 ]  # fmt: skip

@@ -343,10 +343,27 @@ async function pollSweep(id) {
   $("#sweep-progress").max = Math.max(body.total, 1);
   $("#sweep-progress").value = body.done;
   sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
+  sweepWarnings(body);
   sweepChart(body);
   if (body.status === "running") return setTimeout(() => pollSweep(id), 500);
   $("#sweep-cancel").hidden = true;
   document.body.dataset.sweep = body.status;
+}
+
+// The sweep's warnings, then each point's (named by its values), each text once.
+function sweepWarnings(sweep) {
+  const seen = new Set(sweep.warnings ?? []);
+  const lines = [...seen];
+  for (const r of sweep.results ?? []) {
+    for (const w of r.warnings ?? []) {
+      if (seen.has(w)) continue;
+      seen.add(w);
+      lines.push(`${Object.entries(r.point).map(([k, v]) => `${k}=${v}`).join(", ")}: ${w}`);
+    }
+  }
+  const list = $("#sweep-warnings");
+  list.replaceChildren(...lines.map((text) => Object.assign(document.createElement("li"), { textContent: text })));
+  list.hidden = lines.length === 0;
 }
 
 function sweepPoint(item, metric) {

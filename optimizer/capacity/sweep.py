@@ -121,7 +121,8 @@ def price_problem(job: dict[str, Any], vary: SweepVary) -> str | None:
         return None
     presets = current().catalog.clusters
     gpus = {presets[c].gpu for c in vary.cluster if c in presets}
-    unpriced = sorted(gpus - set(costs.get("price_per_gpu_hour_usd_by_gpu") or {}))
+    by_gpu = costs.get("price_per_gpu_hour_usd_by_gpu")
+    unpriced = sorted(gpus - set(by_gpu if isinstance(by_gpu, dict) else {}))  # a bad map: each point's 422
     if len(unpriced) <= 1:
         return None
     return (

@@ -13,7 +13,7 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import costed_fsdp_buffers
+from optimizer.framework_runs import costed_fsdp_buffers
 from optimizer.params import (
     LayerParams,
     embedding_params,

@@ -82,7 +82,7 @@ def activation_bytes(
     per_token_bytes = ACT_BYTES * tokens
     gemm_in = _gemm_inputs(ctx, kind, d.etp * routed_share * h, hid, mlp_in, mlp_act_out)
     stored = stored_elems * per_token_bytes - _quantized_saving_bytes(ctx, kind, d, moe_block, gemm_in) * tokens
-    working = full_elems * per_token_bytes
+    working = _working_elems(ctx, kind, d, full_elems, (routed_share * h, hid), moe_block) * per_token_bytes
     if ctx.attention_kernel == "unfused" and d.recompute not in ATTENTION_CORE_RECOMPUTED:
         # materialised scores, kept for backward unless the attention core is recomputed
         # (Korthikanti et al.'s 5as^2b). Not added to the transient working set of a recomputed
@@ -90,6 +90,30 @@ def activation_bytes(
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * score_elements(ctx, kind, d)
     return stored, working
+
+
+MOE_TRANSIENT_COPIES = 4
+"""Routed-token copies (``top_k`` rows of each token, ``hidden`` wide) alive at once in an MoE
+layer with several local experts (Megatron-Core ``moe/moe_layer.py`` ``custom_forward`` at
+000c4ac2): the permuted copy before the all-to-all and its output stay referenced until the layer
+returns, beside the experts' fc2 output and the copy sorted back for the combine; the layer's
+input (``hid``) comes on top."""
+
+
+def _working_elems(
+    ctx: JobContext, kind: LayerKind, d: Dims, full_elems: float, rows: tuple[float, float], moe_block: bool
+) -> float:
+    """A layer's transient set, elements per token: its whole kept set; in an MoE layer with
+    several local experts at least ``MOE_TRANSIENT_COPIES`` copies of its routed rows (``rows``:
+    routed elements per token on this GPU, and the layer input's), on top of the kept set when
+    the block is re-run (full or moe recompute)."""
+    moe = ctx.job.model.moe
+    if not kind.is_moe or moe is None or moe.num_experts <= d.ep:
+        return full_elems
+    routed, layer_in = rows
+    copies = MOE_TRANSIENT_COPIES * routed + layer_in
+    block_rerun = d.recompute == RecomputeMode.FULL or moe_block
+    return full_elems + copies if block_rerun else max(full_elems, copies)
 
 
 def _gathered_inputs_kept(ctx: JobContext, kind: LayerKind, d: Dims, hid: float, mlp_in: float) -> float:

@@ -27,11 +27,12 @@ def stage_of_chunk(chunk: int, pp: int) -> int:
     return chunk % pp
 
 
-def in_flight_microbatches(stage: Num, pp: int, vpp: Num, m: Num) -> Num:
+def in_flight_microbatches(stage: Num, pp: int, vpp: Num, m: Num, extra_warmup: int = 0) -> Num:
     """Micro-batches whose activations a stage holds at its peak, in units of a whole stage.
 
     1F1B: stage ``i`` holds ``min(m, pp - i)``. Interleaved (Megatron): warm-up of
-    ``(pp - i - 1) * 2 + (vpp - 1) * pp`` chunk-micro-batches plus the one in flight, each chunk
+    ``(pp - i - 1) * 2 + (vpp - 1) * pp`` chunk-micro-batches (``extra_warmup`` more: one with the
+    expert all-to-all overlap, ``schedules.py`` at 000c4ac2) plus the one in flight, each chunk
     being ``1/vpp`` of the stage. ``stage``, ``vpp`` and ``m`` may be numpy arrays (broadcast).
     """
     if pp == 1:
@@ -40,6 +41,6 @@ def in_flight_microbatches(stage: Num, pp: int, vpp: Num, m: Num) -> Num:
     if not isinstance(vpp, np.ndarray) and vpp == 1:  # (the split search's many per-stage calls)
         held = one_f_one_b
     else:
-        interleaved = minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1) / vpp
+        interleaved = minimum(m * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1 + extra_warmup) / vpp
         held = select(vpp == 1, one_f_one_b, interleaved)
     return held.astype(float) if isinstance(held, np.ndarray) else float(held)

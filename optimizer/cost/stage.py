@@ -14,6 +14,7 @@ import numpy as np
 
 from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
+from optimizer.cost.deepep_buffers import dispatcher_buffer_bytes
 from optimizer.cost.dp_comm import dp_exposed_s
 from optimizer.cost.head import head_time_s
 from optimizer.cost.layer import Dims, LayerCost, layer_cost
@@ -373,6 +374,7 @@ def stage_fixed_terms(
     tokens = lay.micro_batch_size * ctx.job.training.seq_len / lay.cp
     acts += last * (tokens * float(ctx.job.model.vocab_size or 0) / lay.tp * ctx.loss_bytes_per_logit(lay.tp))
     buffers: Num = cal.cuda_context_bytes + n_groups * cal.nccl_buffer_bytes_per_group
+    buffers += dispatcher_buffer_bytes(ctx, lay.ep * lay.etp)
     head = last * ((ctx.lm_head_params or ctx.embedding_params) / lay.tp)
     buffers += zero_buffer_bytes(ctx, lay.zero_stage, lay.dp * lay.cp > 1, (dense, expert, max_layer_params),
                                  dense - layer_dense, (dp_shard, ep_shard), w_bytes, head)  # fmt: skip

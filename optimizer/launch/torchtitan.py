@@ -179,8 +179,9 @@ def _torchtitan_training(
         train["mixed_precision_param"] = "bfloat16"
     train["mixed_precision_reduce"] = "float32"  # the only value torchtitan takes
     if training.cross_entropy == "fused":
+        held = 16 if geo.tp > 1 else 12  # with TP, PyTorch's loss_parallel
         comments.setdefault("training", []).append(
-            "torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: 12 bytes per logit on "
+            f"torchtitan computes the loss with PyTorch's cross_entropy on fp32 logits: {held} bytes per logit on "
             + "the last stage where this plan has 6 (plan with training.cross_entropy unfused to cost it)"
         )
     if geo.has_dp_group and not training.grad_reduce_in_fp32:

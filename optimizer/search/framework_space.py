@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+from optimizer.framework_runs import costed_fsdp_buffers
 from optimizer.frameworks import (
     FrameworkProfile,
     as_run_for,
     candidate_frameworks,
-    costed_fsdp_buffers,
     kv_heads_to_split,
     load_profiles,
     profile,

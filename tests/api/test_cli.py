@@ -370,6 +370,10 @@ def test_bad_environment_setting_is_named_as_the_variable(
     assert "PPLAN_* settings: invalid environment" in err
     assert "PPLAN_SEARCH_MEMORY_MIB: Input should be a valid integer" in err
     assert "job.yaml" not in err  # the document is fine
+    monkeypatch.setenv("PPLAN_SEARCH_MEMORY_MIB", "512")
+    monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "1")  # below the default time limit: a cross-field check
+    code, _, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
+    assert code == 2 and "PPLAN_DEFAULT_TIME_LIMIT_S: default_time_limit_s (10.0) exceeds" in err
 
 
 def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:

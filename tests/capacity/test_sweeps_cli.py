@@ -83,3 +83,7 @@ def test_sweep_results_keep_the_plan_warnings_and_the_clamp(
     eight, twelve = body["results"]
     assert not any("whole number of 8-GPU nodes" in w for w in eight["warnings"])
     assert any(w.startswith("num_gpus (12) is not a whole number of 8-GPU nodes") for w in twelve["warnings"])
+    assert cli.main(["sweep", str(path), "--format", "table", "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: search.time_limit_s (30 s) clamped" in out
+    assert "warning: num_gpus=12: num_gpus (12) is not a whole number of 8-GPU nodes" in out

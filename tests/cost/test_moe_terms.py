@@ -97,21 +97,6 @@ def test_unknown_dispatcher_is_an_error() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    tokens=st.integers(1, 100_000), hidden=st.integers(64, 16_384), top_k=st.integers(1, 16),
-    local=st.sampled_from([1, 2, 4, 8]), nodes=st.integers(1, 32),
-    dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]),
-)  # fmt: skip
-def test_fp8_dispatch_is_never_slower_than_bf16(tokens, hidden, top_k, local, nodes, dispatcher) -> None:
-    levels = tuple(lv for lv in (Level(local, 100e9, 1e-6, True), Level(nodes, 40e9, 3e-6, False)) if lv.ranks > 1)
-    if not levels:
-        return
-    fp8 = dispatch_time_s(dispatcher, tokens, hidden, top_k, levels)
-    bf16 = dispatch_time_s(dispatcher, tokens, hidden, top_k, levels)
-    assert fp8[0] <= bf16[0] and fp8[1] == bf16[1]
-
-
-@settings(max_examples=60, deadline=None)
 @given(top_k=st.integers(1, 32), groups=st.integers(1, 512))
 def test_deduplicated_copies_never_exceed_the_routed_copies(top_k, groups) -> None:
     d = distinct_other_groups(top_k, groups)

@@ -117,7 +117,7 @@ def test_qwen3_moe_row(rows) -> None:
 
 def test_moe_block_recompute_row_fits_where_selective_does_not(rows) -> None:
     """Megatron "selective (layernorm, moe)" recomputes the whole MoE block; the 16k-token Qwen3
-    run keeps ~56 GiB per GPU that way, while keeping the routed-expert activations would not fit."""
+    run keeps ~57 GiB per GPU that way (the re-run block brings its routed copies back), while keeping the routed-expert activations would not fit."""
     m = map_row(rows["modelzoo-qwen3-235b-256gpu-seq16k"])
     assert m.fixed["recompute"] == "moe"
     assert map_row(rows["modelzoo-qwen3-235b-256gpu-cfg1"]).fixed["recompute"] == "selective"  # (norm, act)
@@ -129,7 +129,7 @@ def test_moe_block_recompute_row_fits_where_selective_does_not(rows) -> None:
         peak[rc] = best_estimate(ctx, lay)
     assert not peak["selective"].fits_memory
     assert peak["moe"].fits_memory
-    assert peak["moe"].peak_memory_bytes / 2**30 == pytest.approx(55.6, abs=1.0)
+    assert peak["moe"].peak_memory_bytes / 2**30 == pytest.approx(57.0, abs=1.0)
     assert peak["full"].peak_memory_bytes < peak["moe"].peak_memory_bytes
     assert peak["full"].step_time_s > peak["moe"].step_time_s > peak["selective"].step_time_s
 

@@ -117,7 +117,7 @@ def test_fsdp2_zero2_gradient_copies() -> None:
 def test_no_framework_named_charges_the_larger_buffers() -> None:
     """Without a named framework the buffers are the largest the candidate frameworks hold:
     Megatron-FSDP's with a Megatron framework among them, else FSDP2's over DeepSpeed's."""
-    from optimizer.frameworks import costed_fsdp_buffers
+    from optimizer.framework_runs import costed_fsdp_buffers
     from optimizer.specs import ModelSpec, TrainingSpec
 
     model = ModelSpec.model_validate({"preset": "llama3-8b"})

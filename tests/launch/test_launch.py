@@ -943,6 +943,8 @@ def test_torchtitan_says_its_loss_holds_more_than_a_fused_one():
     unfused = launch((model, training.model_copy(update={"cross_entropy": "unfused"}), layout)).torchtitan
     assert "12 bytes per logit on the last stage where this plan has 6" in fused
     assert "bytes per logit" not in unfused
+    tp2 = launch((model, training, layout.model_copy(update={"tp": 2, "dp": 32, "num_micro_batches": 8}))).torchtitan
+    assert "16 bytes per logit on the last stage" in tp2  # PyTorch's loss_parallel
 
 
 def test_layernorm_recompute_in_fp8_asks_for_current_scaling():

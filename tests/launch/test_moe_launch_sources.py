@@ -45,6 +45,9 @@ def test_moe_recompute_and_zero3_do_not_run_with_the_expert_overlap() -> None:
     assert runs == [] and why
     runs, _ = running_frameworks(plain, _resolved(QWEN3, plain, 256, **z3), QWEN3)
     assert {p.id for p in runs} == {"megatron-lm", "megatron-bridge"}
+    # ep 1: the launch asks for no overlap, so ZeRO-3 runs with the knob on
+    runs, _ = running_frameworks(overlap, _resolved(QWEN3, overlap, 256, **{**z3, "ep": 1}), QWEN3)
+    assert {p.id for p in runs} == {"megatron-lm", "megatron-bridge"}
 
 
 def test_flex_dispatcher_needs_more_than_one_expert_rank() -> None:

@@ -126,7 +126,7 @@ def test_deepseek_v3_builds_few_split_models() -> None:
     # included), nearly all of which found no split below the k-th best time.
     default = search_plans(PlanRequest.model_validate(_deepseek({})))
     assert default.status == "optimal"
-    assert default.solver.candidates_to_solver <= 80
+    assert default.solver.candidates_to_solver <= 90
     # no ZeRO-2/3 with pp > 1, and none for an MoE model with bf16 gradients (Megatron-FSDP's
     # scaling at the Megatron-LM pin; fp32 gradients would bring TP1 CP2 EP8 ZeRO-3 back): TP2
     # PP32 CP2 EP8 ZeRO-1 (27.933 s) ahead of TP1 PP32 CP2 (29.014 s)

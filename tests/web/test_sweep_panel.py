@@ -77,12 +77,19 @@ def test_sweep_panel_on_the_service(driver: WebDriver, base_url: str) -> None:
         pytest.skip("this build has no POST /sweeps (404)")
     assert probe.status_code == 202
     httpx.delete(f"{base_url}/sweeps/{probe.json()['id']}")
-    panel = run_panel(driver, base_url, GPU_COUNTS)
+    counts = [*GPU_COUNTS, 12]  # 12 GPUs are not whole 8-GPU nodes: that point warns
+    panel = run_panel(driver, base_url, counts)
     assert panel["state"] == "done"
     sweep = httpx.get(f"{base_url}/sweeps/{panel['id']}").json()
-    assert sweep["done"] == sweep["total"] == len(GPU_COUNTS)
-    assert (panel["value"], panel["max"]) == (len(GPU_COUNTS), len(GPU_COUNTS))
+    assert sweep["done"] == sweep["total"] == len(counts)
+    assert (panel["value"], panel["max"]) == (len(counts), len(counts))
     assert_chart_shows(panel, sweep)
+    shown = driver.execute_script(
+        "return [...document.querySelectorAll('#sweep-warnings li')].map(li => li.textContent)"
+    )
+    assert any(line.startswith("num_gpus=12: num_gpus (12) is not a whole number") for line in shown), shown
+    point_warnings = {w for r in sweep["results"] for w in r["warnings"]}
+    assert len(shown) == len(set(sweep["warnings"]) | point_warnings)
     assert foreign_urls(requested_urls(driver)) == []
 
 
