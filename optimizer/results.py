@@ -104,6 +104,9 @@ class TimeToTrain(_Out):
     energy_mwh: float = Field(description="(board power at the plan's utilisation + host share) x GPUs x time x PUE.")
     power_per_gpu_w: float = Field(description="Board plus host power per GPU while training (W), before PUE.")
     pue: float
+    expected_failures: float = Field(
+        default=0.0, description="Job-stopping failures expected over the run: wall time / goodput.mtbf_system_s."
+    )
 
 
 class Plan(_Out):

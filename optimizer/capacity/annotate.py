@@ -142,6 +142,7 @@ def time_to_train_of(inp: CapacityInputs, plan: Plan, goodput: Goodput) -> TimeT
         energy_mwh=f.energy_mwh(wall, inp.num_gpus, power - inp.node_overhead_w, inp.node_overhead_w, inp.pue),
         power_per_gpu_w=power,
         pue=inp.pue,
+        expected_failures=wall / goodput.mtbf_system_s,
     )
 
 

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from jobs import LLAMA3_8B_ON_8_H100, job_copy
@@ -113,3 +114,16 @@ def test_a_count_no_faster_than_a_smaller_one_says_so() -> None:
     assert warning.startswith("16 GPUs train no faster than 8 in this sweep")
     fast = [results[0], PointResult(point={"num_gpus": 16}, status="done", plan=big)]
     assert all(r.warnings == [] for r in with_fewer_gpus_notes(fast))
+
+
+def test_expected_failures_over_the_run() -> None:
+    """Llama 3 70B for 15T tokens on 1,024 H100 (the README's job): 150.6 days against a system
+    MTBF of 50,677 h / 1,024 = 49.5 h: 73 job-stopping failures."""
+    doc = yaml.safe_load((ROOT / "examples" / "plan-llama3-70b-megatron.yaml").read_text())
+    doc["training"]["total_tokens"] = 15e12
+    plan = service.plan(PlanRequest.model_validate(doc)).plans[0]
+    ttt, goodput = plan.time_to_train, plan.goodput
+    assert ttt is not None and goodput is not None
+    assert ttt.expected_failures == pytest.approx(ttt.days * 86400 / goodput.mtbf_system_s, rel=1e-12)
+    assert goodput.mtbf_system_s == pytest.approx(50_677 * 3600 / 1024)
+    assert ttt.expected_failures == pytest.approx(73.0, abs=0.5)
