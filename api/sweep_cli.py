@@ -71,7 +71,7 @@ def sweep_warnings(status: SweepStatus) -> list[str]:
     """The sweep's warnings, then each point's, the point named (a warning several points share
     once, with the first of them)."""
     lines = list(status.warnings)
-    seen: set[str] = set()
+    seen: set[str] = set(status.warnings)
     for result in status.results:
         for w in result.warnings:
             if w not in seen:

@@ -121,8 +121,10 @@ def price_problem(job: dict[str, Any], vary: SweepVary) -> str | None:
         return None
     presets = current().catalog.clusters
     gpus = {presets[c].gpu for c in vary.cluster if c in presets}
-    by_gpu = costs.get("price_per_gpu_hour_usd_by_gpu")
-    unpriced = sorted(gpus - set(by_gpu if isinstance(by_gpu, dict) else {}))  # a bad map: each point's 422
+    by_gpu = costs.get("price_per_gpu_hour_usd_by_gpu") or {}
+    if not isinstance(by_gpu, dict):
+        return None  # not a map: every point's validation names it
+    unpriced = sorted(gpus - set(by_gpu))
     if len(unpriced) <= 1:
         return None
     return (

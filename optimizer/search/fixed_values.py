@@ -187,7 +187,8 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     if not zeros:
         return
     pps = [fix.pp] if fix.pp is not None else [1, 2]
-    reasons = [prof.zero_problem(pp, 1, 1, 1, 1, 1, z) for z in zeros for pp in pps]
+    ep = fix.ep or 1  # a pinned ep: the rules for expert-parallel layouts apply
+    reasons = [prof.zero_problem(pp, 1, 1, 1, ep, 1, z) for z in zeros for pp in pps]
     if all(r is not None for r in reasons):
         field = "search.fix.zero_stage" if fix.zero_stage is not None else "search.allow.zero_stage"
         shown = zeros[0] if len(zeros) == 1 else zeros

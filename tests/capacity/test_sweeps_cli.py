@@ -87,3 +87,12 @@ def test_sweep_results_keep_the_plan_warnings_and_the_clamp(
     out = capsys.readouterr().out
     assert "warning: search.time_limit_s (30 s) clamped" in out
     assert "warning: num_gpus=12: num_gpus (12) is not a whole number of 8-GPU nodes" in out
+
+
+def test_sweep_warnings_are_listed_once() -> None:
+    from api.sweep_cli import sweep_warnings
+    from optimizer.capacity.sweep import PointResult, SweepStatus
+
+    results = [PointResult(point={"num_gpus": n}, status="infeasible", warnings=["w", f"only {n}"]) for n in (8, 16)]
+    status = SweepStatus(id="s", status="done", done=2, total=2, results=results, warnings=["w"], pareto=[])
+    assert sweep_warnings(status) == ["w", "num_gpus=8: only 8", "num_gpus=16: only 16"]

@@ -76,3 +76,23 @@ def test_the_expert_overlap_holds_one_more_warmup_chunk() -> None:
     assert in_flight_microbatches(0, 8, 3, 32) == pytest.approx(31 / 3)
     assert in_flight_microbatches(0, 8, 3, 32, 1) == pytest.approx(32 / 3)
     assert in_flight_microbatches(0, 8, 3, 2, 1) == pytest.approx(2.0)
+
+
+def test_a_plan_with_the_expert_overlap_holds_the_extra_warmup_chunk() -> None:
+    """Mixtral 8x7B, TP1 PP4 VPP2 EP8, 32 micro-batches: stage 0 holds 6 + 4 + 1 = 11 chunks
+    without the overlap and 12 with it, one more chunk (a quarter of 32 layers / 4 stages / 2)
+    of stored activations; nothing else in the memory moves."""
+    req = {
+        "model": {"preset": "mixtral-8x7b"},
+        "training": {"seq_len": 4096, "global_batch_size": 1024, "grad_reduce_in_fp32": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "config": {"tp": 1, "pp": 4, "vpp": 2, "ep": 8, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"},
+    }
+    plain = evaluate(EvaluateRequest.model_validate(req)).memory_gib.per_stage[0]
+    overlap_req = {**req, "training": {**req["training"], "ep_comm_overlap": True}}
+    overlap = evaluate(EvaluateRequest.model_validate(overlap_req)).memory_gib.per_stage[0]
+    assert (overlap.weights, overlap.gradients, overlap.optimizer) == (plain.weights, plain.gradients, plain.optimizer)
+    # activations = held chunks / vpp x stored + working: one more of 11 chunks
+    assert overlap.activations > plain.activations
+    per_chunk = overlap.activations - plain.activations
+    assert plain.activations > 10 * per_chunk  # 11 chunks' stored plus the working set

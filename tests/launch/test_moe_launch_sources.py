@@ -109,3 +109,24 @@ def test_notes_for_bridge_current_scaling_and_the_te_version() -> None:
     assert "megatron-lm" in plan.frameworks
     assert any("needs Transformer Engine 2.8" in n for n in plan.notes)
     assert not any(n.startswith("Megatron-Bridge: bf16_with_fp8") for n in plan.notes)
+
+
+def test_a_pinned_zero3_with_pinned_ep_under_the_overlap_is_refused_at_its_field() -> None:
+    """Megatron-LM named, the expert overlap on, ep 8 and ZeRO-3 pinned: no layout runs it, so
+    the pin is a 422 at search.fix.zero_stage naming the rule (it was an empty answer)."""
+    from optimizer.errors import InvalidLayout
+    from optimizer.service import plan
+    from optimizer.specs import PlanRequest
+
+    req = {
+        "model": {"preset": "qwen3-235b-a22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 512, "ep_comm_overlap": True, "framework": "megatron-lm",
+                     "grad_reduce_in_fp32": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"fix": {"zero_stage": 3, "ep": 8, "pp": 1}},
+    }  # fmt: skip
+    with pytest.raises(InvalidLayout) as exc:
+        plan(PlanRequest.model_validate(req))
+    assert exc.value.field == "search.fix.zero_stage" and "with ep > 1" in exc.value.reason
+    ep1 = {**req, "search": {"fix": {"zero_stage": 3, "ep": 1, "pp": 1}}}
+    assert plan(PlanRequest.model_validate(ep1)).plans  # ep 1: no overlap, ZeRO-3 runs
