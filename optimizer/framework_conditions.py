@@ -36,6 +36,8 @@ class When:
     """Layouts with ep > 1 and pp > 1 only interleaved."""
     ep_layouts_zero_stages: tuple[int, ...] | None = None
     """ZeRO stages it runs on layouts with ep > 1."""
+    ep_group_sizes: tuple[int, ...] | None = None
+    """Expert groups (``ep x etp`` ranks, more than one) it runs."""
     tensor_parallel: bool = True
     defaults: tuple[tuple[str, Any], ...] = ()
     shared_experts: bool | None = None
@@ -71,6 +73,7 @@ class When:
             or bool(self.ep_layouts_drop_recompute)
             or self.ep_layouts_pp_needs_vpp
             or self.ep_layouts_zero_stages is not None
+            or self.ep_group_sizes is not None
             or not self.tensor_parallel
         )
 
@@ -93,6 +96,7 @@ def parse_when(fid: str, raw: dict[str, Any]) -> When:
         ep_layouts_drop_recompute=tuple(raw.get("ep_layouts_drop_recompute", ())),
         ep_layouts_pp_needs_vpp=bool(raw.get("ep_layouts_pp_needs_vpp", False)),
         ep_layouts_zero_stages=_tuple(raw.get("ep_layouts_zero_stages")),
+        ep_group_sizes=_tuple(raw.get("ep_group_sizes")),
         tensor_parallel=bool(raw.get("tensor_parallel", True)),
         defaults=tuple(raw.get("defaults", {}).items()),
         shared_experts=raw.get("shared_experts"),

@@ -88,6 +88,8 @@ class Parallelism:
     ``when`` rule)."""
     ep_layouts_zero_stages: Fact = Fact((0, 1, 2, 3), "frameworks.toml: narrowed only by a job's [[when]] rule")
     """ZeRO stages it runs on layouts with ep > 1 (narrowed by a ``when`` rule)."""
+    ep_group_sizes: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")
+    """Expert groups (``ep x etp`` > 1 ranks) it runs; empty: any (set by a ``when`` rule)."""
     ep_layouts_excluded_recompute: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")
     """Cost-model recompute modes it does not run on layouts with ep > 1 (set by a ``when`` rule)."""
     tensor_parallel: Fact = Fact(True, "frameworks.toml: cleared only by a job's [[when]] rule")
@@ -196,6 +198,9 @@ class FrameworkProfile:
         par = self.parallelism
         if ep > 1 and par.ep_divides_dp_cp.value and (ep % cp or (dp * cp) % ep):
             return f"{self.name} needs cp ({cp}) to divide ep ({ep}) and ep to divide dp x cp ({dp * cp}) ({par.ep_divides_dp_cp.source})"
+        group = par.ep_group_sizes
+        if ep * etp > 1 and group.value and ep * etp not in group.value:
+            return f"{self.name} runs expert groups (ep x etp) of {list(group.value)} ranks here ({group.source})"
         fact = par.etp
         if fact.value == "tp":
             return (
@@ -349,6 +354,8 @@ def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
             changes[name] = Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
     if rule.ep_layouts_pp_needs_vpp:
         changes["ep_layouts_pp_needs_vpp"] = Fact(True, why)
+    if rule.ep_group_sizes is not None:
+        changes["ep_group_sizes"] = Fact(rule.ep_group_sizes, why)
     if rule.ep_layouts_zero_stages is not None:
         kept = par.ep_layouts_zero_stages.value
         changes["ep_layouts_zero_stages"] = Fact(tuple(z for z in kept if z in rule.ep_layouts_zero_stages), why)

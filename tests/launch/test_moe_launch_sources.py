@@ -130,3 +130,19 @@ def test_a_pinned_zero3_with_pinned_ep_under_the_overlap_is_refused_at_its_field
     assert exc.value.field == "search.fix.zero_stage" and "with ep > 1" in exc.value.reason
     ep1 = {**req, "search": {"fix": {"zero_stage": 3, "ep": 1, "pp": 1}}}
     assert plan(PlanRequest.model_validate(ep1)).plans  # ep 1: no overlap, ZeRO-3 runs
+
+
+@pytest.mark.parametrize(("ep", "etp", "runs"), [(64, 1, True), (128, 1, True), (128, 2, False), (64, 4, False)])
+def test_deepep_runs_the_group_sizes_it_has_configs_for(ep: int, etp: int, runs: bool) -> None:
+    """DeepEP's recommended configs cover 2-160 ranks (2, 4, ..., 128, 144, 160) and it asserts on
+    other sizes: an expert group (ep x etp) of 256 runs on no framework with `deepep`."""
+    training = TrainingSpec(seq_len=4096, global_batch_size=4096, moe_dispatcher="deepep", grad_reduce_in_fp32=True)
+    lay = _resolved(DSV3, training, 4096, tp=4, pp=16, ep=ep, etp=etp, micro_batch_size=1, zero_stage=1,
+                    recompute="full")  # fmt: skip
+    found, why = running_frameworks(training, lay, DSV3)
+    assert bool(found) is runs, why
+    if not runs:
+        assert any("expert groups (ep x etp)" in w for w in why)
+    alltoall = training.model_copy(update={"moe_dispatcher": "alltoall"})
+    assert running_frameworks(alltoall, _resolved(DSV3, alltoall, 4096, tp=4, pp=16, ep=ep, etp=etp,
+                                                  micro_batch_size=1, zero_stage=1, recompute="full"), DSV3)[0]  # fmt: skip
