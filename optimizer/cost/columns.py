@@ -20,7 +20,7 @@ import numpy as np
 
 from optimizer.cost.context import JobContext
 from optimizer.cost.dp_comm import dp_exposed_s
-from optimizer.cost.estimate import pp_comm_s, step_breakdown
+from optimizer.cost.estimate import pp_comm_s, step_breakdown, unoverlapped_ep_share
 from optimizer.cost.head import head_time_at_s
 from optimizer.cost.layer import Dims, LayerCost
 from optimizer.cost.memory import memory_signature, stage_memory
@@ -211,7 +211,7 @@ def cost_columns(
             slowest, optimizer, dp_inputs, shape, peak = fixed[key]
             dp_exposed = np.broadcast_to(dp_exposed_s(ctx, at_zero, groups, *dp_inputs), shape)
             breakdown = step_breakdown(at_zero, slowest, dp_exposed.max(axis=1, keepdims=True), optimizer,
-                                       pp_comm_s(ctx, at_zero, groups))  # fmt: skip
+                                       pp_comm_s(ctx, at_zero, groups), unoverlapped_ep_share(ctx, at_zero))  # fmt: skip
             step = np.broadcast_to(sum(breakdown.values()), (len(cols), 1))[:, 0]
             out[-1].append(ColumnCosts(step, peak))
     return out

@@ -126,24 +126,42 @@ def pp_comm_from_p2p_s(ctx: JobContext, pp: Num, vpp: Num, m: Num, t_p2p: Num) -
     return exposed * m * 2 * vpp * t_p2p + 2 * (pp - 1) * t_p2p
 
 
-def compose_step(lay: ResolvedLayout, stages: list[StageTerms], pp_comm: Num) -> tuple[dict[str, Num], int]:
+def compose_step(
+    lay: ResolvedLayout, stages: list[StageTerms], pp_comm: Num, ep_alone: float = 0.0
+) -> tuple[dict[str, Num], int]:
     """Step-time breakdown from the stage terms (and the index of the slowest stage)."""
     slow = max(range(len(stages)), key=lambda i: stages[i].time_s)
     dp_comm = max(t.dp_exposed_s for t in stages)
     optimizer = max(t.optimizer_s for t in stages)
-    return step_breakdown(lay, stages[slow], dp_comm, optimizer, pp_comm), slow
+    return step_breakdown(lay, stages[slow], dp_comm, optimizer, pp_comm, ep_alone), slow
 
 
-def step_breakdown(lay: StageLayout, slowest: StageTerms, dp_comm: Num, optimizer: Num, pp_comm: Num) -> dict[str, Num]:
+def unoverlapped_ep_share(ctx: JobContext, lay: StageLayout) -> float:
+    """Extra micro-batches of exposed expert all-to-all time a step pays when the expert overlap
+    has nothing to pair with: without a pipeline, Megatron's combined 1F1B runs the first
+    forward and the last backward alone (``combined_1f1b.py`` at 000c4ac2), so one micro-batch's
+    hidden share (``ep_comm_overlap_batched``, less its contention) is exposed after all; as a
+    multiple of the exposed per-micro-batch time ``StageTerms.ep_s``. With pipelines the fitted
+    hidden share stands for the warm-up and cool-down too."""
+    if not (ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None and lay.ep > 1 and lay.pp == 1):
+        return 0.0
+    lost = ctx.cal.ep_comm_overlap_batched * (1.0 - ctx.cal.overlap_contention)
+    return lost / (1.0 - lost)
+
+
+def step_breakdown(
+    lay: StageLayout, slowest: StageTerms, dp_comm: Num, optimizer: Num, pp_comm: Num, ep_alone: float = 0.0
+) -> dict[str, Num]:
     """``compose_step``'s breakdown from the slowest stage's terms and the largest exposed
-    data-parallel and optimizer times over the stages. Numbers or numpy arrays (``cost.columns``);
-    the step time is the sum of the values in this order."""
+    data-parallel and optimizer times over the stages (``ep_alone``: ``unoverlapped_ep_share``).
+    Numbers or numpy arrays (``cost.columns``); the step time is the sum of the values in this
+    order."""
     m = lay.num_micro_batches
     return {
         "compute": m * slowest.compute_s,
         "tp_comm": m * slowest.tp_s,
         "cp_comm": m * slowest.cp_s,
-        "ep_comm": m * slowest.ep_s,
+        "ep_comm": (m + ep_alone) * slowest.ep_s,
         "pp_comm": pp_comm,
         "pp_bubble": (lay.pp - 1) / lay.vpp * slowest.time_s,
         "dp_comm": dp_comm,
@@ -174,7 +192,7 @@ def step_time_s(ctx: JobContext, lay: ResolvedLayout, groups: AxisGroups) -> flo
     gives the same floats. Lets ``best_estimate`` compare rank orders cheaply.
     """
     stages = [stage_core_cached(ctx, lay, groups, c, f, la)[0] for f, la, c in distinct_stages(ctx, lay)]
-    breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups))
+    breakdown, _ = compose_step(lay, stages, pp_comm_s(ctx, lay, groups), unoverlapped_ep_share(ctx, lay))
     return cast(float, sum(breakdown.values()))  # numbers on the one-layout path
 
 
@@ -203,7 +221,8 @@ def estimate(
     counts = _stage_kind_counts(ctx, lay)
     stages = [stage_terms(ctx, lay, groups, s, counts[s]) for s in range(lay.pp)]
     # numbers on the one-layout path (the stage terms are arrays only in cost.columns)
-    breakdown = cast(dict[str, float], compose_step(lay, stages, pp_comm_s(ctx, lay, groups))[0])
+    ep_alone = unoverlapped_ep_share(ctx, lay)
+    breakdown = cast(dict[str, float], compose_step(lay, stages, pp_comm_s(ctx, lay, groups), ep_alone)[0])
     step = sum(breakdown.values())
     memory = tuple(t.memory for t in stages)
     peak_stage = max(range(lay.pp), key=lambda i: memory[i].total_bytes)

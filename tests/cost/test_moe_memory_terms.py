@@ -96,3 +96,25 @@ def test_a_plan_with_the_expert_overlap_holds_the_extra_warmup_chunk() -> None:
     assert overlap.activations > plain.activations
     per_chunk = overlap.activations - plain.activations
     assert plain.activations > 10 * per_chunk  # 11 chunks' stored plus the working set
+
+
+def test_the_expert_overlap_hides_nothing_with_one_micro_batch_and_no_pipeline() -> None:
+    """Without a pipeline Megatron's combined 1F1B runs the first forward and the last backward
+    alone: with one micro-batch the overlap hides none of the all-to-all (the same ep_comm as
+    without it), with four it hides three micro-batches' share."""
+
+    def ep_comm(overlap: bool, gbs: int) -> float:
+        req = {
+            "model": {"preset": "mixtral-8x7b"},
+            "training": {"seq_len": 4096, "global_batch_size": gbs, "ep_comm_overlap": overlap},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+            "config": {"tp": 1, "pp": 1, "ep": 8, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"},
+        }
+        return evaluate(EvaluateRequest.model_validate(req)).time_breakdown_s.ep_comm
+
+    assert ep_comm(True, 64) == pytest.approx(ep_comm(False, 64), rel=1e-9)
+    from optimizer.calibration import DEFAULT
+
+    lost = DEFAULT.ep_comm_overlap_batched * (1 - DEFAULT.overlap_contention)
+    per_mb_exposed = ep_comm(False, 256) / 4 * (1 - lost)  # the overlapped share of one micro-batch
+    assert ep_comm(True, 256) == pytest.approx(4 * per_mb_exposed + ep_comm(False, 256) / 4 * lost, rel=1e-9)
