@@ -129,7 +129,10 @@ def test_ep_comm_overlap_hides_its_calibrated_share_of_the_all_to_all_and_nothin
     assert off["ep_comm"] > 0
     kept = 1 - DEFAULT.overlap_contention  # hidden time still costs the collective's SM share
     ratio = 1 - DEFAULT.ep_comm_overlap_batched * kept  # nothing hides without the batch-level overlap
-    assert on["ep_comm"] == pytest.approx(ratio * off["ep_comm"])
+    # no pipeline: of the 4 micro-batches the first forward and last backward run alone (one
+    # micro-batch's share stays exposed)
+    m = 4
+    assert on["ep_comm"] == pytest.approx(((m - 1) * ratio + 1) / m * off["ep_comm"])
     assert ratio < 1  # the overlap never slows a step
     assert {k: v for k, v in on.items() if k != "ep_comm"} == pytest.approx(
         {k: v for k, v in off.items() if k != "ep_comm"}
