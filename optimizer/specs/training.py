@@ -137,10 +137,10 @@ class TrainingSpec(Strict):
             "unsharded gradient elements, a parameter prefetch of half that, and the embedding and "
             "output layer kept gathered all step. fsdp2 (torchtitan): ZeRO-3 gathers two layers whole "
             "and reduces a layer's 16-bit gradients through a reduce-dtype copy (ZeRO-2: the copy only), "
-            "and keeps the output layer gathered across the loss. layer (DeepSpeed): one layer gathered "
-            "ahead and one gradient bucket. Null: the named framework's; with none named, the larger of "
+            "and keeps the output layer gathered across the loss. layer (DeepSpeed): ZeRO-2 two gradient "
+            "buckets, ZeRO-3 two gathered layers (the current and the prefetched). Null: the named framework's; with none named, the larger of "
             "those the frameworks whose stack runs the job hold (megatron-fsdp when a Megatron "
-            "framework is among them), so plans fit on every framework they list. Ignored below ZeRO-2."
+            "framework is among them, else fsdp2 when torchtitan is), so plans fit on every framework they list. Ignored below ZeRO-2."
         ),
     )
     dp_comm_overlap: bool = Field(
