@@ -252,11 +252,16 @@ class SweepStatus(Strict):
     )
 
 
+def plan_gpus(plan: Plan) -> int:
+    """The GPUs a point's plan runs on (``tp x pp x dp x cp``)."""
+    c = plan.config
+    return c.tp * c.pp * (c.dp or 1) * c.cp
+
+
 def _pareto_entry(index: int, result: PointResult, price: float | None) -> ParetoPoint:
     plan = result.plan
     assert plan is not None and plan.goodput is not None
-    c = plan.config
-    n = c.tp * c.pp * (c.dp or 1) * c.cp
+    n = plan_gpus(plan)
     ttt = plan.time_to_train
     rate = plan.goodput.tokens_per_s
     per_million = None if price is None or rate <= 0 else price * n / HOUR_S / rate * 1e6

@@ -3,51 +3,44 @@ trains at least as fast."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from optimizer.capacity.sweep import PointResult
+from optimizer.capacity.sweep import PointResult, plan_gpus
 
 
-def _rate(result: PointResult) -> float | None:
+class _Rated(NamedTuple):
+    rate: float
+    """Goodput tokens/s."""
+    gpus: int
+    others: tuple[tuple[str, Any], ...]
+    """The point's values on every axis but the GPU count (the points compared share them)."""
+
+
+def _rated(result: PointResult) -> _Rated | None:
     plan = result.plan
     if result.status != "done" or plan is None or plan.goodput is None or plan.goodput.tokens_per_s <= 0:
         return None
-    return plan.goodput.tokens_per_s
-
-
-def _gpus(result: PointResult) -> int:
-    assert result.plan is not None
-    c = result.plan.config
-    return c.tp * c.pp * (c.dp or 1) * c.cp
-
-
-def _others(point: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The point's values on every axis but the GPU count (the points compared share them)."""
-    return tuple(sorted((k, v) for k, v in point.items() if k != "num_gpus"))
+    others = tuple(sorted((k, v) for k, v in result.point.items() if k != "num_gpus"))
+    return _Rated(plan.goodput.tokens_per_s, plan_gpus(plan), others)
 
 
 def with_fewer_gpus_notes(results: list[PointResult]) -> list[PointResult]:
     """``results`` with a warning on each planned point that a point with fewer GPUs (and the
     same other axes) trains at least as fast after failures: the extra GPUs buy nothing."""
-    rated = [(r, _rate(r)) for r in results]
+    rated = [_rated(r) for r in results]
     out = []
-    for result, rate in rated:
-        better = None
-        if rate is not None:
-            rivals = [
-                (o, o_rate)
-                for o, o_rate in rated
-                if o_rate is not None and o_rate >= rate and _others(o.point) == _others(result.point)
-                and _gpus(o) < _gpus(result)
-            ]  # fmt: skip
-            better = min(rivals, key=lambda r: _gpus(r[0]), default=None)
-        if better is None:
+    for result, mine in zip(results, rated, strict=True):
+        rivals = [] if mine is None else [
+            o for o in rated
+            if o is not None and o.rate >= mine.rate and o.others == mine.others and o.gpus < mine.gpus
+        ]  # fmt: skip
+        if mine is None or not rivals:
             out.append(result)
             continue
-        other, other_rate = better
+        other = min(rivals, key=lambda o: o.gpus)
         note = (
-            f"{_gpus(result):,} GPUs train no faster than {_gpus(other):,} in this sweep ({rate:,.0f} against "
-            f"{other_rate:,.0f} tokens/s after failures): the extra GPUs buy nothing at this batch"
+            f"{mine.gpus:,} GPUs train no faster than {other.gpus:,} in this sweep ({mine.rate:,.0f} against "
+            f"{other.rate:,.0f} tokens/s after failures): the extra GPUs buy nothing at this batch"
         )
         out.append(result.model_copy(update={"warnings": [*result.warnings, note]}))
     return out

@@ -42,9 +42,15 @@ def _config(table: dict[int, tuple[int, int, int]], ranks: int) -> tuple[int, in
     return table[sizes[min(bisect.bisect_left(sizes, ranks), len(sizes) - 1)]]
 
 
+def _row_bytes(hidden_bytes: int) -> int:
+    """One received token's slot: its row, source metadata, top-k indices (int64) and weights
+    (fp32) and scales (fp32)."""
+    return hidden_bytes + SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4
+
+
 def _nvl_bytes(nvl_recv: int, hidden_bytes: int, ranks: int) -> int:
     rdma_ranks, nvl_ranks = max(ranks // NVL_PEERS, 1), min(ranks, NVL_PEERS)
-    per_token = hidden_bytes + SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4
+    per_token = _row_bytes(hidden_bytes)
     total = CHANNELS * nvl_ranks * (2 * rdma_ranks + 3) * 4 + CHANNELS * nvl_ranks * nvl_recv * per_token
     return _align(total, 128)
 
@@ -54,7 +60,7 @@ def _rdma_bytes(send: int, recv: int, hidden_bytes: int, ranks: int) -> int:
         return 0
     recv = _align(recv, send)
     rdma_ranks = ranks // NVL_PEERS
-    per_token = 2 * (hidden_bytes + SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4 + 16)
+    per_token = 2 * (_row_bytes(hidden_bytes) + 16)  # send and receive halves; an int4 header each
     total = CHANNELS * rdma_ranks * (NVL_PEERS * 2 + 2) * 2 * 4 + CHANNELS * rdma_ranks * recv * per_token
     return _align(total + RDMA_SAFETY_BYTES, 128)
 

@@ -22,10 +22,12 @@ EMBEDDING = VOCAB * H  # and as many in the untied output layer
 UNIT = 1e9  # Megatron-FSDP's communication unit: max(1e9, 2 x the 218M-parameter layer)
 
 
-def _memory_gib(zero_stage: int, fsdp_buffers: str | None, **training: Any) -> float:
+def _memory_gib(
+    zero_stage: int, fsdp_buffers: str | None, model: dict[str, Any] | None = None, **training: Any
+) -> float:
     knobs = {"fsdp_buffers": fsdp_buffers} if fsdp_buffers else {}
     plan = evaluate(EvaluateRequest.model_validate({
-        "model": {"preset": "llama3-8b"},
+        "model": {"preset": "llama3-8b", **(model or {})},
         "training": {"seq_len": 8192, "global_batch_size": 64, **knobs, **training},
         "cluster": {"preset": "dgx-h100", "num_gpus": 8},
         "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": zero_stage, "recompute": "none"},
@@ -87,21 +89,9 @@ def test_fsdp2_zero3_hand_computed(fp32: bool, grad_bytes: int) -> None:
 
 def test_fsdp2_zero3_output_layer_when_larger() -> None:
     """A 1M-entry vocabulary makes the output layer (4.2B parameters, 8.4 GB gathered) the larger."""
-    training = {"seq_len": 8192, "global_batch_size": 64}
-    plan = evaluate(EvaluateRequest.model_validate({
-        "model": {"preset": "llama3-8b", "vocab_size": 1 << 20},
-        "training": {**training, "fsdp_buffers": "fsdp2"},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-        "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
-    }))  # fmt: skip
-    other = evaluate(EvaluateRequest.model_validate({
-        "model": {"preset": "llama3-8b", "vocab_size": 1 << 20},
-        "training": {**training, "fsdp_buffers": "layer"},
-        "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-        "config": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "full"},
-    }))  # fmt: skip
+    big_vocab = {"vocab_size": 1 << 20}
     head = (1 << 20) * H * 2
-    assert plan.memory_gib.buffers - other.memory_gib.buffers == pytest.approx(
+    assert _memory_gib(3, "fsdp2", big_vocab) - _memory_gib(3, "layer", big_vocab) == pytest.approx(
         (head - 2 * LAYER * 7 / 8 * 2) / GIB, rel=1e-6
     )
 
