@@ -5,9 +5,10 @@ Slurm (``topology.yaml``, topology.yaml(5)): a ``tree`` topology gives one level
 (``slurm/switch-1`` is the root's), a ``block`` topology one level for the base blocks
 (``slurm/block``) and one per higher block size (``slurm/block-<size>``: consecutive base blocks
 holding that many nodes). Kueue: the ``Topology`` object's ``spec.levels[].nodeLabel`` and the
-nodes of ``kubectl get nodes -o json`` (free GPUs: allocatable ``nvidia.com/gpu`` less the
-requests of the pods of ``kubectl get pods -A -o json`` that hold them, 0 on cordoned or not
-Ready nodes).
+nodes of ``kubectl get nodes -o json`` that its ``ResourceFlavor`` selects (free GPUs:
+allocatable ``nvidia.com/gpu`` less the requests of the pods of ``kubectl get pods -A -o json``
+that hold them, 0 on cordoned or not Ready nodes and on nodes with a taint the flavor does not
+tolerate).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any
 import hostlist
 
 from api.documents import DocumentError, parse_yaml_all
-from optimizer.topology_spec import HOSTNAME_LABEL
+from optimizer.topology_spec import HOSTNAME_LABEL, SLURM_BLOCK_LEVEL, SLURM_SWITCH_PREFIX
 
-SWITCH_LEVEL = "slurm/switch-{depth}"
-BLOCK_LEVEL = "slurm/block"
+SWITCH_LEVEL = SLURM_SWITCH_PREFIX + "{depth}"
+BLOCK_LEVEL = SLURM_BLOCK_LEVEL
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -97,27 +98,53 @@ def _tree_topology(tree: dict, gpus: int, busy: set[str]) -> dict:
     return {"levels": levels, "nodes": nodes}
 
 
+DEFAULT_BLOCK_LEVELS = (1, 2, 3, 4)
+"""Higher block levels Slurm enables without ``block_sizes``: 2, 4, 8 and 16 base blocks
+(``block_record.c``: ``bit_nset(block_levels, 0, 4)``)."""
+
+
+def _aggregation_levels(sizes: list[int], base: int, count: int) -> list[int]:
+    """The enabled higher block levels ``k`` (blocks of ``2**k`` consecutive base blocks), as Slurm
+    records them: up to and including the first that spans every block (``block_record.c``)."""
+    if not sizes:
+        wanted = list(DEFAULT_BLOCK_LEVELS)
+    else:
+        wanted = []
+        for s in sizes[1:]:
+            ratio = s // base if base else 0
+            if ratio < 2 or s % base or ratio & (ratio - 1):
+                raise ConvertError(f"block.block_sizes: {s} is not the base size {base} times a power of two")
+            wanted.append(ratio.bit_length() - 1)
+    levels: list[int] = []
+    for k in sorted(set(wanted)):
+        if levels and 2 ** levels[-1] >= count:
+            break
+        levels.append(k)
+    return levels
+
+
 def _block_topology(block: dict, gpus: int, busy: set[str]) -> dict:
-    sizes = block.get("block_sizes") or []
     blocks = block.get("blocks")
     if not isinstance(blocks, list) or not blocks:
         raise ConvertError("block.blocks: expected a list of blocks")
-    sizes = [int(s) for s in sizes]
-    higher = sizes[1:]
-    levels = [f"{BLOCK_LEVEL}-{s}" for s in reversed(higher)] + [BLOCK_LEVEL, HOSTNAME_LABEL]
-    nodes = []
-    seen = 0
+    members_of = []
     for b in blocks:
         name = str(b.get("block", ""))
         if not name:
             raise ConvertError("block.blocks: a block has no 'block' name")
-        members = _expand(b.get("nodes"), f"block {name}: nodes")
-        for node in members:
-            labels = {BLOCK_LEVEL: name}
-            for s in higher:  # consecutive base blocks holding s nodes
-                labels[f"{BLOCK_LEVEL}-{s}"] = f"{s}n-{seen // s}"
-            nodes.append({"name": node, "labels": labels, "free_gpus": 0 if node in busy else gpus})
-        seen += max(len(members), sizes[0] if sizes else 0)
+        members_of.append((name, _expand(b.get("nodes"), f"block {name}: nodes")))
+    sizes = [int(s) for s in block.get("block_sizes") or []]
+    base = sizes[0] if sizes else max(len(m) for _, m in members_of)
+    higher = _aggregation_levels(sizes, base, len(blocks))
+    levels = [f"{BLOCK_LEVEL}-{base * 2**k}" for k in reversed(higher)] + [BLOCK_LEVEL, HOSTNAME_LABEL]
+    nodes: list[dict[str, Any]] = []
+    for index, (name, members) in enumerate(members_of):
+        labels = {BLOCK_LEVEL: name}
+        for k in higher:  # Slurm's aggregated block: 2**k consecutive base blocks, by block index
+            labels[f"{BLOCK_LEVEL}-{base * 2**k}"] = f"{base * 2**k}n-{index // 2**k}"
+        nodes.extend(
+            {"name": node, "labels": dict(labels), "free_gpus": 0 if node in busy else gpus} for node in members
+        )
     return {"levels": levels, "nodes": nodes}
 
 
@@ -131,13 +158,19 @@ def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None =
         raise ConvertError(f"topology.yaml: expected one YAML document, found {len(found)}")
     docs = found[0] if found else None
     topo = _pick_slurm(docs, name)
-    taken = set(_expand(busy, "--busy")) if busy else set()
+    taken = busy_names(busy)
     if "tree" in topo:
         out = _tree_topology(topo["tree"] or {}, gpus_per_node, taken)
     else:
         out = _block_topology(topo["block"] or {}, gpus_per_node, taken)
     check_busy_known(taken, {n["name"] for n in out["nodes"]})
     return out
+
+
+def busy_names(busy: str) -> set[str]:
+    """The nodes of ``--busy``: hostlists separated by commas, spaces or new lines (``squeue -h -o
+    %N`` prints one job's hostlist per line)."""
+    return set(_expand(busy.split(), "--busy")) if busy.strip() else set()
 
 
 def check_busy_known(busy: set[str], names: set[str]) -> None:
@@ -149,7 +182,9 @@ def check_busy_known(busy: set[str], names: set[str]) -> None:
         raise ConvertError(f"--busy names nodes the topology does not have: {shown}")
 
 
-def _kueue_levels(text: str) -> list[str]:
+def _kueue_docs(text: str) -> tuple[list[str], dict]:
+    """(levels, the ResourceFlavor's spec) of a Kueue ``Topology`` and the ``ResourceFlavor`` whose
+    ``spec.topologyName`` names it ({} when the file has none)."""
     try:
         docs = [d for d in parse_yaml_all(text) if isinstance(d, dict)]
     except DocumentError as e:
@@ -160,7 +195,36 @@ def _kueue_levels(text: str) -> list[str]:
     levels = [lv.get("nodeLabel") for lv in (topo.get("spec") or {}).get("levels") or []]
     if not levels or not all(isinstance(x, str) for x in levels):
         raise ConvertError("Topology.spec.levels: expected a list of {nodeLabel: <label>}")
-    return levels
+    name = (topo.get("metadata") or {}).get("name")
+    flavors = [d for d in docs if d.get("kind") == "ResourceFlavor" and _field(d, "spec").get("topologyName") == name]
+    if len(flavors) > 1:
+        raise ConvertError(f"ResourceFlavor: {len(flavors)} flavors name topology {name!r}; give the one the job uses")
+    return levels, _field(flavors[0], "spec") if flavors else {}
+
+
+def _tolerated(taint: dict, tolerations: list) -> bool:
+    """Whether a toleration matches ``taint`` (Kubernetes ``Toleration.ToleratesTaint``)."""
+    for t in tolerations:
+        if not isinstance(t, dict):
+            continue
+        key_ok = t.get("key") == taint.get("key") or (not t.get("key") and t.get("operator") == "Exists")
+        effect_ok = not t.get("effect") or t.get("effect") == taint.get("effect")
+        value_ok = t.get("operator") == "Exists" or str(t.get("value", "")) == str(taint.get("value", ""))
+        if key_ok and effect_ok and value_ok:
+            return True
+    return False
+
+
+SCHEDULING_TAINTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep pods off a node (Kueue's TAS skips nodes with one not tolerated:
+``scheduling_simulator_default.go``, ``IsSchedulingTaint``)."""
+
+
+def _untolerated_taint(node: dict, tolerations: list) -> bool:
+    taints = _field(node, "spec").get("taints") or []
+    return any(
+        isinstance(t, dict) and t.get("effect") in SCHEDULING_TAINTS and not _tolerated(t, tolerations) for t in taints
+    )
 
 
 def kubectl_items(doc: Any, what: str) -> list[dict]:
@@ -208,9 +272,10 @@ def _requested_gpus(pods: Any) -> dict[str, int]:
 
 
 def _ready(node: dict) -> bool:
+    """A Ready condition with status True (Kueue's ``IsNodeStatusConditionTrue``: none is not ready)."""
     conds = _field(node, "status").get("conditions") or []
     ready = [c for c in conds if isinstance(c, dict) and c.get("type") == "Ready"]
-    return not ready or ready[0].get("status") == "True"
+    return bool(ready) and ready[0].get("status") == "True"
 
 
 def requested_gpus(pods_json: dict | None) -> dict[str, int]:
@@ -229,8 +294,13 @@ def free_gpus(node: dict, used: dict[str, int]) -> int:
 
 
 def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = None) -> dict:
-    """``cluster.topology`` from a Kueue ``Topology`` object and ``kubectl get nodes -o json``."""
-    levels = _kueue_levels(topology_text)
+    """``cluster.topology`` from a Kueue ``Topology`` object (and the ``ResourceFlavor`` naming it,
+    when the file has one) and ``kubectl get nodes -o json``: the nodes Kueue's topology-aware
+    scheduling sees, those with the flavor's ``nodeLabels`` and every level label; a node with a
+    NoSchedule or NoExecute taint the flavor does not tolerate has no free GPU."""
+    levels, flavor = _kueue_docs(topology_text)
+    wanted = {str(k): str(v) for k, v in (flavor.get("nodeLabels") or {}).items()}
+    tolerations = flavor.get("tolerations") or []
     used = requested_gpus(pods_json)
     nodes = []
     for item in kubectl_items(nodes_json, "nodes"):
@@ -238,15 +308,18 @@ def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = No
         name, labels = meta.get("name"), _field(meta, "labels")
         if not name or any(lv not in labels and lv != HOSTNAME_LABEL for lv in levels):
             continue  # not part of this topology
+        if any(labels.get(k) != v for k, v in wanted.items()):
+            continue  # not of the flavor
         nodes.append(
             {
                 "name": name,
                 "labels": {lv: labels[lv] for lv in levels if lv in labels},
-                "free_gpus": free_gpus(item, used),
+                "free_gpus": 0 if _untolerated_taint(item, tolerations) else free_gpus(item, used),
             }
         )
     if not nodes:
-        raise ConvertError(f"nodes: no node carries every level label {levels}")
+        flavor_part = f" and the ResourceFlavor's nodeLabels {wanted}" if wanted else ""
+        raise ConvertError(f"nodes: no node carries every level label {levels}{flavor_part}")
     if HOSTNAME_LABEL not in levels:
         levels = levels + [HOSTNAME_LABEL]
     nvlink = CLIQUE_LABEL if CLIQUE_LABEL in levels else (HOSTNAME_LABEL if HOSTNAME_LABEL in levels else levels[-1])

@@ -19,10 +19,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import hostlist
-
 from api.documents import DocumentError, parse_yaml_all
-from api.topology_convert import ConvertError, check_busy_known, free_gpus, kubectl_items, requested_gpus
+from api.topology_convert import (
+    ConvertError,
+    busy_names,
+    check_busy_known,
+    free_gpus,
+    kubectl_items,
+    requested_gpus,
+)
 from optimizer.topology_spec import HOSTNAME_LABEL
 
 TIER_LEVEL = "volcano/tier-{tier}"
@@ -91,7 +96,10 @@ def _members(hn: str, member: dict, nodes: dict[str, dict] | None) -> list[str]:
             raise ConvertError(f"HyperNode {hn}: bad regexMatch pattern ({e})") from e
         return [n for n in nodes if pattern.search(n)]
     if "labelMatch" in sel:
-        return [n for n, labels in nodes.items() if _label_match(sel["labelMatch"] or {}, labels)]
+        match = sel["labelMatch"] or {}
+        if not match.get("matchLabels") and not match.get("matchExpressions"):
+            return []  # Volcano: an empty labelMatch selects no node (hypernode/member_selector.go)
+        return [n for n, labels in nodes.items() if _label_match(match, labels)]
     raise ConvertError(f"HyperNode {hn}: a member has no exactMatch, regexMatch or labelMatch selector")
 
 
@@ -140,7 +148,7 @@ def from_volcano(
     tiers = sorted({hn["tier"] for hn in hns.values()}, reverse=True)
     levels = [TIER_LEVEL.format(tier=t) for t in tiers] + [HOSTNAME_LABEL]
     used = requested_gpus(pods_json)
-    taken = set(hostlist.expand_hostlist(busy)) if busy else set()
+    taken = busy_names(busy)
     out = []
     for node, leaf in leaf_of.items():
         chain = _chain(leaf, parent, len(hns))

@@ -15,10 +15,16 @@ class SlurmRequest(_Out):
     nodes: int
     segment: int | None = Field(
         default=None,
-        description="--segment (topology/block): nodes per domain of the level above the NVLink level, when the job "
-        "takes the same number from each of several such domains",
+        description="--segment (topology/block). On a Slurm block topology (levels from `pplan topology from-slurm`): "
+        "set only when the nodes do not lie in one block of the smallest block level that holds the job (Slurm "
+        "allocates such a --nodelist only in segments), to the largest size that divides every base block's share. "
+        "On other topologies: nodes per domain of the level above the NVLink level, when every such domain gives the "
+        "same number; never on a Slurm tree topology (which ignores it)",
     )
-    switches: int = Field(description="--switches (topology/tree): leaf-level domains the job spans")
+    switches: int = Field(
+        description="--switches (topology/tree): leaf-level domains the job spans (not in sbatch on a Slurm block "
+        "topology, which ignores it)"
+    )
     sbatch: str = Field(description="sbatch/srun options that ask for this placement")
 
 
@@ -45,6 +51,10 @@ class LauncherFiles(_Out):
     nproc_per_node: int
     hostfile: str = Field(description="one 'name slots=N' line per node in node-rank order (DeepSpeed/MPI hostfile)")
     torchrun: str = Field(description="torchrun arguments; NODE_RANK is the node's index in nodes")
+    slurm_node_rank: str = Field(
+        description="shell line that sets NODE_RANK on a node of a Slurm job step from SLURMD_NODENAME (the node's "
+        "index in nodes; Slurm's own SLURM_NODEID follows its node table, which need not be this order)"
+    )
 
 
 class Assignment(_Out):

@@ -17,6 +17,12 @@ from optimizer.strict_model import Strict
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """A node's own domain: when no node carries this label, its value is the node's name."""
 
+SLURM_BLOCK_LEVEL = "slurm/block"
+"""The base-block level of a Slurm ``topology/block`` topology (``pplan topology from-slurm``); its
+higher block levels are ``slurm/block-<nodes>``."""
+SLURM_SWITCH_PREFIX = "slurm/switch-"
+"""The switch levels of a Slurm ``topology/tree`` topology (``slurm/switch-1`` is the root's)."""
+
 MAX_TOPOLOGY_NODES = 16_384
 MAX_LEVELS = 8
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import shlex
 from collections import Counter
 
 import hostlist
@@ -15,7 +17,13 @@ from optimizer.assignment_results import (
     SlurmRequest,
 )
 from optimizer.cost.node_tiers import ROOT_TIER
-from optimizer.topology_spec import HOSTNAME_LABEL, ClusterTopology, TopologyNode
+from optimizer.topology_spec import (
+    HOSTNAME_LABEL,
+    SLURM_BLOCK_LEVEL,
+    SLURM_SWITCH_PREFIX,
+    ClusterTopology,
+    TopologyNode,
+)
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
@@ -36,17 +44,50 @@ def domain_counts(topo: ClusterTopology, nodes: list[TopologyNode]) -> list[Coun
 
 
 def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> SlurmRequest:
+    """sbatch options that ask Slurm for exactly ``nodes``: ``--segment`` only where the block
+    plugin needs it to allocate them (``block_segment``), ``--switches`` only where the tree plugin
+    reads it (a ``topology/block`` topology ignores it, a ``topology/tree`` one ignores ``--segment``)."""
     names = [n.name for n in nodes]
     nodelist = hostlist.collect_hostlist(names)
     counts = domain_counts(topo, nodes)
     leaf = counts[-2] if len(counts) >= 2 else Counter({(): len(nodes)})
-    per = set(leaf.values())
-    segment = per.pop() if len(leaf) > 1 and len(per) == 1 else None
+    block = SLURM_BLOCK_LEVEL in topo.levels
+    tree = any(lv.startswith(SLURM_SWITCH_PREFIX) for lv in topo.levels)
+    if block:
+        segment = block_segment(topo, nodes)
+    else:
+        per = set(leaf.values())
+        segment = per.pop() if len(leaf) > 1 and len(per) == 1 and not tree else None
     opts = [f"--nodes={len(nodes)}", f"--ntasks-per-node={g}", f"--gpus-per-node={g}", f"--nodelist={nodelist}"]
     if segment is not None:
         opts.append(f"--segment={segment}")
-    opts.append(f"--switches={len(leaf)}")
+    if not block:
+        opts.append(f"--switches={len(leaf)}")
     return SlurmRequest(nodelist=nodelist, nodes=len(nodes), segment=segment, switches=len(leaf), sbatch=" ".join(opts))
+
+
+def block_levels(topo: ClusterTopology) -> list[tuple[int, str]]:
+    """(nodes per block, level) of a Slurm block topology, smallest first: the base blocks (as many
+    nodes as the fullest base block of the topology) and each ``slurm/block-<nodes>`` level."""
+    base = max(Counter(n.labels.get(SLURM_BLOCK_LEVEL, "") for n in topo.nodes).values())
+    higher = [(int(lv.rsplit("-", 1)[1]), lv) for lv in topo.levels if lv.startswith(SLURM_BLOCK_LEVEL + "-")]
+    return sorted([(base, SLURM_BLOCK_LEVEL), *higher])
+
+
+def block_segment(topo: ClusterTopology, nodes: list[TopologyNode]) -> int | None:
+    """``--segment`` a Slurm ``topology/block`` request of exactly ``nodes`` (``--nodelist``) needs:
+    None when they lie in one block of the smallest block level that holds as many nodes, which is
+    the only block Slurm looks in for a job of that size ("requires nodes that do not have shared
+    block" otherwise: ``eval_nodes_block.c`` ``_get_block_level`` and the required-nodes check);
+    else the greatest common divisor of the nodes taken from each base block, so that every segment
+    fits in one base block (with ``--segment`` Slurm places each segment in its own block among the
+    listed nodes)."""
+    n = len(nodes)
+    level = next((lv for size, lv in block_levels(topo) if size >= n), None)
+    if level is None or len({node.labels.get(level, "") for node in nodes}) == 1:
+        return None
+    shares = Counter(node.labels.get(SLURM_BLOCK_LEVEL, "") for node in nodes)
+    return math.gcd(*shares.values())
 
 
 def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequest:
@@ -83,7 +124,19 @@ def launcher_files(nodes: list[TopologyNode], g: int) -> LauncherFiles:
         f"--nnodes={len(nodes)} --nproc-per-node={g} --node-rank=$NODE_RANK "
         f"--master-addr={first} --master-port={MASTER_PORT}"
     )
-    return LauncherFiles(master_addr=first, nnodes=len(nodes), nproc_per_node=g, hostfile=hostfile, torchrun=torchrun)
+    names = " ".join(shlex.quote(n.name) for n in nodes)
+    node_rank = (
+        f"NODE_RANK=$(printf '%s\\n' {names} | grep -nxF \"$SLURMD_NODENAME\" | cut -d: -f1); "
+        "NODE_RANK=$((NODE_RANK - 1))"
+    )
+    return LauncherFiles(
+        master_addr=first,
+        nnodes=len(nodes),
+        nproc_per_node=g,
+        hostfile=hostfile,
+        torchrun=torchrun,
+        slurm_node_rank=node_rank,
+    )
 
 
 def build_assignment(

@@ -62,6 +62,7 @@ def kubectl_nodes() -> dict:
     items = []
     for i in range(8):
         labels = {
+            "cloud.provider.com/node-group": "tas-group",  # the sample ResourceFlavor's nodeLabels
             "cloud.provider.com/topology-block": f"block-{i // 4}",
             "cloud.provider.com/topology-rack": f"rack-{i // 2}",
             HOST: f"node-{i}",

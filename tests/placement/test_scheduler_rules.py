@@ -1,0 +1,169 @@
+"""Scheduler outputs as Slurm, Kueue and Volcano read them: the block plugin's --segment rule, block
+levels as Slurm aggregates them, --busy as squeue prints it, the nodes Kueue's topology-aware
+scheduling sees, Volcano's empty labelMatch, and the node rank under Slurm."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from api.topology_convert import ConvertError, busy_names, from_kueue, from_slurm
+from api.topology_volcano import from_volcano
+from optimizer import service
+from optimizer.placement.outputs import block_segment, slurm_request
+from optimizer.specs import PlanRequest
+from optimizer.topology_spec import ClusterTopology
+
+JOB = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 256, "precision": "bf16"}}
+
+BLOCKS = """
+- topology: blk
+  cluster_default: true
+  block:
+    block_sizes: [4, 16]
+    blocks:
+    - {block: b1, nodes: "n[01-04]"}
+    - {block: b2, nodes: "n[05-08]"}
+    - {block: b3, nodes: "n[09-12]"}
+    - {block: b4, nodes: "n[13-16]"}
+"""
+
+
+def plan_on(topology: dict, num_gpus: int):
+    req = {**JOB, "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus, "topology": topology}}
+    return service.plan(PlanRequest.model_validate(req)).plans[0].assignment
+
+
+def test_nodes_across_base_blocks_ask_for_segments() -> None:
+    """3 nodes fit one base block (4 nodes), so Slurm looks in one base block only: with b1 giving 2
+    free nodes and b2 one, the --nodelist alone would never be allocated. --segment=1 (the gcd of
+    2 and 1) lets Slurm place them segment by segment; --switches is left out (the block plugin
+    ignores it)."""
+    busy = "n01,n02,n05,n06,n08,n[09-16]"
+    a = plan_on(from_slurm(BLOCKS, 8, busy=busy), 24)
+    assert a.nodes == ["n03", "n04", "n07"]
+    assert a.slurm.segment == 1
+    assert a.slurm.sbatch == "--nodes=3 --ntasks-per-node=8 --gpus-per-node=8 --nodelist=n[03-04,07] --segment=1"
+
+
+def test_nodes_inside_one_block_of_their_level_need_no_segment() -> None:
+    # 6 nodes need a 16-node block; they lie in the one 16n block: no segment, no --switches
+    topo = ClusterTopology.model_validate(from_slurm(BLOCKS, 8, busy="n01,n05"))
+    nodes = [n for n in topo.nodes if n.name in {"n02", "n03", "n04", "n06", "n07", "n08"}]
+    assert block_segment(topo, nodes) is None
+    req = slurm_request(topo, nodes, 8)
+    assert req.segment is None and "--segment" not in req.sbatch and "--switches" not in req.sbatch
+    # 4 nodes, 2 + 2 over two base blocks: a 4-node job is looked for in one base block
+    pairs = [n for n in topo.nodes if n.name in {"n03", "n04", "n07", "n08"}]
+    assert block_segment(topo, pairs) == 2
+
+
+def test_tree_topology_gets_switches_never_segment() -> None:
+    tree = """
+- topology: t
+  tree:
+    switches:
+    - {switch: s1, nodes: "g[1-4]"}
+    - {switch: s2, nodes: "g[5-8]"}
+    - {switch: top, children: "s[1-2]"}
+"""
+    topo = ClusterTopology.model_validate(from_slurm(tree, 8))
+    req = slurm_request(topo, [n for n in topo.nodes if n.name in {"g1", "g2", "g5", "g6"}], 8)
+    assert req.segment is None and req.sbatch.endswith("--switches=2") and "--segment" not in req.sbatch
+
+
+def test_block_levels_follow_slurms_aggregation() -> None:
+    """Block i joins group i // (size / base size) (Slurm's block_record.c), not a count of nodes
+    seen; without block_sizes Slurm enables 2, 4, 8 and 16 base blocks up to the first that spans
+    every block."""
+    # blocks of 3 nodes over a base size of 2 (as topology.conf(5)'s example sizes 30 and 120 do to
+    # blocks of 32): counting nodes would put b3 (nodes 9-11) in the third 4-node group
+    uneven = "\n".join(
+        ["- topology: u", "  block:", "    block_sizes: [2, 4]", "    blocks:"]
+        + [f"    - {{block: b{i}, nodes: 'n{i}[1-3]'}}" for i in range(4)]
+    )
+    groups = {n["name"]: n["labels"]["slurm/block-4"] for n in from_slurm(uneven, 8)["nodes"]}
+    assert groups["n01"] == groups["n13"] == "4n-0" and groups["n21"] == groups["n33"] == "4n-1"
+    default = "\n".join(
+        ["- topology: d", "  block:", "    blocks:"] + [f"    - {{block: b{i}, nodes: 'm{i}[1-2]'}}" for i in range(5)]
+    )
+    topo = from_slurm(default, 8)
+    assert topo["levels"] == [
+        "slurm/block-16",
+        "slurm/block-8",
+        "slurm/block-4",
+        "slurm/block",
+        "kubernetes.io/hostname",
+    ]
+    with pytest.raises(ConvertError, match="6 is not the base size 4 times a power of two"):
+        from_slurm(BLOCKS.replace("[4, 16]", "[4, 6]"), 8)
+
+
+def test_busy_takes_squeue_lines() -> None:
+    """squeue -h -o %N prints a hostlist per job and line: every node of every line is busy."""
+    assert busy_names("n[01-02]\nn05\n") == {"n01", "n02", "n05"}
+    free = {n["name"]: n["free_gpus"] for n in from_slurm(BLOCKS, 8, busy="n[01-02]\nn05")["nodes"]}
+    assert free["n05"] == 0 and free["n01"] == 0 and free["n03"] == 8
+
+
+KUEUE = """
+kind: Topology
+metadata: {name: default}
+spec:
+  levels: [{nodeLabel: rack}, {nodeLabel: kubernetes.io/hostname}]
+---
+kind: ResourceFlavor
+metadata: {name: tas}
+spec:
+  topologyName: default
+  nodeLabels: {pool: gpu}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+"""
+
+
+def kube_node(name: str, pool: str = "gpu", taints: list | None = None, ready: str | None = "True") -> dict:
+    status: dict = {"allocatable": {"nvidia.com/gpu": "8"}}
+    if ready is not None:
+        status["conditions"] = [{"type": "Ready", "status": ready}]
+    labels = {"rack": "r0", "kubernetes.io/hostname": name, "pool": pool}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints or []}, "status": status}
+
+
+def test_kueue_sees_the_flavors_nodes_untainted_and_ready() -> None:
+    nodes = {
+        "items": [
+            kube_node("a"),
+            kube_node("cpu", pool="cpu"),  # not of the flavor: Kueue does not see it
+            kube_node("tolerated", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+            kube_node("tainted", taints=[{"key": "maintenance", "value": "x", "effect": "NoExecute"}]),
+            kube_node("soft", taints=[{"key": "maintenance", "effect": "PreferNoSchedule"}]),
+            kube_node("unknown", ready=None),  # no Ready condition: not ready
+        ]
+    }
+    free = {n["name"]: n["free_gpus"] for n in from_kueue(KUEUE, nodes)["nodes"]}
+    assert free == {"a": 8, "tolerated": 8, "tainted": 0, "soft": 8, "unknown": 0}
+    with pytest.raises(ConvertError, match="nodeLabels"):
+        from_kueue(KUEUE, {"items": [kube_node("cpu", pool="cpu")]})
+
+
+def test_empty_label_match_selects_no_node() -> None:
+    hypernodes = """
+kind: HyperNode
+metadata: {name: leaf}
+spec:
+  tier: 1
+  members:
+  - {type: Node, selector: {exactMatch: {name: g1}}}
+  - {type: Node, selector: {labelMatch: {}}}
+"""
+    nodes = {"items": [kube_node("g1"), kube_node("g2")]}
+    assert [n["name"] for n in from_volcano(hypernodes, nodes)["nodes"]] == ["g1"]
+
+
+def test_slurm_node_rank_line_gives_each_node_its_plan_rank() -> None:
+    a = plan_on(from_slurm(BLOCKS, 8, busy="n01,n02,n05,n06,n08,n[09-16]"), 24)
+    for rank, name in enumerate(a.nodes):
+        line = a.launcher.slurm_node_rank + '; echo "$NODE_RANK"'
+        out = subprocess.run(["bash", "-c", line], env={"SLURMD_NODENAME": name}, capture_output=True, text=True)
+        assert out.stdout.strip() == str(rank)
