@@ -195,6 +195,8 @@ def map_row(row: dict[str, Any]) -> MappedRow:
             cross_entropy="unfused" if titan else "fused",
             # torchao's float8 linears keep their 16-bit inputs, Transformer Engine's the fp8 ones
             fp8_saved_inputs=not titan,
+            # torchtitan's attention expands the key/value heads (repeat_kv) before SDPA
+            kv_expanded=titan,
             # ZeRO-2/3 buffers: FSDP2 and DeepSpeed hold a layer's worth, Megatron-FSDP its queues
             fsdp_buffers="fsdp2" if titan else "layer" if names_deepspeed(row) else "megatron-fsdp",
         )

@@ -19,7 +19,8 @@ Training
     only float32) and compute the loss with PyTorch's fp32 cross-entropy (``cross_entropy``
     unfused), DeepSpeed pipeline-engine runs in bf16 keep fp32 gradients too (``BF16_Optimizer``,
     ``map_grad_reduce_in_fp32``), every other run 16-bit gradients and a fused loss; fp8 runs keep their GEMM inputs
-    for backward in fp8 (``fp8_saved_inputs``: Transformer Engine) except torchtitan's (torchao); ``attention_kernel``
+    for backward in fp8 (``fp8_saved_inputs``: Transformer Engine) except torchtitan's (torchao);
+    torchtitan runs expand the key/value heads before attention (``kv_expanded``); ``attention_kernel``
     unfused for sources dated 2022 or earlier (materialised scores, before FlashAttention),
     flash3 for non-torchtitan sources dated 2025 or later (Transformer Engine 2.x), flash2 for
     the rest (FlashAttention-2 era; torchtitan's PyTorch SDPA flash backend).

@@ -46,3 +46,13 @@ def costed_fsdp_buffers(training: Any, model: Any) -> str:
     if not held or "megatron-fsdp" in held:
         return "megatron-fsdp"
     return "fsdp2" if "fsdp2" in held else "layer"
+
+
+def costed_kv_expanded(training: Any, model: Any) -> bool:
+    """Whether the cost model keeps key/value heads expanded to the query heads
+    (``training.kv_expanded``): the job's, else true when a framework whose stack runs the job
+    expands them (torchtitan: the larger memory, as ``costed_fsdp_buffers`` charges)."""
+    given = getattr(training, "kv_expanded", None)
+    if given is not None:
+        return bool(given)
+    return any(bool(p.stack["kv_expanded"].default) for p in candidate_frameworks(training, model))

@@ -24,7 +24,7 @@ FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan"
 STACK_KNOBS: tuple[str, ...] = (
     "grad_reduce_in_fp32", "cross_entropy", "attention_kernel", "fused_kernels", "tp_comm_overlap", "tp_dgrad_overlap",
     "pp_comm_overlap", "dp_comm_overlap", "ep_comm_overlap", "expert_gemm_host_splits", "dp_collectives",
-    "fp8_saved_inputs", "fsdp_buffers",
+    "fp8_saved_inputs", "fsdp_buffers", "kv_expanded",
 )  # fmt: skip
 """The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
 PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}

@@ -13,7 +13,7 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.framework_runs import costed_fsdp_buffers
+from optimizer.framework_runs import costed_fsdp_buffers, costed_kv_expanded
 from optimizer.params import (
     LayerParams,
     embedding_params,
@@ -90,6 +90,8 @@ class JobContext:
     """HBM bandwidth memory-bound kernels reach (catalog bandwidth x ``hbm_efficiency``)."""
     fsdp_buffers: str = "megatron-fsdp"
     """The ZeRO-2/3 buffers charged (``frameworks.costed_fsdp_buffers``)."""
+    kv_expanded: bool = False
+    """Whether attention keeps key/value heads expanded to the query heads (``costed_kv_expanded``)."""
     caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
     """This request's cache tables of the cost model and the search (``cost.caches``): new and
     empty for every ``build_context`` call."""
@@ -240,6 +242,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         capacity_bytes=gib_to_bytes(c.gpu_memory_gib) if c.gpu_memory_gib else gpu.memory_usable_bytes.value,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
         fsdp_buffers=costed_fsdp_buffers(job.training, model),
+        kv_expanded=costed_kv_expanded(job.training, model),
     )
 
 

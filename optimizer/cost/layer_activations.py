@@ -36,7 +36,8 @@ def activation_bytes(
         mla_up_out = heads * ctx.d_qk / tp + kv_width_local
         attn_inner = ((mla.q_lora_rank or 0) + mla.kv_lora_rank) / sp_div + mla.qk_rope_head_dim + mla_up_out
     else:
-        attn_inner = heads * ctx.d_qk / tp + kv_width_local  # q, and k/v (replicated if tp > kv heads)
+        # q, and k/v (replicated if tp > kv heads; query-wide where the stack expands them)
+        attn_inner = heads * ctx.d_qk / tp + layer_base.attention_kv_width(ctx, tp)
         mla_up_out = 0.0
     core_out = heads * ctx.d_v / tp
     gated = model.activation == "swiglu"
@@ -62,7 +63,10 @@ def activation_bytes(
         mlp_act_out = f_d / tp
         mlp_in = hid
     ln_inputs = 2 * hid
-    recomputable = hid + mlp_in + mlp_act_out  # norm outputs and activation-function output
+    # norm outputs and activation-function output; eager PyTorch's SwiGLU also keeps silu's output
+    # for the product's backward (silu keeps its input, mul both operands)
+    eager_silu = mlp_act_out if gated and not ctx.job.training.fused_kernels else 0.0
+    recomputable = hid + mlp_in + mlp_act_out + eager_silu
     always = ln_inputs + attn_inner + core_out + mlp_keep
     full_elems = always + recomputable
     if d.recompute == RecomputeMode.FULL:

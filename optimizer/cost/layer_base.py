@@ -67,3 +67,14 @@ def kv_width_local(ctx: JobContext, tp: int) -> float:
     if model.mla is not None:
         return heads * (ctx.d_qk + ctx.d_v) / tp
     return kv_heads * (ctx.d_qk + ctx.d_v) / min(tp, max(kv_heads, 1.0))
+
+
+def attention_kv_width(ctx: JobContext, tp: int) -> float:
+    """K and V elements per token on one TP rank as the attention kernel takes them: query-wide
+    when the stack expands the key/value heads first (``training.kv_expanded``: torchtitan's
+    repeat_kv; its context-parallel ring then passes the expanded copies too), else
+    ``kv_width_local``."""
+    model = ctx.job.model
+    if ctx.kv_expanded and model.mla is None:
+        return float(model.num_attention_heads or 0) * (ctx.d_qk + ctx.d_v) / tp
+    return kv_width_local(ctx, tp)

@@ -9,7 +9,7 @@ from optimizer.cost.comm import hierarchical_allreduce_time_s
 from optimizer.cost.context import JobContext, LayerKind
 from optimizer.cost.dispatch import DEDUPLICATING_DISPATCHERS, dispatch_time_s
 from optimizer.cost.expert_tp import etp_collectives_fwd_s
-from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, kv_width_local
+from optimizer.cost.layer_base import ACT_BYTES, ATTENTION_CORE_RECOMPUTED, Dims, attention_kv_width
 from optimizer.cost.num import Num
 from optimizer.cost.routing import routing_load
 from optimizer.cost.topology import GroupGeometry
@@ -143,7 +143,7 @@ def cp_comm_s(ctx: JobContext, d: Dims, geo: GroupGeometry, t_core: float, t_cor
         return 0.0
     cal = ctx.cal
     s = ctx.job.training.seq_len
-    chunk = d.micro_batch_size * (s / d.cp) * kv_width_local(ctx, d.tp) * ACT_BYTES
+    chunk = d.micro_batch_size * (s / d.cp) * attention_kv_width(ctx, d.tp) * ACT_BYTES
     slowest = min(lv.beta_bytes_per_s for lv in geo.levels)
     alpha = max(lv.alpha_s for lv in geo.levels)
     ring = (d.cp - 1) * (alpha + chunk / slowest)

@@ -129,6 +129,18 @@ class TrainingSpec(Strict):
             "Ignored with bf16 or fp16 GEMMs."
         ),
     )
+    kv_expanded: bool | None = Field(
+        default=None,
+        description=(
+            "The stack's attention takes keys and values expanded to the query heads (torchtitan's "
+            "repeat_kv before scaled_dot_product_attention), so with grouped-query attention the "
+            "expanded copies are what is kept for backward: query-wide instead of the key/value "
+            "heads' width, in eager and compiled runs alike. False: kernels that read the key/value "
+            "heads (Megatron-Core, Transformer Engine). Default null: the named framework's; with none "
+            "named, expanded when torchtitan's stack runs the job (the larger memory). Ignored without "
+            "grouped-query attention."
+        ),
+    )
     fsdp_buffers: Literal["megatron-fsdp", "fsdp2", "layer"] | None = Field(
         default=None,
         description=(
