@@ -21,7 +21,14 @@ def activations_gib(recompute: str = "none", tp: int = 1, **training: object) ->
             "model": {"preset": "llama3-8b"},
             "training": {"seq_len": TOKENS, "global_batch_size": 8, "precision": "bf16", **training},
             "cluster": {"preset": "dgx-h100", "num_gpus": 8},
-            "config": {"tp": tp, "pp": 1, "dp": 8 // tp, "micro_batch_size": 1, "zero_stage": 3, "recompute": recompute},
+            "config": {
+                "tp": tp,
+                "pp": 1,
+                "dp": 8 // tp,
+                "micro_batch_size": 1,
+                "zero_stage": 3,
+                "recompute": recompute,
+            },
         }
     )
     return evaluate(req).memory_gib.activations
