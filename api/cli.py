@@ -297,7 +297,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from api.server import serve  # only needed to serve
 
-    serve(Settings(), host=args.host, port=args.port, workers=args.workers)
+    flags = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
+    try:
+        settings = Settings(**flags)  # the PPLAN_* bounds hold for the flags too
+    except ValidationError as exc:
+        bad = [e for e in exc.errors() if e["loc"] and e["loc"][0] in flags]
+        if not bad:
+            raise
+        raise InputError("; ".join(f"--{e['loc'][0]} {flags[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
+    serve(settings)
     return EXIT_OK
 
 
@@ -309,6 +317,18 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+MAX_SWEEP_WORKERS = 256
+"""Most processes ``pplan sweep --workers`` starts (a sweep has at most max_sweep_points points)."""
+
+
+def sweep_workers(text: str) -> int:
+    """An argparse type: ``positive_int`` up to ``MAX_SWEEP_WORKERS``."""
+    value = positive_int(text)
+    if value > MAX_SWEEP_WORKERS:
+        raise argparse.ArgumentTypeError(f"{value} is above {MAX_SWEEP_WORKERS}")
     return value
 
 
@@ -341,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", parents=[output], help="plan a job over a grid with a progress bar (a POST /sweeps document)"
     )
     sweep.add_argument("file", metavar="FILE", help="request as JSON or YAML; - reads standard input")
-    sweep.add_argument("--workers", type=positive_int, help="processes that plan points (default: CPU count)")
+    sweep.add_argument(
+        "--workers", type=sweep_workers, help=f"processes that plan points, 1-{MAX_SWEEP_WORKERS} (default: CPU count)"
+    )
     sweep.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_cmd_sweep)
     compare = sub.add_parser(

@@ -11,7 +11,7 @@ from api import catalog, meta, planning, sweeps
 from api.errors import install_error_handlers
 from api.middleware import ReferenceMiddleware, RequestContextMiddleware, configure_logging
 from api.pool import SolverPool
-from api.settings import Settings
+from api.settings import MIB, Settings
 from api.web import install_web
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, shipped
@@ -52,7 +52,10 @@ def create_app(settings: Settings | None = None, reference: ReferenceData | None
     configure_logging(settings.log_level, settings.log_rate_per_s)
     pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
     sweep_manager = sweeps.SweepManager(
-        workers=settings.sweep_workers, max_running=settings.max_sweeps_running, reference=reference
+        workers=settings.sweep_workers,
+        max_running=settings.max_sweeps_running,
+        reference=reference,
+        space_memory_bytes=settings.search_memory_mib * MIB,
     )
     evaluate_pool = SolverPool(workers=settings.evaluate_workers, max_queue=settings.max_queue)
 

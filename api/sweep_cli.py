@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.settings import Settings
+from api.settings import MIB, Settings
 from api.sweeps import SweepManager, limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
 
@@ -28,7 +28,9 @@ def run(document: dict, workers: int | None, show_progress: bool = True) -> Swee
     request = SweepRequest.model_validate(document)
     settings = Settings()  # the limits POST /sweeps applies: points, and each point's time limit
     jobs, warnings = limited_points(validated_points(request, settings.max_sweep_points), settings)
-    manager = SweepManager(workers=workers or os.cpu_count() or 1, max_running=1)
+    manager = SweepManager(
+        workers=workers or os.cpu_count() or 1, max_running=1, space_memory_bytes=settings.search_memory_mib * MIB
+    )
     try:
         sweep_id = manager.start(jobs, warnings)
         columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

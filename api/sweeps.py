@@ -42,9 +42,10 @@ from optimizer.capacity.sweep import (
     point_requests,
 )
 from optimizer.capacity.sweep_notes import with_fewer_gpus_notes
-from optimizer.errors import InvalidLayout
+from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
+from optimizer.search import DEFAULT_SPACE_MEMORY_BYTES, space_memory_budget
 from optimizer.specs import PlanRequest
 from optimizer.strict_model import error_reason
 
@@ -60,14 +61,19 @@ MAX_KEPT = 16
 at most 256 points of about 5 KB of JSON each."""
 
 
-def run_point(request: PlanRequest) -> PointResult:
-    """Plan one point (in a worker process): its status, best plan, explanation and warnings
-    (``point`` left empty for the caller). Pins no layout of this point can take (``search.fix``
-    values a 422 on /plan) make the point infeasible, with the field and the reason."""
+def run_point(request: PlanRequest, space_memory_bytes: float = DEFAULT_SPACE_MEMORY_BYTES) -> PointResult:
+    """Plan one point (in a worker process) within /plan's layout-space budget: its status, best
+    plan, explanation and warnings (``point`` left empty for the caller). Pins no layout of this
+    point can take (``search.fix`` values a 422 on /plan) make the point infeasible, with the field
+    and the reason; a point /plan refuses otherwise (a layout space over the budget) failed, with
+    /plan's reason."""
     try:
-        answer = service.plan(request)
+        with space_memory_budget(space_memory_bytes):
+            answer = service.plan(request)
     except InvalidLayout as err:
         return PointResult(point={}, status="infeasible", explanation=str(err))
+    except PlannerError as err:
+        return PointResult(point={}, status="failed", explanation=str(err))
     if not answer.plans:
         # no plan within the point's time limit proves nothing (status feasible, solver UNKNOWN)
         status: PointStatus = "infeasible" if answer.status == "infeasible" else "timed_out"
@@ -113,9 +119,15 @@ class SweepManager:
     """Runs sweep points on ``workers`` processes; keeps at most ``max_kept`` sweeps in memory."""
 
     def __init__(
-        self, workers: int, max_running: int, max_kept: int = MAX_KEPT, reference: ReferenceData | None = None
+        self,
+        workers: int,
+        max_running: int,
+        max_kept: int = MAX_KEPT,
+        reference: ReferenceData | None = None,
+        space_memory_bytes: float = DEFAULT_SPACE_MEMORY_BYTES,
     ) -> None:
         self.reference = reference
+        self.space_memory_bytes = space_memory_bytes
         self.workers = workers
         self.max_running = max_running
         self.max_kept = max_kept
@@ -151,12 +163,12 @@ class SweepManager:
             pool = self._pool()
         for i, (_, request) in enumerate(jobs):
             try:
-                fut = pool.submit(run_point, request)
+                fut = pool.submit(run_point, request, self.space_memory_bytes)
             except BrokenProcessPool:  # a worker died earlier: start a fresh pool
                 with self._lock:
                     self._executor = None
                     pool = self._pool()
-                fut = pool.submit(run_point, request)
+                fut = pool.submit(run_point, request, self.space_memory_bytes)
             sweep.futures.append(fut)
             fut.add_done_callback(functools.partial(self._record, sweep, i))
         return sweep.id

@@ -552,3 +552,15 @@ def test_server_module_names_a_bad_environment_variable() -> None:
     assert result.returncode == 1
     assert "PPLAN_PORT: Input should be a valid integer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_and_sweep_flags_keep_the_settings_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    """``pplan serve --workers 100000`` started hundreds of uvicorn workers (PPLAN_WORKERS stops at
+    256) and ``--port 99999`` ended in a traceback; the flags now go through the same bounds."""
+    assert cli.main(["serve", "--workers", "100000"]) == 2
+    assert "--workers 100000: Input should be less than or equal to 256" in capsys.readouterr().err
+    assert cli.main(["serve", "--port", "99999"]) == 2
+    assert "--port 99999: Input should be less than or equal to 65535" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["sweep", "--workers", "1000", "x.json"])
+    assert usage.value.code == 2 and "1000 is above 256" in capsys.readouterr().err

@@ -26,3 +26,33 @@ def test_a_failed_point_says_internal_error_and_is_logged(caplog: pytest.LogCapt
         "internal error (NameError: name 'x' is not defined); quote sweep abc point 0 when reporting it"
     )
     assert any('"sweep_point_failed"' in r.getMessage() and '"abc"' in r.getMessage() for r in caplog.records)
+
+
+def test_a_point_over_the_layout_space_budget_fails_with_plans_reason() -> None:
+    """/plan refuses a job whose layout space would take more than PPLAN_SEARCH_MEMORY_MIB (a 422);
+    a sweep point of it ran without that budget and raised SpaceTooLarge as an internal error. It
+    now runs within the budget the manager was given and fails with /plan's reason."""
+    from api.sweeps import run_point
+    from optimizer.specs import PlanRequest
+
+    request = PlanRequest.model_validate(
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"seq_len": 4096, "global_batch_size": 256},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        }
+    )
+    result = run_point(request, space_memory_bytes=1024.0)
+    assert result.status == "failed" and result.explanation is not None
+    assert result.explanation.startswith("search space too large") and "internal error" not in result.explanation
+    assert run_point(request).status == "done"
+    manager = SweepManager(workers=1, max_running=1, space_memory_bytes=1024.0)
+    try:
+        sweep_id = manager.start([({"num_gpus": 64}, request)])
+        for fut in manager._sweeps[sweep_id].futures:
+            fut.result(timeout=120)
+        status = manager.status(sweep_id)
+        assert status is not None and status.results[0].status == "failed"
+        assert "search space too large" in (status.results[0].explanation or "")
+    finally:
+        manager.close()
