@@ -155,6 +155,31 @@ class _RequestLoader(_BoundedLoader):
 _RequestLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
 )
+YAML_INT, YAML_BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool"
+# YAML 1.2 integers and booleans: PyYAML's 1.1 rules read 0512 as octal (330), 1:04 as base 60 (64)
+# and on / yes / off / no as booleans, silently; under 1.2 those are strings the request refuses
+_RequestLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in rules if tag not in (YAML_INT, YAML_BOOL)]
+    for first, rules in _RequestLoader.yaml_implicit_resolvers.items()
+}
+_RequestLoader.add_implicit_resolver(YAML_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_RequestLoader.add_implicit_resolver(
+    YAML_INT, re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$"), list("-+0123456789")
+)
+
+
+def _construct_int(loader: _RequestLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer (decimal, 0o octal, 0x hex); a decimal with a leading zero, which YAML 1.1
+    reads as octal, is refused rather than read either way."""
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    if re.fullmatch(r"[-+]?0[0-9]+", text):
+        raise DocumentError(
+            f"line {node.start_mark.line + 1}: {text!r}: an integer with a leading zero (write it without)"
+        )
+    return int(text, 0)
+
+
+_RequestLoader.add_constructor(YAML_INT, _construct_int)
 
 
 def parse_yaml(text: str) -> Any:

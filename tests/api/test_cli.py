@@ -476,6 +476,33 @@ def test_yaml_reads_exponent_floats_as_numbers(tmp_path: Path) -> None:
     assert PlanRequest.model_validate(cli.load_document(str(job))).training.total_tokens == 10**12
 
 
+def test_yaml_reads_integers_and_booleans_as_yaml_1_2(tmp_path: Path) -> None:
+    """PyYAML's 1.1 rules read 0512 as octal (330), 1:04 in base 60 (64) and on / yes as true,
+    silently; requests read YAML 1.2's integers (0o and 0x prefixes) and booleans, so those are
+    strings the request refuses, and a leading zero is an error."""
+    path = write(tmp_path, "job.yaml", "a: 0x10\nb: 0o17\nc: 1_000\nd: 1:04\ne: on\nf: yes\ng: true\nh: -3\n")
+    assert cli.load_document(str(path)) == {
+        "a": 16,
+        "b": 15,
+        "c": 1000,
+        "d": "1:04",
+        "e": "on",
+        "f": "yes",
+        "g": True,
+        "h": -3,
+    }
+    bad = write(
+        tmp_path, "plan.yaml", yaml.safe_dump(JOB).replace("global_batch_size: 1024", "global_batch_size: 01024")
+    )
+    with pytest.raises(cli.InputError, match="'01024': an integer with a leading zero"):
+        cli.load_document(str(bad))
+    overlap = write(
+        tmp_path, "on.yaml", yaml.safe_dump(JOB).replace("training:", "training:\n  tp_comm_overlap: on", 1)
+    )
+    with pytest.raises(ValueError, match="tp_comm_overlap"):
+        PlanRequest.model_validate(cli.load_document(str(overlap)))
+
+
 def test_a_broken_json_document_gets_the_json_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without an extension a document is tried as JSON, then YAML; one that starts as JSON
     reports the JSON error (YAML's flow-mapping error about the same text misleads)."""
