@@ -105,6 +105,9 @@ class ClusterTopology(Strict):
             missing = [lv for lv in self.switch_levels() if lv != HOSTNAME_LABEL and lv not in node.labels]
             if missing:
                 raise ValueError(f"topology.nodes: node {node.name!r} has no label {missing[0]!r}")
+        repeated = [lv for lv, n in Counter(link.level for link in self.links).items() if n > 1]
+        if repeated:
+            raise ValueError(f"topology.links: level {repeated[0]!r} is given twice")
         for link in self.links:
             if link.level not in self.switch_levels():
                 raise ValueError(

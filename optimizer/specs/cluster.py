@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pydantic import Field, model_validator
 
 from optimizer.errors import UnknownCatalogId
@@ -121,6 +123,7 @@ class ClusterSpec(Strict):
                     f"topology.nodes: node {over.name!r} has {over.free_gpus} free GPUs, more than gpus_per_node "
                     f"({self.gpus_per_node})"
                 )
+            self._check_nvlink_domains()
             assigned = self.topology.assignment
             if assigned is not None and self.num_gpus is not None:
                 g = assigned.gpus_per_node or self.gpus_per_node
@@ -130,3 +133,18 @@ class ClusterSpec(Strict):
                         f"x {g} GPUs = {len(assigned.nodes) * g}); omit num_gpus or make them agree"
                     )
         return self
+
+    def _check_nvlink_domains(self) -> None:
+        """No NVLink domain of the topology (its nodes' ``nvlink_level`` label, the hostname's value
+        by default) holds more GPUs than the hardware's ``nvlink_domain_size``: a clique label on
+        too many nodes, or two nodes with one hostname label, would cost their traffic at NVLink
+        rates."""
+        assert self.topology is not None and self.gpus_per_node and self.nvlink_domain_size
+        topo = self.topology
+        domains = Counter(topo.path(n) for n in topo.nodes)
+        path, count = max(domains.items(), key=lambda kv: kv[1])
+        if count * self.gpus_per_node > self.nvlink_domain_size:
+            raise ValueError(
+                f"topology.nodes: {count} nodes ({count * self.gpus_per_node} GPUs) share the NVLink domain "
+                f"{topo.nvlink_level} = {path[-1]!r}, more than nvlink_domain_size ({self.nvlink_domain_size})"
+            )

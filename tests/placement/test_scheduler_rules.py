@@ -167,3 +167,36 @@ def test_slurm_node_rank_line_gives_each_node_its_plan_rank() -> None:
         line = a.launcher.slurm_node_rank + '; echo "$NODE_RANK"'
         out = subprocess.run(["bash", "-c", line], env={"SLURMD_NODENAME": name}, capture_output=True, text=True)
         assert out.stdout.strip() == str(rank)
+
+
+def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
+    """64 GB200 trays of 4 GPUs all labelled one clique would cost 256 GPUs' traffic at NVLink rates
+    (an NVL72 domain holds 72); two DGX nodes with one hostname label likewise. A repeated
+    topology.links level made the answer depend on the order."""
+    clique = "nvidia.com/gpu.clique"
+    trays = [{"name": f"t{i}", "labels": {clique: "c0"}, "free_gpus": 4} for i in range(64)]
+    topo = {"levels": [clique, "kubernetes.io/hostname"], "nvlink_level": clique, "nodes": trays}
+    with pytest.raises(
+        ValueError, match=r"64 nodes \(256 GPUs\) share the NVLink domain .* more than nvlink_domain_size \(72\)"
+    ):
+        PlanRequest.model_validate({**JOB, "cluster": {"preset": "gb200-nvl72", "topology": topo}})
+    topo["nodes"] = trays[:18]
+    PlanRequest.model_validate({**JOB, "cluster": {"preset": "gb200-nvl72", "topology": topo}})
+    twins = [
+        {"name": f"n{i}", "labels": {"rack": "r0", "kubernetes.io/hostname": "n1"}, "free_gpus": 8} for i in range(2)
+    ]
+    with pytest.raises(ValueError, match="2 nodes \\(16 GPUs\\) share the NVLink domain kubernetes.io/hostname = 'n1'"):
+        PlanRequest.model_validate(
+            {
+                **JOB,
+                "cluster": {
+                    "preset": "dgx-h100",
+                    "topology": {"levels": ["rack", "kubernetes.io/hostname"], "nodes": twins},
+                },
+            }
+        )
+    links = [{"level": "rack", "oversubscription": 2.0}, {"level": "rack", "oversubscription": 1.0}]
+    with pytest.raises(ValueError, match="topology.links: level 'rack' is given twice"):
+        ClusterTopology.model_validate(
+            {"levels": ["rack"], "nodes": [{"name": "a", "labels": {"rack": "r"}, "free_gpus": 8}], "links": links}
+        )
