@@ -19,7 +19,10 @@ EXIT_INVALID = 2
 
 
 def _read(path: str) -> str:
-    return sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConvertError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _inventory(path: str) -> Any:
@@ -46,21 +49,26 @@ def _run(args: argparse.Namespace) -> int:
         else:
             pods = _inventory(args.pods) if args.pods else None
             topo = from_kueue(_read(args.topology), _inventory(args.nodes), pods)
+        _emit(topo, args.output)
     except (ConvertError, DocumentError, OSError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
-    _emit(topo, args.output)
     return EXIT_OK
 
 
+MAX_GPUS_PER_NODE = 1024
+"""The most free GPUs a topology node may have (``TopologyNode.free_gpus``)."""
+
+
 def _positive(text: str) -> int:
-    """A GPU count of at least 1 (argparse reports anything else as a usage error, exit 2)."""
+    """A GPU count from 1 to ``MAX_GPUS_PER_NODE`` (argparse reports anything else as a usage
+    error, exit 2)."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs, at least 1, not {text!r}")
+    if not 1 <= value <= MAX_GPUS_PER_NODE:
+        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs from 1 to {MAX_GPUS_PER_NODE}, not {text!r}")
     return value
 
 

@@ -13,12 +13,13 @@ tolerate).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import hostlist
 
 from api.documents import DocumentError, parse_yaml_all
-from optimizer.topology_spec import HOSTNAME_LABEL, SLURM_BLOCK_LEVEL, SLURM_SWITCH_PREFIX
+from optimizer.topology_spec import HOSTNAME_LABEL, MAX_TOPOLOGY_NODES, SLURM_BLOCK_LEVEL, SLURM_SWITCH_PREFIX
 
 SWITCH_LEVEL = SLURM_SWITCH_PREFIX + "{depth}"
 BLOCK_LEVEL = SLURM_BLOCK_LEVEL
@@ -47,12 +48,41 @@ def _pick_slurm(docs: Any, name: str | None) -> dict:
     raise ConvertError("topology.yaml: no tree or block topology")
 
 
-def _expand(value: Any, where: str) -> list[str]:
+MAX_EXPANDED_NODES = MAX_TOPOLOGY_NODES
+"""Most node names one converter run expands (a request takes at most that many nodes)."""
+
+
+def hostlist_size(text: str) -> int:
+    """Names ``text`` expands to, counted from its bracket ranges without expanding it (an upper
+    bound for malformed text, which ``expand_hostlist`` then refuses)."""
+    total = 0
+    for item in re.split(r",(?![^\[]*\])", text):
+        size = 1
+        for group in re.findall(r"\[([^\]]*)\]", item):
+            size *= sum(_range_size(part) for part in group.split(","))
+        total += size
+    return total
+
+
+def _range_size(part: str) -> int:
+    lo, _, hi = part.partition("-")
+    return int(hi) - int(lo) + 1 if hi.isdigit() and lo.isdigit() else 1
+
+
+def _expand(value: Any, where: str, budget: list[int] | None = None) -> list[str]:
+    """Node names of a hostlist or a list of them (``budget``: names left to expand in this run,
+    one shared count, decremented; past it a ``ConvertError``)."""
     if value is None:
         return []
     items = value if isinstance(value, list) else [value]
     out: list[str] = []
     for item in items:
+        if not isinstance(item, (str, int)) or isinstance(item, bool):
+            raise ConvertError(f"{where}: expected a hostlist, not {type(item).__name__} {item!r}")
+        left = budget if budget is not None else [MAX_EXPANDED_NODES]
+        left[0] -= hostlist_size(str(item))
+        if left[0] < 0:
+            raise ConvertError(f"{where}: more than {MAX_EXPANDED_NODES:,} nodes (a request takes at most that many)")
         try:
             out.extend(hostlist.expand_hostlist(str(item)))
         except hostlist.BadHostlist as e:
@@ -60,20 +90,33 @@ def _expand(value: Any, where: str) -> list[str]:
     return out
 
 
+def expect_mapping(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConvertError(f"{where}: expected a mapping, not {type(value).__name__} {value!r}")
+    return value
+
+
+def _mappings(value: Any, where: str) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise ConvertError(f"{where}: expected a non-empty list")
+    return [expect_mapping(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
 def _tree_paths(tree: dict) -> dict[str, list[str]]:
     """Node -> switch names from the root down to its leaf switch."""
-    switches = tree.get("switches")
-    if not isinstance(switches, list) or not switches:
-        raise ConvertError("tree.switches: expected a list of switches")
+    switches = _mappings(tree.get("switches"), "tree.switches")
     parent: dict[str, str] = {}
     nodes_of: dict[str, list[str]] = {}
+    budget = [MAX_EXPANDED_NODES]
     for sw in switches:
         name = str(sw.get("switch", ""))
         if not name:
             raise ConvertError("tree.switches: a switch has no 'switch' name")
-        for child in _expand(sw.get("children"), f"switch {name}: children"):
+        for child in _expand(sw.get("children"), f"switch {name}: children", budget):
             parent[child] = name
-        nodes_of[name] = _expand(sw.get("nodes"), f"switch {name}: nodes")
+        nodes_of[name] = _expand(sw.get("nodes"), f"switch {name}: nodes", budget)
+    if not any(nodes_of.values()):
+        raise ConvertError("tree.switches: no switch lists nodes")
     paths: dict[str, list[str]] = {}
     for leaf, nodes in nodes_of.items():
         chain = [leaf]
@@ -86,8 +129,8 @@ def _tree_paths(tree: dict) -> dict[str, list[str]]:
     return paths
 
 
-def _tree_topology(tree: dict, gpus: int, busy: set[str]) -> dict:
-    paths = _tree_paths(tree)
+def _tree_topology(tree: Any, gpus: int, busy: set[str]) -> dict:
+    paths = _tree_paths(expect_mapping(tree, "tree"))
     depth = max(len(p) for p in paths.values())
     levels = [SWITCH_LEVEL.format(depth=d + 1) for d in range(depth)] + [HOSTNAME_LABEL]
     nodes = []
@@ -123,17 +166,25 @@ def _aggregation_levels(sizes: list[int], base: int, count: int) -> list[int]:
     return levels
 
 
-def _block_topology(block: dict, gpus: int, busy: set[str]) -> dict:
-    blocks = block.get("blocks")
-    if not isinstance(blocks, list) or not blocks:
-        raise ConvertError("block.blocks: expected a list of blocks")
+def _block_sizes(value: Any) -> list[int]:
+    sizes = value if isinstance(value, list) else [] if value is None else None
+    if sizes is None or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+        raise ConvertError(f"block.block_sizes: expected a list of node counts (whole numbers from 1), not {value!r}")
+    return sizes
+
+
+def _block_topology(block: Any, gpus: int, busy: set[str]) -> dict:
+    blocks = _mappings(expect_mapping(block, "block").get("blocks"), "block.blocks")
     members_of = []
+    budget = [MAX_EXPANDED_NODES]
     for b in blocks:
         name = str(b.get("block", ""))
         if not name:
             raise ConvertError("block.blocks: a block has no 'block' name")
-        members_of.append((name, _expand(b.get("nodes"), f"block {name}: nodes")))
-    sizes = [int(s) for s in block.get("block_sizes") or []]
+        members_of.append((name, _expand(b.get("nodes"), f"block {name}: nodes", budget)))
+    if not any(members for _, members in members_of):
+        raise ConvertError("block.blocks: no block lists nodes")
+    sizes = _block_sizes(block.get("block_sizes"))
     base = sizes[0] if sizes else max(len(m) for _, m in members_of)
     higher = _aggregation_levels(sizes, base, len(blocks))
     levels = [f"{BLOCK_LEVEL}-{base * 2**k}" for k in reversed(higher)] + [BLOCK_LEVEL, HOSTNAME_LABEL]
@@ -160,9 +211,9 @@ def from_slurm(text: str, gpus_per_node: int, busy: str = "", name: str | None =
     topo = _pick_slurm(docs, name)
     taken = busy_names(busy)
     if "tree" in topo:
-        out = _tree_topology(topo["tree"] or {}, gpus_per_node, taken)
+        out = _tree_topology(topo["tree"], gpus_per_node, taken)
     else:
-        out = _block_topology(topo["block"] or {}, gpus_per_node, taken)
+        out = _block_topology(topo["block"], gpus_per_node, taken)
     check_busy_known(taken, {n["name"] for n in out["nodes"]})
     return out
 

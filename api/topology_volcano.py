@@ -24,6 +24,7 @@ from api.topology_convert import (
     ConvertError,
     busy_names,
     check_busy_known,
+    expect_mapping,
     free_gpus,
     kubectl_items,
     requested_gpus,
@@ -46,8 +47,8 @@ def _hypernodes(text: str) -> dict[str, dict]:
     for item in items:
         if item.get("kind", "HyperNode") not in KINDS:
             continue
-        name = (item.get("metadata") or {}).get("name")
-        spec = item.get("spec") or {}
+        name = expect_mapping(item.get("metadata") or {}, "HyperNode metadata").get("name")
+        spec = expect_mapping(item.get("spec") or {}, f"HyperNode {name} spec")
         raw_tier: Any = spec.get("tier")  # int() turns None or text that is no integer down
         try:
             tier = int(raw_tier)
@@ -55,7 +56,12 @@ def _hypernodes(text: str) -> dict[str, dict]:
             raise ConvertError(f"HyperNode {name}: spec.tier must be an integer, got {spec.get('tier')!r}") from None
         if not name:
             raise ConvertError("HyperNode: an object has no metadata.name")
-        out[name] = {"tier": tier, "members": spec.get("members") or []}
+        members = spec.get("members") or []
+        if not isinstance(members, list):
+            raise ConvertError(f"HyperNode {name}: spec.members must be a list, not {members!r}")
+        if name in out:
+            raise ConvertError(f"HyperNode {name}: defined twice")
+        out[name] = {"tier": tier, "members": [expect_mapping(m, f"HyperNode {name}: a member") for m in members]}
     if not out:
         raise ConvertError("HyperNode: no object of kind HyperNode")
     return out

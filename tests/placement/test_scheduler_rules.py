@@ -200,3 +200,42 @@ def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
         ClusterTopology.model_validate(
             {"levels": ["rack"], "nodes": [{"name": "a", "labels": {"rack": "r"}, "free_gpus": 8}], "links": links}
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- topology: t\n  tree:\n    switches: [x]\n", r"tree.switches\[0\]: expected a mapping"),
+        ("- topology: t\n  tree:\n    switches:\n    - switch: s\n", "no switch lists nodes"),
+        ("- topology: t\n  tree: [1]\n", "tree: expected a mapping"),
+        ("- topology: t\n  block:\n    block_sizes: [-4, -8]\n    blocks:\n    - {block: b, nodes: 'n[1-4]'}\n", "block_sizes"),
+        ("- topology: t\n  block:\n    block_sizes: 5\n    blocks:\n    - {block: b, nodes: 'n[1-4]'}\n", "block_sizes"),
+        ("- topology: t\n  block:\n    blocks:\n    - {block: b}\n", "no block lists nodes"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: {a: 1}}\n", "expected a hostlist, not dict"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'n[0-2000000]'}\n", "more than 16,384 nodes"),
+    ],
+)  # fmt: skip
+def test_malformed_slurm_topologies_are_one_line_errors(text: str, message: str) -> None:
+    """They were tracebacks (exit 1), a 2-million-node expansion (3.7 GB), or output the API refuses."""
+    with pytest.raises(ConvertError, match=message):
+        from_slurm(text, 8)
+
+
+def test_converter_cli_reports_bad_files_and_outputs(tmp_path, capsys) -> None:
+    from api.cli import main
+
+    latin = tmp_path / "t.yaml"
+    latin.write_bytes(b"\xff\xfe- topology: x\n")
+    assert main(["topology", "from-slurm", str(latin)]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err
+    good = tmp_path / "g.yaml"
+    good.write_text(BLOCKS)
+    assert main(["topology", "from-slurm", str(good), "-o", str(tmp_path)]) == 2
+    assert "Is a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["topology", "from-slurm", str(good), "--gpus-per-node", "1000000"])
+    assert "from 1 to 1024" in capsys.readouterr().err
+    hn = tmp_path / "h.yaml"
+    hn.write_text("kind: HyperNode\nmetadata: {name: h}\nspec: {tier: 1, members: [x]}\n")
+    assert main(["topology", "from-volcano", str(hn)]) == 2
+    assert "a member: expected a mapping" in capsys.readouterr().err
