@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from api import sweep_cli
 from api.catalog import catalog_items
-from api.documents import DocumentError, parse_json, parse_yaml
+from api.documents import DocumentError, parse_json, parse_yaml, read_text
 from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
 from api.planning import apply_search_limits
@@ -61,9 +61,11 @@ def load_document(path: str) -> dict[str, Any]:
         InputError: unreadable file, a syntax error, or a document that is not a mapping.
     """
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from exc
+    except DocumentError as exc:
+        raise InputError(f"cannot parse {path}: {exc}") from exc
     suffix = Path(path).suffix.lower()
     try:
         if suffix == ".json":

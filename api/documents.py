@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -218,6 +219,20 @@ def _load_yaml(
         raise DocumentError("YAML nested too deep") from exc
     finally:
         loader.dispose()
+
+
+def read_text(path: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """A document file (``-``: standard input) as UTF-8 text (a byte-order mark dropped), read no
+    further than one character past ``max_bytes``: ``/dev/zero`` or an endless pipe is refused at
+    the limit instead of read into memory. Raises ``OSError``, ``UnicodeDecodeError`` or
+    ``DocumentError`` (too large)."""
+    if path == "-":
+        text = sys.stdin.read(max_bytes + 1).removeprefix("\ufeff")
+    else:
+        with open(path, encoding="utf-8-sig") as f:
+            text = f.read(max_bytes + 1)
+    _check_size(text, max_bytes)
+    return text
 
 
 def _check_size(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import hostlist
 
-from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json
+from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
 
@@ -19,8 +19,9 @@ EXIT_INVALID = 2
 
 
 def _read(path: str) -> str:
+    """A scheduler file, read no further than ``MAX_INVENTORY_BYTES``."""
     try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        return read_text(path, MAX_INVENTORY_BYTES)
     except UnicodeDecodeError as exc:
         raise ConvertError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

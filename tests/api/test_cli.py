@@ -591,3 +591,26 @@ def test_serve_and_sweep_flags_keep_the_settings_bounds(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as usage:
         cli.main(["sweep", "--workers", "1000", "x.json"])
     assert usage.value.code == 2 and "1000 is above 256" in capsys.readouterr().err
+
+
+def test_documents_are_read_no_further_than_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pplan plan /dev/zero` or an endless pipe was read whole before the 8 MiB check (a
+    MemoryError traceback); the read now stops one character past the limit. A UTF-8 byte-order
+    mark, which HTTP accepts, is dropped."""
+    from api.documents import MAX_DOCUMENT_BYTES
+
+    asked: list[int] = []
+
+    class Endless:
+        def read(self, n: int = -1) -> str:
+            asked.append(n)
+            assert n > 0, "an unbounded read"
+            return "{" * n
+
+    monkeypatch.setattr("sys.stdin", Endless())
+    with pytest.raises(cli.InputError, match="larger than 8,388,608 bytes"):
+        cli.load_document("-")
+    assert asked == [MAX_DOCUMENT_BYTES + 1]
+    bom = tmp_path / "job.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(JOB).encode())
+    assert cli.load_document(str(bom)) == JOB
