@@ -145,13 +145,18 @@ async def _http_error_handler(request: Request, exc: Exception) -> Response:
     return await http_exception_handler(request, exc)
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def _allowed_methods(request: Request) -> str:
-    """Every method some route of the app serves at the request's path."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE and getattr(route, "methods", None):
-            methods |= set(route.methods)
+    """Every method some route of the app serves at the request's path: those a route matches in
+    full (routes of included routers answer ``matches`` for their own routes; they carry no
+    ``methods`` of their own)."""
+    methods = {
+        m
+        for m in HTTP_METHODS
+        if any(route.matches({**request.scope, "method": m})[0] == Match.FULL for route in request.app.routes)
+    }
     if "GET" in methods:
         methods.add("HEAD")
     return ", ".join(sorted(methods))

@@ -805,3 +805,13 @@ def test_pipeline_note_for_expert_sharding_without_data_parallelism() -> None:
     assert plan.config.dp == 1
     (note,) = [n for n in plan.notes if "with pipeline parallelism" in n]
     assert "57.4 GiB of 78.6 GiB usable (fits)" in note
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [("PUT", "/plan", "POST"), ("DELETE", "/gpus", "GET, HEAD"), ("PUT", "/sweeps/x", "DELETE, GET, HEAD")],
+)
+def test_405_names_the_allowed_methods(client: TestClient, method: str, path: str, allow: str) -> None:
+    """Routes of included routers carry no methods of their own: every 405 had an empty Allow."""
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow
