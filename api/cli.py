@@ -39,6 +39,8 @@ GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
 EXIT_OK = 0
 EXIT_INVALID = 2
 EXIT_INFEASIBLE = 3
+EXIT_NO_ANSWER = 4
+"""No plan within the search's time limit (``plan``), or no point planned (``sweep``)."""
 
 FORMATS = ("json", "yaml", "table")
 CATALOGS = ("gpus", "networks", "clusters", "models")
@@ -259,6 +261,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if response.status == "infeasible":
         _error(f"infeasible: {response.explanation or 'no layout satisfies the constraints'}")
         return EXIT_INFEASIBLE
+    if not response.plans:
+        _error(f"no plan: {response.explanation or 'none found within search.time_limit_s'}")
+        return EXIT_NO_ANSWER
     return EXIT_OK
 
 
@@ -338,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pplan",
         description="Plan and score parallel layouts for large-model training.",
-        epilog="exit codes: 0 ok, 2 invalid input, 3 infeasible job",
+        epilog="exit codes: 0 ok, 2 invalid input, 3 infeasible job, 4 no plan in the time limit (or no sweep point planned)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

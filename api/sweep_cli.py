@@ -83,7 +83,8 @@ def sweep_warnings(status: SweepStatus) -> list[str]:
 
 
 def command(args: argparse.Namespace, document: dict) -> int:
-    """The ``sweep`` subcommand; exit code 0, or 2 for an invalid point."""
+    """The ``sweep`` subcommand; exit code 0, 2 for an invalid point, or 4 when no point was
+    planned (every one infeasible, timed out or failed: stderr says why for each)."""
     status = run(document, args.workers, show_progress=not args.quiet)  # a bad point: RequestValidationError
     if args.format == "table":
         console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
@@ -97,4 +98,9 @@ def command(args: argparse.Namespace, document: dict) -> int:
             if args.format == "json"
             else yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         )
+    if not any(r.status == "done" for r in status.results):
+        for r in status.results:
+            where = ", ".join(f"{k}={v}" for k, v in r.point.items())
+            sys.stderr.write(f"pplan: sweep point {where}: {r.status}: {r.explanation or ''}\n")
+        return 4
     return 0

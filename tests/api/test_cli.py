@@ -614,3 +614,27 @@ def test_documents_are_read_no_further_than_the_limit(tmp_path: Path, monkeypatc
     bom = tmp_path / "job.json"
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(JOB).encode())
     assert cli.load_document(str(bom)) == JOB
+
+
+def test_no_plan_in_the_time_limit_and_an_empty_sweep_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both exited 0, so a CI step that ran them passed without an answer."""
+    from api import sweep_cli
+    from optimizer.capacity.sweep import PointResult, SweepStatus
+
+    real = cli.service.plan
+
+    def no_plans(request: PlanRequest) -> Any:
+        answer = real(request)
+        return answer.model_copy(update={"status": "feasible", "plans": [], "explanation": "time limit reached"})
+
+    monkeypatch.setattr(cli.service, "plan", no_plans)
+    job = write(tmp_path, "job.json", json.dumps(JOB))
+    assert cli.main(["plan", str(job)]) == 4
+    assert "no plan: time limit reached" in capsys.readouterr().err
+    failed = [PointResult(point={"num_gpus": n}, status="infeasible", explanation="does not fit") for n in (8, 16)]
+    status = SweepStatus(id="s", status="done", done=2, total=2, results=failed, pareto=[])
+    monkeypatch.setattr(sweep_cli, "run", lambda *a, **k: status)
+    assert cli.main(["sweep", str(job), "-q"]) == 4
+    assert "sweep point num_gpus=16: infeasible: does not fit" in capsys.readouterr().err
