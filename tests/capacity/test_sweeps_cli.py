@@ -63,7 +63,7 @@ def test_the_cli_sweep_keeps_the_servers_limits(
     monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "0.001")
     monkeypatch.setenv("PPLAN_DEFAULT_TIME_LIMIT_S", "0.001")
     path.write_text(json.dumps(DOC))
-    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 0
+    assert cli.main(["sweep", str(path), "--format", "json", "--workers", "1", "--quiet"]) == 4  # no point planned
     assert {r["status"] for r in json.loads(capsys.readouterr().out)["results"]} == {"timed_out"}
 
 
