@@ -126,6 +126,12 @@ MOE_TRAINING_FIELDS = ("moe_dispatcher", "moe_capacity_factor", *MOE_KNOBS)
 """``training`` fields that act on MoE layers only (the stack knobs among them: ``MOE_KNOBS``)."""
 
 
+def inert_settings_note(job: JobSpec) -> str | None:
+    """``_inert_settings`` worded for one scored layout (``/evaluate``'s notes)."""
+    warning = _inert_settings(job)
+    return None if warning is None else warning.replace("the plans ignore them", "the score ignores them")
+
+
 def _inert_settings(job: JobSpec) -> str | None:
     """Fields the job gives that change nothing for its model (kept, not an error: a job file may
     be shared between models)."""

@@ -17,7 +17,7 @@ from optimizer.explain import explain
 from optimizer.framework_runs import running_frameworks
 from optimizer.frameworks import costed_config
 from optimizer.frameworks import profile as framework_profile
-from optimizer.job_warnings import job_warnings, plan_warnings
+from optimizer.job_warnings import inert_settings_note, job_warnings, plan_warnings
 from optimizer.launch import build_launch
 from optimizer.launch.deepspeed import deepspeed_notes
 from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
@@ -55,7 +55,9 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
     est = best_estimate(ctx, lay, placement)
-    return annotate(resolve_inputs(request), to_plan(job, est))
+    plan = annotate(resolve_inputs(request), to_plan(job, est))
+    inert = inert_settings_note(job)
+    return plan if inert is None else plan.model_copy(update={"notes": [*plan.notes, inert]})
 
 
 def to_plan(job: JobSpec, est: Estimate) -> Plan:

@@ -815,3 +815,17 @@ def test_405_names_the_allowed_methods(client: TestClient, method: str, path: st
     """Routes of included routers carry no methods of their own: every 405 had an empty Allow."""
     r = client.request(method, path)
     assert r.status_code == 405 and r.headers["allow"] == allow
+
+
+def test_evaluate_notes_moe_settings_on_a_dense_model(client: TestClient) -> None:
+    """/plan and /compare warned that they do nothing; /evaluate said nothing."""
+    body = {
+        **JOB,
+        "training": {**JOB["training"], "moe_dispatcher": "deepep", "moe_capacity_factor": 1.0},
+        "config": {"tp": 8, "pp": 4, "micro_batch_size": 1},
+    }
+    r = client.post("/evaluate", json=body)
+    assert r.status_code == 200, r.text
+    assert any(
+        n.startswith("training.moe_dispatcher, training.moe_capacity_factor have no effect") for n in r.json()["notes"]
+    ), r.json()["notes"]
