@@ -27,7 +27,8 @@ class UnknownCatalogId(PlannerError):
     """A catalog id that does not exist; carries the valid ids for the message."""
 
     def __init__(self, kind: str, requested: str, valid: list[str]) -> None:
-        super().__init__(f"unknown {kind} id {requested!r}; valid ids: {', '.join(sorted(valid))}")
+        shown = requested if len(requested) <= 80 else f"{requested[:80]}... ({len(requested):,} characters)"
+        super().__init__(f"unknown {kind} id {shown!r}; valid ids: {', '.join(sorted(valid))}")
         self.kind = kind
         self.requested = requested
         self.valid = sorted(valid)
