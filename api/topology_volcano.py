@@ -29,9 +29,9 @@ from api.topology_convert import (
     kubectl_items,
     requested_gpus,
 )
-from optimizer.topology_spec import HOSTNAME_LABEL
+from optimizer.topology_spec import HOSTNAME_LABEL, VOLCANO_TIER_PREFIX
 
-TIER_LEVEL = "volcano/tier-{tier}"
+TIER_LEVEL = VOLCANO_TIER_PREFIX + "{tier}"
 KINDS = ("HyperNode",)
 
 

@@ -3,6 +3,8 @@ scheduler for them (``Plan.assignment``)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -45,6 +47,35 @@ class KueueRequest(_Out):
     )
 
 
+class VolcanoNetworkTopology(_Out):
+    """A Volcano Job's ``spec.networkTopology`` (or a partition's), with Volcano's field names."""
+
+    mode: Literal["hard", "soft"]
+    highestTierAllowed: int | None = Field(  # noqa: N815 (Volcano's field name)
+        default=None, description="hard mode: the highest HyperNode tier the pods may span"
+    )
+
+
+class VolcanoPartitionPolicy(_Out):
+    """A Volcano task's ``partitionPolicy``: pods in partitions that each stay in one HyperNode."""
+
+    totalPartitions: int  # noqa: N815 (Volcano's field names)
+    partitionSize: int  # noqa: N815
+    networkTopology: VolcanoNetworkTopology  # noqa: N815
+
+
+class VolcanoRequest(_Out):
+    network_topology: VolcanoNetworkTopology = Field(
+        description="the Job's spec.networkTopology: hard, at the lowest tier one HyperNode of which holds every "
+        "chosen node; soft when none does"
+    )
+    partition_policy: VolcanoPartitionPolicy | None = Field(
+        default=None,
+        description="the task's partitionPolicy when every lowest-tier HyperNode the job touches gives it the same "
+        "number of nodes (one pod per node)",
+    )
+
+
 class LauncherFiles(_Out):
     master_addr: str = Field(description="MASTER_ADDR: the node of rank 0")
     nnodes: int
@@ -66,5 +97,8 @@ class Assignment(_Out):
     domains_used: dict[str, int] = Field(description="level -> number of its domains the job touches")
     slurm: SlurmRequest
     kueue: KueueRequest
+    volcano: VolcanoRequest | None = Field(
+        default=None, description="Volcano Job settings, on a topology from `pplan topology from-volcano`"
+    )
     launcher: LauncherFiles
     candidates_compared: int = Field(default=1, description="node sets whose plans were compared")

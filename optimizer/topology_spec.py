@@ -22,6 +22,8 @@ SLURM_BLOCK_LEVEL = "slurm/block"
 higher block levels are ``slurm/block-<nodes>``."""
 SLURM_SWITCH_PREFIX = "slurm/switch-"
 """The switch levels of a Slurm ``topology/tree`` topology (``slurm/switch-1`` is the root's)."""
+VOLCANO_TIER_PREFIX = "volcano/tier-"
+"""The levels of a Volcano HyperNode topology (``pplan topology from-volcano``): ``volcano/tier-<n>``."""
 
 MAX_TOPOLOGY_NODES = 16_384
 MAX_LEVELS = 8

@@ -15,12 +15,16 @@ from optimizer.assignment_results import (
     KueueTopologyAssignment,
     LauncherFiles,
     SlurmRequest,
+    VolcanoNetworkTopology,
+    VolcanoPartitionPolicy,
+    VolcanoRequest,
 )
 from optimizer.cost.node_tiers import ROOT_TIER
 from optimizer.topology_spec import (
     HOSTNAME_LABEL,
     SLURM_BLOCK_LEVEL,
     SLURM_SWITCH_PREFIX,
+    VOLCANO_TIER_PREFIX,
     ClusterTopology,
     TopologyNode,
 )
@@ -117,6 +121,30 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
     )
 
 
+def volcano_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> VolcanoRequest | None:
+    """A Volcano Job's network topology for ``nodes`` on a HyperNode topology (levels
+    ``volcano/tier-<n>``; None on others): hard at the lowest tier one HyperNode of which holds them
+    all (Volcano's ``highestTierAllowed``), soft when none does; a partition policy at the lowest
+    tier when each of its HyperNodes the job touches gives the same number of nodes."""
+    tiers = {lv: int(lv.removeprefix(VOLCANO_TIER_PREFIX)) for lv in topo.levels if lv.startswith(VOLCANO_TIER_PREFIX)}
+    if not tiers:
+        return None
+    counts = dict(zip(topo.switch_levels(), domain_counts(topo, nodes), strict=True))
+    holding = [tiers[lv] for lv in tiers if lv in counts and len(counts[lv]) == 1]
+    whole = VolcanoNetworkTopology(mode="hard", highestTierAllowed=min(holding)) if holding else None
+    lowest = min(tiers, key=lambda lv: tiers[lv])
+    per = set(counts[lowest].values()) if lowest in counts else set()
+    partition = None
+    if lowest in counts and len(counts[lowest]) > 1 and len(per) == 1:
+        size = per.pop()
+        partition = VolcanoPartitionPolicy(
+            totalPartitions=len(nodes) // size,
+            partitionSize=size,
+            networkTopology=VolcanoNetworkTopology(mode="hard", highestTierAllowed=tiers[lowest]),
+        )
+    return VolcanoRequest(network_topology=whole or VolcanoNetworkTopology(mode="soft"), partition_policy=partition)
+
+
 def launcher_files(nodes: list[TopologyNode], g: int) -> LauncherFiles:
     first = nodes[0].name
     hostfile = "".join(f"{n.name} slots={g}\n" for n in nodes)
@@ -151,6 +179,7 @@ def build_assignment(
         domains_used=used,
         slurm=slurm_request(topo, nodes, g),
         kueue=kueue_request(topo, nodes),
+        volcano=volcano_request(topo, nodes),
         launcher=launcher_files(nodes, g),
         candidates_compared=compared,
     )

@@ -239,3 +239,19 @@ def test_converter_cli_reports_bad_files_and_outputs(tmp_path, capsys) -> None:
     hn.write_text("kind: HyperNode\nmetadata: {name: h}\nspec: {tier: 1, members: [x]}\n")
     assert main(["topology", "from-volcano", str(hn)]) == 2
     assert "a member: expected a mapping" in capsys.readouterr().err
+
+
+def test_volcano_plans_carry_the_jobs_network_topology() -> None:
+    """On Volcano's user-guide tree with node-1 and node-2 busy the plan takes s5's four nodes: one
+    tier-2 HyperNode holds them (highestTierAllowed 2) and its two tier-1 HyperNodes give two each
+    (two partitions of two pods, each within tier 1). Other topologies get no Volcano settings."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "scheduler"
+    topo = from_volcano((examples / "volcano-hypernodes.yaml").read_text(), busy="node-[1-2]")
+    a = plan_on(topo, 32)
+    assert a.nodes == ["node-4", "node-5", "node-6", "node-7"] and a.volcano is not None
+    assert a.volcano.network_topology.model_dump() == {"mode": "hard", "highestTierAllowed": 2}
+    p = a.volcano.partition_policy
+    assert p is not None and (p.totalPartitions, p.partitionSize, p.networkTopology.highestTierAllowed) == (2, 2, 1)
+    assert plan_on(from_slurm(BLOCKS, 8), 32).volcano is None
