@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from api import sweep_cli
 from api.catalog import catalog_items
+from api.cli_args import MAX_SWEEP_WORKERS, FlagError, positive_int, serve_settings, sweep_workers
 from api.documents import DocumentError, parse_json, parse_yaml, read_text
 from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
@@ -304,39 +305,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from api.server import serve  # only needed to serve
 
-    flags = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
     try:
-        settings = Settings(**flags)  # the PPLAN_* bounds hold for the flags too
-    except ValidationError as exc:
-        bad = [e for e in exc.errors() if e["loc"] and e["loc"][0] in flags]
-        if not bad:
-            raise
-        raise InputError("; ".join(f"--{e['loc'][0]} {flags[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
+        settings = serve_settings(args.host, args.port, args.workers)
+    except FlagError as exc:
+        raise InputError(str(exc)) from None
     serve(settings)
     return EXIT_OK
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (argparse exits 2 with the message)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
-
-
-MAX_SWEEP_WORKERS = 256
-"""Most processes ``pplan sweep --workers`` starts (a sweep has at most max_sweep_points points)."""
-
-
-def sweep_workers(text: str) -> int:
-    """An argparse type: ``positive_int`` up to ``MAX_SWEEP_WORKERS``."""
-    value = positive_int(text)
-    if value > MAX_SWEEP_WORKERS:
-        raise argparse.ArgumentTypeError(f"{value} is above {MAX_SWEEP_WORKERS}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

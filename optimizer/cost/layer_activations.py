@@ -63,10 +63,8 @@ def activation_bytes(
         mlp_act_out = f_d / tp
         mlp_in = hid
     ln_inputs = 2 * hid
-    # norm outputs and activation-function output; eager PyTorch's SwiGLU also keeps silu's output
-    # for the product's backward (silu keeps its input, mul both operands)
-    eager_silu = mlp_act_out if gated and not ctx.job.training.fused_kernels else 0.0
-    recomputable = hid + mlp_in + mlp_act_out + eager_silu
+    # norm outputs, activation output; eager SwiGLU also keeps silu's (silu keeps its input, mul both)
+    recomputable = hid + mlp_in + mlp_act_out * (2.0 if gated and not ctx.job.training.fused_kernels else 1.0)
     always = ln_inputs + attn_inner + core_out + mlp_keep
     full_elems = always + recomputable
     if d.recompute == RecomputeMode.FULL:
