@@ -153,16 +153,23 @@ class _RequestLoader(_BoundedLoader):
     Inventories (topology files, kubectl output) keep the 1.1 rules: node names stay strings."""
 
 
-_RequestLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
 YAML_INT, YAML_BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool"
-# YAML 1.2 integers and booleans: PyYAML's 1.1 rules read 0512 as octal (330), 1:04 as base 60 (64)
-# and on / yes / off / no as booleans, silently; under 1.2 those are strings the request refuses
+YAML_FLOAT, YAML_TIMESTAMP = "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"
+# YAML 1.2 numbers and booleans: PyYAML's 1.1 rules read 0512 as octal (330), 1:04 and 1:04.5 as
+# base 60 (64, 64.5), 2024-01-01 as a date and on / yes / off / no as booleans, silently; under 1.2
+# those are strings the request refuses
 _RequestLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in rules if tag not in (YAML_INT, YAML_BOOL)]
+    first: [(tag, rx) for tag, rx in rules if tag not in (YAML_INT, YAML_BOOL, YAML_FLOAT, YAML_TIMESTAMP)]
     for first, rules in _RequestLoader.yaml_implicit_resolvers.items()
 }
+_RequestLoader.add_implicit_resolver(
+    YAML_FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 _RequestLoader.add_implicit_resolver(YAML_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _RequestLoader.add_implicit_resolver(
     YAML_INT, re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$"), list("-+0123456789")

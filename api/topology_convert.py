@@ -13,7 +13,6 @@ tolerate).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import hostlist
@@ -53,20 +52,25 @@ MAX_EXPANDED_NODES = MAX_TOPOLOGY_NODES
 
 
 def hostlist_size(text: str) -> int:
-    """Names ``text`` expands to, counted from its bracket ranges without expanding it (an upper
-    bound for malformed text, which ``expand_hostlist`` then refuses)."""
-    total = 0
-    for item in re.split(r",(?![^\[]*\])", text):
-        size = 1
-        for group in re.findall(r"\[([^\]]*)\]", item):
-            size *= sum(_range_size(part) for part in group.split(","))
-        total += size
+    """Names ``text`` expands to, counted from its bracket ranges in one pass without expanding it
+    (an upper bound for malformed text, which ``expand_hostlist`` then refuses)."""
+    total, item, group, depth, parts = 0, 1, 0, 0, ""
+    for ch in text + ",":
+        if ch == "[" and depth == 0:
+            depth, parts = 1, ""
+        elif ch == "]" and depth == 1:
+            depth, group = 0, sum(_range_size(p) for p in parts.split(","))
+            item *= max(group, 1)
+        elif depth == 1:
+            parts += ch
+        elif ch == ",":
+            total, item = total + item, 1
     return total
 
 
 def _range_size(part: str) -> int:
     lo, _, hi = part.partition("-")
-    return int(hi) - int(lo) + 1 if hi.isdigit() and lo.isdigit() else 1
+    return abs(int(hi) - int(lo)) + 1 if hi.isdigit() and lo.isdigit() else 1
 
 
 def _expand(value: Any, where: str, budget: list[int] | None = None) -> list[str]:
@@ -76,10 +80,10 @@ def _expand(value: Any, where: str, budget: list[int] | None = None) -> list[str
         return []
     items = value if isinstance(value, list) else [value]
     out: list[str] = []
+    left = budget if budget is not None else [MAX_EXPANDED_NODES]
     for item in items:
         if not isinstance(item, (str, int)) or isinstance(item, bool):
             raise ConvertError(f"{where}: expected a hostlist, not {type(item).__name__} {item!r}")
-        left = budget if budget is not None else [MAX_EXPANDED_NODES]
         left[0] -= hostlist_size(str(item))
         if left[0] < 0:
             raise ConvertError(f"{where}: more than {MAX_EXPANDED_NODES:,} nodes (a request takes at most that many)")
@@ -175,12 +179,14 @@ def _block_sizes(value: Any) -> list[int]:
 
 def _block_topology(block: Any, gpus: int, busy: set[str]) -> dict:
     blocks = _mappings(expect_mapping(block, "block").get("blocks"), "block.blocks")
-    members_of = []
+    members_of: list[tuple[str, list[str]]] = []
     budget = [MAX_EXPANDED_NODES]
     for b in blocks:
         name = str(b.get("block", ""))
         if not name:
             raise ConvertError("block.blocks: a block has no 'block' name")
+        if any(name == seen for seen, _ in members_of):
+            raise ConvertError(f"block.blocks: block {name!r} is listed twice")
         members_of.append((name, _expand(b.get("nodes"), f"block {name}: nodes", budget)))
     if not any(members for _, members in members_of):
         raise ConvertError("block.blocks: no block lists nodes")
@@ -350,7 +356,7 @@ def from_kueue(topology_text: str, nodes_json: dict, pods_json: dict | None = No
     scheduling sees, those with the flavor's ``nodeLabels`` and every level label; a node with a
     NoSchedule or NoExecute taint the flavor does not tolerate has no free GPU."""
     levels, flavor = _kueue_docs(topology_text)
-    wanted = {str(k): str(v) for k, v in (flavor.get("nodeLabels") or {}).items()}
+    wanted = {str(k): str(v) for k, v in _field(flavor, "nodeLabels").items()}
     tolerations = flavor.get("tolerations") or []
     used = requested_gpus(pods_json)
     nodes = []

@@ -90,7 +90,8 @@ def _members(hn: str, member: dict, nodes: dict[str, dict] | None) -> list[str]:
     """Names a member's selector picks (nodes: name -> labels, None when no node list is given)."""
     sel = member.get("selector") or {}
     if "exactMatch" in sel:
-        return [str((sel["exactMatch"] or {}).get("name", ""))]
+        name = str(expect_mapping(sel["exactMatch"] or {}, f"HyperNode {hn}: exactMatch").get("name") or "")
+        return [name] if name else []  # Volcano: an empty name selects no node
     if member.get("type") == "HyperNode":
         raise ConvertError(f"HyperNode {hn}: a HyperNode member needs selector.exactMatch")
     if nodes is None:

@@ -18,8 +18,8 @@ class SlurmRequest(_Out):
     segment: int | None = Field(
         default=None,
         description="--segment (topology/block). On a Slurm block topology (levels from `pplan topology from-slurm`): "
-        "set only when the nodes do not lie in one block of the smallest block level that holds the job (Slurm "
-        "allocates such a --nodelist only in segments), to the largest size that divides every base block's share. "
+        "set when the nodes span several base blocks (Slurm allocates such a --nodelist only in segments, each in "
+        "one base block), to the largest size that divides every base block's share. "
         "On other topologies: nodes per domain of the level above the NVLink level, when every such domain gives the "
         "same number; never on a Slurm tree topology (which ignores it)",
     )
@@ -84,7 +84,8 @@ class LauncherFiles(_Out):
     torchrun: str = Field(description="torchrun arguments; NODE_RANK is the node's index in nodes")
     slurm_node_rank: str = Field(
         description="shell line that sets NODE_RANK on a node of a Slurm job step from SLURMD_NODENAME (the node's "
-        "index in nodes; Slurm's own SLURM_NODEID follows its node table, which need not be this order)"
+        "index in nodes; Slurm's own SLURM_NODEID follows its node table, which need not be this order) and stops "
+        "the script on a node not in nodes; put it in a script file: it lists every node"
     )
 
 

@@ -58,7 +58,7 @@ def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> S
     block = SLURM_BLOCK_LEVEL in topo.levels
     tree = any(lv.startswith(SLURM_SWITCH_PREFIX) for lv in topo.levels)
     if block:
-        segment = block_segment(topo, nodes)
+        segment = block_segment(nodes)
     else:
         per = set(leaf.values())
         segment = per.pop() if len(leaf) > 1 and len(per) == 1 and not tree else None
@@ -70,28 +70,16 @@ def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> S
     return SlurmRequest(nodelist=nodelist, nodes=len(nodes), segment=segment, switches=len(leaf), sbatch=" ".join(opts))
 
 
-def block_levels(topo: ClusterTopology) -> list[tuple[int, str]]:
-    """(nodes per block, level) of a Slurm block topology, smallest first: the base blocks (as many
-    nodes as the fullest base block of the topology) and each ``slurm/block-<nodes>`` level."""
-    base = max(Counter(n.labels.get(SLURM_BLOCK_LEVEL, "") for n in topo.nodes).values())
-    higher = [(int(lv.rsplit("-", 1)[1]), lv) for lv in topo.levels if lv.startswith(SLURM_BLOCK_LEVEL + "-")]
-    return sorted([(base, SLURM_BLOCK_LEVEL), *higher])
-
-
-def block_segment(topo: ClusterTopology, nodes: list[TopologyNode]) -> int | None:
-    """``--segment`` a Slurm ``topology/block`` request of exactly ``nodes`` (``--nodelist``) needs:
-    None when they lie in one block of the smallest block level that holds as many nodes, which is
-    the only block Slurm looks in for a job of that size ("requires nodes that do not have shared
-    block" otherwise: ``eval_nodes_block.c`` ``_get_block_level`` and the required-nodes check);
-    else the greatest common divisor of the nodes taken from each base block, so that every segment
-    fits in one base block (with ``--segment`` Slurm places each segment in its own block among the
-    listed nodes)."""
-    n = len(nodes)
-    level = next((lv for size, lv in block_levels(topo) if size >= n), None)
-    if level is None or len({node.labels.get(level, "") for node in nodes}) == 1:
-        return None
+def block_segment(nodes: list[TopologyNode]) -> int | None:
+    """``--segment`` for a Slurm ``topology/block`` request of exactly ``nodes`` (``--nodelist``):
+    None when they lie in one base block; else the greatest common divisor of the nodes taken
+    from each base block. Without segments Slurm looks for the whole job in one block of the level
+    its size calls for and refuses a nodelist that leaves it, or that touches more base blocks than
+    that size needs (``eval_nodes_block.c``: "requires nodes that do not have shared block", the
+    llblock limit); with them it places each segment in one base block among the listed nodes,
+    which every base block's share, a multiple of the segment, allows."""
     shares = Counter(node.labels.get(SLURM_BLOCK_LEVEL, "") for node in nodes)
-    return math.gcd(*shares.values())
+    return math.gcd(*shares.values()) if len(shares) > 1 else None
 
 
 def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequest:
@@ -154,8 +142,8 @@ def launcher_files(nodes: list[TopologyNode], g: int) -> LauncherFiles:
     )
     names = " ".join(shlex.quote(n.name) for n in nodes)
     node_rank = (
-        f"NODE_RANK=$(printf '%s\\n' {names} | grep -nxF \"$SLURMD_NODENAME\" | cut -d: -f1); "
-        "NODE_RANK=$((NODE_RANK - 1))"
+        f'NODE_RANK=; i=0; for h in {names}; do if [ "$h" = "$SLURMD_NODENAME" ]; then NODE_RANK=$i; fi; '
+        'i=$((i + 1)); done; : "${NODE_RANK:?SLURMD_NODENAME is not one of the plan nodes}"'
     )
     return LauncherFiles(
         master_addr=first,

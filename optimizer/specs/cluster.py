@@ -143,7 +143,7 @@ class ClusterSpec(Strict):
         topo = self.topology
         domains = Counter(topo.path(n) for n in topo.nodes)
         path, count = max(domains.items(), key=lambda kv: kv[1])
-        if count * self.gpus_per_node > self.nvlink_domain_size:
+        if count > max(1, self.nvlink_domain_size // self.gpus_per_node):  # a node may hold several domains
             raise ValueError(
                 f"topology.nodes: {count} nodes ({count * self.gpus_per_node} GPUs) share the NVLink domain "
                 f"{topo.nvlink_level} = {path[-1]!r}, more than nvlink_domain_size ({self.nvlink_domain_size})"

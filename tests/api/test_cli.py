@@ -481,6 +481,8 @@ def test_yaml_reads_integers_and_booleans_as_yaml_1_2(tmp_path: Path) -> None:
     silently; requests read YAML 1.2's integers (0o and 0x prefixes) and booleans, so those are
     strings the request refuses, and a leading zero is an error."""
     path = write(tmp_path, "job.yaml", "a: 0x10\nb: 0o17\nc: 1_000\nd: 1:04\ne: on\nf: yes\ng: true\nh: -3\n")
+    dates = write(tmp_path, "dates.yaml", "a: 1:04.5\nb: 2024-01-01\nc: .5\nd: 3.\n")
+    assert cli.load_document(str(dates)) == {"a": "1:04.5", "b": "2024-01-01", "c": 0.5, "d": 3.0}
     assert cli.load_document(str(path)) == {
         "a": 16,
         "b": 15,

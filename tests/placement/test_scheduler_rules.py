@@ -47,16 +47,21 @@ def test_nodes_across_base_blocks_ask_for_segments() -> None:
     assert a.slurm.sbatch == "--nodes=3 --ntasks-per-node=8 --gpus-per-node=8 --nodelist=n[03-04,07] --segment=1"
 
 
-def test_nodes_inside_one_block_of_their_level_need_no_segment() -> None:
-    # 6 nodes need a 16-node block; they lie in the one 16n block: no segment, no --switches
-    topo = ClusterTopology.model_validate(from_slurm(BLOCKS, 8, busy="n01,n05"))
-    nodes = [n for n in topo.nodes if n.name in {"n02", "n03", "n04", "n06", "n07", "n08"}]
-    assert block_segment(topo, nodes) is None
-    req = slurm_request(topo, nodes, 8)
-    assert req.segment is None and "--segment" not in req.sbatch and "--switches" not in req.sbatch
-    # 4 nodes, 2 + 2 over two base blocks: a 4-node job is looked for in one base block
-    pairs = [n for n in topo.nodes if n.name in {"n03", "n04", "n07", "n08"}]
-    assert block_segment(topo, pairs) == 2
+def test_segments_whenever_the_nodes_span_base_blocks() -> None:
+    """6 nodes over two base blocks (3 + 3) inside the one 16-node block: Slurm allows a 6-node
+    job 2 base blocks, so this nodelist alone would pass, but 2 + 2 + 2 over three base blocks
+    would not ("requires nodes exceed maximum llblock limit"): every nodelist that spans base
+    blocks gets --segment (the gcd of the shares), which Slurm places block by block. Nodes in one
+    base block need none; --switches is never given (the block plugin ignores it)."""
+    topo = ClusterTopology.model_validate(from_slurm(BLOCKS, 8))
+    by = {n.name: n for n in topo.nodes}
+    assert block_segment([by[x] for x in ("n02", "n03", "n04", "n06", "n07", "n08")]) == 3
+    three = [by[x] for x in ("n03", "n04", "n07", "n08", "n11", "n12")]
+    assert block_segment(three) == 2
+    req = slurm_request(topo, three, 8)
+    assert req.sbatch.endswith("--nodelist=n[03-04,07-08,11-12] --segment=2") and "--switches" not in req.sbatch
+    one = [by[x] for x in ("n01", "n02", "n03")]
+    assert block_segment(one) is None and "--segment" not in slurm_request(topo, one, 8).sbatch
 
 
 def test_tree_topology_gets_switches_never_segment() -> None:
@@ -145,6 +150,8 @@ def test_kueue_sees_the_flavors_nodes_untainted_and_ready() -> None:
     assert free == {"a": 8, "tolerated": 8, "tainted": 0, "soft": 8, "unknown": 0}
     with pytest.raises(ConvertError, match="nodeLabels"):
         from_kueue(KUEUE, {"items": [kube_node("cpu", pool="cpu")]})
+    with pytest.raises(ConvertError, match="nodeLabels: expected an object"):
+        from_kueue(KUEUE.replace("nodeLabels: {pool: gpu}", "nodeLabels: [pool]"), nodes)
 
 
 def test_empty_label_match_selects_no_node() -> None:
@@ -159,6 +166,8 @@ spec:
 """
     nodes = {"items": [kube_node("g1"), kube_node("g2")]}
     assert [n["name"] for n in from_volcano(hypernodes, nodes)["nodes"]] == ["g1"]
+    empty_name = hypernodes.replace("labelMatch: {}", "exactMatch: {name: ''}")
+    assert [n["name"] for n in from_volcano(empty_name, nodes)["nodes"]] == ["g1"]
 
 
 def test_slurm_node_rank_line_gives_each_node_its_plan_rank() -> None:
@@ -167,6 +176,8 @@ def test_slurm_node_rank_line_gives_each_node_its_plan_rank() -> None:
         line = a.launcher.slurm_node_rank + '; echo "$NODE_RANK"'
         out = subprocess.run(["bash", "-c", line], env={"SLURMD_NODENAME": name}, capture_output=True, text=True)
         assert out.stdout.strip() == str(rank)
+    stray = subprocess.run(["bash", "-c", line], env={"SLURMD_NODENAME": "n16"}, capture_output=True, text=True)
+    assert stray.returncode != 0 and stray.stdout == "" and "not one of the plan nodes" in stray.stderr
 
 
 def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
@@ -195,6 +206,10 @@ def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
                 },
             }
         )
+    # NVLink domains smaller than a node (docs/catalog.md): one node per hostname is fine
+    single = [{"name": f"n{i}", "labels": {"rack": "r0"}, "free_gpus": 8} for i in range(2)]
+    small = {"preset": "dgx-h100", "nvlink_domain_size": 4, "topology": {"levels": ["rack"], "nodes": single}}
+    PlanRequest.model_validate({**JOB, "cluster": small})
     links = [{"level": "rack", "oversubscription": 2.0}, {"level": "rack", "oversubscription": 1.0}]
     with pytest.raises(ValueError, match="topology.links: level 'rack' is given twice"):
         ClusterTopology.model_validate(
@@ -213,6 +228,8 @@ def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
         ("- topology: t\n  block:\n    blocks:\n    - {block: b}\n", "no block lists nodes"),
         ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: {a: 1}}\n", "expected a hostlist, not dict"),
         ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'n[0-2000000]'}\n", "more than 16,384 nodes"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'n[2000000-0]'}\n", "more than 16,384 nodes"),
+        ("- topology: t\n  block:\n    blocks:\n    - {block: b, nodes: a}\n    - {block: b, nodes: c}\n", "listed twice"),
     ],
 )  # fmt: skip
 def test_malformed_slurm_topologies_are_one_line_errors(text: str, message: str) -> None:
