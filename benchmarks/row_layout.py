@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from benchmarks.mbridge_recipes import recipe_moe
+from benchmarks.mbridge_recipes import UNCOSTED_TECHNIQUES, recipe_moe
 from benchmarks.row_errors import Unmappable
 from benchmarks.row_stack import is_torchtitan, map_recompute, map_zero_stage
 from optimizer.specs import JobSpec
@@ -130,6 +130,8 @@ def layout_space(row: dict[str, Any], job: JobSpec) -> tuple[dict[str, Any], dic
         notes.append(f"recompute {recipe.recompute!r}: the release's Megatron-Bridge recipe")
     elif rc is None:
         grid["recompute"] = RECOMPUTE_GRID
+        if row["id"] in UNCOSTED_TECHNIQUES:
+            notes.append(UNCOSTED_TECHNIQUES[row["id"]])
     elif rc == "selective" and is_torchtitan(row):
         # torchtitan's selective checkpointing is its op-level policy (llama3 train configs:
         # selective_ac_option = "op")
