@@ -296,7 +296,7 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
     inner = field_loc(["body", *error["loc"]], msg)[1:]  # a check across fields names its field
     loc: tuple[Any, ...] = ("body", "job", *inner)
     for axis, at in VARIED_AT.items():
-        if axis in point and tuple(inner) == at:
+        if axis in point and tuple(inner[: len(at)]) == at:  # the value's field or one inside it
             loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
     return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}
 

@@ -132,6 +132,9 @@ def test_bad_sweeps_are_4xx(client):
     assert bad_preset.status_code == 422
     detail = bad_preset.json()["detail"][0]
     assert detail["loc"] == ["body", "vary", "cluster", 1] and "no-such" in detail["msg"]
+    long_id = "x" * 300  # refused at the preset field inside the varied cluster: still the vary value
+    too_long = client.post("/sweeps", json={"job": JOB_8B, "vary": {"cluster": ["dgx-h100", long_id]}})
+    assert too_long.status_code == 422 and too_long.json()["detail"][0]["loc"] == ["body", "vary", "cluster", 1]
     empty = client.post("/sweeps", json={"job": JOB_8B, "vary": {}})
     assert empty.status_code == 422
     repeated = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8, 8]}})
