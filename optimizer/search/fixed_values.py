@@ -2,7 +2,8 @@
 fields: an invalid request (a 422 naming ``search.fix.<field>``), not an infeasible job.
 
 Each check is one of the layout rules (``optimizer.cost.rules.resolve``) that involves only that
-field and the job; combinations of fields are the search's business.
+field and the job, or pinned fields that contradict one another whatever the unpinned ones take;
+other combinations are the search's business.
 """
 
 from __future__ import annotations
@@ -195,6 +196,33 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
 
 
+def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:
+    """Raise ``InvalidLayout`` at a ``search.fix`` field whose pinned value contradicts the other
+    pins whatever the unpinned fields take: the pinned tp x pp x cp x dp not dividing num_gpus,
+    vpp > 1 with pp pinned to 1 or pp x vpp above num_layers, micro-batches that cannot split the
+    global batch over the pinned dp."""
+    fix, n = search.fix, job.cluster.resolved_num_gpus
+    pinned = [(name, getattr(fix, name)) for name in ("tp", "pp", "cp", "dp") if getattr(fix, name) is not None]
+    if len(pinned) > 1:
+        product = 1
+        for name, value in pinned:
+            product *= value
+            if n % product:
+                shown = " x ".join(f"{k} {v}" for k, v in pinned[: pinned.index((name, value)) + 1])
+                raise InvalidLayout(f"search.fix.{name}", f"{shown} = {product} does not divide num_gpus ({n})")
+    layers = job.model.num_layers or 0
+    if fix.vpp is not None and fix.vpp > 1 and fix.pp is not None and (fix.pp == 1 or fix.pp * fix.vpp > layers):
+        raise InvalidLayout(
+            "search.fix.vpp", f"vpp {fix.vpp} with pp {fix.pp} needs pp >= 2 and pp x vpp <= num_layers ({layers})"
+        )
+    gbs = job.training.global_batch_size or 0
+    if fix.micro_batch_size is not None and fix.dp is not None and gbs % (fix.micro_batch_size * fix.dp):
+        raise InvalidLayout(
+            "search.fix.micro_batch_size",
+            f"micro_batch_size {fix.micro_batch_size} x dp {fix.dp} does not divide global_batch_size ({gbs})",
+        )
+
+
 def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take
     (outside ``search.allow``, against a layout rule, or one the named framework never runs), and
@@ -216,6 +244,7 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
                 )
     _check_heads_pins(job, search)
     _check_sequence_parallel_pairs(job, search)
+    _check_pins_together(job, search)
 
 
 def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:

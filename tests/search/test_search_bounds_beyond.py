@@ -220,13 +220,13 @@ def test_micro_batch_blocks_left_unbounded_fit_in_no_variant() -> None:
 
 
 def test_pinned_values_that_cannot_go_together_name_the_rule(client: TestClient) -> None:
-    """Each pinned value alone is valid (so a 200), together they are not: the explanation names
-    the rule instead of a generic "divides evenly"."""
-    body = client.post("/plan", json={**GPT3, "search": {"fix": {"tp": 4, "pp": 16, "vpp": 12}}}).json()
-    assert body["status"] == "infeasible" and body["why"] is None
-    assert body["explanation"].startswith(
-        "no valid layout: with search.fix tp=4, pp=16, vpp=12 (the rest at 1): vpp: pp*vpp (192) exceeds num_layers (96)"
-    )
+    """Each pinned value alone is valid, together they are not whatever the rest takes: a 422 at
+    the field naming the rule (it was a 200 "infeasible"), not a generic "divides evenly"."""
+    r = client.post("/plan", json={**GPT3, "search": {"fix": {"tp": 4, "pp": 16, "vpp": 12}}})
+    assert r.status_code == 422
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "search", "fix", "vpp"]
+    assert "vpp 12 with pp 16 needs pp >= 2 and pp x vpp <= num_layers (96)" in detail["msg"]
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "llama3-70b", "mixtral-8x22b"])
@@ -284,3 +284,29 @@ def test_group_bound_is_below_every_bound_of_its_blocks() -> None:
             fam = sb.family(f)
             for v in fam.more_vpps:
                 assert group.bound <= sb.depth_bound(ctx, f, v)
+
+
+@pytest.mark.parametrize(
+    ("fix", "loc", "message"),
+    [
+        ({"pp": 1, "vpp": 3}, "vpp", "vpp 3 with pp 1 needs pp >= 2"),
+        ({"pp": 8, "vpp": 5}, "vpp", "pp x vpp <= num_layers (32)"),
+        ({"tp": 8, "pp": 4, "cp": 64}, "cp", "tp 8 x pp 4 x cp 64 = 2048 does not divide num_gpus (1024)"),
+        ({"tp": 2, "dp": 1024}, "dp", "tp 2 x dp 1024 = 2048 does not divide num_gpus (1024)"),
+        ({"dp": 512, "micro_batch_size": 4}, "micro_batch_size", "micro_batch_size 4 x dp 512 does not divide"),
+    ],
+)
+def test_pins_that_contradict_each_other_are_422s(client: TestClient, fix, loc, message) -> None:
+    """Whatever the unpinned fields take, these pins go together in no layout: a 422 at the field
+    (they were a 200 'infeasible'); pins that some layout takes stay an answer."""
+    job = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 1024},
+    }
+    r = client.post("/plan", json={**job, "search": {"fix": fix, "top_k": 1, "time_limit_s": 5}})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "search", "fix", loc] and message in detail["msg"]
+    fine = client.post("/plan", json={**job, "search": {"fix": {"tp": 2, "dp": 512}, "top_k": 1, "time_limit_s": 5}})
+    assert fine.status_code == 200 and fine.json()["plans"][0]["config"]["dp"] == 512
