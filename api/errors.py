@@ -136,7 +136,8 @@ async def _http_error_handler(request: Request, exc: Exception) -> Response:
     if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. bytes that are not UTF-8)
         item = {
             "loc": ["body"],
-            "msg": "the request body is not a UTF-8 JSON document",
+            "msg": "the request body could not be read as a UTF-8 JSON document (bytes that are not UTF-8, or a number "
+            "too long to convert: more than 4,300 digits)",
             "type": "json_invalid",
         }
         return JSONResponse(status_code=422, content={"detail": [item]})
