@@ -279,13 +279,13 @@ def limited_points(
     return [(p, r) for p, (r, _) in limited], warnings
 
 
-VARIED_AT: dict[str, tuple[str, ...]] = {
-    "num_gpus": ("cluster", "num_gpus"),
-    "cluster": ("cluster",),
-    "global_batch_size": ("training", "global_batch_size"),
-    "seq_len": ("training", "seq_len"),
+VARIED_AT: dict[str, tuple[tuple[str, ...], ...]] = {
+    "num_gpus": (("cluster", "num_gpus"),),
+    "cluster": (("cluster",), ("cluster", "preset")),
+    "global_batch_size": (("training", "global_batch_size"),),
+    "seq_len": (("training", "seq_len"),),
 }
-"""Where each ``vary`` axis lands in a point's /plan request."""
+"""Where each ``vary`` axis lands in a point's /plan request (a cluster value is a preset id)."""
 
 
 def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[str, Any]:
@@ -295,9 +295,10 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
     msg = error_reason(error)
     inner = field_loc(["body", *error["loc"]], msg)[1:]  # a check across fields names its field
     loc: tuple[Any, ...] = ("body", "job", *inner)
-    for axis, at in VARIED_AT.items():
-        if axis in point and tuple(inner[: len(at)]) == at:  # the value's field or one inside it
+    for axis, places in VARIED_AT.items():
+        if axis in point and tuple(inner) in places:
             loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
+            break
     return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}
 
 

@@ -69,8 +69,15 @@ def hostlist_size(text: str) -> int:
 
 
 def _range_size(part: str) -> int:
-    lo, _, hi = part.partition("-")
-    return abs(int(hi) - int(lo)) + 1 if hi.isdigit() and lo.isdigit() else 1
+    """Names one bracket part ``lo-hi`` (or one number) stands for, read as hostlist reads the
+    numbers (``int``: surrounding white space and any Unicode digits)."""
+    lo, sep, hi = part.partition("-")
+    if not sep:
+        return 1
+    try:
+        return abs(int(hi) - int(lo)) + 1
+    except ValueError:  # not a range hostlist can expand either
+        return 1
 
 
 def _expand(value: Any, where: str, budget: list[int] | None = None) -> list[str]:

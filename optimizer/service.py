@@ -31,6 +31,7 @@ from optimizer.results import (
     MemoryBreakdown,
     Plan,
     PlanResponse,
+    SolverInfo,
     StageMemoryGiB,
     TimeBreakdown,
 )
@@ -152,11 +153,18 @@ def plan(request: PlanRequest) -> PlanResponse:
     ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
     limits the top plan (``why``) and warns about a job that looks wrong."""
     if request.cluster.topology is not None:
+        chosen = request.cluster.num_gpus is None and request.cluster.topology.assignment is None
 
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
-            return _explained(quiet, finish(quiet, search_plans(quiet), search_plans))
+            try:
+                return _explained(quiet, finish(quiet, search_plans(quiet), search_plans))
+            except InvalidLayout as err:
+                if not (chosen and err.field.startswith("search.")):
+                    raise
+                # a pin this GPU count cannot take, where the planner picked the count: no layout here
+                return PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation=str(err))
 
         return plan_on_topology(request, search_placed)
     return _explained(request, finish(request, search_plans(request), search_plans))

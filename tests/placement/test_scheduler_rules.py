@@ -11,6 +11,7 @@ import pytest
 from api.topology_convert import ConvertError, busy_names, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
 from optimizer import service
+from optimizer.errors import InvalidLayout
 from optimizer.placement.outputs import block_segment, slurm_request
 from optimizer.specs import PlanRequest
 from optimizer.topology_spec import ClusterTopology
@@ -272,3 +273,27 @@ def test_volcano_plans_carry_the_jobs_network_topology() -> None:
     p = a.volcano.partition_policy
     assert p is not None and (p.totalPartitions, p.partitionSize, p.networkTopology.highestTierAllowed) == (2, 2, 1)
     assert plan_on(from_slurm(BLOCKS, 8), 32).volcano is None
+
+
+def test_hostlist_counting_reads_numbers_as_hostlist_does() -> None:
+    """A range ending in a new line expands in python-hostlist (its pattern ends in `$`) and was
+    counted as one name (99,999 nodes got through the 16,384 bound); a superscript digit passed
+    str.isdigit() and crashed int()."""
+    from api.topology_convert import hostlist_size
+
+    assert hostlist_size("n[1-99999\n]") == 99999
+    assert hostlist_size("n[²-3]") == 1
+    with pytest.raises(ConvertError, match="more than 16,384 nodes"):
+        from_slurm('- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: "n[1-99999\\n]"}\n', 8)
+
+
+def test_pins_a_count_cannot_take_leave_that_count_out_when_the_planner_picks_it() -> None:
+    """Without num_gpus the planner tries 8, 16, 32, ... GPUs of the free nodes: tp 8 x pp 2 does
+    not divide 8, which is no reason to refuse the request (it was a 422); the plan takes 16."""
+    req = {**JOB, "cluster": {"preset": "dgx-h100", "topology": from_slurm(BLOCKS, 8)}}
+    req["search"] = {"fix": {"tp": 8, "pp": 2}, "top_k": 1, "time_limit_s": 10}
+    answer = service.plan(PlanRequest.model_validate(req))
+    assert answer.status == "optimal" and (answer.plans[0].config.tp, answer.plans[0].config.pp) == (8, 2)
+    assert len(answer.plans[0].assignment.nodes) * 8 % 16 == 0
+    with pytest.raises(InvalidLayout, match="does not divide num_gpus"):  # the count given: still a 422
+        service.plan(PlanRequest.model_validate({**req, "cluster": {**req["cluster"], "num_gpus": 8}}))
