@@ -124,6 +124,11 @@ class JobContext:
         unfused = self.job.training.cross_entropy == "unfused"
         return LOSS_PARALLEL_LOGIT_BYTES if unfused and tp > 1 else self.logit_bytes
 
+    def expert_overlap(self, ep: int) -> bool:
+        """Whether the expert all-to-all overlap (``training.ep_comm_overlap``: Megatron's combined
+        1F1B with deferred weight gradients) runs on a layout with ``ep``: an MoE job with ep > 1."""
+        return self.job.training.ep_comm_overlap and self.job.model.moe is not None and ep > 1
+
     def headroom_bytes(self, requested: float | None) -> float:
         """Memory kept free per GPU: the request's ``search.memory_headroom_gib`` when given (in
         bytes), else the calibration's default."""

@@ -143,7 +143,7 @@ def unoverlapped_ep_share(ctx: JobContext, lay: StageLayout) -> float:
     hidden share (``ep_comm_overlap_batched``, less its contention) is exposed after all; as a
     multiple of the exposed per-micro-batch time ``StageTerms.ep_s``. With pipelines the fitted
     hidden share stands for the warm-up and cool-down too."""
-    if not (ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None and lay.ep > 1 and lay.pp == 1):
+    if not (ctx.expert_overlap(lay.ep) and lay.pp == 1):
         return 0.0
     lost = ctx.cal.ep_comm_overlap_batched * (1.0 - ctx.cal.overlap_contention)
     return lost / (1.0 - lost)

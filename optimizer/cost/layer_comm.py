@@ -88,7 +88,7 @@ def wgrad_deferred(ctx: JobContext, d: Dims) -> bool:
     """The stack defers weight-gradient GEMMs (Megatron ``--delay-wgrad-compute``, which the launch
     arguments add with the expert all-to-all overlap on MoE layouts with ``ep > 1``): the
     input-gradient collective then has no weight-gradient GEMM to run under."""
-    return ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None and d.ep > 1
+    return ctx.expert_overlap(d.ep)
 
 
 def dgrad_overlap_s(

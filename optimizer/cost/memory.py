@@ -45,8 +45,7 @@ def stage_memory(
     """A stage's memory from its core's (``mem``, ``stored``, ``grads_bytes``)."""
     # activations: the in-flight micro-batches depend on the stage's position in the pipeline
     # the expert all-to-all overlap's combined 1F1B runs one more warm-up forward (ep > 1)
-    overlap = ctx.job.training.ep_comm_overlap and ctx.job.model.moe is not None and lay.ep > 1
-    held = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches, 1 if overlap else 0)
+    held = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches, 1 if ctx.expert_overlap(lay.ep) else 0)
     acts = held * stored + mem.activations_bytes
     buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
     return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers)
