@@ -47,6 +47,13 @@ def domain_counts(topo: ClusterTopology, nodes: list[TopologyNode]) -> list[Coun
     return [Counter(p[: d + 1] for p in paths) for d in range(len(topo.switch_levels()))]
 
 
+def equal_share(per_domain: Counter) -> int | None:
+    """The nodes each domain gives when the job spans several domains of a level and each gives
+    the same number (Slurm's ``--segment``, Kueue's slice size, Volcano's partition size), else None."""
+    shares = set(per_domain.values())
+    return shares.pop() if len(per_domain) > 1 and len(shares) == 1 else None
+
+
 def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> SlurmRequest:
     """sbatch options that ask Slurm for exactly ``nodes``: ``--segment`` only where the block
     plugin needs it to allocate them (``block_segment``), ``--switches`` only where the tree plugin
@@ -60,8 +67,7 @@ def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> S
     if block:
         segment = block_segment(nodes)
     else:
-        per = set(leaf.values())
-        segment = per.pop() if len(leaf) > 1 and len(per) == 1 and not tree else None
+        segment = None if tree else equal_share(leaf)
     opts = [f"--nodes={len(nodes)}", f"--ntasks-per-node={g}", f"--gpus-per-node={g}", f"--nodelist={nodelist}"]
     if segment is not None:
         opts.append(f"--segment={segment}")
@@ -91,12 +97,9 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
         annotations[KUEUE_REQUIRED] = inside[-1]
     else:
         annotations[KUEUE_PREFERRED] = levels[0]
-    if len(levels) >= 2:
-        leaf = counts[-2]
-        per = set(leaf.values())
-        if len(leaf) > 1 and len(per) == 1:
-            annotations[KUEUE_SLICE_REQUIRED] = levels[-2]
-            annotations[KUEUE_SLICE_SIZE] = str(per.pop())
+    if len(levels) >= 2 and (size := equal_share(counts[-2])) is not None:
+        annotations[KUEUE_SLICE_REQUIRED] = levels[-2]
+        annotations[KUEUE_SLICE_SIZE] = str(size)
     full = topo.levels
     per_domain: Counter = Counter()
     for n in nodes:
@@ -121,10 +124,8 @@ def volcano_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> Volcano
     holding = [tiers[lv] for lv in tiers if lv in counts and len(counts[lv]) == 1]
     whole = VolcanoNetworkTopology(mode="hard", highestTierAllowed=min(holding)) if holding else None
     lowest = min(tiers, key=lambda lv: tiers[lv])
-    per = set(counts[lowest].values()) if lowest in counts else set()
     partition = None
-    if lowest in counts and len(counts[lowest]) > 1 and len(per) == 1:
-        size = per.pop()
+    if lowest in counts and (size := equal_share(counts[lowest])) is not None:
         partition = VolcanoPartitionPolicy(
             totalPartitions=len(nodes) // size,
             partitionSize=size,
