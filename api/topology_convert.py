@@ -187,13 +187,15 @@ def _block_sizes(value: Any) -> list[int]:
 def _block_topology(block: Any, gpus: int, busy: set[str]) -> dict:
     blocks = _mappings(expect_mapping(block, "block").get("blocks"), "block.blocks")
     members_of: list[tuple[str, list[str]]] = []
+    names: set[str] = set()
     budget = [MAX_EXPANDED_NODES]
     for b in blocks:
         name = str(b.get("block", ""))
         if not name:
             raise ConvertError("block.blocks: a block has no 'block' name")
-        if any(name == seen for seen, _ in members_of):
+        if name in names:
             raise ConvertError(f"block.blocks: block {name!r} is listed twice")
+        names.add(name)
         members_of.append((name, _expand(b.get("nodes"), f"block {name}: nodes", budget)))
     if not any(members for _, members in members_of):
         raise ConvertError("block.blocks: no block lists nodes")
