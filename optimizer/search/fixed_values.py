@@ -203,13 +203,12 @@ def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:
     global batch over the pinned dp."""
     fix, n = search.fix, job.cluster.resolved_num_gpus
     pinned = [(name, getattr(fix, name)) for name in ("tp", "pp", "cp", "dp") if getattr(fix, name) is not None]
-    if len(pinned) > 1:
-        product = 1
-        for name, value in pinned:
-            product *= value
-            if n % product:
-                shown = " x ".join(f"{k} {v}" for k, v in pinned[: pinned.index((name, value)) + 1])
-                raise InvalidLayout(f"search.fix.{name}", f"{shown} = {product} does not divide num_gpus ({n})")
+    product = 1
+    for i, (name, value) in enumerate(pinned):
+        product *= value
+        if i > 0 and n % product:
+            shown = " x ".join(f"{k} {v}" for k, v in pinned[: i + 1])
+            raise InvalidLayout(f"search.fix.{name}", f"{shown} = {product} does not divide num_gpus ({n})")
     layers = job.model.num_layers or 0
     if fix.vpp is not None and fix.vpp > 1 and fix.pp is not None and (fix.pp == 1 or fix.pp * fix.vpp > layers):
         raise InvalidLayout(
