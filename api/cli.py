@@ -20,7 +20,17 @@ from pydantic import BaseModel, ValidationError
 
 from api import sweep_cli
 from api.catalog import catalog_items
-from api.cli_args import MAX_SWEEP_WORKERS, FlagError, positive_int, serve_settings, sweep_workers
+from api.cli_args import (
+    EXIT_INFEASIBLE,
+    EXIT_INVALID,
+    EXIT_NO_ANSWER,
+    EXIT_OK,
+    MAX_SWEEP_WORKERS,
+    FlagError,
+    positive_int,
+    serve_settings,
+    sweep_workers,
+)
 from api.documents import DocumentError, parse_json, parse_yaml, read_text
 from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
 from api.plan_rows import plan_headers, plan_row, table, with_etp
@@ -36,12 +46,6 @@ from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 from optimizer.units import GB, GIB, TB, TFLOPS, US
 
 GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
-
-EXIT_OK = 0
-EXIT_INVALID = 2
-EXIT_INFEASIBLE = 3
-EXIT_NO_ANSWER = 4
-"""No plan within the search's time limit (``plan``), or no point planned (``sweep``)."""
 
 FORMATS = ("json", "yaml", "table")
 CATALOGS = ("gpus", "networks", "clusters", "models")

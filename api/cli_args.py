@@ -1,5 +1,5 @@
-"""Argument types of ``pplan`` and the settings ``pplan serve``'s flags make, each within the
-bounds the ``PPLAN_*`` variables have."""
+"""Exit codes and argument types of ``pplan``, and the settings ``pplan serve``'s flags make, each
+within the bounds the ``PPLAN_*`` variables have."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.settings import Settings
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+EXIT_INFEASIBLE = 3
+EXIT_NO_ANSWER = 4
+"""No plan within the search's time limit (``plan``), or no point planned (``sweep``)."""
 
 MAX_SWEEP_WORKERS = 256
 """Most processes ``pplan sweep --workers`` starts (a sweep has at most max_sweep_points points)."""

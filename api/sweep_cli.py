@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from api.cli_args import EXIT_NO_ANSWER, EXIT_OK
 from api.settings import MIB, Settings
 from api.sweeps import SweepManager, limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
@@ -56,9 +57,8 @@ def pareto_table(status: SweepStatus) -> Table:
         return "-" if value is None else format(value, fmt)
 
     for e in status.pareto:
-        point = ", ".join(f"{k}={v}" for k, v in e.point.items())
         table.add_row(
-            point,
+            point_name(e.point),
             f"{e.num_gpus:,}",
             num(e.tokens_per_s, ",.0f"),
             num(e.goodput_tokens_per_s, ",.0f"),
@@ -67,6 +67,11 @@ def pareto_table(status: SweepStatus) -> Table:
             num(e.usd_per_million_tokens, ".3f"),
         )
     return table
+
+
+def point_name(point: dict) -> str:
+    """A sweep point as its varied values: ``num_gpus=16, cluster=dgx-h100``."""
+    return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
 def sweep_warnings(status: SweepStatus) -> list[str]:
@@ -78,7 +83,7 @@ def sweep_warnings(status: SweepStatus) -> list[str]:
         for w in result.warnings:
             if w not in seen:
                 seen.add(w)
-                lines.append(f"{', '.join(f'{k}={v}' for k, v in result.point.items())}: {w}")
+                lines.append(f"{point_name(result.point)}: {w}")
     return lines
 
 
@@ -100,7 +105,6 @@ def command(args: argparse.Namespace, document: dict) -> int:
         )
     if not any(r.status == "done" for r in status.results):
         for r in status.results:
-            where = ", ".join(f"{k}={v}" for k, v in r.point.items())
-            sys.stderr.write(f"pplan: sweep point {where}: {r.status}: {r.explanation or ''}\n")
-        return 4
-    return 0
+            sys.stderr.write(f"pplan: sweep point {point_name(r.point)}: {r.status}: {r.explanation or ''}\n")
+        return EXIT_NO_ANSWER
+    return EXIT_OK

@@ -10,12 +10,10 @@ from typing import Any
 
 import hostlist
 
+from api.cli_args import EXIT_INVALID, EXIT_OK
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
-
-EXIT_OK = 0
-EXIT_INVALID = 2
 
 
 def _read(path: str) -> str:
