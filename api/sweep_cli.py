@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -74,16 +75,34 @@ def point_name(point: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
+MFU_WARNING = re.compile(r"^predicted MFU (\d+(?:\.\d+)?)% ")
+"""The MFU warning's opening, the only part that differs between points of one sweep."""
+
+
 def sweep_warnings(status: SweepStatus) -> list[str]:
     """The sweep's warnings, then each point's, the point named (a warning several points share
-    once, with the first of them)."""
+    once, with the first of them); the MFU warnings of several points as one line, with the
+    points and the range of their MFUs, where the first of them was."""
     lines = list(status.warnings)
     seen: set[str] = set(status.warnings)
+    mfu: dict[str, tuple[int, list[str], list[float]]] = {}  # rest of the warning -> line, points, MFUs
     for result in status.results:
         for w in result.warnings:
-            if w not in seen:
+            match = MFU_WARNING.match(w)
+            if match:
+                rest = w[match.end() :]
+                if rest not in mfu:
+                    mfu[rest] = (len(lines), [], [])
+                    lines.append("")
+                mfu[rest][1].append(point_name(result.point))
+                mfu[rest][2].append(float(match.group(1)))
+            elif w not in seen:
                 seen.add(w)
                 lines.append(f"{point_name(result.point)}: {w}")
+    for rest, (i, points, values) in mfu.items():
+        low, high = min(values), max(values)
+        span = f"{low:.1f}%" if low == high else f"{low:.1f}-{high:.1f}%"
+        lines[i] = f"{'; '.join(points)}: predicted MFU {span} {rest}"
     return lines
 
 

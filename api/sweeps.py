@@ -59,6 +59,8 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 MAX_KEPT = 16
 """Sweeps kept in memory (running ones always; the oldest finished ones are forgotten first):
 at most 256 points of about 5 KB of JSON each."""
+WORKER_JOIN_TIMEOUT_S = 5.0
+"""How long ``SweepManager.close`` waits for each terminated worker process to exit."""
 
 
 def run_point(request: PlanRequest, space_memory_bytes: float = DEFAULT_SPACE_MEMORY_BYTES) -> PointResult:
@@ -134,6 +136,7 @@ class SweepManager:
         self._lock = threading.Lock()
         self._sweeps: dict[str, RunningSweep] = {}
         self._executor: ProcessPoolExecutor | None = None
+        self._closing = False
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -180,7 +183,7 @@ class SweepManager:
 
     def _record(self, sweep: RunningSweep, i: int, fut: Future[Any]) -> None:
         point = sweep.results[i].point
-        if fut.cancelled():
+        if fut.cancelled() or (self._closing and fut.exception() is not None):
             result = PointResult(point=point, status="cancelled")
         elif (exc := fut.exception()) is not None:
             reason = "worker process died" if isinstance(exc, BrokenProcessPool) else f"{type(exc).__name__}: {exc}"
@@ -234,10 +237,21 @@ class SweepManager:
         return self.status(sweep_id)
 
     def close(self) -> None:
+        """Cancel the queued points and stop the worker processes, running points included: a
+        service stopped with SIGTERM (which reaches only the server process, unlike a terminal's
+        Ctrl-C) leaves no worker behind."""
         with self._lock:
             executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            self._closing = True
+        if executor is None:
+            return
+        # Python 3.14 has ProcessPoolExecutor.terminate_workers(); before it, the processes map
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            proc.terminate()
+        for proc in processes:
+            proc.join(timeout=WORKER_JOIN_TIMEOUT_S)
 
 
 def get_sweeps(request: Request) -> SweepManager:

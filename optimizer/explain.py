@@ -39,8 +39,12 @@ def explain(job: JobSpec, plans: list[Plan], solver: SolverInfo) -> Explanation 
     limits = top_plan_limits(job, top)
     runner = runner_up(top, plans[1]) if len(plans) > 1 else None
     parts = [f"Top plan ({describe(top)}): {top.step_time_s:.3f} s a step, {100 * top.mfu:.1f}% MFU."]
-    if limits:
-        parts.append("Limited by " + "; ".join(limit.summary for limit in limits[:3]) + ".")
+    binding = [lim for lim in limits if lim.kind != "memory_headroom"]
+    if binding:
+        parts.append("Limited by " + "; ".join(limit.summary for limit in binding[:3]) + ".")
+    parts += [
+        f"Memory is tight: {lim.summary.removeprefix('memory: ')}." for lim in limits if lim.kind == "memory_headroom"
+    ]
     if runner is not None:
         parts.append(runner.summary)
     if solver.beyond_default_bounds_s is not None:
@@ -64,11 +68,15 @@ def _beyond(plan: Plan) -> bool:
 
 
 def top_plan_limits(job: JobSpec, plan: Plan) -> list[PlanLimit]:
-    """What limits ``plan``: memory first when it binds, then the time categories by size."""
+    """What limits ``plan``: memory first when it binds (a lighter recompute does not fit), then
+    the time categories by size, then memory that is merely tight (``memory_headroom``: it limits
+    nothing about the step, but a little more would not fit)."""
     memory = _memory_limit(job, plan)
     timed = [*_pipeline_limits(job, plan), *_communication_limits(job, plan), *_compute_limits(plan)]
     timed.sort(key=lambda lim: -lim.values.get("time_s", 0.0))
-    return ([memory] if memory is not None else []) + timed
+    if memory is None:
+        return timed
+    return timed + [memory] if memory.kind == "memory_headroom" else [memory] + timed
 
 
 def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
@@ -92,7 +100,7 @@ def _memory_limit(job: JobSpec, plan: Plan) -> PlanLimit | None:
             )
     if peak > TIGHT_MEMORY * usable:
         return PlanLimit(
-            kind="memory",
+            kind="memory_headroom",
             summary=f"memory: {peak:.1f} of {usable:.1f} GiB usable on stage {plan.memory_gib.stage} "
             f"({100 * peak / usable:.1f}%)",
             values=values,

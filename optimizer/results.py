@@ -203,7 +203,7 @@ class SolverInfo(_Out):
     )
 
 
-LimitKind = Literal["memory", "batch", "pipeline_bubble", "communication", "compute", "optimizer"]
+LimitKind = Literal["memory", "batch", "pipeline_bubble", "communication", "compute", "optimizer", "memory_headroom"]
 
 
 class PlanLimit(_Out):

@@ -11,6 +11,7 @@ import time
 
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.rules import ResolvedLayout
+from optimizer.framework_runs import running_frameworks
 from optimizer.results import SolverInfo
 from optimizer.search.beyond import BeyondGroup, smallest_bound
 from optimizer.search.bounds import SpaceBounds
@@ -361,15 +362,29 @@ class Planner:
                 "them too (slower; docs/search.md)"
             )
         if self.targets is not None and not self.targets.stack_matched:
-            self.warnings.append(
-                "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
-                "the plans' notes name the knob); the plans follow the layout rules of "
-                + (f"{job.training.framework}" if job.training.framework else "every framework")
-                + "; a plan lists only a framework whose stack runs the knobs at the plan's sizes (the TP knobs "
-                "act only with tp above 1, pp_comm_overlap only with pp above 1)"
-            )
+            self.warnings.append(stack_warning(job, best))
         beyond_bound = bounds.beyond_bound(self.usable_bytes)
         above = min(beyond_bound, best.step_time_s)
         beyond_bound = min(beyond_bound, smallest_bound(self.ctx, self.groups, self.usable_bytes, above, self.deadline))
         if beyond_bound < best.step_time_s:  # searched in bound order with the rest: say so
             info.beyond_default_bounds_s = beyond_bound
+
+
+def stack_warning(job: JobSpec, best: Estimate) -> str:
+    """The warning for a job whose training.* knobs no framework's stack runs at every layout size:
+    what the plans follow, and whether the best plan still runs somewhere (the TP knobs act only
+    with tp above 1, pp_comm_overlap only with pp above 1)."""
+    rules = job.training.framework or "every framework"
+    runs = [p.id for p in running_frameworks(job.training, best.layout, job.model)[0]]
+    if runs:
+        return (
+            f"no framework's stack runs the job's training.* knobs at every layout size (docs/frameworks.md: each "
+            f"profile's [stack]): the best plan runs on {', '.join(runs)}; a plan lists only a framework whose stack "
+            "runs the knobs at the plan's sizes, and one that lists none says why in its notes"
+        )
+    return (
+        "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
+        f"the plans' notes name the knob); the plans follow the layout rules of {rules}; a plan lists only a "
+        "framework whose stack runs the knobs at the plan's sizes (the TP knobs act only with tp above 1, "
+        "pp_comm_overlap only with pp above 1)"
+    )

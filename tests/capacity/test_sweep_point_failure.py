@@ -56,3 +56,38 @@ def test_a_point_over_the_layout_space_budget_fails_with_plans_reason() -> None:
         assert "search space too large" in (status.results[0].explanation or "")
     finally:
         manager.close()
+
+
+def test_close_stops_the_worker_processes_and_cancels_running_points() -> None:
+    """A service stopped with SIGTERM (only the server process gets it) left its sweep workers
+    running; closing the manager now terminates them, and the points they ran read 'cancelled'
+    (not an internal error)."""
+    import time
+
+    from optimizer.specs import PlanRequest
+
+    request = PlanRequest.model_validate(
+        {
+            "model": {"preset": "deepseek-v3"},
+            "training": {"seq_len": 4096, "global_batch_size": 8192},
+            "cluster": {"preset": "hgx-h800", "num_gpus": 2048},
+        }
+    )
+    manager = SweepManager(workers=1, max_running=1)
+    sweep_id = manager.start([({"num_gpus": 2048}, request), ({"num_gpus": 1024}, request)])
+    executor = manager._executor
+    assert executor is not None
+    deadline = time.monotonic() + 60
+    while not executor._processes and time.monotonic() < deadline:  # the worker is spawned lazily
+        time.sleep(0.05)
+    processes = list(executor._processes.values())
+    assert processes
+    manager.close()
+    assert not any(p.is_alive() for p in processes)
+    while time.monotonic() < deadline:
+        status = manager.status(sweep_id)
+        assert status is not None
+        if all(r.status != "pending" for r in status.results):
+            break
+        time.sleep(0.05)
+    assert [r.status for r in status.results] == ["cancelled", "cancelled"]

@@ -96,3 +96,22 @@ def test_sweep_warnings_are_listed_once() -> None:
     results = [PointResult(point={"num_gpus": n}, status="infeasible", warnings=["w", f"only {n}"]) for n in (8, 16)]
     status = SweepStatus(id="s", status="done", done=2, total=2, results=results, warnings=["w"], pareto=[])
     assert sweep_warnings(status) == ["w", "num_gpus=8: only 8", "num_gpus=16: only 16"]
+
+
+def test_the_mfu_warnings_of_several_points_are_one_line() -> None:
+    """Every point of a dense sweep carried the same 'above the best published' warning with its
+    own MFU: eight full-length lines. They are now one, with the points and the MFU range."""
+    from api.sweep_cli import sweep_warnings
+    from optimizer.capacity.sweep import PointResult, SweepStatus
+
+    rest = "is above the best published for h100-sxm-80gb at bf16 (49.4%, ...): treat it as an upper estimate"
+    results = [
+        PointResult(point={"num_gpus": n}, status="done", warnings=[f"predicted MFU {m}% {rest}"] + extra)
+        for n, m, extra in ((8, 52.5, ["only 8"]), (16, 50.9, []), (32, 51.4, []))
+    ]
+    status = SweepStatus(id="s", status="done", done=3, total=3, results=results, warnings=["w"], pareto=[])
+    assert sweep_warnings(status) == [
+        "w",
+        f"num_gpus=8; num_gpus=16; num_gpus=32: predicted MFU 50.9-52.5% {rest}",
+        "num_gpus=8: only 8",
+    ]

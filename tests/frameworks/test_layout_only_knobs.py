@@ -88,3 +88,21 @@ def test_a_framework_whose_rules_leave_no_layout_is_not_a_target() -> None:
     answer = plan(PlanRequest.model_validate({**request.model_dump(exclude_unset=True), "training": blocking}))
     assert answer.plans and all(p.frameworks == ["deepspeed"] for p in answer.plans)
     assert answer.plans[0].config.pp > 1
+
+
+def test_the_stack_warning_names_where_the_best_plan_runs() -> None:
+    """16-bit gradients with the unfused loss: no framework runs them at every size, but DeepSpeed
+    runs them unpipelined, and the best plan there lists it. The warning said the plans list no
+    framework while the top plan listed DeepSpeed; it now names where the best plan runs."""
+    request = PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 64, "cross_entropy": "unfused",
+                     "grad_reduce_in_fp32": False},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "search": {"top_k": 3},
+    })  # fmt: skip
+    assert candidate_frameworks(request.training, request.model) == ()
+    answer = plan(request)
+    assert answer.plans[0].frameworks == ["deepspeed"]
+    assert any(p.frameworks == [] for p in answer.plans[1:])
+    [warning] = [w for w in answer.warnings if "no framework's stack" in w]
+    assert "at every layout size" in warning and "the best plan runs on deepspeed" in warning

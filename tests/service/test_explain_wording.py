@@ -59,3 +59,25 @@ def test_the_memory_limit_does_not_say_why_a_pinned_recompute_was_chosen() -> No
     for lim in memory:
         assert ", so the plan" not in lim.summary
         assert f"with '{answer.plans[0].config.recompute}' the plan takes" in lim.summary
+
+
+def test_tight_memory_follows_the_time_limits_and_is_not_called_a_limit() -> None:
+    """docs/reading-a-plan.md's job (Llama 3 8B, 64 H100, Megatron-LM): the top plan fills 99.5%
+    of usable memory and spends 99.8% of its step in compute. The explanation led with "Limited by
+    memory", which reads as the step's bottleneck; memory that only is tight (a lighter recompute
+    is not what it costs) is now ``memory_headroom``, listed after the time limits."""
+    answer = plan(PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512, "framework": "megatron-lm"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        "search": {"top_k": 2},
+    }))  # fmt: skip
+    assert answer.plans[0].config.recompute == "none"
+    kinds = [lim.kind for lim in answer.why.limits]
+    assert kinds[0] == "compute" and kinds[-1] == "memory_headroom" and "memory" not in kinds
+    headroom = answer.why.limits[-1]
+    assert headroom.values["peak_gib"] == answer.plans[0].memory_gib.total
+    assert headroom.values["peak_gib"] > 0.9 * headroom.values["usable_gib"]
+    assert "Limited by compute: " in answer.why.summary
+    assert f"Memory is tight: {headroom.values['peak_gib']:.1f} of " in answer.why.summary
+    assert "Limited by memory" not in answer.why.summary
