@@ -106,6 +106,24 @@ class _DuplicateKeyInBody(Exception):
         self.key = key
 
 
+class _NotUtf8(Exception):
+    pass
+
+
+def _check_body(body: bytes) -> None:
+    """The body's JSON checks before the app parses it, each linear in its size: UTF-8 (the JSON
+    parser would also take UTF-16 and UTF-32, past the depth check), nesting depth, keys given
+    twice in one object."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _NotUtf8(f"request body is not UTF-8 (byte {exc.start})") from exc
+    if json_depth(text) > MAX_DEPTH:
+        raise _TooDeep
+    if (key := duplicate_json_key(text)) is not None:
+        raise _DuplicateKeyInBody(key)
+
+
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
     """Read the whole body (at most ``limit`` bytes); return a ``receive`` that replays it.
 
@@ -131,10 +149,8 @@ async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
             pending = None
             break
     body = b"".join(chunks)
-    if body and json_depth(body.decode("latin-1")) > MAX_DEPTH:
-        raise _TooDeep
-    if body and (key := duplicate_json_key(body)) is not None:
-        raise _DuplicateKeyInBody(key)
+    if body:  # up to max_body_bytes of parsing: on a thread, not the event loop
+        await asyncio.to_thread(_check_body, body)
     replayed = False
 
     async def replay() -> Message:
@@ -211,6 +227,11 @@ class RequestContextMiddleware:
             except _DuplicateKeyInBody as dup:
                 item = {"loc": ["body"], "msg": duplicate_message(dup.key), "type": "json_duplicate_key"}
                 await _send_json(send_with_id, 422, {"detail": [item]})
+                return
+            except _NotUtf8 as bad:
+                await _send_json(
+                    send_with_id, 422, {"detail": [{"loc": ["body"], "msg": str(bad), "type": "json_invalid"}]}
+                )
                 return
             await self.app(scope, replay, send_with_id)
         except Exception as exc:

@@ -203,11 +203,12 @@ def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
 def compare(request: CompareRequest) -> CompareResponse:
     """Score the job under each layout (``evaluate``) and compare them with the first. Raises
     ``InvalidLayout`` at ``layouts.<i>.<field>`` for an invalid layout."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster,
+                  costs=request.costs, reliability=request.reliability)  # fmt: skip
     plans = []
     for i, layout in enumerate(request.layouts):
         try:
-            one = EvaluateRequest(model=job.model, training=job.training, cluster=job.cluster, config=layout)
+            one = EvaluateRequest(**dict(job), config=layout)
             plans.append(evaluate(one))
         except InvalidLayout as exc:
             if exc.field.split(".")[0] in ("model", "training", "cluster"):

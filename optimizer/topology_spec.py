@@ -73,8 +73,9 @@ class NodeAssignment(Strict):
 class ClusterTopology(Strict):
     levels: list[str] = Field(
         min_length=1,
-        max_length=MAX_LEVELS,
-        description="node-label keys, coarsest first (kubernetes.io/hostname is added last when nvlink_level is it)",
+        max_length=MAX_LEVELS + 1,  # MAX_LEVELS, and kubernetes.io/hostname (``_check``)
+        description=f"node-label keys, coarsest first, at most {MAX_LEVELS} besides kubernetes.io/hostname "
+        "(which is added last when nvlink_level is it)",
     )
     nvlink_level: str = Field(default=HOSTNAME_LABEL, description="The level whose domains are NVLink domains.")
     nodes: list[TopologyNode] = Field(
@@ -91,6 +92,8 @@ class ClusterTopology(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ClusterTopology:
+        if len([lv for lv in self.levels if lv != HOSTNAME_LABEL]) > MAX_LEVELS:
+            raise ValueError(f"topology.levels: at most {MAX_LEVELS} levels besides {HOSTNAME_LABEL}")
         if self.nvlink_level == HOSTNAME_LABEL and HOSTNAME_LABEL not in self.levels:
             self.levels = [*self.levels, HOSTNAME_LABEL]  # every node is its own finest domain
         if len(set(self.levels)) != len(self.levels):

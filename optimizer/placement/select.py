@@ -102,6 +102,8 @@ class Knapsack:
         self.root, self.count = root, count
         self.w = _weights(depths - 1, count)
         self.dtype = _dtype(self.w, count)
+        self.inf = INF if self.dtype is np.int64 else (count + 1) ** (depths + 1)
+        """The "cannot" cost: above every set's cost (``count`` domains of each level at most)."""
         self.memo: dict[tuple, tuple[np.ndarray, list]] = {}
 
     def table(self, dom: Domain, chain: tuple[int, ...]) -> np.ndarray:
@@ -118,32 +120,32 @@ class Knapsack:
         if dom.depth == len(chain) - 1:  # NVLink domains of one size share a table
             leaf = self.memo.get(("leaf", cap, chain[-1]))
             if leaf is None:
-                cost: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
+                cost: np.ndarray = np.full(cap + 1, self.inf, dtype=self.dtype)
                 cost[0] = 0
                 cost[chain[-1] :: chain[-1]] = self.w[dom.depth]
                 leaf = (cost, [])
                 self.memo[("leaf", cap, chain[-1])] = leaf
             return leaf
-        acc: np.ndarray = np.full(cap + 1, INF, dtype=self.dtype)
+        acc: np.ndarray = np.full(cap + 1, self.inf, dtype=self.dtype)
         acc[0] = 0
         picks = []
         for child in dom.children:
             sub = self.table(child, chain)
             new = acc.copy()
             arg = np.zeros(cap + 1, dtype=np.int64)
-            for x in np.flatnonzero(sub < INF)[1:]:
+            for x in np.flatnonzero(sub < self.inf)[1:]:
                 if x > cap:
                     break
                 cand = acc[: cap + 1 - x] + sub[x]
                 better = cand < new[x:]
                 new[x:][better] = cand[better]
                 arg[x:][better] = x
-            acc = np.minimum(new, INF)
+            acc = np.minimum(new, self.inf)
             picks.append((child, arg))
         if dom.depth >= 0:
             m = chain[dom.depth]
-            acc[np.arange(cap + 1) % m != 0] = INF
-            acc[1:] = np.where(acc[1:] < INF, acc[1:] + self.w[dom.depth], INF)
+            acc[np.arange(cap + 1) % m != 0] = self.inf
+            acc[1:] = np.where(acc[1:] < self.inf, acc[1:] + self.w[dom.depth], self.inf)
         return acc, picks
 
     def take(self, dom: Domain, chain: tuple[int, ...], count: int, out: list[TopologyNode]) -> None:
@@ -169,7 +171,7 @@ def best_set(topo: ClusterTopology, knap: Knapsack, chain: tuple[int, ...]) -> C
     if knap.root.size < count:
         return None
     cost = knap.table(knap.root, chain)
-    if len(cost) <= count or cost[count] >= INF:
+    if len(cost) <= count or cost[count] >= knap.inf:
         return None
     nodes: list[TopologyNode] = []
     knap.take(knap.root, chain, count, nodes)

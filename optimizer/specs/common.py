@@ -39,14 +39,17 @@ MAX_ALLOW_VALUES = 256
 """Most candidate values one ``search.allow`` list may hold (720,720 GPUs have 240 divisors)."""
 
 
-def _not_bool(value: Any) -> Any:
+def _integer_stage(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("Input should be one of 0, 1, 2 or 3, not a boolean")
+    if isinstance(value, float):
+        raise ValueError("Input should be a valid integer (0, 1, 2 or 3), not a float")
     return value
 
 
-ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_not_bool)]
-"""ZeRO stage; ``Literal`` alone would take ``true`` for 1."""
+ZeroStage = Annotated[Literal[0, 1, 2, 3], BeforeValidator(_integer_stage)]
+"""ZeRO stage; ``Literal`` alone would take ``true`` for 1 and ``2.0`` for 2 (it compares by
+equality), where every other integer field refuses floats."""
 
 
 def check_derived_bounds(model: BaseModel, fields: tuple[str, ...], derived_from: str) -> None:

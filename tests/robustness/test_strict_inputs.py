@@ -121,6 +121,7 @@ NAMED_CASES = [
     (("training", "grad_reduce_in_fp32"), "off"),
     (("cluster", "num_gpus"), True),
     (("search", "fix", "zero_stage"), True),
+    (("search", "fix", "zero_stage"), 1.0),  # Literal[0, 1, 2, 3] took 1.0 by equality
     (("search", "time_limit_s"), float("nan")),
 ]
 
@@ -150,3 +151,14 @@ def test_every_coercion_of_an_evaluate_request_is_422(
 ) -> None:
     path, value = path_value
     _assert_422_naming(http.post("/evaluate", json=_replaced(EVALUATE, path, value)), path)
+
+
+def test_a_float_zero_stage_is_422_wherever_it_is_given(http: httpx.Client) -> None:
+    """``zero_stage: 2.0`` was answered as 2 (the Literal compares by equality) where every other
+    integer field refuses a float."""
+    _assert_422_naming(http.post("/evaluate", json=_replaced(EVALUATE, ("config", "zero_stage"), 1.0)),
+                       ("config", "zero_stage"))  # fmt: skip
+    allow = {**PLAN, "search": {**PLAN.get("search", {}), "allow": {"zero_stage": [1, 2.0]}}}
+    response = http.post("/plan", json=allow)
+    _assert_422_naming(response, ("search", "allow", "zero_stage", 1))
+    assert "not a float" in response.text

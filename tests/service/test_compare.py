@@ -104,3 +104,23 @@ def test_openapi_example_is_a_valid_request(client: TestClient) -> None:
         entries = response.json()["entries"]
         # interleaving 5 chunks a stage cuts the bubble of TP8 PP4
         assert entries[1]["time_deltas_s"]["pp_bubble"] < 0
+
+
+def test_costs_and_reliability_reach_each_layout(client: TestClient) -> None:
+    """/compare rebuilt the job from model, training and cluster only: a price, PUE and failure
+    figures given with it were ignored (the catalog's 3.99 USD and 600 s restarts came back)."""
+    extra = {
+        "training": {**JOB["training"], "total_tokens": 1e12},
+        "costs": {"price_per_gpu_hour_usd": 7.5, "pue": 2.0},
+        "reliability": {"gpu_mtbf_hours": 50000, "restart_s": 900, "checkpoint_write_s": 100},
+    }
+    body = {**JOB, **extra}
+    compared = client.post("/compare", json={**body, "layouts": [MINE, YOURS]})
+    assert compared.status_code == 200, compared.text
+    for layout, entry in zip((MINE, YOURS), compared.json()["entries"], strict=True):
+        alone = client.post("/evaluate", json={**body, "config": layout}).json()
+        plan = entry["plan"]
+        assert plan["time_to_train"]["price_per_gpu_hour_usd"] == 7.5
+        assert plan["time_to_train"]["pue"] == 2.0
+        assert plan["goodput"]["restart_s"] == 900
+        assert plan["time_to_train"] == alone["time_to_train"] and plan["goodput"] == alone["goodput"]
