@@ -2,29 +2,32 @@
 
 ``plan`` and ``evaluate`` read the same request documents as POST /plan and POST /evaluate
 (JSON or YAML), validate them with the same request models and call the same service
-functions. Exit codes: 0 ok, 2 invalid input, 3 infeasible job.
+functions. Exit codes (api/cli_args.py): 0 ok, 1 output not written, 2 invalid input, 3 infeasible job, 4 no answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from api import sweep_cli
 from api.catalog import catalog_items
+from api.catalog_table import catalog_entries, catalog_table
 from api.cli_args import (
     EXIT_INFEASIBLE,
     EXIT_INVALID,
     EXIT_NO_ANSWER,
     EXIT_OK,
+    EXIT_OUTPUT,
     MAX_SWEEP_WORKERS,
     FlagError,
     positive_int,
@@ -39,13 +42,9 @@ from api.settings import MIB, Settings, settings_message
 from api.topology_cli import add_topology_commands
 from optimizer import service
 from optimizer.errors import InvalidLayout, PlannerError
-from optimizer.reference import current
 from optimizer.results import CompareResponse, Plan, PlanResponse
 from optimizer.search import space_memory_budget
 from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
-from optimizer.units import GB, GIB, TB, TFLOPS, US
-
-GIGA = GB  # 10**9: Gbit/s line rates and billions of parameters
 
 FORMATS = ("json", "yaml", "table")
 CATALOGS = ("gpus", "networks", "clusters", "models")
@@ -192,53 +191,6 @@ def evaluate_table(plan: Plan) -> str:
     return "".join(parts)
 
 
-def _q(entry: Any, name: str, scale: float = 1.0) -> str:
-    quantity = getattr(entry, name, None)
-    return "-" if quantity is None else f"{quantity.value / scale:g}"
-
-
-_CATALOG_COLUMNS: dict[str, tuple[Sequence[str], Callable[[str, Any], list[object]]]] = {
-    "gpus": (
-        ("id", "name", "memory_gib", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "nvlink_domain"),
-        lambda i, e: [
-            i, e.name, f"{e.memory_usable_bytes.value / GIB:.1f}",
-            _q(e, "bf16_dense_flops", TFLOPS), _q(e, "fp8_dense_flops", TFLOPS),
-            _q(e, "hbm_bandwidth_bytes_per_s", TB), e.default_nvlink_domain_size,
-        ],
-    ),
-    "networks": (
-        ("id", "name", "technology", "port_gbit_s", "latency_us", "busbw_fraction"),
-        lambda i, e: [
-            i, e.name, e.technology, _q(e, "port_rate_bits_per_s", GIGA), _q(e, "latency_s", US),
-            _q(e, "busbw_fraction"),
-        ],
-    ),
-    "clusters": (
-        ("id", "name", "gpu", "gpus_per_node", "nvlink_domain", "network", "nics_per_node",
-         "tiers"),
-        lambda i, e: [
-            i, e.name, e.gpu, e.gpus_per_node, e.nvlink_domain_size, e.network, e.nics_per_node,
-            ">".join(t.name for t in e.tiers),
-        ],
-    ),
-    "models": (
-        ("id", "name", "layers", "hidden", "heads", "kv_heads", "experts", "params_b"),
-        lambda i, e: [
-            i, e.name, e.num_layers, e.hidden_size, e.num_attention_heads,
-            e.num_kv_heads or e.num_attention_heads,
-            (e.moe or {}).get("num_experts") or "-", f"{e.published_total_params / GIGA:.1f}",
-        ],
-    ),
-}  # fmt: skip
-
-
-def _catalog_entries(which: str) -> Mapping[str, BaseModel]:
-    if which == "models":
-        return current().presets
-    entries: Mapping[str, BaseModel] = getattr(current().catalog, which)
-    return entries
-
-
 # --------------------------------------------------------------------------- commands
 
 
@@ -293,12 +245,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
-    entries = _catalog_entries(args.which)
     if args.format == "table":
-        headers, row = _CATALOG_COLUMNS[args.which]
-        _write(table(headers, [row(entry_id, entry) for entry_id, entry in entries.items()]))
+        _write(catalog_table(args.which))
     else:
-        _write(_dump(catalog_items(entries), args.format))
+        _write(_dump(catalog_items(catalog_entries(args.which)), args.format))
     return EXIT_OK
 
 
@@ -368,8 +318,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pplan``; returns the exit code."""
     args = build_parser().parse_args(argv)
     source = getattr(args, "file", None) or ("PPLAN_* settings" if args.command == "serve" else args.command)
+    if sys.stdout is None:  # started with standard output closed (``>&-``)
+        _error("standard output is closed")
+        return EXIT_OUTPUT
     try:
         code: int = args.handler(args)
+    except OSError as exc:  # writing the answer: a reader that left (``| head``), a full disk
+        _error(f"could not write the output: {exc.strerror or exc}")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_OUTPUT
     except InputError as exc:
         _error(str(exc))
         return EXIT_INVALID

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from api.settings import Settings
 
 EXIT_OK = 0
+EXIT_OUTPUT = 1
+"""The answer could not be written: standard output closed, full or gone (a pipe's reader left)."""
 EXIT_INVALID = 2
 EXIT_INFEASIBLE = 3
 EXIT_NO_ANSWER = 4

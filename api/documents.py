@@ -28,7 +28,7 @@ thousands of nodes runs to tens of MB)."""
 MAX_INVENTORY_YAML_NODES = 10_000_000
 """Most YAML nodes of such an inventory, aliases included."""
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 """A JSON string, or an unterminated one to the end of the text: every match ends where the
 string does (no backtracking), so ``json_depth`` reads each character once. Requiring the
 closing quote made an unterminated string cost a scan to the end from every quote in it:
@@ -43,7 +43,7 @@ class DocumentError(ValueError):
 def json_depth(text: str) -> int:
     """The deepest nesting of ``[`` / ``{`` in ``text`` outside strings (a linear scan)."""
     depth = deepest = 0
-    for match in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
+    for match in _BRACKET.finditer(JSON_STRING.sub('""', text)):
         if match.group() in "[{":
             depth += 1
             deepest = max(deepest, depth)

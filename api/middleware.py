@@ -97,17 +97,12 @@ class _BodyTooLarge(Exception):
     pass
 
 
-class _TooDeep(Exception):
-    pass
+class _BadBody(Exception):
+    """A body the JSON checks refuse: a 422 at ``["body"]`` of error type ``kind``."""
 
-
-class _DuplicateKeyInBody(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-class _NotUtf8(Exception):
-    pass
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _check_body(body: bytes) -> None:
@@ -117,11 +112,11 @@ def _check_body(body: bytes) -> None:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _NotUtf8(f"request body is not UTF-8 (byte {exc.start})") from exc
+        raise _BadBody(f"request body is not UTF-8 (byte {exc.start})", "json_invalid") from exc
     if json_depth(text) > MAX_DEPTH:
-        raise _TooDeep
+        raise _BadBody(f"JSON nested deeper than {MAX_DEPTH} levels", "json_too_deep")
     if (key := duplicate_json_key(text)) is not None:
-        raise _DuplicateKeyInBody(key)
+        raise _BadBody(duplicate_message(key), "json_duplicate_key")
 
 
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
@@ -216,22 +211,9 @@ class RequestContextMiddleware:
                 detail = f"request body not received within body_timeout_s = {self.body_timeout_s:g} s"
                 await _send_json(send_with_id, 408, {"detail": detail}, close=True)
                 return
-            except _TooDeep:
-                item = {
-                    "loc": ["body"],
-                    "msg": f"JSON nested deeper than {MAX_DEPTH} levels",
-                    "type": "json_too_deep",
-                }
+            except _BadBody as bad:
+                item = {"loc": ["body"], "msg": str(bad), "type": bad.kind}
                 await _send_json(send_with_id, 422, {"detail": [item]})
-                return
-            except _DuplicateKeyInBody as dup:
-                item = {"loc": ["body"], "msg": duplicate_message(dup.key), "type": "json_duplicate_key"}
-                await _send_json(send_with_id, 422, {"detail": [item]})
-                return
-            except _NotUtf8 as bad:
-                await _send_json(
-                    send_with_id, 422, {"detail": [{"loc": ["body"], "msg": str(bad), "type": "json_invalid"}]}
-                )
                 return
             await self.app(scope, replay, send_with_id)
         except Exception as exc:

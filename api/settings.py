@@ -14,7 +14,7 @@ MIB = 1 << 20
 class Settings(BaseSettings):
     """Every knob of the HTTP service; ``PPLAN_<NAME>`` overrides ``<name>``."""
 
-    model_config = SettingsConfigDict(env_prefix="PPLAN_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="PPLAN_", extra="ignore", frozen=True, allow_inf_nan=False)
 
     host: str = Field(default="127.0.0.1", description="Address `pplan serve` binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port `pplan serve` listens on.")

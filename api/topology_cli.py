@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import hostlist
+from pydantic import ValidationError
 
 from api.cli_args import EXIT_INVALID, EXIT_OK
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
+from optimizer.topology_spec import ClusterTopology
 
 
 def _read(path: str) -> str:
@@ -48,11 +50,30 @@ def _run(args: argparse.Namespace) -> int:
         else:
             pods = _inventory(args.pods) if args.pods else None
             topo = from_kueue(_read(args.topology), _inventory(args.nodes), pods)
-        _emit(topo, args.output)
+        _emit(checked(topo), args.output)
     except (ConvertError, DocumentError, OSError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
+    except (TypeError, AttributeError, KeyError, IndexError, OverflowError, ValueError) as exc:
+        # a field of another shape than the scheduler writes (a list for a name, a number for a
+        # mapping) that the converter's own checks did not name
+        sys.stderr.write(f"pplan: topology {args.source}: malformed input ({type(exc).__name__}: {exc})\n")
+        return EXIT_INVALID
     return EXIT_OK
+
+
+def checked(topo: dict) -> dict:
+    """``topo`` when /plan takes it as ``cluster.topology``; else a ``ConvertError`` naming the
+    first field it refuses (a label that is not a string, free GPUs beyond 1,024, ...)."""
+    try:
+        ClusterTopology.model_validate(topo)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConvertError(
+            f"the topology it makes is not one /plan takes: {where or 'topology'}: {first['msg']}"
+        ) from None
+    return topo
 
 
 MAX_GPUS_PER_NODE = 1024

@@ -124,7 +124,8 @@ def _tree_paths(tree: dict) -> dict[str, list[str]]:
         if not name:
             raise ConvertError("tree.switches: a switch has no 'switch' name")
         for child in _expand(sw.get("children"), f"switch {name}: children", budget):
-            parent[child] = name
+            if parent.setdefault(child, name) != name:
+                raise ConvertError(f"tree.switches: switch {child!r} is a child of {parent[child]!r} and {name!r}")
         nodes_of[name] = _expand(sw.get("nodes"), f"switch {name}: nodes", budget)
     if not any(nodes_of.values()):
         raise ConvertError("tree.switches: no switch lists nodes")
@@ -136,6 +137,8 @@ def _tree_paths(tree: dict) -> dict[str, list[str]]:
             if len(chain) > len(switches):
                 raise ConvertError(f"tree.switches: switch {leaf!r} is in a cycle")
         for node in nodes:
+            if node in paths:
+                raise ConvertError(f"tree.switches: node {node!r} is under switches {paths[node][-1]!r} and {leaf!r}")
             paths[node] = chain[::-1]
     return paths
 
@@ -204,7 +207,11 @@ def _block_topology(block: Any, gpus: int, busy: set[str]) -> dict:
     higher = _aggregation_levels(sizes, base, len(blocks))
     levels = [f"{BLOCK_LEVEL}-{base * 2**k}" for k in reversed(higher)] + [BLOCK_LEVEL, HOSTNAME_LABEL]
     nodes: list[dict[str, Any]] = []
+    block_of: dict[str, str] = {}
     for index, (name, members) in enumerate(members_of):
+        for node in members:
+            if block_of.setdefault(node, name) != name:
+                raise ConvertError(f"block.blocks: node {node!r} is in blocks {block_of[node]!r} and {name!r}")
         labels = {BLOCK_LEVEL: name}
         for k in higher:  # Slurm's aggregated block: 2**k consecutive base blocks, by block index
             labels[f"{BLOCK_LEVEL}-{base * 2**k}"] = f"{base * 2**k}n-{index // 2**k}"

@@ -13,14 +13,29 @@ MAX_MICRO_BATCH_SIZE = 1 << 16
 """The largest micro-batch a layout may name (sequences)."""
 
 
+MAX_TIER_NAME = 317
+"""Longest tier name: a tier is a cluster tier or a topology level, whose name is a Kubernetes
+label key at most (a 253-character prefix, '/', a 63-character name)."""
+
+
 class PlacementSpec(Strict):
     """For each parallel axis, the outermost network tier its process groups span."""
 
-    tp: str | None = Field(default=None, description="Outermost network tier the tensor-parallel groups span.")
-    cp: str | None = Field(default=None, description="Outermost network tier the context-parallel groups span.")
-    ep: str | None = Field(default=None, description="Outermost network tier the expert-parallel groups span.")
-    dp: str | None = Field(default=None, description="Outermost network tier the data-parallel groups span.")
-    pp: str | None = Field(default=None, description="Outermost network tier the pipeline groups span.")
+    tp: str | None = Field(
+        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the tensor-parallel groups span."
+    )
+    cp: str | None = Field(
+        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the context-parallel groups span."
+    )
+    ep: str | None = Field(
+        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the expert-parallel groups span."
+    )
+    dp: str | None = Field(
+        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the data-parallel groups span."
+    )
+    pp: str | None = Field(
+        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the pipeline groups span."
+    )
 
 
 class Layout(Strict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from api.documents import _JSON_STRING, MAX_DEPTH, json_depth
+from api.documents import JSON_STRING, MAX_DEPTH, json_depth
 
 JSON = {"content-type": "application/json"}
 PLAN = (
@@ -20,9 +20,9 @@ def test_an_unterminated_string_is_one_match_to_the_end() -> None:
     loop 8 s, 80 KB 30 s). Each match now ends where its string does, the end of the text at
     worst, so the scan reads each character once."""
     text = '"' + '\\"' * 20_000
-    match = _JSON_STRING.match(text)
+    match = JSON_STRING.match(text)
     assert match is not None and match.end() == len(text)
-    assert _JSON_STRING.match('"a\\"b" ,"c"').group() == '"a\\"b"'  # a terminated string stops at its quote
+    assert JSON_STRING.match('"a\\"b" ,"c"').group() == '"a\\"b"'  # a terminated string stops at its quote
     assert json_depth('{"a": "[[[", "b": [[1]]}') == 3
     assert json_depth('"' + '\\"' * 500_000 + "[" * 40) == 0  # 1 MB: all string
 

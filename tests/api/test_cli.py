@@ -374,6 +374,9 @@ def test_bad_environment_setting_is_named_as_the_variable(
     monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "1")  # below the default time limit: a cross-field check
     code, _, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
     assert code == 2 and "PPLAN_DEFAULT_TIME_LIMIT_S: default_time_limit_s (10.0) exceeds" in err
+    monkeypatch.setenv("PPLAN_MAX_TIME_LIMIT_S", "inf")  # would switch the time-limit clamp off
+    code, _, err = run(capsys, "plan", str(write(tmp_path, "job.yaml", JOB)))
+    assert code == 2 and "PPLAN_MAX_TIME_LIMIT_S: Input should be a finite number" in err
 
 
 def test_serve_passes_host_and_port_to_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -640,3 +643,21 @@ def test_no_plan_in_the_time_limit_and_an_empty_sweep_exit_4(
     monkeypatch.setattr(sweep_cli, "run", lambda *a, **k: status)
     assert cli.main(["sweep", str(job), "-q"]) == 4
     assert "sweep point num_gpus=16: infeasible: does not fit" in capsys.readouterr().err
+
+
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """A full disk, a closed standard output and a reader that left (``| head``) were tracebacks;
+    each is now one line on stderr and exit 1 (docs/api.md, exit codes)."""
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "-m", "api.cli", "evaluate", str(root / "examples" / "evaluate-llama3-70b.yaml")]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(argv, cwd=root, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (1, "pplan: could not write the output: No space left on device\n")
+    closed = subprocess.run(argv, cwd=root, stderr=subprocess.PIPE, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert (closed.returncode, closed.stderr) == (1, "pplan: standard output is closed\n")
+    reader = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()  # the reader leaves before the answer is written
+    assert reader.wait(timeout=120) == 1
+    assert reader.stderr.read() == "pplan: could not write the output: Broken pipe\n"

@@ -251,3 +251,12 @@ def test_a_leaf_span_left_out_is_never_refused_for_a_large_domain(client: TestCl
     domain, not refused as if the request had given it."""
     cluster = {"gpu": "gb200", "gpus_per_node": 4, "nvlink_domain_size": 576, "num_gpus": 1152}
     assert client.post("/plan", json={**PLAN, "cluster": cluster}).status_code == 200
+
+
+def test_a_placement_tier_name_is_bounded(client: TestClient) -> None:
+    """A 100 KB tier name was echoed back whole in the 422; names are at most a Kubernetes label
+    key's 317 characters."""
+    body = {**PLAN, "config": {"tp": 2, "placement": {"tp": "x" * 100_000}}}
+    err = _one_error(client, "/evaluate", body)
+    assert err["loc"] == ["body", "config", "placement", "tp"] and err["type"] == "string_too_long"
+    assert len(str(err)) < 2_000

@@ -206,3 +206,45 @@ def test_odd_digits_and_pods_without_nodes_are_errors() -> None:
         gpu_quantity("\u00b2", "nodes: 'n'")  # str.isdigit accepts it, int() does not
     with pytest.raises(ConvertError, match="--pods needs --nodes"):
         from_volcano("", None, {"items": []}, 8, "")
+
+
+def test_inputs_of_another_shape_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fields of another shape than the schedulers write (levels as plain strings, a number for
+    the HyperNode list) were tracebacks (exit 1); they are one line naming the input, exit 2."""
+    kueue = tmp_path / "t.yaml"
+    kueue.write_text("kind: Topology\nmetadata: {name: t}\nspec: {levels: [rack]}\n")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(kubectl_nodes()))
+    volcano = tmp_path / "v.yaml"
+    volcano.write_text("items: 5\n")
+    for argv in (["from-kueue", str(kueue), str(nodes)], ["from-volcano", str(volcano), "--gpus-per-node", "8"]):
+        assert main(["topology", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"pplan: topology {argv[0]}: malformed input (") and err.count("\n") == 1
+
+
+def test_a_node_in_two_places_is_an_error() -> None:
+    """A node listed in two Slurm blocks was written twice; one under two tree switches kept the
+    last one silently."""
+    blocks = "- topology: b\n  block:\n    blocks:\n      - {block: b1, nodes: 'n[1-2]'}\n      - {block: b2, nodes: 'n[2-3]'}\n"
+    with pytest.raises(ConvertError, match="node 'n2' is in blocks 'b1' and 'b2'"):
+        from_slurm(blocks, 8)
+    tree = "- topology: t\n  tree:\n    switches:\n      - {switch: s1, nodes: 'a[1-2]'}\n      - {switch: s2, nodes: 'a2'}\n"
+    with pytest.raises(ConvertError, match="node 'a2' is under switches 's1' and 's2'"):
+        from_slurm(tree, 8)
+    twice = "- topology: t\n  tree:\n    switches:\n      - {switch: s1, children: 'l1'}\n      - {switch: s2, children: 'l1'}\n      - {switch: l1, nodes: 'a1'}\n"
+    with pytest.raises(ConvertError, match="switch 'l1' is a child of 's1' and 's2'"):
+        from_slurm(twice, 8)
+
+
+def test_a_converted_topology_plan_refuses_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl's numbers and labels went through as they were: 10^20 free GPUs, an integer label;
+    /plan then refused the file. The converter now says which field, exit 2."""
+    doc = kubectl_nodes()
+    doc["items"][0]["metadata"]["labels"]["cloud.provider.com/topology-rack"] = 5
+    doc["items"][2]["status"]["allocatable"]["nvidia.com/gpu"] = "99999999999999999999"
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(doc))
+    assert main(["topology", "from-kueue", str(DATA / "kueue-topology.yaml"), str(nodes)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pplan: topology from-kueue: the topology it makes is not one /plan takes: nodes.")
