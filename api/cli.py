@@ -30,9 +30,11 @@ from api.cli_args import (
     EXIT_OUTPUT,
     MAX_SWEEP_WORKERS,
     FlagError,
+    OutputError,
     positive_int,
     serve_settings,
     sweep_workers,
+    write_output,
 )
 from api.documents import DocumentError, parse_json, parse_yaml, read_text
 from api.errors import FIELD_PATH, JOB_SECTIONS, validation_items
@@ -195,8 +197,7 @@ def evaluate_table(plan: Plan) -> str:
 
 
 def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    write_output(text)
 
 
 def _error(text: str) -> None:
@@ -271,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pplan",
         description="Plan and score parallel layouts for large-model training.",
-        epilog="exit codes: 0 ok, 2 invalid input, 3 infeasible job, 4 no plan in the time limit (or no sweep point planned)",
+        epilog="exit codes: 0 ok, 1 output not written, 2 invalid input, 3 infeasible job, 4 no plan in the time limit (or no sweep point planned)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -323,9 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OUTPUT
     try:
         code: int = args.handler(args)
-    except OSError as exc:  # writing the answer: a reader that left (``| head``), a full disk
-        _error(f"could not write the output: {exc.strerror or exc}")
+    except OutputError as exc:  # a reader that left (``| head``), a full disk
+        _error(f"could not write the output: {exc}")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_OUTPUT
+    except OSError as exc:  # the system refused a resource (open files, processes)
+        _error(f"{source}: {exc.strerror or exc}")
         return EXIT_OUTPUT
     except InputError as exc:
         _error(str(exc))

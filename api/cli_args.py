@@ -4,7 +4,8 @@ within the bounds the ``PPLAN_*`` variables have."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -12,7 +13,14 @@ from api.settings import Settings
 
 EXIT_OK = 0
 EXIT_OUTPUT = 1
-"""The answer could not be written: standard output closed, full or gone (a pipe's reader left)."""
+"""The answer could not be written (standard output closed, full or gone: a pipe's reader left),
+or the system refused a resource the command needs (files, processes)."""
+
+
+class OutputError(Exception):
+    """Writing the answer failed (the ``OSError`` it wraps says why): exit ``EXIT_OUTPUT``."""
+
+
 EXIT_INVALID = 2
 EXIT_INFEASIBLE = 3
 EXIT_NO_ANSWER = 4
@@ -56,3 +64,14 @@ def serve_settings(host: str | None, port: int | None, workers: int | None) -> S
         if not bad:
             raise
         raise FlagError("; ".join(f"--{e['loc'][0]} {flags[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
+
+
+def write_output(text: str, stream: TextIO | None = None) -> None:
+    """Write ``text`` to ``stream`` (default: standard output) and flush it; ``OutputError`` when
+    that fails."""
+    out = stream if stream is not None else sys.stdout
+    try:
+        out.write(text)
+        out.flush()
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from exc

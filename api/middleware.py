@@ -110,7 +110,7 @@ def _check_body(body: bytes) -> None:
     parser would also take UTF-16 and UTF-32, past the depth check), nesting depth, keys given
     twice in one object."""
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8-sig")  # a byte order mark is allowed (the app's parser skips it too)
     except UnicodeDecodeError as exc:
         raise _BadBody(f"request body is not UTF-8 (byte {exc.start})", "json_invalid") from exc
     if json_depth(text) > MAX_DEPTH:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -15,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.cli_args import EXIT_NO_ANSWER, EXIT_OK
+from api.cli_args import EXIT_NO_ANSWER, EXIT_OK, write_output
 from api.settings import MIB, Settings
 from api.sweeps import SweepManager, limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
@@ -111,13 +113,15 @@ def command(args: argparse.Namespace, document: dict) -> int:
     planned (every one infeasible, timed out or failed: stderr says why for each)."""
     status = run(document, args.workers, show_progress=not args.quiet)  # a bad point: RequestValidationError
     if args.format == "table":
-        console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else TABLE_WIDTH
+        console = Console(width=width, record=True, file=io.StringIO())  # written at once: write_output
         console.print(pareto_table(status))
         for line in sweep_warnings(status):
             console.print(f"warning: {line}", markup=False, highlight=False)
+        write_output(console.export_text(styles=sys.stdout.isatty()))
     else:
         data = status.model_dump(mode="json")
-        sys.stdout.write(
+        write_output(
             json.dumps(data, indent=2) + "\n"
             if args.format == "json"
             else yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -138,8 +138,9 @@ class SweepManager:
         self._executor: ProcessPoolExecutor | None = None
         self._closing = False
 
-    def _pool(self) -> ProcessPoolExecutor:
-        if self._executor is None:
+    def _pool(self) -> ProcessPoolExecutor | None:
+        """The worker pool, started on first use; None once the manager is closing."""
+        if self._executor is None and not self._closing:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -163,18 +164,28 @@ class SweepManager:
                 raise TooManySweeps(f"{running} sweeps running (limit max_sweeps_running = {self.max_running})")
             self._forget_old()
             self._sweeps[sweep.id] = sweep
+            sweep.cancelled = self._closing  # the service is stopping: nothing will run
             pool = self._pool()
         for i, (_, request) in enumerate(jobs):
             try:
-                fut = pool.submit(run_point, request, self.space_memory_bytes)
+                fut = self._submit(pool, request)
             except BrokenProcessPool:  # a worker died earlier: start a fresh pool
                 with self._lock:
                     self._executor = None
                     pool = self._pool()
-                fut = pool.submit(run_point, request, self.space_memory_bytes)
+                fut = self._submit(pool, request)
             sweep.futures.append(fut)
             fut.add_done_callback(functools.partial(self._record, sweep, i))
         return sweep.id
+
+    def _submit(self, pool: ProcessPoolExecutor | None, request: PlanRequest) -> Future[Any]:
+        """A point's future: planned on ``pool``, or cancelled once the manager is closing (a
+        pool started after ``close`` would have nothing left to stop it)."""
+        if pool is None or self._closing:
+            fut: Future[Any] = Future()
+            fut.cancel()
+            return fut
+        return pool.submit(run_point, request, self.space_memory_bytes)
 
     def _forget_old(self) -> None:
         done = sorted((s.created, k) for k, s in self._sweeps.items() if s.terminal())

@@ -11,7 +11,7 @@ from typing import Any
 import hostlist
 from pydantic import ValidationError
 
-from api.cli_args import EXIT_INVALID, EXIT_OK
+from api.cli_args import EXIT_INVALID, EXIT_OK, write_output
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
@@ -36,7 +36,7 @@ def _emit(topology: dict, out: str | None) -> None:
     if out:
         Path(out).write_text(text)
     else:
-        sys.stdout.write(text)
+        write_output(text)
 
 
 def _run(args: argparse.Namespace) -> int:

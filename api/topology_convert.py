@@ -34,9 +34,10 @@ def _pick_slurm(docs: Any, name: str | None) -> dict:
     if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
         raise ConvertError("topology.yaml: expected a list of topologies ('- topology: <name>')")
     if name is not None:
-        for d in docs:
-            if d.get("topology") == name:
+        for d in (d for d in docs if d.get("topology") == name):
+            if "tree" in d or "block" in d:
                 return d
+            raise ConvertError(f"topology.yaml: {name!r} is flat (no tree or block to place nodes by)")
         raise ConvertError(f"topology.yaml: no topology named {name!r} (have {[d.get('topology') for d in docs]})")
     for d in docs:
         if d.get("cluster_default") is True and ("tree" in d or "block" in d):

@@ -12,11 +12,15 @@ from optimizer.frameworks import (
     load_profiles,
     profile,
 )
+from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 
 
-def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[FrameworkProfile], list[str]]:
-    """The frameworks that run ``lay`` (cost-model names) for the job (``training``, ``model``) as
-    costed, and, when there are none, why (one reason per target framework)."""
+def running_frameworks(
+    training: Any, lay: Any, model: Any, order: tuple[str, ...] | None = None
+) -> tuple[list[FrameworkProfile], list[str]]:
+    """The frameworks that run ``lay`` (cost-model names) in rank ``order`` (None: the default)
+    for the job (``training``, ``model``) as costed, and, when there are none, why (one reason
+    per target framework)."""
     is_moe = model.is_moe
     targets = candidate_frameworks(training, model, lay.tp, lay.pp)
     if not targets:
@@ -26,12 +30,28 @@ def running_frameworks(training: Any, lay: Any, model: Any) -> tuple[list[Framew
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model))
+        problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model)) or (
+            order_problem(prof, order, lay.sizes(), is_moe) if order is not None else None
+        )
         if problem is None:
             runs.append(prof)
         else:
             reasons.append(problem)
     return runs, ([] if runs else reasons)
+
+
+def order_problem(prof: FrameworkProfile, order: tuple[str, ...], sizes: dict[str, int], is_moe: bool) -> str | None:
+    """Why ``prof`` does not lay a layout of ``sizes`` out in rank ``order`` (None: it does)."""
+    fact = prof.parallelism.pp_inside_dp
+    if not is_pp_inside_dp(order, sizes) or pp_inside_dp_allowed(str(fact.value), sizes, is_moe):
+        return None
+    return f"{prof.name} does not put pipeline stages inside data parallelism at these sizes ({fact.source})"
+
+
+def costed_pp_inside_dp(training: Any, model: Any) -> str:
+    """The ``pp_inside_dp`` rule plans are costed under: the most permissive of the frameworks
+    whose stack runs the job (``never`` when none does: the order every framework runs)."""
+    return most_permissive([str(p.parallelism.pp_inside_dp.value) for p in candidate_frameworks(training, model)])
 
 
 def costed_fsdp_buffers(training: Any, model: Any) -> str:

@@ -33,11 +33,9 @@ runs the job whatever the knob says."""
 MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
 """Stack knobs that act only on MoE layers: a framework runs a dense job whatever they say."""
 TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
-"""Stack knobs that act only with tensor parallelism: a framework runs a ``tp = 1`` layout whatever
-they say."""
+"""Stack knobs that act only with tensor parallelism (a ``tp = 1`` layout runs whatever they say)."""
 PP_KNOBS: tuple[str, ...] = ("pp_comm_overlap",)
-"""Stack knobs that act only with pipeline parallelism: a framework runs a ``pp = 1`` layout
-whatever they say."""
+"""Stack knobs that act only with pipeline parallelism (a ``pp = 1`` layout runs whatever they say)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,8 @@ class Parallelism:
     ``when`` rule)."""
     ep_layouts_zero_stages: Fact = Fact((0, 1, 2, 3), "frameworks.toml: narrowed only by a job's [[when]] rule")
     """ZeRO stages it runs on layouts with ep > 1 (narrowed by a ``when`` rule)."""
+    pp_inside_dp: Fact = Fact("never", "frameworks.toml")
+    """Rank orders with pipeline stages inside data parallelism it runs (``optimizer/rank_orders.py``)."""
     ep_group_sizes: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")
     """Expert groups (``ep x etp`` > 1 ranks) it runs; empty: any (set by a ``when`` rule)."""
     ep_layouts_excluded_recompute: Fact = Fact((), "frameworks.toml: set only by a job's [[when]] rule")

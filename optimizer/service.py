@@ -24,6 +24,7 @@ from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.plan_notes import estimate_notes
+from optimizer.rank_orders import is_pp_inside_dp
 from optimizer.reference import current
 from optimizer.results import (
     CompareResponse,
@@ -69,7 +70,7 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
-    runs, why_not = running_frameworks(job.training, lay, job.model)
+    runs, why_not = running_frameworks(job.training, lay, job.model, est.order)
     notes = estimate_notes(job, est, ranges.note, [p.id for p in runs])
     gpu = current().catalog.gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)
@@ -82,7 +83,7 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
     training = job.training.model_copy(update={"attention_kernel": kernel})
     notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
     fields = tuple(p.launch_field for p in runs)
-    launch_args = build_launch(job.model, training, lay, fields)
+    launch_args = build_launch(job.model, training, lay, fields, is_pp_inside_dp(est.order, lay.sizes()))
     if "deepspeed" in fields:
         notes += deepspeed_notes(job.training, lay)
     if "torchtitan" in fields:

@@ -9,6 +9,7 @@ domains are NVLink (scale-up) domains: the hostname on 8-GPU servers, a clique l
 from __future__ import annotations
 
 from collections import Counter
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -27,6 +28,10 @@ VOLCANO_TIER_PREFIX = "volcano/tier-"
 
 MAX_TOPOLOGY_NODES = 16_384
 MAX_LEVELS = 8
+MAX_LEVEL_NAME = 317
+"""Longest level name (and so placement tier name): a Kubernetes label key at most (a
+253-character prefix, '/', a 63-character name)."""
+LevelName = Annotated[str, Field(min_length=1, max_length=MAX_LEVEL_NAME)]
 
 
 class TopologyNode(Strict):
@@ -40,7 +45,7 @@ class TopologyNode(Strict):
 class LevelLink(Strict):
     """The network between different domains of one level (e.g. between racks)."""
 
-    level: str = Field(description="The level (one of topology.levels) whose domains this link joins.")
+    level: LevelName = Field(description="The level (one of topology.levels) whose domains this link joins.")
     bandwidth_per_gpu_gbps: float | None = Field(
         default=None,
         gt=0,
@@ -71,13 +76,13 @@ class NodeAssignment(Strict):
 
 
 class ClusterTopology(Strict):
-    levels: list[str] = Field(
+    levels: list[LevelName] = Field(
         min_length=1,
         max_length=MAX_LEVELS + 1,  # MAX_LEVELS, and kubernetes.io/hostname (``_check``)
         description=f"node-label keys, coarsest first, at most {MAX_LEVELS} besides kubernetes.io/hostname "
         "(which is added last when nvlink_level is it)",
     )
-    nvlink_level: str = Field(default=HOSTNAME_LABEL, description="The level whose domains are NVLink domains.")
+    nvlink_level: LevelName = Field(default=HOSTNAME_LABEL, description="The level whose domains are NVLink domains.")
     nodes: list[TopologyNode] = Field(
         min_length=1, max_length=MAX_TOPOLOGY_NODES, description="The free nodes, with their labels and free GPUs."
     )

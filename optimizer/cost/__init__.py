@@ -17,7 +17,7 @@ from optimizer.cost.context import JobContext, build_context
 from optimizer.cost.estimate import Estimate, estimate, steady_state_s, step_time_s
 from optimizer.cost.memory import memory_signature
 from optimizer.cost.rules import ResolvedLayout, resolve_layout
-from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
+from optimizer.cost.topology import AxisGroups, axis_groups
 from optimizer.errors import InvalidLayout
 
 
@@ -44,8 +44,9 @@ def best_estimate(
         tiers = [t.name for t in ctx.topology.tiers]
         raise InvalidLayout(
             "config.placement",
-            f"no rank order of this layout puts the axes on the tiers {placement}; tiers are {tiers} "
-            "(axes of size 1 are 'none')",
+            f"no rank order of this layout that the frameworks run puts the axes on the tiers {placement} "
+            f"(tensor, context, data, pipeline from the innermost; Megatron can also put pipeline stages inside "
+            f"data parallelism: docs/frameworks.md); tiers are {tiers} (axes of size 1 are 'none')",
         )
     return best
 
@@ -83,7 +84,7 @@ def distinct_orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[tuple[st
         cached = []
         seen: set[tuple] = set()
         sizes = key.sizes()
-        for order in candidate_orders(sizes):
+        for order in ctx.rank_orders(sizes):
             groups = axis_groups(ctx.topology, order, sizes)
             signature = (groups.tp, groups.cp, groups.dp, groups.pp, groups.ep, groups.dp_cp, groups.edp, groups.etp,
                          groups.tp_ep)  # fmt: skip

@@ -13,7 +13,7 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.framework_runs import costed_fsdp_buffers, costed_kv_expanded
+from optimizer.framework_runs import costed_fsdp_buffers, costed_kv_expanded, costed_pp_inside_dp
 from optimizer.params import (
     LayerParams,
     embedding_params,
@@ -21,6 +21,7 @@ from optimizer.params import (
     lm_head_params,
     mla_up_projection_params,
 )
+from optimizer.rank_orders import framework_orders
 from optimizer.reference import ReferenceData, current
 from optimizer.specs import JobSpec
 from optimizer.units import gib_to_bytes
@@ -92,9 +93,16 @@ class JobContext:
     """The ZeRO-2/3 buffers charged (``frameworks.costed_fsdp_buffers``)."""
     kv_expanded: bool = False
     """Whether attention keeps key/value heads expanded to the query heads (``costed_kv_expanded``)."""
+    pp_inside_dp: str = "never"
+    """Which layouts may be costed with pipeline stages inside data parallelism
+    (``costed_pp_inside_dp``: the rule of ``optimizer/rank_orders.py`` of the frameworks targeted)."""
     caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
     """This request's cache tables of the cost model and the search (``cost.caches``): new and
     empty for every ``build_context`` call."""
+
+    def rank_orders(self, sizes: dict[str, int]) -> list[tuple[str, ...]]:
+        """The rank orders a layout of ``sizes`` is costed in (``rank_orders.framework_orders``)."""
+        return framework_orders(sizes, self.pp_inside_dp, self.job.model.moe is not None)
 
     @property
     def num_gpus(self) -> int:
@@ -248,6 +256,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.value * cal.hbm_efficiency,
         fsdp_buffers=costed_fsdp_buffers(job.training, model),
         kv_expanded=costed_kv_expanded(job.training, model),
+        pp_inside_dp=costed_pp_inside_dp(job.training, model),
     )
 
 

@@ -217,11 +217,10 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
     )
 
 
-def candidate_orders(sizes: dict[str, int]) -> list[tuple[str, ...]]:
-    """Distinct rank orders of the grid axes (axes of size 1 do not matter)."""
+def every_order(sizes: dict[str, int]) -> list[tuple[str, ...]]:
+    """Every distinct rank order of the grid axes (axes of size 1 do not matter): what the
+    search's lower bounds hold for. Plans are costed only in the orders their frameworks run
+    (``JobContext.rank_orders``)."""
     active = [a for a in GRID_AXES if sizes[a] > 1]
     idle = [a for a in GRID_AXES if sizes[a] == 1]
-    orders = []
-    for perm in itertools.permutations(active):
-        orders.append(tuple(idle) + perm)
-    return orders or [tuple(GRID_AXES)]
+    return [tuple(idle) + perm for perm in itertools.permutations(active)] or [tuple(GRID_AXES)]

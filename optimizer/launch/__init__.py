@@ -73,20 +73,36 @@ __all__ = [
 ALL_LAUNCH_FIELDS = ("megatron", "torchtitan", "deepspeed", "nemo")
 
 
+MEGATRON_PP_DP_MAPPING = "--use-tp-pp-dp-mapping"
+"""Megatron-LM's rank order with pipeline stages inside data parallelism (``tp-cp-ep-pp-dp``)."""
+NEMO_PP_DP_MAPPING = "dist.use_tp_pp_dp_mapping=true"
+"""Megatron-Bridge's (``DistributedInitConfig.use_tp_pp_dp_mapping``: order ``tp-pp-dp``)."""
+
+
 def build_launch(
-    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, fields: tuple[str, ...] = ALL_LAUNCH_FIELDS
+    model: ModelSpec,
+    training: TrainingSpec,
+    layout: ResolvedLayout,
+    fields: tuple[str, ...] = ALL_LAUNCH_FIELDS,
+    pp_inside_dp: bool = False,
 ) -> LaunchArgs:
     """Launch settings for ``layout`` (the layout value, recompute in the cost model's names), for
     the ``LaunchArgs`` ``fields`` named (the frameworks that run the plan as costed); the others
-    stay empty."""
+    stay empty. ``pp_inside_dp``: the plan's rank order puts pipeline stages inside data
+    parallelism (``optimizer/rank_orders.py``), which only Megatron's mapping flag lays out."""
     geo = geometry(training, layout)
     split = megatron_split(geo)
+    mapping = ([MEGATRON_PP_DP_MAPPING], [NEMO_PP_DP_MAPPING]) if pp_inside_dp else ([], [])
     builders = {
-        "megatron": lambda: megatron_args(model, training, layout, geo, split),
+        "megatron": lambda: " ".join([megatron_args(model, training, layout, geo, split), *mapping[0]]),
         "torchtitan": lambda: torchtitan_toml(training, layout, geo, model.is_moe),
         "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
         # Megatron-Bridge has no NVFP4 recipe at its profile's version: no fp4 plan runs there
-        "nemo": lambda: "" if training.precision == "fp4" else nemo_overrides(model, training, layout, geo, split),
+        "nemo": lambda: (
+            ""
+            if training.precision == "fp4"
+            else " ".join([nemo_overrides(model, training, layout, geo, split), *mapping[1]])
+        ),
     }
     env = {"megatron_env": megatron_env(model, training, layout)} if "megatron" in fields else {}
     return LaunchArgs(**{name: builders[name]() for name in fields}, **env)

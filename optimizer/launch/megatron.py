@@ -22,6 +22,7 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--decoder-last-pipeline-num-layers",
         "--pipeline-model-parallel-layout",
         "--use-distributed-optimizer",
+        "--use-tp-pp-dp-mapping",  # rank order tp-cp-ep-pp-dp (megatron/training/initialize.py)
         "--overlap-grad-reduce",
         "--overlap-param-gather",  # needs --use-distributed-optimizer (validate_args)
         "--use-megatron-fsdp",

@@ -8,7 +8,7 @@ from optimizer.cost.caches import Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.cost.stage import LayerKey, layout_kind_costs, layout_layer_key
-from optimizer.cost.topology import AxisGroups, axis_groups, candidate_orders
+from optimizer.cost.topology import AxisGroups, axis_groups
 
 ORDER_GEOMETRIES = Memo[SizesKey, tuple[list[AxisGroups], list[AxisGroups], list[AxisGroups]]]("order_geometries")
 
@@ -28,7 +28,7 @@ def order_geometries(
         layer: dict[tuple, AxisGroups] = {}
         comm: dict[tuple, AxisGroups] = {}
         both: dict[tuple, AxisGroups] = {}
-        for o in candidate_orders(sizes):
+        for o in ctx.rank_orders(sizes):
             g = axis_groups(ctx.topology, o, sizes)
             layer.setdefault((g.tp, g.cp, g.ep, g.etp, g.tp_ep), g)
             comm.setdefault((g.dp_cp, g.edp, g.pp), g)

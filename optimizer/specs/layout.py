@@ -8,14 +8,14 @@ from pydantic import Field, model_validator
 
 from optimizer.specs.common import MAX_ALLOW_VALUES, MAX_LAYERS, MAX_NUM_GPUS, Recompute, ZeroStage
 from optimizer.strict_model import Strict
+from optimizer.topology_spec import MAX_LEVEL_NAME
 
 MAX_MICRO_BATCH_SIZE = 1 << 16
 """The largest micro-batch a layout may name (sequences)."""
 
 
-MAX_TIER_NAME = 317
-"""Longest tier name: a tier is a cluster tier or a topology level, whose name is a Kubernetes
-label key at most (a 253-character prefix, '/', a 63-character name)."""
+MAX_TIER_NAME = MAX_LEVEL_NAME
+"""Longest tier name: a cluster tier or a topology level (``topology_spec.MAX_LEVEL_NAME``)."""
 
 
 class PlacementSpec(Strict):

@@ -56,3 +56,13 @@ def test_depth_is_counted_outside_strings(client: TestClient) -> None:
     in_a_string = PLAN.replace('"llama3-8b"', '"' + "[" * 100 + '"')
     response = client.post("/plan", content=in_a_string, headers=JSON)
     assert response.status_code == 422 and "model" in str(response.json()["detail"][0]["loc"])
+
+
+def test_a_byte_order_mark_does_not_hide_a_repeated_key(client: TestClient) -> None:
+    """The UTF-8 check decoded the body keeping its byte order mark; the repeated-key check's
+    parser then refused the text and found no key, while the app's parser skipped the mark and
+    planned with the last value."""
+    twice = PLAN.replace('"seq_len": 4096', '"seq_len": 4096, "seq_len": 8192')
+    response = client.post("/plan", content=b"\xef\xbb\xbf" + twice.encode(), headers=JSON)
+    assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_duplicate_key"
+    assert client.post("/plan", content=b"\xef\xbb\xbf" + PLAN.encode(), headers=JSON).status_code == 200

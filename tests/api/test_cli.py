@@ -661,3 +661,17 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_1(tmp_path: Path) ->
     reader.stdout.close()  # the reader leaves before the answer is written
     assert reader.wait(timeout=120) == 1
     assert reader.stderr.read() == "pplan: could not write the output: Broken pipe\n"
+
+
+def test_other_system_errors_are_not_called_output_errors(tmp_path: Path) -> None:
+    """Only a failed write of the answer reads "could not write the output": a topology written to
+    a full disk is exit 1 too (it was 2, invalid input), and a flat Slurm topology says it is flat
+    (it was a KeyError)."""
+    root = Path(__file__).resolve().parents[2]
+    slurm = root / "tests" / "placement" / "topology_data" / "slurm-topology.yaml"
+    argv = [sys.executable, "-m", "api.cli", "topology", "from-slurm", str(slurm)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(argv, cwd=root, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (1, "pplan: could not write the output: No space left on device\n")
+    flat = subprocess.run([*argv, "--name", "topo3"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert flat.returncode == 2 and "topology.yaml: 'topo3' is flat (no tree or block" in flat.stderr

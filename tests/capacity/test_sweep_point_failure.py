@@ -91,3 +91,24 @@ def test_close_stops_the_worker_processes_and_cancels_running_points() -> None:
             break
         time.sleep(0.05)
     assert [r.status for r in status.results] == ["cancelled", "cancelled"]
+
+
+def test_a_closed_manager_starts_no_workers() -> None:
+    """A sweep started after close() got a fresh pool nothing would stop; its points are now
+    cancelled and no worker process starts."""
+    from optimizer.specs import PlanRequest
+
+    request = PlanRequest.model_validate(
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"seq_len": 4096, "global_batch_size": 256},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        }
+    )
+    manager = SweepManager(workers=1, max_running=1)
+    manager.close()
+    sweep_id = manager.start([({"num_gpus": 64}, request)])
+    assert manager._executor is None
+    status = manager.status(sweep_id)
+    assert status is not None and status.status == "cancelled"
+    assert [r.status for r in status.results] == ["cancelled"]

@@ -167,10 +167,12 @@ def test_nothing_fits_gives_no_layout() -> None:
     assert result.layout is None and result.order is None and result.step_time_s == math.inf
 
 
-def test_best_estimate_finds_the_rank_order_that_fits() -> None:
+def test_best_estimate_keeps_to_the_rank_orders_frameworks_run() -> None:
     """With ``dp = 1 < cp`` memory differs between rank orders (the ``cp x dp`` group exists only
-    where the two axes are adjacent): here the first order needs 78.67 GiB of 78.65 usable, the
-    next 78.42 and is also faster, so the layout fits, under that order."""
+    where the two axes are adjacent): this layout fits only with context parallelism outside the
+    pipeline stages (78.42 GiB of 78.65 usable), an order no framework lays out. Costed in the
+    orders they run (the default, tensor, context, data, pipeline from the innermost) it needs
+    78.67 GiB: it does not fit, and the plan does not pretend otherwise."""
     job, _ = _job({
         "model": {"preset": "llama3-8b"},
         "training": {"seq_len": 8192, "global_batch_size": 64},
@@ -179,9 +181,9 @@ def test_best_estimate_finds_the_rank_order_that_fits() -> None:
     ctx = build_context(job)
     lay = resolve(job, tp=1, pp=4, cp=2, ep=1, vpp=6, micro_batch_size=2, zero_stage=0, recompute="none",
                   sequence_parallel=False)  # fmt: skip
-    first = estimate(ctx, lay, ("tp", "dp", "cp", "pp"))
-    assert not first.fits_memory
+    outside = estimate(ctx, lay, ("tp", "dp", "pp", "cp"))
+    assert outside.fits_memory and outside.peak_memory_bytes / 2**30 == pytest.approx(78.423, abs=1e-3)
+    assert ctx.rank_orders(lay.sizes()) == [("tp", "cp", "dp", "pp")]  # dp = 1: no pp-inside-dp order
     best = best_estimate(ctx, lay)
-    assert best.fits_memory and best.order == ("tp", "dp", "pp", "cp")
-    assert best.step_time_s < first.step_time_s
-    assert best.peak_memory_bytes / 2**30 == pytest.approx(78.423, abs=1e-3)
+    assert best.order == ("tp", "cp", "dp", "pp") and not best.fits_memory
+    assert best.peak_memory_bytes / 2**30 == pytest.approx(78.67, abs=0.01)

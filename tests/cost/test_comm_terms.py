@@ -62,7 +62,7 @@ def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster, global_b
     with pp innermost (EP groups then start at stride pp) and groups that domains split unevenly:
     the bound takes each axis's cheapest geometry over the strides any rank order can give."""
     from optimizer.cost import estimate, resolve_layout
-    from optimizer.cost.topology import candidate_orders
+    from optimizer.cost.topology import every_order
     from optimizer.search.lower_bounds import compute_lower_bound_s
 
     job = JobSpec(
@@ -75,7 +75,7 @@ def test_lower_bound_holds_for_every_rank_order_of_moe_layouts(cluster, global_b
     for tp, pp, ep in layouts:
         lay = resolve_layout(job, Layout(tp=tp, pp=pp, ep=ep, micro_batch_size=1, zero_stage=1, recompute="selective"))
         bound = compute_lower_bound_s(ctx, lay)
-        for order in candidate_orders(lay.sizes()):
+        for order in every_order(lay.sizes()):
             assert bound <= estimate(ctx, lay, order).step_time_s * (1 + 1e-12), (tp, pp, ep, order)
             checked += 1
     assert checked >= 15

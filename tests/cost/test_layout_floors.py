@@ -25,7 +25,7 @@ import pytest
 
 from optimizer.cost import best_estimate, build_context, estimate, resolve_layout
 from optimizer.cost.head import head_time_s
-from optimizer.cost.topology import candidate_orders
+from optimizer.cost.topology import every_order
 from optimizer.search.lower_bounds import (
     dp_exposed_floor_s,
     lower_bound_layer_totals,
@@ -99,7 +99,7 @@ def test_floors_are_below_every_rank_order_and_split(name: str) -> None:
             splits = [lay] + [replace(lay, stage_layers=_random_split(rng, layers, chunks)) for _ in range(2)
                               if lay.pp > 1]  # fmt: skip
             for split in splits:
-                for order in candidate_orders(lay.sizes()):
+                for order in every_order(lay.sizes()):
                     est = estimate(ctx, split, order)
                     exposed = est.breakdown_s["dp_comm"]
                     assert dp_floor <= exposed * (1 + 1e-12), (lay, split.stage_layers, order)
@@ -124,9 +124,9 @@ def test_dp_floor_takes_the_dp_group_alone_when_an_order_separates_cp_and_dp() -
                                       lay.recompute)  # fmt: skip
     floor = dp_exposed_floor_s(ctx, 0, lay.dp, lay.cp, lay.tp, lay.ep, lay.pp, lay.num_micro_batches, totals,
                                head_time_s(ctx, lay))  # fmt: skip
-    separated = [o for o in candidate_orders(lay.sizes()) if abs(o.index("cp") - o.index("dp")) > 1]
+    separated = [o for o in every_order(lay.sizes()) if abs(o.index("cp") - o.index("dp")) > 1]
     assert separated
-    exposed = [estimate(ctx, lay, o).breakdown_s["dp_comm"] for o in candidate_orders(lay.sizes())]
+    exposed = [estimate(ctx, lay, o).breakdown_s["dp_comm"] for o in every_order(lay.sizes())]
     assert 0 < floor <= min(exposed) * (1 + 1e-12)
 
 

@@ -119,6 +119,7 @@ def fp4_case() -> tuple[ModelSpec, TrainingSpec, Layout]:
 
 ALL_CASES = {
     "llama3-70b": llama_case(),
+    "llama3-70b-pp-inside-dp": (*llama_case(), True),  # the rank order tp-cp-ep-pp-dp
     "llama3-70b-fp4": fp4_case(),
     "mixtral-ep-overlap": ep_overlap_case(),
     "llama3-70b-tp-overlap": tp_overlap_case(),
@@ -162,9 +163,10 @@ def resolved(model: ModelSpec, training: TrainingSpec, layout: Layout) -> Resolv
     return ResolvedLayout.from_spec(layout, job)
 
 
-def launch(case: tuple[ModelSpec, TrainingSpec, Layout]) -> LaunchArgs:
-    model, training, layout = case
-    return build_launch(model, training, resolved(model, training, layout))
+def launch(case: tuple) -> LaunchArgs:
+    """Launch arguments of ``(model, training, layout)``, or of ``(..., pp_inside_dp)``."""
+    model, training, layout, *order = case
+    return build_launch(model, training, resolved(model, training, layout), pp_inside_dp=bool(order and order[0]))
 
 
 def megatron_flags(args: str) -> list[str]:
@@ -334,7 +336,7 @@ def test_allow_list_is_exactly_what_can_be_emitted():
 
 @pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_torchtitan_toml_parses_with_right_degrees(name):
-    _model, training, layout = ALL_CASES[name]
+    _model, training, layout, *_ = ALL_CASES[name]
     cfg = tomllib.loads(launch(ALL_CASES[name]).torchtitan)
     par = cfg["parallelism"]
     assert par["tensor_parallel_degree"] == layout.tp
@@ -431,7 +433,7 @@ DEEPSPEED_AC_KEYS = {
 
 @pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_deepspeed_json_parses_and_batch_adds_up(name):
-    _model, training, layout = ALL_CASES[name]
+    _model, training, layout, *_ = ALL_CASES[name]
     text = launch(ALL_CASES[name]).deepspeed
     cfg = json.loads(text)
     assert text == json.dumps(cfg, indent=2, sort_keys=True)
@@ -958,3 +960,13 @@ def test_layernorm_recompute_in_fp8_asks_for_current_scaling():
     # no such module: the default delayed scaling stays
     assert "--fp8-recipe" not in launch(zero3_case()).megatron
     assert nemo_overrides(launch(zero3_case()).nemo)["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
+
+
+def test_pipeline_stages_inside_data_parallelism_launch_with_the_mapping() -> None:
+    """A plan costed with pipeline stages inside data parallelism (the order only Megatron lays out)
+    launches with Megatron-LM's --use-tp-pp-dp-mapping and Bridge's dist.use_tp_pp_dp_mapping; the
+    default order adds neither."""
+    inside, default = launch(ALL_CASES["llama3-70b-pp-inside-dp"]), launch(ALL_CASES["llama3-70b"])
+    assert megatron_flags(inside.megatron) == [*megatron_flags(default.megatron), "--use-tp-pp-dp-mapping"]
+    assert inside.nemo.split() == [*default.nemo.split(), "dist.use_tp_pp_dp_mapping=true"]
+    assert "use_tp_pp_dp_mapping" not in default.nemo and "tp-pp-dp" not in default.megatron

@@ -45,3 +45,17 @@ def test_the_python_integer_knapsack_has_a_sentinel_above_its_costs() -> None:
 def test_more_than_eight_levels_besides_the_hostname_is_a_422() -> None:
     with pytest.raises(ValidationError, match="at most 8 levels besides kubernetes.io/hostname"):
         PlanRequest.model_validate(_request(9, 16, 128))
+
+
+def test_a_level_name_longer_than_a_label_key_is_a_422() -> None:
+    """Level names had no limit while placement tier names stop at 317 characters (a Kubernetes
+    label key): a plan on a 400-character level named a tier its own config could not send back
+    to /evaluate."""
+    body = _request(2, 16, 128)
+    topo = body["cluster"]["topology"]
+    long = "x" * 400
+    topo["levels"][0] = long
+    for node in topo["nodes"]:
+        node["labels"][long] = node["labels"].pop("l0")
+    with pytest.raises(ValidationError, match="at most 317 characters"):
+        PlanRequest.model_validate(body)

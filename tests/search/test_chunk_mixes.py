@@ -118,7 +118,7 @@ def test_alternating_moe_plans_optimal() -> None:
     }))  # fmt: skip
     assert response.status == "optimal"
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(3.0499, abs=1e-4)  # no ZeRO-2/3 with pp > 1
+    assert best.step_time_s == pytest.approx(3.0537, abs=1e-4)  # no ZeRO-2/3 with pp > 1
     assert best.config.vpp == 8
 
 
@@ -136,7 +136,7 @@ def test_a_fixed_layout_of_the_optimum_is_proved_too() -> None:
         "search": {"time_limit_s": 60, "fix": {"tp": 1, "pp": 4, "ep": 8}},
     }))  # fmt: skip
     assert response.status == "optimal", response.solver
-    assert response.plans[0].step_time_s == pytest.approx(3.0499, abs=1e-4)
+    assert response.plans[0].step_time_s == pytest.approx(3.0537, abs=1e-4)
     assert response.plans[0].config.vpp == 8
 
 

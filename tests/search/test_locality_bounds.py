@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from optimizer.cost import build_context, resolve_layout
-from optimizer.cost.topology import candidate_orders
 from optimizer.search.space import enumerate_layouts
 from optimizer.service import search_plans
 from optimizer.specs import JobSpec, Layout, PlanRequest
@@ -14,7 +13,8 @@ from optimizer.specs import JobSpec, Layout, PlanRequest
 def test_bound_holds_when_domains_do_not_divide_the_groups():
     """148 GPUs on NVL72 racks spread as 4 domains of 37: a 2-rank TP group at stride 1 crosses a
     domain boundary, at stride 2 it does not. The lower bound must not assume stride 1 is the
-    most local placement, or the search prunes the best layout (TP2 PP2, 26.9 s here)."""
+    most local placement, or the search prunes the best layout (TP1 PP4 DP37, 30.38 s here, in
+    the rank order the frameworks run)."""
     from optimizer.cost import best_estimate
     from optimizer.search.lower_bounds import compute_lower_bound_s
 
@@ -33,7 +33,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     response = search_plans(req)
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= best_uniform * (1 + 1e-9)
-    assert response.plans[0].step_time_s == pytest.approx(26.71, abs=0.01)
+    assert response.plans[0].step_time_s == pytest.approx(30.38, abs=0.01)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_bound_holds_where_locality_is_not_cheapest(model, cluster, training, la
     job = JobSpec(model={"preset": model}, training=training, cluster=cluster)
     ctx = build_context(job)
     lay = resolve_layout(job, Layout(pp=1, zero_stage=1, **layout))
-    best = min(estimate(ctx, lay, order).step_time_s for order in candidate_orders(lay.sizes()))
+    best = min(estimate(ctx, lay, order).step_time_s for order in ctx.rank_orders(lay.sizes()))
     assert compute_lower_bound_s(ctx, lay) <= best * (1 + 1e-12)
 
 

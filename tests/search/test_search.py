@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from optimizer.cost import build_context, estimate
-from optimizer.cost.topology import candidate_orders
+from optimizer.cost.topology import every_order
 from optimizer.results import PlanResponse
 from optimizer.search.brute_force import best_per_layout, brute_force, enumerates_all_splits, splits_of
 from optimizer.search.ranking import pick
@@ -58,7 +58,7 @@ def tighten_headroom(job: dict[str, Any], frac: float) -> None:
     spec = JobSpec(model=req.model, training=req.training, cluster=req.cluster)
     ctx = build_context(spec)
     peaks = sorted(
-        estimate(ctx, lay, candidate_orders(lay.sizes())[0]).peak_memory_bytes  # memory ignores the rank order
+        estimate(ctx, lay, every_order(lay.sizes())[0]).peak_memory_bytes  # memory ignores the rank order
         for lay in enumerate_layouts(spec, req.search)
     )
     if not peaks:

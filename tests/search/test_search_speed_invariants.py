@@ -23,7 +23,7 @@ import pytest
 from optimizer.cost import best_estimate, build_context, estimate
 from optimizer.cost.estimate import step_time_s
 from optimizer.cost.stage import layout_kind_costs
-from optimizer.cost.topology import axis_groups, candidate_orders
+from optimizer.cost.topology import axis_groups
 from optimizer.search.floors import kind_time_floor, step_floor_exceeds, step_floor_s
 from optimizer.search.lower_bounds import bound_at_vpp, family_bound, lower_bound_terms
 from optimizer.search.screen import screen_memory
@@ -82,7 +82,7 @@ def _sample(name: str):
 def test_step_time_matches_estimate(name: str) -> None:
     ctx, layouts = _sample(name)
     for lay in layouts:
-        for order in candidate_orders(lay.sizes()):
+        for order in ctx.rank_orders(lay.sizes()):
             groups = axis_groups(ctx.topology, order, lay.sizes())
             assert step_time_s(ctx, lay, groups) == estimate(ctx, lay, order, groups=groups).step_time_s
 
@@ -105,8 +105,8 @@ def test_screen_and_floor_against_best_estimate(name: str) -> None:
                     assert step_floor_exceeds(ctx, lay, screen.groups, threshold) == (floor > threshold)
         if not best.fits_memory:
             continue
-        # the floor is below every order's step time, not just the best one's
-        for order in candidate_orders(lay.sizes()):
+        # the floor is below every order the plan may take (JobContext.rank_orders), not just the best one's
+        for order in ctx.rank_orders(lay.sizes()):
             est = estimate(ctx, lay, order)
             if screen is not None:
                 assert step_floor_s(ctx, lay, screen.groups) <= est.step_time_s
@@ -118,7 +118,7 @@ def test_kind_time_floor_is_a_floor(name: str) -> None:
     ctx, layouts = _sample(name)
     for lay in layouts:
         floor = kind_time_floor(ctx, lay)
-        for order in candidate_orders(lay.sizes()):
+        for order in ctx.rank_orders(lay.sizes()):
             costs = layout_kind_costs(ctx, lay, axis_groups(ctx.topology, order, lay.sizes()))
             assert all(f <= c.time_s for f, c in zip(floor, costs, strict=True))
 

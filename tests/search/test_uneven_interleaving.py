@@ -92,7 +92,7 @@ def test_deepseek_v3_default_space_interleaves_unevenly() -> None:
 
 def test_uneven_interleaving_finds_a_faster_llama_405b_plan() -> None:
     """Llama 3.1 405B has 126 layers: with pp 16 no depth divides them. Without interleaving the
-    planner answers TP8 PP64 (6.18 s); up to 8 chunks a stage it finds TP4 PP16 with 7 uneven
+    planner answers TP8 PP64 (6.19 s); up to 8 chunks a stage it finds TP4 PP16 with 7 uneven
     chunks per stage (2 or 1 layers each), 16% faster. The whole space adds nothing faster: its
     best beyond the default bounds is TP8 PP8 with 15 chunks a stage (5.38 s)."""
     base = {
@@ -106,15 +106,15 @@ def test_uneven_interleaving_finds_a_faster_llama_405b_plan() -> None:
     assert whole.status == default.status == flat.status == "optimal"
     f, d = flat.plans[0], default.plans[0]
     assert (f.config.tp, f.config.pp, f.config.vpp) == (8, 64, 1)
-    assert f.step_time_s == pytest.approx(6.179, abs=1e-3)
+    assert f.step_time_s == pytest.approx(6.194, abs=1e-3)
     assert (d.config.tp, d.config.pp, d.config.vpp) == (4, 16, 7)
-    assert d.step_time_s == pytest.approx(5.204, abs=1e-3)
+    assert d.step_time_s == pytest.approx(5.210, abs=1e-3)
     assert sorted(set(d.config.stage_layers)) == [1, 2] and sum(d.config.stage_layers) == 126
     assert whole.plans[0].config == d.config and whole.plans[0].step_time_s == d.step_time_s
     assert whole.solver.beyond_default_bounds_s is not None  # searched, bound below the best
     beyond = [p for p in whole.plans if p.config.vpp > 8]
     assert {(p.config.tp, p.config.pp, p.config.vpp) for p in beyond} == {(8, 8, 15)}
-    assert beyond[0].step_time_s == pytest.approx(5.382, abs=1e-3)
+    assert beyond[0].step_time_s == pytest.approx(5.384, abs=1e-3)
 
 
 def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_host_floor: None) -> None:
@@ -167,7 +167,7 @@ def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     assert list(layout_families(job, default.search)) == list(layout_families(job, named.search))
     planned = search_plans(default)
     assert planned.status == "optimal"
-    assert planned.plans[0].step_time_s == pytest.approx(1.9033, abs=1e-4)
+    assert planned.plans[0].step_time_s == pytest.approx(1.9059, abs=1e-4)
     assert (planned.plans[0].config.pp, planned.plans[0].config.ep, planned.plans[0].config.zero_stage) == (2, 128, 1)
     assert planned.plans[0].config.vpp == 12
     assert planned.solver.left_out_depths_bound_s is None
