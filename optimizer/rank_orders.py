@@ -50,7 +50,10 @@ def framework_orders(sizes: Mapping[str, int], rule: str, is_moe: bool) -> list[
     of the frameworks it targets: the default, and pipeline stages inside data parallelism where
     the rule allows it and it differs."""
     orders = [DEFAULT_ORDER]
-    if sizes[Axis.PP] > 1 and sizes[Axis.DP] > 1 and pp_inside_dp_allowed(rule, sizes, is_moe):
+    # cp = 1 as well: with pipeline stages between them the dp x cp sharding group is not one
+    # stride, which the cost model's group geometry needs (Megatron itself allows it for MoE)
+    inside = sizes[Axis.PP] > 1 and sizes[Axis.DP] > 1 and sizes[Axis.CP] == 1
+    if inside and pp_inside_dp_allowed(rule, sizes, is_moe):
         orders.append(PP_INSIDE_DP_ORDER)
     return orders
 

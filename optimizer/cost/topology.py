@@ -205,7 +205,11 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
     ep = sizes[Axis.EP]
     etp = sizes.get(ETP, 1)
     ep_geo = group_geometry(topo, inner * etp, ep)
-    edp_geo = group_geometry(topo, inner * etp * ep, sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // (etp * ep))
+    edp = sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // (etp * ep)
+    if order.index(Axis.PP) < order.index(Axis.DP):  # Megatron's tp-cp-ep-pp-dp: etp-ep-pp-edp, edp = dp
+        edp_geo = group_geometry(topo, stride[Axis.DP], edp)
+    else:
+        edp_geo = group_geometry(topo, inner * etp * ep, edp)
     etp_geo = group_geometry(topo, inner, etp)
     tp_ep_geo = group_geometry(topo, inner, etp * ep)
     # Dense data-parallel sharding group: cp x dp (contiguous when the two axes are adjacent).
@@ -218,9 +222,9 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
 
 
 def every_order(sizes: dict[str, int]) -> list[tuple[str, ...]]:
-    """Every distinct rank order of the grid axes (axes of size 1 do not matter): what the
-    search's lower bounds hold for. Plans are costed only in the orders their frameworks run
-    (``JobContext.rank_orders``)."""
+    """Every distinct rank order of the grid axes (axes of size 1 do not matter): the tests hold
+    the search's lower bounds below all of them (a stronger check than the orders plans are costed
+    in, ``JobContext.rank_orders``)."""
     active = [a for a in GRID_AXES if sizes[a] > 1]
     idle = [a for a in GRID_AXES if sizes[a] == 1]
     return [tuple(idle) + perm for perm in itertools.permutations(active)] or [tuple(GRID_AXES)]

@@ -1,6 +1,6 @@
 """Exhaustive reference for the planner: cost everything, prune nothing.
 
-Every layout of ``space.enumerate_layouts`` (``Reach.ALL``: the planner's whole space) is costed with ``best_estimate`` (every rank order,
+Every layout of ``space.enumerate_layouts`` (``Reach.ALL``: the planner's whole space) is costed with ``best_estimate`` (every rank order its frameworks lay out,
 no lower bounds, no pool). Pipelined layouts (``pp > 1``) are also costed with every contiguous
 layer split over their ``pp * vpp`` chunks when there are at most ``max_splits`` such splits
 (compositions of ``num_layers`` into ``pp * vpp`` positive parts); otherwise only with the

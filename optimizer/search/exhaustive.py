@@ -2,7 +2,8 @@
 against (``benchmarks/search_latency.py``).
 
 Every layout of ``space.layout_blocks`` (what ``enumerate_layouts`` yields: every valid
-combination of the knobs, uniform layer split) under every distinct rank order is costed exactly
+combination of the knobs, uniform layer split) under every distinct rank order its frameworks lay
+out (``JobContext.rank_orders``) is costed exactly
 by ``cost.columns.cost_columns``, one batch per parallel sizes (all its ZeRO stages and rank
 orders at once). No lower bound and no pruning: each layout's fastest rank order that fits in
 memory (as ``best_estimate`` chooses it, up to ties), and the fastest of those over the space.

@@ -79,3 +79,31 @@ def test_a_placement_only_an_unrun_order_gives_is_a_422(client: TestClient) -> N
     assert item["loc"][-1] == "placement" and "no rank order" in item["msg"]
     inside = {**body, "config": {"tp": 2, "pp": 2, "placement": {"pp": "nvlink", "dp": "leaf"}}}
     assert client.post("/evaluate", json=inside).status_code == 200  # Megatron's pp-inside-dp order
+
+
+def test_groups_match_megatron_in_the_pp_inside_dp_order() -> None:
+    """Megatron's tp-cp-ep-pp-dp builds its expert ranks etp-ep-pp-edp: the expert-data-parallel
+    group strides over the pipeline stages (ranks 0, 4, 8, 12 for tp2 pp2 dp4 ep2 on 16), where the
+    cost model took the stride etp x ep (0, 2, 4, 6: one node). And with cp > 1 this order splits
+    the dp x cp sharding group over two strides, which the geometry cannot say: such layouts are
+    costed in the default order only."""
+    from optimizer.cost import build_context, resolve_layout
+    from optimizer.cost.topology import axis_groups
+    from optimizer.specs import JobSpec, Layout
+
+    job = JobSpec.model_validate({
+        "model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 32},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+    })  # fmt: skip
+    ctx = build_context(job)
+    lay = resolve_layout(job, Layout(tp=2, pp=2, ep=2, etp=1, zero_stage=1))
+    sizes = lay.sizes()
+    assert ctx.rank_orders(sizes) == [DEFAULT_ORDER, PP_INSIDE_DP_ORDER]
+    inside = axis_groups(ctx.topology, PP_INSIDE_DP_ORDER, sizes)
+    assert (inside.edp.size, inside.dp.size) == (4, 4) and inside.edp is inside.dp  # stride tp x pp = 4
+    assert inside.edp.outermost_tier == "leaf"  # ranks 0, 4, 8, 12 span two 8-GPU nodes
+    default = axis_groups(ctx.topology, DEFAULT_ORDER, sizes)
+    assert default.edp.outermost_tier == default.dp.outermost_tier == "nvlink"  # pp outermost: one node
+    cp2 = resolve_layout(job, Layout(tp=1, cp=2, pp=2, ep=2, etp=1, zero_stage=1))
+    assert pp_inside_dp_allowed("expert_dp_equals_dp", cp2.sizes(), is_moe=True)  # Megatron runs it
+    assert ctx.rank_orders(cp2.sizes()) == [DEFAULT_ORDER]  # the cost model does not

@@ -31,7 +31,7 @@ from optimizer.cost import best_estimate, build_context, distinct_orders, estima
 from optimizer.cost.caches import MEMOS, Memo
 from optimizer.cost.context import JobContext
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.cost.topology import axis_groups
+from optimizer.cost.topology import axis_groups, every_order
 from optimizer.search.fit_limits import cached_fit_limits, some_split_may_fit
 from optimizer.search.floors import step_floor_s
 from optimizer.search.lower_bounds import lower_bound_terms
@@ -118,7 +118,9 @@ def _sample() -> tuple[ResolvedLayout, ...]:
 
 
 def _orders(ctx: JobContext, lay: ResolvedLayout) -> list[tuple[str, ...]]:
-    orders = [o for o, _ in distinct_orders(ctx, lay)]
+    # every permutation, not only the orders plans are costed in: a key must tell apart whatever
+    # geometry ``estimate`` is given (and the orders plans use give too few distinct dp x cp groups)
+    orders = every_order(lay.sizes())
     return list(dict.fromkeys([orders[0], orders[len(orders) // 2], orders[-1]]))[:ORDERS_PER_LAYOUT]
 
 
