@@ -117,7 +117,7 @@ def test_a_count_no_faster_than_a_smaller_one_says_so() -> None:
 
 
 def test_expected_failures_over_the_run() -> None:
-    """Llama 3 70B for 15T tokens on 1,024 H100 (the README's job): 150.6 days against a system
+    """Llama 3 70B for 15T tokens on 1,024 H100 (the README's job): 151.0 days against a system
     MTBF of 50,677 h / 1,024 = 49.5 h: 73 job-stopping failures."""
     doc = yaml.safe_load((ROOT / "examples" / "plan-llama3-70b-megatron.yaml").read_text())
     doc["training"]["total_tokens"] = 15e12

@@ -146,7 +146,7 @@ def test_uneven_depths_find_a_faster_deepseek_v3_plan_on_nvl72(without_expert_ho
 def test_uneven_depths_that_add_few_layouts_are_in_the_default_space() -> None:
     """Llama 4 Maverick (MoE on every second layer) on 256 H100: its uneven depths add 21,400
     layouts, under ``UNEVEN_DEPTHS_DEFAULT_MAX``, so the default space is the named one: same
-    families, same plan (TP1 PP2 CP2 EP128 with 12 chunks a stage, ZeRO-1, 1.903 s: no ZeRO-2/3
+    families, same plan (TP1 PP2 CP2 EP128 with 12 chunks a stage, ZeRO-1, 1.906 s: no ZeRO-2/3
     with pipelines, nor for an MoE model with bf16 gradients on Megatron-LM), nothing left out to
     report."""
     from optimizer.search.space import UNEVEN_DEPTHS_DEFAULT_MAX, blocks_with_uneven_depths_apart, layout_families
