@@ -144,10 +144,10 @@ mix of layer kinds then depends on where it starts, and their chunk-level split 
 slowest the planner builds: a Mixtral-8x22B variant with MoE on every second layer on 256 H100
 and a 1,024-sequence batch adds 28,352 (42,528 with all six recompute modes named); Llama 4
 Maverick on 256 H100 with a 512-sequence batch adds 21,400 with 4K sequences and 29,160 with 8K
-(``tests/search/test_uneven_interleaving.py`` holds the counts). Models whose MoE layers only follow a few dense ones (DeepSeek-V3) always
-have every depth: on 48 DeepSeek-V3-like jobs (``benchmarks/depth_sweep.py``) every depth cost
-at most 3.0 s and gave a faster plan on 23 of the 46 with a plan, by up to 7.5% (19% on 9,216
-GB200). The count is of the whole space, so narrowing other fields (``search.allow.tp``, say)
+(``tests/search/test_uneven_interleaving.py`` holds the counts). Models whose MoE layers only
+follow a few dense ones (DeepSeek-V3) always have every depth: on 48 DeepSeek-V3-like jobs
+(docs/depth_sweep.md) every depth cost at most 5.6 s and gave a faster plan on 36 of the 46 with
+a plan, by up to 31.5% (576 GB200). The count is of the whole space, so narrowing other fields (``search.allow.tp``, say)
 can bring the uneven depths in and find a plan the wider default request does not; that default
 answer then carries the warning and the bound."""
 
