@@ -27,7 +27,7 @@ LIGHTER_RECOMPUTE = {"full": "selective", "selective": "none", "core_attn": "non
 framework's: its ``selective`` is lighter than its ``full``; without one, ``none``)."""
 AXIS_NAMES = {"tp": "tensor", "cp": "context", "ep": "expert", "pp": "pipeline", "dp": "data"}
 CONFIG_FIELDS = (
-    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
 )  # fmt: skip
 
 

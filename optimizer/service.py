@@ -56,7 +56,8 @@ def _evaluate_placed(request: EvaluateRequest) -> Plan:
     placement = None
     if request.config.placement is not None:
         placement = {k: v for k, v in request.config.placement.model_dump().items() if v is not None}
-    est = best_estimate(ctx, lay, placement)
+    headroom = None if request.memory_headroom_gib is None else request.memory_headroom_gib * GIB
+    est = best_estimate(ctx, lay, placement, headroom)
     plan = annotate(resolve_inputs(request), to_plan(job, est))
     inert = inert_settings_note(job)
     return plan if inert is None else plan.model_copy(update={"notes": [*plan.notes, inert]})
@@ -209,7 +210,7 @@ def compare(request: CompareRequest) -> CompareResponse:
     plans = []
     for i, layout in enumerate(request.layouts):
         try:
-            one = EvaluateRequest(**dict(job), config=layout)
+            one = EvaluateRequest(**dict(job), config=layout, memory_headroom_gib=request.memory_headroom_gib)
             plans.append(evaluate(one))
         except InvalidLayout as exc:
             if exc.field.split(".")[0] in ("model", "training", "cluster"):

@@ -199,8 +199,9 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
 def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at a ``search.fix`` field whose pinned value contradicts the other
     pins whatever the unpinned fields take: the pinned tp x pp x cp x dp not dividing num_gpus,
-    vpp > 1 with pp pinned to 1 or pp x vpp above num_layers, micro-batches that cannot split the
-    global batch over the pinned dp."""
+    vpp > 1 with pp pinned to 1 or pp x vpp above num_layers, an expert block (ep x etp, times the
+    pinned pp) not dividing num_gpus, micro-batches that cannot split the global batch over the
+    pinned dp."""
     fix, n = search.fix, job.cluster.resolved_num_gpus
     pinned = [(name, getattr(fix, name)) for name in ("tp", "pp", "cp", "dp") if getattr(fix, name) is not None]
     product = 1
@@ -213,6 +214,10 @@ def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:
     if fix.vpp is not None and fix.vpp > 1 and fix.pp is not None and (fix.pp == 1 or fix.pp * fix.vpp > layers):
         raise InvalidLayout(
             "search.fix.vpp", f"vpp {fix.vpp} with pp {fix.pp} needs pp >= 2 and pp x vpp <= num_layers ({layers})"
+        )
+    if fix.ep is not None and fix.etp is not None and n % (fix.ep * fix.etp * (fix.pp or 1)):
+        raise InvalidLayout(
+            "search.fix.etp", f"ep {fix.ep} x etp {fix.etp} x pp {fix.pp or 1} does not divide num_gpus ({n})"
         )
     gbs = job.training.global_batch_size or 0
     if fix.micro_batch_size is not None and fix.dp is not None and gbs % (fix.micro_batch_size * fix.dp):

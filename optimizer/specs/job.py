@@ -130,8 +130,15 @@ class PlanRequest(JobSpec):
         return self
 
 
+MemoryHeadroomGib = Annotated[float | None, Field(
+    default=None, ge=0, le=64,
+    description="Memory kept free per GPU (GiB), as /plan's search.memory_headroom_gib; default: the cost model's.",
+)]  # fmt: skip
+
+
 class EvaluateRequest(JobSpec):
     config: Layout = Field(description="The layout to score.")
+    memory_headroom_gib: MemoryHeadroomGib = None
 
     @model_validator(mode="after")
     def _framework_recompute(self) -> EvaluateRequest:
@@ -157,6 +164,7 @@ MAX_COMPARE_LAYOUTS = 8
 class CompareRequest(JobSpec):
     """A job and two or more layouts to score side by side (the first is the reference)."""
 
+    memory_headroom_gib: MemoryHeadroomGib = None
     layouts: list[Layout] = Field(
         min_length=2,
         max_length=MAX_COMPARE_LAYOUTS,

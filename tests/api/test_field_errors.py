@@ -260,3 +260,17 @@ def test_a_placement_tier_name_is_bounded(client: TestClient) -> None:
     err = _one_error(client, "/evaluate", body)
     assert err["loc"] == ["body", "config", "placement", "tp"] and err["type"] == "string_too_long"
     assert len(str(err)) < 2_000
+
+
+def test_an_expert_block_larger_than_the_job_is_a_422(client: TestClient) -> None:
+    """fix ep 8 with etp 64 is 512 expert ranks on 256 GPUs: it was a 200 'infeasible' whose
+    explanation blamed the tp/pp/cp/dp divisibility."""
+    body = {
+        "model": {"preset": "mixtral-8x22b"},
+        "training": {"seq_len": 4096, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"fix": {"ep": 8, "etp": 64}},
+    }
+    err = _one_error(client, "/plan", body)
+    assert err["loc"] == ["body", "search", "fix", "etp"]
+    assert "ep 8 x etp 64 x pp 1 does not divide num_gpus (256)" in err["msg"]

@@ -124,3 +124,22 @@ def test_costs_and_reliability_reach_each_layout(client: TestClient) -> None:
         assert plan["time_to_train"]["pue"] == 2.0
         assert plan["goodput"]["restart_s"] == 900
         assert plan["time_to_train"] == alone["time_to_train"] and plan["goodput"] == alone["goodput"]
+
+
+def test_evaluate_and_compare_take_the_plans_memory_headroom(client: TestClient) -> None:
+    """/plan with search.memory_headroom_gib 0 returned a layout that /evaluate, with no way to
+    say the same, judged out of memory (its 1 GiB default); both now take memory_headroom_gib."""
+    job = {"model": {"preset": "gpt3-175b"}, "training": {"seq_len": 2048, "global_batch_size": 512},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 256}}  # fmt: skip
+    fix = {"tp": 2, "pp": 16, "vpp": 5, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}
+    planned = client.post("/plan", json={**job, "search": {"memory_headroom_gib": 0, "fix": fix}}).json()
+    plan = planned["plans"][0]
+    assert plan["fits_memory"] and plan["memory_gib"]["total"] > plan["memory_gib"]["capacity"] - 1.0
+    layout = {k: plan["config"][k] for k in ("tp", "pp", "vpp", "micro_batch_size", "zero_stage", "recompute")}
+    default = client.post("/evaluate", json={**job, "config": layout}).json()
+    assert default["memory_gib"]["headroom"] == 1.0 and not default["fits_memory"]
+    same = client.post("/evaluate", json={**job, "config": layout, "memory_headroom_gib": 0}).json()
+    assert same["memory_gib"]["headroom"] == 0.0 and same["fits_memory"]
+    assert same["step_time_s"] == plan["step_time_s"]
+    compared = client.post("/compare", json={**job, "layouts": [layout, layout], "memory_headroom_gib": 0}).json()
+    assert all(e["plan"]["fits_memory"] for e in compared["entries"])
