@@ -215,10 +215,10 @@ def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:
         raise InvalidLayout(
             "search.fix.vpp", f"vpp {fix.vpp} with pp {fix.pp} needs pp >= 2 and pp x vpp <= num_layers ({layers})"
         )
-    if fix.ep is not None and fix.etp is not None and n % (fix.ep * fix.etp * (fix.pp or 1)):
-        raise InvalidLayout(
-            "search.fix.etp", f"ep {fix.ep} x etp {fix.etp} x pp {fix.pp or 1} does not divide num_gpus ({n})"
-        )
+    etp, pp = fix.etp or 1, fix.pp or 1
+    if fix.ep is not None and n % (fix.ep * etp * pp):
+        field = "etp" if etp > 1 else "ep"
+        raise InvalidLayout(f"search.fix.{field}", f"ep {fix.ep} x etp {etp} x pp {pp} does not divide num_gpus ({n})")
     gbs = job.training.global_batch_size or 0
     if fix.micro_batch_size is not None and fix.dp is not None and gbs % (fix.micro_batch_size * fix.dp):
         raise InvalidLayout(

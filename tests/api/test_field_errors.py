@@ -274,3 +274,9 @@ def test_an_expert_block_larger_than_the_job_is_a_422(client: TestClient) -> Non
     err = _one_error(client, "/plan", body)
     assert err["loc"] == ["body", "search", "fix", "etp"]
     assert "ep 8 x etp 64 x pp 1 does not divide num_gpus (256)" in err["msg"]
+    # etp unpinned (or 1): the expert block is ep x pp, and the field to name is ep
+    for fix in ({"ep": 8, "pp": 16}, {"ep": 8, "etp": 1, "pp": 16}):
+        body = {**body, "cluster": {"preset": "dgx-h100", "num_gpus": 64}, "search": {"fix": fix}}
+        err = _one_error(client, "/plan", body)
+        assert err["loc"] == ["body", "search", "fix", "ep"], fix
+        assert "ep 8 x etp 1 x pp 16 does not divide num_gpus (64)" in err["msg"]
