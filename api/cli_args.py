@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -66,12 +66,10 @@ def serve_settings(host: str | None, port: int | None, workers: int | None) -> S
         raise FlagError("; ".join(f"--{e['loc'][0]} {flags[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
 
 
-def write_output(text: str, stream: TextIO | None = None) -> None:
-    """Write ``text`` to ``stream`` (default: standard output) and flush it; ``OutputError`` when
-    that fails."""
-    out = stream if stream is not None else sys.stdout
+def write_output(text: str) -> None:
+    """Write ``text`` to standard output and flush it; ``OutputError`` when that fails."""
     try:
-        out.write(text)
-        out.flush()
+        sys.stdout.write(text)
+        sys.stdout.flush()
     except OSError as exc:
         raise OutputError(exc.strerror or str(exc)) from exc

@@ -19,6 +19,7 @@ from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.comm import Level
 from optimizer.modes import Axis
+from optimizer.rank_orders import is_pp_inside_dp
 from optimizer.units import bits_to_bytes_per_s
 
 ETP = "etp"
@@ -206,7 +207,7 @@ def axis_groups(topo: Topology, order: tuple[str, ...], sizes: dict[str, int]) -
     etp = sizes.get(ETP, 1)
     ep_geo = group_geometry(topo, inner * etp, ep)
     edp = sizes[Axis.TP] * sizes[Axis.CP] * sizes[Axis.DP] // (etp * ep)
-    if order.index(Axis.PP) < order.index(Axis.DP):  # Megatron's tp-cp-ep-pp-dp: etp-ep-pp-edp, edp = dp
+    if is_pp_inside_dp(order, sizes):  # Megatron's tp-cp-ep-pp-dp: etp-ep-pp-edp, edp = dp
         edp_geo = group_geometry(topo, stride[Axis.DP], edp)
     else:
         edp_geo = group_geometry(topo, inner * etp * ep, edp)

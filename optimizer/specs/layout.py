@@ -14,27 +14,24 @@ MAX_MICRO_BATCH_SIZE = 1 << 16
 """The largest micro-batch a layout may name (sequences)."""
 
 
-MAX_TIER_NAME = MAX_LEVEL_NAME
-"""Longest tier name: a cluster tier or a topology level (``topology_spec.MAX_LEVEL_NAME``)."""
-
-
 class PlacementSpec(Strict):
-    """For each parallel axis, the outermost network tier its process groups span."""
+    """For each parallel axis, the outermost network tier its process groups span (a cluster tier
+    or a topology level: at most ``MAX_LEVEL_NAME`` characters)."""
 
     tp: str | None = Field(
-        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the tensor-parallel groups span."
+        default=None, max_length=MAX_LEVEL_NAME, description="Outermost network tier the tensor-parallel groups span."
     )
     cp: str | None = Field(
-        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the context-parallel groups span."
+        default=None, max_length=MAX_LEVEL_NAME, description="Outermost network tier the context-parallel groups span."
     )
     ep: str | None = Field(
-        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the expert-parallel groups span."
+        default=None, max_length=MAX_LEVEL_NAME, description="Outermost network tier the expert-parallel groups span."
     )
     dp: str | None = Field(
-        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the data-parallel groups span."
+        default=None, max_length=MAX_LEVEL_NAME, description="Outermost network tier the data-parallel groups span."
     )
     pp: str | None = Field(
-        default=None, max_length=MAX_TIER_NAME, description="Outermost network tier the pipeline groups span."
+        default=None, max_length=MAX_LEVEL_NAME, description="Outermost network tier the pipeline groups span."
     )
 
 
