@@ -143,7 +143,8 @@ class FrameworkProfile:
         par = self.parallelism
         allowed = par.zero_stages_with_pp if pp > 1 else par.zero_stages_without_pp
         if zero not in allowed.value:
-            return f"{self.name} runs zero_stage {list(allowed.value)} with pp {'> 1' if pp > 1 else '= 1'} ({allowed.source})"
+            stages = f"zero_stage {list(allowed.value)}" if allowed.value else "no zero_stage"
+            return f"{self.name} runs {stages} with pp {'> 1' if pp > 1 else '= 1'} ({allowed.source})"
         if ep > 1 and zero not in par.ep_layouts_zero_stages.value:
             return f"{self.name} runs zero_stage {list(par.ep_layouts_zero_stages.value)} with ep > 1 ({par.ep_layouts_zero_stages.source})"
         if zero == 0 and par.ddp_only_without_other_parallelism.value and (cp > 1 or dp > 1 and max(tp, pp, ep) > 1):

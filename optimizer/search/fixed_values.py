@@ -8,11 +8,13 @@ other combinations are the search's business.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import as_run_for, kv_heads_to_split, load_profiles, profile
+from optimizer.frameworks import FrameworkProfile, as_run_for, kv_heads_to_split, load_profiles, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -184,16 +186,72 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
                 raise InvalidLayout(
                     f"search.allow.{name}", f"no layout can take any of {name} {list(allowed)}: {reasons[0]}"
                 )
-    zeros = [fix.zero_stage] if fix.zero_stage is not None else search.allow.zero_stage
-    if not zeros:
+    _check_framework_zero_pins(job, search, prof)
+
+
+_SIZE_PINS = ("pp", "tp", "cp", "dp", "ep")
+"""Pinned sizes a framework's ZeRO rules involve, in the order a conflict is blamed on them."""
+
+
+def _prime_factors(n: int) -> int:
+    """How many prime factors ``n`` has, counted with multiplicity."""
+    count, d = 0, 2
+    while d * d <= n:
+        while n % d == 0:
+            n, count = n // d, count + 1
+        d += 1
+    return count + (n > 1)
+
+
+def _size_choices(job: JobSpec, pins: dict[str, int | None]) -> list[dict[str, int]]:
+    """The (tp, pp, cp, dp) whose product is num_gpus, with ``pins``' values where they name one,
+    up to what the ZeRO rules read of an unpinned size (1 or above 1, shown as 2); ep at its pin,
+    else 1. Empty when the pins do not divide num_gpus (which other checks name)."""
+    n, axes = job.cluster.resolved_num_gpus, ("tp", "pp", "cp", "dp")
+    pinned = math.prod(pins[a] or 1 for a in axes)
+    if n % pinned:
+        return []
+    rest, free = n // pinned, [a for a in axes if pins[a] is None]
+    out: list[dict[str, int]] = []
+    for above in itertools.product((False, True), repeat=len(free)):
+        split = sum(above)
+        if split > _prime_factors(rest) or (rest > 1) != (split > 0):
+            continue
+        sizes = {a: pins[a] or 1 for a in axes} | {a: 2 for a, up in zip(free, above, strict=True) if up}
+        out.append(sizes | {"ep": pins["ep"] or 1})
+    return out
+
+
+def _zero_reasons(job: JobSpec, prof: FrameworkProfile, pins: dict[str, int | None], zeros: list[int]) -> list[str]:
+    """Why each layout the pinned sizes allow runs none of ``zeros`` on the framework; empty when
+    one does (or no layout divides, which other checks name)."""
+    reasons: list[str] = []
+    for s in _size_choices(job, pins):
+        for z in zeros:
+            reason = prof.zero_problem(s["pp"], s["dp"], s["tp"], s["cp"], s["ep"], 1, z)
+            if reason is None:
+                return []
+            reasons.append(reason)
+    return reasons
+
+
+def _check_framework_zero_pins(job: JobSpec, search: SearchSpec, prof: FrameworkProfile) -> None:
+    """Raise ``InvalidLayout`` when the named framework runs no ZeRO stage the request allows with
+    the pinned sizes, whatever the unpinned sizes take: at the ``zero_stage`` field when another
+    stage would run, else at the pinned size whose pin alone excludes every stage (pp first)."""
+    fix = search.fix
+    named: list[int] = [fix.zero_stage] if fix.zero_stage is not None else list(search.allow.zero_stage or [])
+    pins: dict[str, int | None] = {name: getattr(fix, name) for name in _SIZE_PINS}
+    reasons = _zero_reasons(job, prof, pins, named or [0, 1, 2, 3])
+    if not reasons:
         return
-    pps = [fix.pp] if fix.pp is not None else [1, 2]
-    ep = fix.ep or 1  # a pinned ep: the rules for expert-parallel layouts apply
-    reasons = [prof.zero_problem(pp, 1, 1, 1, ep, 1, z) for z in zeros for pp in pps]
-    if all(r is not None for r in reasons):
+    if named and not _zero_reasons(job, prof, pins, [0, 1, 2, 3]):
         field = "search.fix.zero_stage" if fix.zero_stage is not None else "search.allow.zero_stage"
-        shown = zeros[0] if len(zeros) == 1 else zeros
+        shown = named[0] if len(named) == 1 else named
         raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
+    for name in _SIZE_PINS:
+        if pins[name] is not None and not _zero_reasons(job, prof, {**pins, name: None}, named or [0, 1, 2, 3]):
+            raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {pins[name]}: {reasons[0]}")
 
 
 def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:

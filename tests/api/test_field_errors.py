@@ -78,16 +78,26 @@ def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:
     assert r.status_code == 200 and {p["config"]["recompute"] for p in r.json()["plans"]} == {"none"}
     deepspeed = _with("training", framework="deepspeed")
     # bf16 with 16-bit gradients (DeepSpeed's ZeRO default): its pipeline engine runs no stage
-    piped = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"zero_stage": 1, "pp": 2}}})
-    assert piped["loc"] == ["body", "search", "fix", "zero_stage"]
-    assert "DeepSpeed runs zero_stage [] with pp > 1" in piped["msg"]
-    assert "training.grad_reduce_in_fp32 true runs pipelines" in piped["msg"]
+    # so the pinned pp is what no layout can take, whatever stage is pinned with it or none
+    for fix in ({"zero_stage": 1, "pp": 2}, {"zero_stage": 3, "pp": 2}, {"pp": 2}):
+        piped = _one_error(client, "/plan", {**deepspeed, "search": {"fix": fix}})
+        assert piped["loc"] == ["body", "search", "fix", "pp"], (fix, piped)
+        assert piped["msg"].startswith("no layout can take pp = 2: DeepSpeed runs no zero_stage with pp > 1")
+        assert "training.grad_reduce_in_fp32 true runs pipelines" in piped["msg"]
     fp32 = {**deepspeed, "training": {**deepspeed["training"], "grad_reduce_in_fp32": True}}
     zero = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 2, "pp": 2}}})
     assert zero["loc"] == ["body", "search", "fix", "zero_stage"]
     assert "DeepSpeed runs zero_stage [0, 1] with pp > 1" in zero["msg"]
     flat = _one_error(client, "/plan", {**fp32, "search": {"fix": {"zero_stage": 1, "pp": 1}}})
-    assert "DeepSpeed runs zero_stage [] with pp = 1" in flat["msg"], flat["msg"]
+    assert flat["loc"] == ["body", "search", "fix", "pp"]
+    assert "DeepSpeed runs no zero_stage with pp = 1" in flat["msg"], flat["msg"]
+    torchtitan = _with("training", framework="torchtitan")  # 16 GPUs: TP8 leaves dp or pp above 1
+    ddp = _one_error(client, "/plan", {**torchtitan, "search": {"fix": {"zero_stage": 0, "tp": 8}}})
+    assert ddp["loc"] == ["body", "search", "fix", "zero_stage"]
+    assert "torchtitan runs zero_stage 0 only with data parallelism alone" in ddp["msg"], ddp["msg"]
+    r = client.post("/plan", json={**torchtitan, "search": {"fix": {"zero_stage": 0}}})
+    assert r.status_code == 200 and r.json()["status"] == "infeasible"  # DDP alone runs; 8B does not fit it
+    assert r.json()["explanation"].startswith("no layout fits in memory"), r.json()["explanation"]
     cp = _one_error(client, "/plan", {**deepspeed, "search": {"fix": {"cp": 2}}})
     assert cp["loc"] == ["body", "search", "fix", "cp"] and "no context parallelism" in cp["msg"]
 
