@@ -7,7 +7,6 @@ import argparse
 import io
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -21,6 +20,7 @@ from api.cli_args import EXIT_NO_ANSWER, EXIT_OK, write_output
 from api.settings import MIB, Settings
 from api.sweeps import SweepManager, limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
+from optimizer.job_warnings import MFU_OPENING, split_mfu_warning
 
 POLL_S = 0.2
 TABLE_WIDTH = 140
@@ -77,10 +77,6 @@ def point_name(point: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
-MFU_WARNING = re.compile(r"^predicted MFU (\d+(?:\.\d+)?)% ")
-"""The MFU warning's opening, the only part that differs between points of one sweep."""
-
-
 def sweep_warnings(status: SweepStatus) -> list[str]:
     """The sweep's warnings, then each point's, the point named (a warning several points share
     once, with the first of them); the MFU warnings of several points as one line, with the
@@ -90,21 +86,21 @@ def sweep_warnings(status: SweepStatus) -> list[str]:
     mfu: dict[str, tuple[int, list[str], list[float]]] = {}  # rest of the warning -> line, points, MFUs
     for result in status.results:
         for w in result.warnings:
-            match = MFU_WARNING.match(w)
-            if match:
-                rest = w[match.end() :]
+            split = split_mfu_warning(w)
+            if split is not None:
+                value, rest = split
                 if rest not in mfu:
                     mfu[rest] = (len(lines), [], [])
                     lines.append("")
                 mfu[rest][1].append(point_name(result.point))
-                mfu[rest][2].append(float(match.group(1)))
+                mfu[rest][2].append(value)
             elif w not in seen:
                 seen.add(w)
                 lines.append(f"{point_name(result.point)}: {w}")
     for rest, (i, points, values) in mfu.items():
         low, high = min(values), max(values)
         span = f"{low:.1f}%" if low == high else f"{low:.1f}-{high:.1f}%"
-        lines[i] = f"{'; '.join(points)}: predicted MFU {span} {rest}"
+        lines[i] = f"{'; '.join(points)}: {MFU_OPENING} {span} {rest}"
     return lines
 
 

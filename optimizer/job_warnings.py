@@ -9,6 +9,7 @@ The reference numbers (largest published batch, best published MFU) are data wit
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,6 +23,17 @@ from optimizer.specs import JobSpec
 DATA_PATH = Path(__file__).resolve().parent / "data" / "job_checks.toml"
 MICRO_BATCHES_PER_STAGE = 2
 """A pipelined top plan with fewer micro-batches than this many per stage gets a warning."""
+
+MFU_OPENING = "predicted MFU"
+"""How the warning of an MFU above the best published opens: then the MFU in percent."""
+_MFU_WARNING = re.compile(rf"^{MFU_OPENING} (\d+(?:\.\d+)?)% ")
+
+
+def split_mfu_warning(warning: str) -> tuple[float, str] | None:
+    """The MFU in percent and the rest of an MFU-above-published warning (the part two plans of
+    one job share); None for any other warning."""
+    match = _MFU_WARNING.match(warning)
+    return None if match is None else (float(match.group(1)), warning[match.end() :])
 
 
 @dataclass(frozen=True)
@@ -170,7 +182,7 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
         if plan.mfu <= same.mfu:
             return None  # the model's own bound, in the planner's FLOP count, replaces the GPU's
         return (
-            f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "
+            f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "
             f"{precision} and {same.seq_len:,} tokens ({100 * same.mfu:.1f}%, {same.model} on {same.num_gpus:,} GPUs, "
             f"published run {same.run}): treat the prediction as an upper estimate"
         )
@@ -178,6 +190,6 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
     if best is None or plan.mfu <= best.mfu:
         return None
     return (
-        f"predicted MFU {100 * plan.mfu:.1f}% is above the best published for {gpu} at "
+        f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for {gpu} at "
         f"{precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
     )

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.settings import Settings
 from optimizer import model_mfu
-from optimizer.job_warnings import load_job_checks
+from optimizer.job_warnings import load_job_checks, split_mfu_warning
 from optimizer.specs import PlanRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +122,10 @@ def test_mfu_above_the_best_published_for_the_gpu_and_precision(client: TestClie
     [warning] = response["warnings"]
     assert warning.startswith(f"layout 1: predicted MFU {100 * mfus[1]:.1f}% is above the best published")
     assert "a100-sxm-80gb at bf16 (56.3%, Korthikanti et al. 2022: 1T on 512 A100)" in warning
+    # the sweep table groups these warnings by what follows the MFU (api/sweep_cli.py)
+    value, rest = split_mfu_warning(warning.removeprefix("layout 1: ")) or (0.0, "")
+    assert value == round(100 * mfus[1], 1) and rest.startswith("is above the best published for a100")
+    assert split_mfu_warning(response["warnings"][0].replace("MFU", "mfu")) is None
     # fp16 shares the 16-bit row; a GPU without a published row gets no such warning
     assert load_job_checks().best_for("a100-sxm-40gb", "fp16").mfu == 0.563
     assert load_job_checks().best_for("mi300x", "bf16") is None
