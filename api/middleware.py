@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.documents import MAX_DEPTH, duplicate_json_key, duplicate_message, json_depth
@@ -119,6 +120,16 @@ def _check_body(body: bytes) -> None:
         raise _BadBody(duplicate_message(key), "json_duplicate_key")
 
 
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the app takes the request's method and path, so its body is read: an
+    unknown path stays a 404 and a wrong method a 405, whatever the body holds."""
+    app = scope.get("app")
+    routes = getattr(app, "routes", None)
+    if routes is None:  # not under a Starlette app: check every body
+        return True
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
+
+
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
     """Read the whole body (at most ``limit`` bytes); return a ``receive`` that replays it.
 
@@ -144,7 +155,7 @@ async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:
             pending = None
             break
     body = b"".join(chunks)
-    if body:  # up to max_body_bytes of parsing: on a thread, not the event loop
+    if body and _routed(scope):  # up to max_body_bytes of parsing: on a thread, not the event loop
         await asyncio.to_thread(_check_body, body)
     replayed = False
 
@@ -166,7 +177,8 @@ class RequestContextMiddleware:
     - gives every request an id (an incoming ``X-Request-ID`` if well-formed, else a new one),
       exposes it as ``request.state.request_id`` and returns it in the ``X-Request-ID`` header;
     - answers 413 when the body exceeds ``max_body_bytes`` (declared or actually sent), 408 when
-      it is not received within ``body_timeout_s``, 422 when it nests deeper than ``MAX_DEPTH``;
+      it is not received within ``body_timeout_s``, 422 when a route takes it and it is not UTF-8,
+      repeats a key or nests deeper than ``MAX_DEPTH``;
     - serves HEAD on every GET route (the GET answer without its body);
     - turns any exception that escapes the app into a logged 500 ``{"detail", "request_id"}``;
     - writes one JSON line per request to the ``pplan.access`` logger.

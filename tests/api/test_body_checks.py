@@ -47,6 +47,9 @@ def test_a_body_that_is_not_utf8_is_a_422_even_when_it_is_json(client: TestClien
         assert item["loc"] == ["body"] and item["type"] == "json_invalid"
         assert item["msg"].startswith("request body is not UTF-8")
     assert client.post("/plan", content=PLAN.encode(), headers=JSON).status_code == 200
+    # the body of a request no route takes is not read: 404 and 405 as for any body
+    assert client.post("/nowhere", content=PLAN.encode("utf-16"), headers=JSON).status_code == 404
+    assert client.put("/plan", content=b"[" * 2000, headers=JSON).status_code == 405
 
 
 def test_depth_is_counted_outside_strings(client: TestClient) -> None:
