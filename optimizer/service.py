@@ -213,13 +213,29 @@ def compare(request: CompareRequest) -> CompareResponse:
             one = EvaluateRequest(**dict(job), config=layout, memory_headroom_gib=request.memory_headroom_gib)
             plans.append(evaluate(one))
         except InvalidLayout as exc:
+            reason = exc.reason.replace("config.", f"layouts.{i}.")
             if exc.field.split(".")[0] in ("model", "training", "cluster"):
-                raise  # the job itself (e.g. training.precision), not the layout
-            raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", exc.reason) from exc
-    warnings = job_warnings(job)
+                raise InvalidLayout(exc.field, reason) from exc  # the job itself, not the layout
+            raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason) from exc
+    warnings = job_warnings(_sized(job, plans[0]))
     for i, p in enumerate(plans):
-        warnings += [f"layout {i}: {w}" for w in plan_warnings(job, p, "the layout")]
+        sized = _sized(job, p)
+        if sized.cluster.num_gpus != _plan_gpus(plans[0]):  # on a topology each layout sizes the job
+            warnings += [f"layout {i}: {w}" for w in job_warnings(sized)]
+        warnings += [f"layout {i}: {w}" for w in plan_warnings(sized, p, "the layout")]
     return CompareResponse(entries=compare_plans(plans), warnings=warnings)
+
+
+def _plan_gpus(p: Plan) -> int:
+    """How many GPUs a plan's layout takes."""
+    return p.config.tp * p.config.pp * p.config.cp * (p.config.dp or 1)  # set in every plan
+
+
+def _sized(job: JobSpec, p: Plan) -> JobSpec:
+    """The job at the plan's GPU count: a job on a topology may leave ``num_gpus`` to the layout."""
+    if job.cluster.num_gpus is not None:
+        return job
+    return job.model_copy(update={"cluster": job.cluster.model_copy(update={"num_gpus": _plan_gpus(p)})})
 
 
 __all__ = ["LaunchArgs", "compare", "evaluate", "plan", "to_plan"]

@@ -295,6 +295,29 @@ def test_evaluate_without_assignment_places_the_layout(client: TestClient) -> No
     assert r.json()["assignment"]["nodes"] == ["gpu004", "gpu005", "gpu006", "gpu007"]
 
 
+def test_compare_on_a_topology_sizes_each_layout(client: TestClient) -> None:
+    """With no num_gpus each layout's dp sizes the job, as /evaluate does; its warnings are those
+    of the job at that size (a 500 before: they read num_gpus of the unplaced job)."""
+    topo = blocks_racks(1, 2, 4, busy={"gpu000", "gpu001"})
+    cluster = {"preset": "dgx-h100", "topology": topo}
+    body = {"model": MODEL, "training": TRAINING, "cluster": cluster, "layouts": [{"dp": 32}, {"tp": 2, "dp": 8}]}
+    r = client.post("/compare", json=body)
+    assert r.status_code == 200, r.text
+    entries = r.json()["entries"]
+    assert [len(e["plan"]["assignment"]["nodes"]) for e in entries] == [4, 2]
+    for e, layout in zip(entries, body["layouts"], strict=True):
+        one = client.post(
+            "/evaluate", json={"model": MODEL, "training": TRAINING, "cluster": cluster, "config": layout}
+        ).json()
+        assert e["plan"]["step_time_s"] == one["step_time_s"]
+    # each layout's MFU warning, judged on the job at its own size
+    assert [w.split(": ")[0] for w in r.json()["warnings"]] == ["layout 0", "layout 1"], r.json()["warnings"]
+    unsized = client.post("/compare", json={**body, "layouts": [{"dp": 32}, {"tp": 2}]})
+    assert unsized.status_code == 422
+    [item] = unsized.json()["detail"]
+    assert item["msg"] == "give num_gpus, layouts.1.dp or topology.assignment", item
+
+
 def test_hostname_level_is_implied_and_oversized_nodes_rejected(client: TestClient) -> None:
     topo = blocks_racks(1, 1, 2)
     topo["levels"] = ["block", "rack"]
