@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from optimizer.errors import InvalidLayout
 from optimizer.results import Plan, PlanResponse, Suggestion
 from optimizer.specs import PlanRequest
 
@@ -116,7 +117,10 @@ def suggestions(
     gbs = request.training.global_batch_size or 1
     for count in candidate_counts(n, gbs, request.cluster.gpus_per_node or 1):
         cluster = request.cluster.model_copy(update={"num_gpus": count})
-        answer = search_plans(request.model_copy(update={"cluster": cluster, "search": spec}))
+        try:
+            answer = search_plans(request.model_copy(update={"cluster": cluster, "search": spec}))
+        except InvalidLayout:  # the request's pins (search.fix / allow) rule this count out
+            continue
         if not answer.plans or not _clearly_better(best, count, n, answer.plans[0]):
             continue
         other = answer.plans[0]

@@ -237,6 +237,15 @@ def test_suggests_512_over_576_gb200():
     assert "batch divisibility" in s.reason and "576 = 9 x 64" in s.reason and "bubble 32%" in s.reason
 
 
+@pytest.mark.usefixtures("untimed_suggestions")
+def test_pins_no_candidate_count_can_take_leave_it_unsuggested():
+    """The 576-GPU job pinned to 9 stages: 512 GPUs cannot take pp 9, so it is not suggested (the
+    candidate's 422, naming 512 GPUs, answered the whole request)."""
+    pinned = {**QWEN, "search": {**QWEN.get("search", {}), "fix": {"pp": 9}}}
+    answer = service.plan(PlanRequest.model_validate(pinned))
+    assert answer.plans[0].config.pp == 9 and answer.suggestions == []
+
+
 def test_no_suggestion_when_count_divides_and_no_bubble():
     answer = service.plan(PlanRequest.model_validate({**QWEN, "cluster": {"preset": "gb200-nvl72", "num_gpus": 512}}))
     assert answer.suggestions == []
