@@ -38,6 +38,7 @@ from optimizer.capacity.sweep import (
     PointStatus,
     SweepRequest,
     SweepStatus,
+    cluster_value_to_blame,
     pareto_front,
     point_requests,
 )
@@ -322,6 +323,8 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
     loc: tuple[Any, ...] = ("body", "job", *inner)
     for axis, places in VARIED_AT.items():
         if axis in point and tuple(inner) in places:
+            if axis == "cluster" and not cluster_value_to_blame(body, point):
+                break  # the job's own cluster fields are invalid with every preset the sweep names
             loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
             break
     return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}

@@ -208,6 +208,26 @@ def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequ
     return out
 
 
+def cluster_value_to_blame(request: SweepRequest, point: dict[str, Any]) -> bool:
+    """Whether the point's ``vary.cluster`` value, not the job's own cluster fields, makes its
+    cluster invalid: the preset is invalid with the job's cluster fields left out, or another
+    value of the axis is valid with them."""
+    job = request.job
+    alone = {**job, "cluster": {"preset": point["cluster"], "num_gpus": 8}}
+    if not _valid(point_job(alone, point)):
+        return True
+    others = [c for c in request.vary.cluster or [] if c != point["cluster"]]
+    return any(_valid(point_job(job, {**point, "cluster": c})) for c in others)
+
+
+def _valid(job: dict[str, Any]) -> bool:
+    try:
+        PlanRequest.model_validate(job)
+    except ValidationError:
+        return False
+    return True
+
+
 class PointResult(Strict):
     point: dict[str, Any]
     status: PointStatus

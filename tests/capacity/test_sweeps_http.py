@@ -135,6 +135,12 @@ def test_bad_sweeps_are_4xx(client):
     long_id = "x" * 300  # refused at the preset field inside the varied cluster: still the vary value
     too_long = client.post("/sweeps", json={"job": JOB_8B, "vary": {"cluster": ["dgx-h100", long_id]}})
     assert too_long.status_code == 422 and too_long.json()["detail"][0]["loc"] == ["body", "vary", "cluster", 1]
+    # the job's own cluster field is invalid with every preset named: the job's field, not a value
+    for bad in ({"network": "bogus"}, {"gpus_per_node": 3}):
+        job = {**JOB_8B, "cluster": {**JOB_8B["cluster"], **bad}}
+        for presets in (["dgx-h100", "dgx-b200"], ["dgx-h100"]):
+            item = client.post("/sweeps", json={"job": job, "vary": {"cluster": presets}}).json()["detail"][0]
+            assert item["loc"] == ["body", "job", "cluster"], (bad, presets, item)
     empty = client.post("/sweeps", json={"job": JOB_8B, "vary": {}})
     assert empty.status_code == 422
     repeated = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8, 8]}})
