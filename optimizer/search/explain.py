@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from optimizer.cost import Estimate
 from optimizer.cost.rules import divisors
+from optimizer.frameworks import profile
 from optimizer.search.fixed_values import fixed_combination_reason
+from optimizer.search.framework_explain import framework_rules_explanation
 from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, cp_chunk_too_short, empty_choice
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import to_gib
@@ -17,6 +19,9 @@ def no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
         return f"no valid layout: search.fix / search.allow leave no {knob} the search can use" + (
             " ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else ""
         )
+    framework = framework_rules_explanation(job, spec)
+    if framework is not None:
+        return framework
     pinned = fixed_combination_reason(job, spec)
     if pinned is not None:
         return f"no valid layout: {pinned}"
@@ -47,16 +52,19 @@ def _short_chunks_left_out(job: JobSpec, spec: SearchSpec) -> str:
     )
 
 
-def memory_explanation(best: Estimate | None) -> str:
-    """Name the smallest per-GPU memory need over all layouts (all were costed) against capacity."""
+def memory_explanation(best: Estimate | None, job: JobSpec) -> str:
+    """Name the smallest per-GPU memory need over all layouts (all were costed) against capacity;
+    its recompute under the named framework's own name."""
     if best is None:
         return "no layout fits in memory"
     lay = best.layout
+    named = job.training.framework
+    recompute = (profile(named).own_recompute(lay.recompute) if named else None) or lay.recompute
     cap = to_gib(best.usable_bytes)
     return (
         f"no layout fits in memory: the smallest per-GPU memory over all layouts is "
         f"{to_gib(best.peak_memory_bytes):.1f} GiB on stage {best.peak_stage} "
         f"(tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} micro_batch_size={lay.micro_batch_size}, "
-        f"ZeRO-{lay.zero_stage}, {lay.recompute} recompute); usable capacity "
+        f"ZeRO-{lay.zero_stage}, {recompute} recompute); usable capacity "
         f"{cap:.1f} GiB ({to_gib(best.capacity_bytes):.1f} GiB minus {to_gib(best.headroom_bytes):.1f} GiB headroom)"
     )

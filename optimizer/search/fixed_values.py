@@ -145,7 +145,8 @@ def _check_heads_pins(job: JobSpec, search: SearchSpec) -> None:
     if values and all(r is not None for r in reasons):
         field = "search.fix.tp" if fixed is not None else "search.allow.tp"
         shown = f"tp = {fixed}" if fixed is not None else f"any of tp {values}"
-        raise InvalidLayout(field, f"no framework runs {shown}: {reasons[0]}")
+        lead = "no framework runs" if named is None else "no layout can take"
+        raise InvalidLayout(field, f"{lead} {shown}: {reasons[0]}")
 
 
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:

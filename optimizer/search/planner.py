@@ -342,7 +342,7 @@ class Planner:
             for member in fam.expand(self.job) if is_deeper else [fam.first]:
                 self.smallest = least_memory(self.smallest, unfit_of(self.ctx, member, self.headroom))
         least = self.smallest.resolve(self.ctx, self.headroom) if self.smallest else None
-        return SearchResult("infeasible", (), info, self.job, tuple(self.warnings), memory_explanation(least))
+        return SearchResult("infeasible", (), info, self.job, tuple(self.warnings), memory_explanation(least, self.job))
 
     def _plan_warnings(self, best: Estimate) -> None:
         """Warn about parts of the space left out that may hold a faster plan than ``best``, and

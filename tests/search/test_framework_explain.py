@@ -1,0 +1,84 @@
+"""An infeasible answer under a named framework names the framework fact that empties the space,
+with an example layout the pins admit without it; the same request without that cause plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from optimizer.service import plan
+from optimizer.specs import PlanRequest
+
+
+def _job(model: str, n: int, framework: str, gbs: int = 256, **search: Any) -> dict[str, Any]:
+    return {
+        "model": {"preset": model},
+        "training": {"seq_len": 8192, "global_batch_size": gbs, "framework": framework},
+        "cluster": {"preset": "dgx-h100", "num_gpus": n},
+        "search": {"top_k": 1, "time_limit_s": 30, "suggest": False, **search},
+    }
+
+
+CASES = {
+    # ZeRO-3 pinned with interleaving: pp > 1 follows, where Megatron-LM runs ZeRO-0/1 only
+    "zero3 with vpp": (
+        _job("llama3-8b", 64, "megatron-lm", fix={"vpp": 2, "zero_stage": 3}),
+        "Megatron-LM runs zero_stage [0, 1] with pp > 1",
+        {"search": {"fix": {"vpp": 2, "zero_stage": 1}}},
+    ),
+    # bf16 with 16-bit gradients: DeepSpeed's pipeline engine runs no ZeRO stage
+    "deepspeed allow pp": (
+        _job("llama3-8b", 16, "deepspeed", allow={"pp": [2, 4]}),
+        "DeepSpeed runs no zero_stage with pp > 1",
+        {"training": {"grad_reduce_in_fp32": True}},
+    ),
+    # the pins leave tp x pp x cp = 16 to fill, and DeepSpeed has no CP and no bf16 pipelines
+    "deepspeed dp 1": (
+        _job("llama3-8b", 16, "deepspeed", fix={"dp": 1}),
+        "DeepSpeed has no context parallelism",
+        {"training": {"framework": "megatron-lm"}},
+    ),
+    "torchtitan etp": (
+        _job("llama4-scout", 64, "torchtitan", fix={"tp": 4, "etp": 1}),
+        "torchtitan splits routed experts over tensor parallelism: etp = tp (4) only",
+        {"search": {"fix": {"tp": 4, "etp": 4}}},
+    ),
+    "deepep group sizes": (
+        {**_job("deepseek-v3", 256, "megatron-lm", gbs=512, fix={"ep": 256}),
+         "training": {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-lm", "moe_dispatcher": "deepep"}},
+        "Megatron-LM runs expert groups (ep x etp) of [2, 4, 8, 16, 24, 32, 64, 128, 144, 160] ranks",
+        {"training": {"moe_dispatcher": "alltoall"}},
+    ),
+    "torchtitan zero2 micro-batches": (
+        _job("llama3-8b", 8, "torchtitan", gbs=64, fix={"zero_stage": 2, "micro_batch_size": 1, "tp": 1, "pp": 1}),
+        "torchtitan runs zero_stage 2 only with one micro-batch a step",
+        {"search": {"fix": {"zero_stage": 3, "micro_batch_size": 1, "tp": 1, "pp": 1}}},
+    ),
+}  # fmt: skip
+
+
+def _merged(body: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(body)
+    for section, fields in change.items():
+        out[section] = {**body[section], **fields} if section != "search" else {**body["search"], **fields}
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_framework_fact_is_named(name: str) -> None:
+    body, fact, control = CASES[name]
+    answer = plan(PlanRequest.model_validate(body))
+    assert answer.status == "infeasible" and not answer.plans
+    assert answer.explanation.startswith("no valid layout: "), answer.explanation
+    assert "search.fix / search.allow admit" in answer.explanation and fact in answer.explanation, answer.explanation
+    assert plan(PlanRequest.model_validate(_merged(body, control))).plans, "the control plans"
+
+
+def test_memory_explanations_speak_the_framework_s_recompute_names() -> None:
+    """torchtitan's selective checkpointing is costed as the cost model's 'op': the answer says
+    'selective', the name the request used."""
+    body = _job("llama3.1-405b", 8, "torchtitan", fix={"recompute": "selective"})
+    answer = plan(PlanRequest.model_validate(body))
+    assert answer.explanation.startswith("no layout fits in memory"), answer.explanation
+    assert "selective recompute)" in answer.explanation and "op recompute" not in answer.explanation
