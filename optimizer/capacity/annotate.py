@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from optimizer.capacity import formulas as f
+from optimizer.cost.context import power_clock
 from optimizer.cost.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
 from optimizer.modes import is_low_bit
 from optimizer.params import count_params
@@ -72,6 +73,7 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     eff = gpu.gemm_efficiency_bf16.value
     if is_low_bit(job.training.precision) and gpu.gemm_efficiency_fp8 is not None:
         eff = gpu.gemm_efficiency_fp8.value
+    eff *= power_clock(job, gpu)  # under a power cap the best achievable rate is the capped clock's
     vocab = job.model.vocab_size or 0
     token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab
     n = job.cluster.resolved_num_gpus

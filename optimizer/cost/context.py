@@ -226,7 +226,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
     d_qk, d_v = attention_dims(model)
     gemm_peak, eff = _gemm_peak_and_efficiency(job, gpu)
     bf16 = gpu.bf16_dense_flops.value
-    clock = _power_clock(job, gpu, cal)
+    clock = power_clock(job, gpu, cal)
     kernel = attention_kernel_class(job, gpu)
     return JobContext(
         job=job,
@@ -314,7 +314,7 @@ def _gemm_peak_and_efficiency(job: JobSpec, gpu: GpuEntry) -> tuple[float, float
     return peak, gpu.gemm_efficiency_bf16.value
 
 
-def _power_clock(job: JobSpec, gpu: GpuEntry, cal: Calibration) -> float:
+def power_clock(job: JobSpec, gpu: GpuEntry, cal: Calibration = DEFAULT) -> float:
     """The clock fraction a power cap below the GPU's TDP leaves (``cluster.gpu_power_limit_w``)."""
     limit = job.cluster.gpu_power_limit_w
     if limit is not None and limit < gpu.tdp_w.value:

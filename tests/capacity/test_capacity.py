@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hardware_catalog.capacity import load_capacity_catalog
 from optimizer import service
+from optimizer.calibration import DEFAULT
 from optimizer.capacity import formulas as f
 from optimizer.capacity.annotate import annotate, resolve_inputs
 from optimizer.capacity.suggest import candidate_counts, odd_batch_factor
@@ -320,8 +321,14 @@ def test_capacity_catalog_rejects_bad_files(tmp_path):
 def test_power_cap_bounds_board_power():
     doc = {**JOB_70B, "training": {**JOB_70B["training"], "total_tokens": 10**12}}
     doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 500}
-    capped = service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train
+    capped_plan = service.evaluate(EvaluateRequest.model_validate(doc))
+    capped = capped_plan.time_to_train
     full = _evaluate(total_tokens=10**12).time_to_train
     assert 140 + 575 < capped.power_per_gpu_w < min(full.power_per_gpu_w, 500 + 575)
+    # utilisation against the capped clock's best rate (HFU counts the datasheet peak): the cap
+    # lowers the clock once, not the clock and then the power scale again
+    clock = (500 / 700) ** DEFAULT.power_clock_exponent
+    board = 140 + (500 - 140) * min(1.0, capped_plan.hfu / (0.803 * clock))
+    assert capped.power_per_gpu_w == pytest.approx(board + 575)
     doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 100}  # below the idle draw
     assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.power_per_gpu_w == pytest.approx(675)
