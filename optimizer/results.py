@@ -95,7 +95,7 @@ class Goodput(_Out):
 class TimeToTrain(_Out):
     """The token budget (training.total_tokens) at this plan's goodput throughput."""
 
-    total_tokens: float
+    total_tokens: int
     steps: int
     days: float = Field(description="Wall-clock days, failures, checkpoints and restarts included.")
     gpu_hours: float

@@ -318,6 +318,14 @@ def test_capacity_catalog_rejects_bad_files(tmp_path):
         load_capacity_catalog_from(_catalog_dir(tmp_path, text.replace('source = "Uptime', 'src = "Uptime')))
 
 
+def test_the_token_budget_comes_back_whole():
+    """A budget above 2**53 survives the round trip (it was a float: ...993 came back ...992.0)."""
+    budget = 2**53 + 1
+    t = _evaluate(total_tokens=budget).time_to_train
+    assert t is not None and t.total_tokens == budget
+    assert f'"total_tokens":{budget},' in t.model_dump_json()
+
+
 def test_power_cap_bounds_board_power():
     doc = {**JOB_70B, "training": {**JOB_70B["training"], "total_tokens": 10**12}}
     doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 500}
