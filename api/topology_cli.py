@@ -11,7 +11,7 @@ from typing import Any
 import hostlist
 from pydantic import ValidationError
 
-from api.cli_args import EXIT_INVALID, EXIT_OK, write_output
+from api.cli_args import EXIT_INVALID, EXIT_OK, OutputError, write_output
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
@@ -34,7 +34,10 @@ def _inventory(path: str) -> Any:
 def _emit(topology: dict, out: str | None) -> None:
     text = json.dumps(topology, indent=2) + "\n"
     if out:
-        Path(out).write_text(text)
+        try:
+            Path(out).write_text(text)
+        except OSError as exc:  # a full disk, a missing directory: the answer, not the input
+            raise OutputError(f"{out}: {exc.strerror or exc}") from exc
     else:
         write_output(text)
 

@@ -673,5 +673,8 @@ def test_other_system_errors_are_not_called_output_errors(tmp_path: Path) -> Non
     with open("/dev/full", "w") as full:
         done = subprocess.run(argv, cwd=root, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (1, "pplan: could not write the output: No space left on device\n")
+    for out in ("/dev/full", str(tmp_path / "missing" / "topology.json")):  # -o PATH fails alike
+        written = subprocess.run([*argv, "-o", out], cwd=root, capture_output=True, text=True, timeout=120)
+        assert written.returncode == 1 and written.stderr.startswith(f"pplan: could not write the output: {out}: ")
     flat = subprocess.run([*argv, "--name", "topo3"], cwd=root, capture_output=True, text=True, timeout=120)
     assert flat.returncode == 2 and "topology.yaml: 'topo3' is flat (no tree or block" in flat.stderr
