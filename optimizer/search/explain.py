@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from optimizer.cost import Estimate
 from optimizer.cost.rules import divisors
 from optimizer.frameworks import profile
@@ -12,14 +14,15 @@ from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import to_gib
 
 
-def no_layout_explanation(job: JobSpec, spec: SearchSpec) -> str:
-    """Why the space of ``job`` under ``spec`` holds no valid layout."""
+def no_layout_explanation(job: JobSpec, spec: SearchSpec, deadline: float = math.inf) -> str:
+    """Why the space of ``job`` under ``spec`` holds no valid layout (reading other spaces until
+    ``deadline``, ``time.perf_counter()``)."""
     knob = empty_choice(job, spec)
     if knob is not None:
         return f"no valid layout: search.fix / search.allow leave no {knob} the search can use" + (
             " ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else ""
         )
-    framework = framework_rules_explanation(job, spec)
+    framework = framework_rules_explanation(job, spec, deadline)
     if framework is not None:
         return framework
     pinned = fixed_combination_reason(job, spec)

@@ -3,6 +3,7 @@ admit with no framework named, and which of the named framework's facts excludes
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from itertools import islice
 
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem
 from optimizer.search.framework_space import target_profiles
-from optimizer.search.space import Reach, layout_blocks
+from optimizer.search.space import Reach, SpaceBudget, SpaceTimedOut, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
 MAX_BLOCKS = 256
@@ -21,27 +22,36 @@ SHOWN_REASONS = 2
 """Distinct reasons an explanation names, the most frequent first."""
 
 
-def framework_rules_explanation(job: JobSpec, spec: SearchSpec) -> str | None:
+def framework_rules_explanation(job: JobSpec, spec: SearchSpec, deadline: float = math.inf) -> str | None:
     """With a framework named and no layout in its space: the reasons its profile gives for the
     layouts the pins admit without it (the most frequent first, each with an example layout);
-    None when no framework is named or no layout is admitted without it either."""
+    None when no framework is named, no layout is admitted without it either, or ``deadline``
+    (``time.perf_counter()``) passes first."""
     if job.training.framework is None:
         return None
     prof = target_profiles(job.training, job.model)[0][0]  # the named framework, as the job runs it
     for fields in (None, SHAPE_FIELDS):  # the request's knobs, else its shape alone
         unnamed = _unnamed(job, fields)
-        if unnamed is not None and (text := _reasons_text(prof, job, unnamed, spec)) is not None:
+        if unnamed is None:
+            continue
+        try:
+            text = _reasons_text(prof, job, unnamed, spec, SpaceBudget(deadline, math.inf))
+        except SpaceTimedOut:
+            return None
+        if text is not None:
             return text
     return None
 
 
-def _reasons_text(prof: FrameworkProfile, job: JobSpec, unnamed: JobSpec, spec: SearchSpec) -> str | None:
+def _reasons_text(
+    prof: FrameworkProfile, job: JobSpec, unnamed: JobSpec, spec: SearchSpec, budget: SpaceBudget
+) -> str | None:
     """The explanation from the layouts of ``unnamed``'s space, None when it holds none."""
     modes = prof.costed_modes(job.model.is_moe)
     reasons: Counter[str] = Counter()
     examples: dict[str, ResolvedLayout] = {}
     checked = 0
-    for block in islice(layout_blocks(unnamed, spec, Reach.ALL), MAX_BLOCKS):
+    for block in islice(layout_blocks(unnamed, spec, Reach.ALL, budget), MAX_BLOCKS):
         for family in block.families():
             if family.first.recompute not in modes:  # the framework's space holds its own modes only
                 continue

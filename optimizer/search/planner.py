@@ -112,7 +112,7 @@ class Planner:
             ))  # fmt: skip
         self.info = SolverInfo(candidates_enumerated=count_layouts(self.blocks))
         if not self.blocks:
-            return self._no_plan("infeasible", "INFEASIBLE", no_layout_explanation(self.job, spec))
+            return self._no_plan("infeasible", "INFEASIBLE", no_layout_explanation(self.job, spec, self.deadline))
         return None
 
     def bound(self) -> SearchResult | None:
