@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.documents import MAX_DEPTH, duplicate_json_key, duplicate_message, json_depth
@@ -127,7 +127,8 @@ def _routed(scope: Scope) -> bool:
     routes = getattr(app, "routes", None)
     if routes is None:  # not under a Starlette app: check every body
         return True
-    return any(route.matches(scope)[0] is Match.FULL for route in routes)
+    # a mounted app (the static files) takes no JSON body: its own 404 / 405 answer
+    return any(not isinstance(route, Mount) and route.matches(scope)[0] is Match.FULL for route in routes)
 
 
 async def _buffer_body(scope: Scope, receive: Receive, limit: int) -> Receive:

@@ -214,6 +214,8 @@ def compare(request: CompareRequest) -> CompareResponse:
             plans.append(evaluate(one))
         except InvalidLayout as exc:
             reason = exc.reason.replace("config.", f"layouts.{i}.")
+            if exc.field == "cluster.num_gpus" and job.cluster.num_gpus is None:  # the layout sized the job
+                raise InvalidLayout(f"layouts.{i}.dp", reason) from exc
             if exc.field.split(".")[0] in ("model", "training", "cluster"):
                 raise InvalidLayout(exc.field, reason) from exc  # the job itself, not the layout
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason) from exc

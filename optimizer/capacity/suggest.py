@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from optimizer.errors import InvalidLayout
+from optimizer.errors import PlannerError
 from optimizer.results import Plan, PlanResponse, Suggestion
 from optimizer.specs import PlanRequest
 
@@ -119,7 +119,7 @@ def suggestions(
         cluster = request.cluster.model_copy(update={"num_gpus": count})
         try:
             answer = search_plans(request.model_copy(update={"cluster": cluster, "search": spec}))
-        except InvalidLayout:  # the request's pins (search.fix / allow) rule this count out
+        except PlannerError:  # the request's pins rule this count out, or its space is too large
             continue
         if not answer.plans or not _clearly_better(best, count, n, answer.plans[0]):
             continue

@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 from optimizer.capacity.formulas import HOUR_S
 from optimizer.reference import current
 from optimizer.results import Plan
-from optimizer.specs import MAX_NUM_GPUS, PlanRequest, SearchSpec
+from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict, error_reason
 from optimizer.topology_spec import ClusterTopology
 
@@ -211,18 +211,21 @@ def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequ
 def cluster_value_to_blame(request: SweepRequest, point: dict[str, Any]) -> bool:
     """Whether the point's ``vary.cluster`` value, not the job's own cluster fields, makes its
     cluster invalid: the preset is invalid with the job's cluster fields left out, or another
-    value of the axis is valid with them."""
-    job = request.job
-    alone = {**job, "cluster": {"preset": point["cluster"], "num_gpus": 8}}
-    if not _valid(point_job(alone, point)):
+    known preset of the axis is valid with them. Judged on the cluster fields alone (errors of
+    other sections, and the topology, validated once for the whole sweep, left out)."""
+    fields = {k: v for k, v in (request.job.get("cluster") or {}).items() if k != "topology"}
+    fields["num_gpus"] = point.get("num_gpus", fields.get("num_gpus")) or 8  # a topology's count: any
+    if not _cluster_valid({"preset": point["cluster"], "num_gpus": fields["num_gpus"]}):
         return True
-    others = [c for c in request.vary.cluster or [] if c != point["cluster"]]
-    return any(_valid(point_job(job, {**point, "cluster": c})) for c in others)
+    known = current().catalog.clusters
+    others = [c for c in request.vary.cluster or [] if c != point["cluster"] and c in known]
+    return any(_cluster_valid({**fields, "preset": c}) for c in others)
 
 
-def _valid(job: dict[str, Any]) -> bool:
+def _cluster_valid(cluster: dict[str, Any]) -> bool:
+    """Whether ``cluster`` raises no error of its own in a request (other sections' left out)."""
     try:
-        PlanRequest.model_validate(job)
+        ClusterSpec.model_validate(cluster)
     except ValidationError:
         return False
     return True

@@ -9,20 +9,20 @@ from optimizer.cost.rules import divisors
 from optimizer.frameworks import profile
 from optimizer.search.fixed_values import fixed_combination_reason
 from optimizer.search.framework_explain import framework_rules_explanation
-from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, cp_chunk_too_short, empty_choice
+from optimizer.search.space import MAX_CP, MIN_CP_CHUNK, SpaceBudget, cp_chunk_too_short, empty_choice
 from optimizer.specs import JobSpec, SearchSpec
 from optimizer.units import to_gib
 
 
-def no_layout_explanation(job: JobSpec, spec: SearchSpec, deadline: float = math.inf) -> str:
-    """Why the space of ``job`` under ``spec`` holds no valid layout (reading other spaces until
-    ``deadline``, ``time.perf_counter()``)."""
+def no_layout_explanation(job: JobSpec, spec: SearchSpec, budget: SpaceBudget | None = None) -> str:
+    """Why the space of ``job`` under ``spec`` holds no valid layout (reading other spaces within
+    ``budget``, the search's)."""
     knob = empty_choice(job, spec)
     if knob is not None:
         return f"no valid layout: search.fix / search.allow leave no {knob} the search can use" + (
             " ('moe' recompute needs an MoE model)" if knob == "recompute" and job.model.moe is None else ""
         )
-    framework = framework_rules_explanation(job, spec, deadline)
+    framework = framework_rules_explanation(job, spec, budget or SpaceBudget(math.inf, math.inf))
     if framework is not None:
         return framework
     pinned = fixed_combination_reason(job, spec)

@@ -204,10 +204,12 @@ def _prime_factors(n: int) -> int:
     return count + (n > 1)
 
 
-def _size_choices(job: JobSpec, pins: dict[str, int | None]) -> list[dict[str, int]]:
+def _size_choices(job: JobSpec, pins: dict[str, int | None], interleaved: bool) -> list[dict[str, int]]:
     """The (tp, pp, cp, dp) whose product is num_gpus, with ``pins``' values where they name one,
-    up to what the ZeRO rules read of an unpinned size (1 or above 1, shown as 2); ep at its pin,
-    else 1. Empty when the pins do not divide num_gpus (which other checks name)."""
+    up to what the ZeRO rules read of an unpinned size (1 or above 1, shown as 2; an unpinned pp
+    above 1 when ``interleaved``: vpp > 1 needs a pipeline); ep at its pin, else 1. Empty when
+    the pins do not divide num_gpus (which other checks name). A split has at most as many sizes
+    above 1 as ``rest`` has prime factors."""
     n, axes = job.cluster.resolved_num_gpus, ("tp", "pp", "cp", "dp")
     pinned = math.prod(pins[a] or 1 for a in axes)
     if n % pinned:
@@ -218,6 +220,8 @@ def _size_choices(job: JobSpec, pins: dict[str, int | None]) -> list[dict[str, i
         split = sum(above)
         if split > _prime_factors(rest) or (rest > 1) != (split > 0):
             continue
+        if interleaved and "pp" in free and not above[free.index("pp")]:
+            continue
         sizes = {a: pins[a] or 1 for a in axes} | {a: 2 for a, up in zip(free, above, strict=True) if up}
         out.append(sizes | {"ep": pins["ep"] or 1})
     return out
@@ -227,7 +231,8 @@ def _zero_reasons(job: JobSpec, prof: FrameworkProfile, pins: dict[str, int | No
     """Why each layout the pinned sizes allow runs none of ``zeros`` on the framework; empty when
     one does (or no layout divides, which other checks name)."""
     reasons: list[str] = []
-    for s in _size_choices(job, pins):
+    interleaved = (pins.get("vpp") or 1) > 1
+    for s in _size_choices(job, pins, interleaved):
         for z in zeros:
             reason = prof.zero_problem(s["pp"], s["dp"], s["tp"], s["cp"], s["ep"], 1, z)
             if reason is None:
@@ -242,17 +247,19 @@ def _check_framework_zero_pins(job: JobSpec, search: SearchSpec, prof: Framework
     stage would run, else at the pinned size whose pin alone excludes every stage (pp first)."""
     fix = search.fix
     named: list[int] = [fix.zero_stage] if fix.zero_stage is not None else list(search.allow.zero_stage or [])
-    pins: dict[str, int | None] = {name: getattr(fix, name) for name in _SIZE_PINS}
+    pins: dict[str, int | None] = {name: getattr(fix, name) for name in (*_SIZE_PINS, "vpp")}
     reasons = _zero_reasons(job, prof, pins, named or [0, 1, 2, 3])
     if not reasons:
         return
+    field = "search.fix.zero_stage" if fix.zero_stage is not None else "search.allow.zero_stage"
+    shown = named[0] if len(named) == 1 else named
     if named and not _zero_reasons(job, prof, pins, [0, 1, 2, 3]):
-        field = "search.fix.zero_stage" if fix.zero_stage is not None else "search.allow.zero_stage"
-        shown = named[0] if len(named) == 1 else named
         raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
     for name in _SIZE_PINS:
         if pins[name] is not None and not _zero_reasons(job, prof, {**pins, name: None}, named or [0, 1, 2, 3]):
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {pins[name]}: {reasons[0]}")
+    if named:  # the stage and some pin are both at fault: the stage, as the rule it breaks says
+        raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
 
 
 def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:

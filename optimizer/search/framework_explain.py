@@ -3,7 +3,6 @@ admit with no framework named, and which of the named framework's facts excludes
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from itertools import islice
 
@@ -11,8 +10,9 @@ from pydantic import ValidationError
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem
+from optimizer.layer_split import even_split
 from optimizer.search.framework_space import target_profiles
-from optimizer.search.space import Reach, SpaceBudget, SpaceTimedOut, layout_blocks
+from optimizer.search.space import Reach, SpaceBudget, SpaceTimedOut, SpaceTooLarge, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
 
 MAX_BLOCKS = 256
@@ -22,11 +22,11 @@ SHOWN_REASONS = 2
 """Distinct reasons an explanation names, the most frequent first."""
 
 
-def framework_rules_explanation(job: JobSpec, spec: SearchSpec, deadline: float = math.inf) -> str | None:
+def framework_rules_explanation(job: JobSpec, spec: SearchSpec, budget: SpaceBudget) -> str | None:
     """With a framework named and no layout in its space: the reasons its profile gives for the
     layouts the pins admit without it (the most frequent first, each with an example layout);
-    None when no framework is named, no layout is admitted without it either, or ``deadline``
-    (``time.perf_counter()``) passes first."""
+    None when no framework is named, no layout is admitted without it either, or reading them
+    would pass ``budget`` (the search's time and memory)."""
     if job.training.framework is None:
         return None
     prof = target_profiles(job.training, job.model)[0][0]  # the named framework, as the job runs it
@@ -35,8 +35,8 @@ def framework_rules_explanation(job: JobSpec, spec: SearchSpec, deadline: float 
         if unnamed is None:
             continue
         try:
-            text = _reasons_text(prof, job, unnamed, spec, SpaceBudget(deadline, math.inf))
-        except SpaceTimedOut:
+            text = _reasons_text(prof, job, unnamed, spec, budget)
+        except (SpaceTimedOut, SpaceTooLarge):
             return None
         if text is not None:
             return text
@@ -48,20 +48,27 @@ def _reasons_text(
 ) -> str | None:
     """The explanation from the layouts of ``unnamed``'s space, None when it holds none."""
     modes = prof.costed_modes(job.model.is_moe)
-    reasons: Counter[str] = Counter()
-    examples: dict[str, ResolvedLayout] = {}
-    checked = 0
+    # the layouts nearest the framework's space (fewest rules broken) carry the reasons that
+    # empty it: DeepSpeed's "no stage with pp > 1" for allow.pp [2, 4], not the CP of other layouts
+    nearest: list[tuple[str, ResolvedLayout]] = []
+    fewest = checked = 0
     for block in islice(layout_blocks(unnamed, spec, Reach.ALL, budget), MAX_BLOCKS):
         for family in block.families():
             if family.first.recompute not in modes:  # the framework's space holds its own modes only
                 continue
             checked += 1
-            reason = _problem(prof, job, family.first)
-            if reason is not None:
-                reasons[reason] += 1
-                examples.setdefault(reason, family.first)
-    if not reasons:
+            problems = _problems(prof, job, family.first)
+            if not problems or (nearest and len(problems) > fewest):
+                continue
+            if not nearest or len(problems) < fewest:
+                nearest, fewest = [], len(problems)
+            nearest.append((problems[0], family.first))
+    if not nearest:
         return None
+    reasons = Counter(r for r, _ in nearest)
+    examples: dict[str, ResolvedLayout] = {}
+    for r, lay in nearest:
+        examples.setdefault(r, lay)
     shown = "; ".join(f"{_layout_text(prof, examples[r])}: {r}" for r, _ in reasons.most_common(SHOWN_REASONS))
     more = len(reasons) - SHOWN_REASONS
     return (
@@ -87,8 +94,26 @@ def _unnamed(job: JobSpec, fields: frozenset[str] | None) -> JobSpec | None:
     return job.model_copy(update={"training": training})
 
 
-def _problem(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> str | None:
-    return layout_problem(prof, lay, job.model.is_moe, job.training.seq_len, kv_heads_to_split(job.model))
+def _problems(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> list[str]:
+    """Every rule of the framework ``lay`` breaks (``layout_problem`` names the first only)."""
+    first = layout_problem(prof, lay, job.model.is_moe, job.training.seq_len, kv_heads_to_split(job.model))
+    if first is None:
+        return []
+    excluded = prof.parallelism.ep_layouts_excluded_recompute
+    uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
+    found = [
+        f"{prof.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
+        if lay.ep > 1 and lay.recompute in excluded.value else None,
+        prof.sizes_problem(1, 1, lay.cp, 1, 1, False, False),  # each size's own rule, then those between
+        prof.sizes_problem(1, 1, 1, 1, lay.vpp, False, False),
+        prof.sizes_problem(lay.tp, 1, 1, 1, 1, False, lay.sequence_parallel),
+        prof.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel),
+        prof.seq_problem(job.training.seq_len, lay.tp, lay.cp),
+        prof.heads_problem(kv_heads_to_split(job.model), lay.tp),
+        prof.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, lay.etp) if job.model.is_moe else None,
+        prof.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage),
+    ]  # fmt: skip
+    return list(dict.fromkeys(r for r in found if r is not None)) or [first]
 
 
 def _layout_text(prof: FrameworkProfile, lay: ResolvedLayout) -> str:

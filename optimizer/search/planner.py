@@ -112,7 +112,8 @@ class Planner:
             ))  # fmt: skip
         self.info = SolverInfo(candidates_enumerated=count_layouts(self.blocks))
         if not self.blocks:
-            return self._no_plan("infeasible", "INFEASIBLE", no_layout_explanation(self.job, spec, self.deadline))
+            budget = SpaceBudget(self.deadline, self.space_memory_bytes)  # to explain it
+            return self._no_plan("infeasible", "INFEASIBLE", no_layout_explanation(self.job, spec, budget))
         return None
 
     def bound(self) -> SearchResult | None:

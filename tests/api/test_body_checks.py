@@ -50,6 +50,7 @@ def test_a_body_that_is_not_utf8_is_a_422_even_when_it_is_json(client: TestClien
     # the body of a request no route takes is not read: 404 and 405 as for any body
     assert client.post("/nowhere", content=PLAN.encode("utf-16"), headers=JSON).status_code == 404
     assert client.put("/plan", content=b"[" * 2000, headers=JSON).status_code == 405
+    assert client.post("/static/app.js", content=PLAN.encode("utf-16"), headers=JSON).status_code == 405
 
 
 def test_depth_is_counted_outside_strings(client: TestClient) -> None:

@@ -14,7 +14,9 @@ from optimizer import service
 from optimizer.calibration import DEFAULT
 from optimizer.capacity import formulas as f
 from optimizer.capacity.annotate import annotate, resolve_inputs
-from optimizer.capacity.suggest import candidate_counts, odd_batch_factor
+from optimizer.capacity.suggest import candidate_counts, odd_batch_factor, suggestions
+from optimizer.results import PlanResponse
+from optimizer.search.space import SpaceTooLarge
 from optimizer.specs import EvaluateRequest, PlanRequest
 
 MINUTE, HOUR = 60.0, 3600.0
@@ -245,6 +247,19 @@ def test_pins_no_candidate_count_can_take_leave_it_unsuggested():
     pinned = {**QWEN, "search": {**QWEN.get("search", {}), "fix": {"pp": 9}}}
     answer = service.plan(PlanRequest.model_validate(pinned))
     assert answer.plans[0].config.pp == 9 and answer.suggestions == []
+
+
+def test_a_candidate_count_the_search_refuses_is_skipped():
+    """A candidate whose space is over the server's memory budget (or whose pins no layout takes)
+    is not suggested; the request's own answer stands (it was a 422 naming the candidate's space)."""
+    request = PlanRequest.model_validate(QWEN)
+    response = service.plan(PlanRequest.model_validate({**QWEN, "search": {"top_k": 1, "suggest": False}}))
+
+    def refuse(candidate: PlanRequest) -> PlanResponse:
+        raise SpaceTooLarge(f"search space too large at {candidate.cluster.num_gpus} GPUs")
+
+    assert suggestions(request, response, refuse) == []
+    assert [s.num_gpus for s in suggestions(request, response, service.plan)] == [512]
 
 
 def test_no_suggestion_when_count_divides_and_no_bubble():

@@ -141,6 +141,10 @@ def test_bad_sweeps_are_4xx(client):
         for presets in (["dgx-h100", "dgx-b200"], ["dgx-h100"]):
             item = client.post("/sweeps", json={"job": job, "vary": {"cluster": presets}}).json()["detail"][0]
             assert item["loc"] == ["body", "job", "cluster"], (bad, presets, item)
+    # judged on the cluster alone: another section's error does not move it to the vary value
+    both = {**JOB_8B, "model": {"preset": "nope"}, "cluster": {**JOB_8B["cluster"], "network": "bogus"}}
+    detail = client.post("/sweeps", json={"job": both, "vary": {"cluster": ["dgx-h100", "dgx-a100"]}}).json()["detail"]
+    assert [d["loc"] for d in detail] == [["body", "job", "model"], ["body", "job", "cluster"]], detail
     empty = client.post("/sweeps", json={"job": JOB_8B, "vary": {}})
     assert empty.status_code == 422
     repeated = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8, 8]}})

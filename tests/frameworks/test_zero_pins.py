@@ -4,6 +4,7 @@ blame, and never when some layout of the pins runs: checked against every concre
 from __future__ import annotations
 
 import itertools
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,6 +39,8 @@ def _some_layout_runs(request: PlanRequest) -> bool:
     for tp, pp, cp in itertools.product(*([getattr(fix, a)] if getattr(fix, a) else divisors for a in SIZES[:3])):
         if n % (tp * pp * cp) or fix.dp not in (None, n // (tp * pp * cp)):
             continue
+        if (fix.vpp or 1) > 1 and pp == 1:  # interleaving needs a pipeline
+            continue
         if any(prof.zero_problem(pp, n // (tp * pp * cp), tp, cp, 1, 1, z) is None for z in stages):
             return True
     return False
@@ -49,19 +52,25 @@ def _some_layout_runs(request: PlanRequest) -> bool:
     num_gpus=st.sampled_from([8, 16, 24, 64]),
     pins=st.dictionaries(st.sampled_from(SIZES), st.sampled_from([1, 2, 4, 8]), max_size=3),
     zero=st.none() | st.integers(0, 3),
+    vpp=st.sampled_from([None, 2]),
     fp32_grads=st.booleans(),
 )
 def test_a_zero_rule_422_means_no_layout_of_the_pins_runs(
-    framework: str, num_gpus: int, pins: dict[str, int], zero: int | None, fp32_grads: bool
+    framework: str, num_gpus: int, pins: dict[str, int], zero: int | None, vpp: int | None, fp32_grads: bool
 ) -> None:
-    fix = {**pins, **({} if zero is None else {"zero_stage": zero})}
+    fix = {**pins, **({} if zero is None else {"zero_stage": zero}), **({} if vpp is None else {"vpp": vpp})}
     request = _request(framework, num_gpus, fix, fp32_grads)
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    runs = _some_layout_runs(request)
     try:
         check_named_values(job, request.search)
     except InvalidLayout as err:
         if "zero_stage" in err.reason:  # a framework ZeRO rule, not a divisibility or other rule
-            assert not _some_layout_runs(request), (fix, err.field, err.reason)
+            assert not runs, (fix, err.field, err.reason)
+        return
+    # and the converse: a pinned stage no split of the pins runs is refused
+    divides = num_gpus % math.prod(pins.values()) == 0
+    assert runs or zero is None or not divides, (fix, "accepted")
 
 
 def test_the_pin_to_blame_is_named() -> None:
@@ -81,3 +90,5 @@ def test_the_pin_to_blame_is_named() -> None:
     assert field("megatron-lm", {"pp": 2, "zero_stage": 2}) == "search.fix.zero_stage"
     assert field("torchtitan", {"tp": 8, "zero_stage": 0}) == "search.fix.zero_stage"  # DDP runs alone
     assert field("torchtitan", {"tp": 8, "dp": 2, "zero_stage": 3}) == "accepted"
+    assert field("megatron-lm", {"vpp": 2, "zero_stage": 3}) == "search.fix.zero_stage"  # vpp needs pp > 1
+    assert field("deepspeed", {"pp": 2, "zero_stage": 0}) == "search.fix.zero_stage"  # both at fault

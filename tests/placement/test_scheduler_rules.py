@@ -248,7 +248,7 @@ def test_converter_cli_reports_bad_files_and_outputs(tmp_path, capsys) -> None:
     assert "not UTF-8 text" in capsys.readouterr().err
     good = tmp_path / "g.yaml"
     good.write_text(BLOCKS)
-    assert main(["topology", "from-slurm", str(good), "-o", str(tmp_path)]) == 2
+    assert main(["topology", "from-slurm", str(good), "-o", str(tmp_path)]) == 1  # the output, not the input
     assert "Is a directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["topology", "from-slurm", str(good), "--gpus-per-node", "1000000"])

@@ -316,6 +316,9 @@ def test_compare_on_a_topology_sizes_each_layout(client: TestClient) -> None:
     assert unsized.status_code == 422
     [item] = unsized.json()["detail"]
     assert item["msg"] == "give num_gpus, layouts.1.dp or topology.assignment", item
+    too_many = client.post("/compare", json={**body, "layouts": [{"dp": 8}, {"dp": 64}]})  # 48 GPUs free
+    [item] = too_many.json()["detail"]
+    assert item["loc"] == ["body", "layouts", 1, "dp"] and item["msg"].startswith("64 GPUs do not fit"), item
 
 
 def test_hostname_level_is_implied_and_oversized_nodes_rejected(client: TestClient) -> None:
