@@ -26,7 +26,7 @@ def running_frameworks(
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [p.stack_problem(training, model, lay.tp, lay.pp) or "" for p in profiles]
+        reasons = [without_source(p.stack_problem(training, model, lay.tp, lay.pp) or "") for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
@@ -38,6 +38,20 @@ def running_frameworks(
         else:
             reasons.append(problem)
     return runs, ([] if runs else reasons)
+
+
+def without_source(reason: str) -> str:
+    """``reason`` without the source it ends with (``"... (file.py: ...)"``): a stack knob's reason
+    in a plan's note says which value each framework runs, its source is in
+    ``optimizer/data/frameworks.toml`` and docs/frameworks.md."""
+    if not reason.endswith(")"):
+        return reason
+    depth = 0
+    for i in range(len(reason) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(reason[i], 0)
+        if depth == 0:
+            return reason[:i].rstrip()
+    return reason
 
 
 def order_problem(prof: FrameworkProfile, order: tuple[str, ...], sizes: dict[str, int], is_moe: bool) -> str | None:

@@ -48,3 +48,9 @@ low-bit weight copies)."""
 def is_low_bit(precision: str) -> bool:
     """True for ``fp8`` and ``fp4`` GEMMs."""
     return precision in LOW_BIT_PRECISIONS
+
+
+FLASH3_GENERATIONS = frozenset({"hopper", "blackwell", "blackwell-ultra"})
+"""GPU generations with kernels of the FlashAttention-3 class (asynchronous warp-group MMA and
+TMA: Hopper; tcgen05 on Blackwell, cuDNN 9.x and FlashAttention-4 kernels). Earlier NVIDIA parts
+and the AMD parts in the catalog are costed with FlashAttention-2-class kernels."""

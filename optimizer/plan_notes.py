@@ -109,6 +109,12 @@ DP_OVERLAP_NOTE_MIN = 0.05
 """Relative slow-down from blocking data-parallel collectives above which a plan says so."""
 
 
+def tp_overlap_unapplied(job: JobSpec, est: Estimate) -> bool:
+    """Whether ``training.tp_comm_overlap`` is asked for on a layout it does not apply to, which
+    is costed without it (and launched without it)."""
+    return bool(_tp_overlap_note(job, est))
+
+
 def _tp_overlap_note(job: JobSpec, est: Estimate) -> list[str]:
     """``training.tp_comm_overlap`` asked for on a layout the overlap does not apply to (it needs
     sequence parallelism and the TP group inside one NVLink domain): costed without it."""

@@ -23,7 +23,7 @@ from optimizer.launch.deepspeed import deepspeed_notes
 from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
-from optimizer.plan_notes import estimate_notes
+from optimizer.plan_notes import estimate_notes, tp_overlap_unapplied
 from optimizer.rank_orders import is_pp_inside_dp
 from optimizer.reference import current
 from optimizer.results import (
@@ -80,9 +80,11 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
             f"attention_kernel flash3: {gpu.name} ({gpu.generation}) has no FlashAttention-3-class "
             "kernels; attention costed as flash2"
         )
-    # launch arguments select the attention backend that was costed
-    training = job.training.model_copy(update={"attention_kernel": kernel})
-    notes += [f"runs on no framework as costed: {reason}" for reason in why_not]
+    # launch arguments select the attention backend and the TP overlap that were costed
+    unapplied = {"tp_comm_overlap": False} if tp_overlap_unapplied(job, est) else {}
+    training = job.training.model_copy(update={"attention_kernel": kernel, **unapplied})
+    if why_not:  # one line: each framework's reason (a layout rule's with its source)
+        notes.append("runs on no framework as costed: " + "; ".join(why_not))
     fields = tuple(p.launch_field for p in runs)
     launch_args = build_launch(job.model, training, lay, fields, is_pp_inside_dp(est.order, lay.sizes()))
     if "deepspeed" in fields:

@@ -14,6 +14,7 @@ from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
 from optimizer.framework_runs import costed_fsdp_buffers, costed_kv_expanded, costed_pp_inside_dp
+from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.params import (
     LayerParams,
     embedding_params,
@@ -145,12 +146,6 @@ class JobContext:
     def usable_bytes(self, requested_headroom: float | None) -> float:
         """Memory a layout may use per GPU: the capacity less ``headroom_bytes``."""
         return self.capacity_bytes - self.headroom_bytes(requested_headroom)
-
-
-FLASH3_GENERATIONS = frozenset({"hopper", "blackwell", "blackwell-ultra"})
-"""GPU generations with kernels of the FlashAttention-3 class (asynchronous warp-group MMA and
-TMA: Hopper; tcgen05 on Blackwell, cuDNN 9.x and FlashAttention-4 kernels). Earlier NVIDIA parts
-and the AMD parts in the catalog are costed with FlashAttention-2-class kernels."""
 
 
 def attention_kernel_class(job: JobSpec, gpu: GpuEntry) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from optimizer.frameworks import model_defaults, profile
+from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec
 from optimizer.specs.layout import Layout
@@ -99,6 +100,18 @@ class JobSpec(Strict):
     reliability: ReliabilitySpec = Field(
         default_factory=ReliabilitySpec, description="Failure and checkpoint figures for goodput."
     )
+
+    @model_validator(mode="after")
+    def _default_kernel_the_gpu_has(self) -> JobSpec:
+        """``attention_kernel`` left at its default (``flash3``) on a GPU without FlashAttention-3-
+        class kernels is ``flash2``, what the job is costed with: which frameworks run it and the
+        stack they bring follow (a request that names ``flash3`` keeps it and gets a note)."""
+        t = self.training
+        if t.attention_kernel == "flash3" and "attention_kernel" not in t.model_fields_set:
+            gpu = current().catalog.gpus.get(self.cluster.gpu or "")
+            if gpu is not None and gpu.generation not in FLASH3_GENERATIONS:
+                t.__dict__["attention_kernel"] = "flash2"
+        return self
 
     @model_validator(mode="after")
     def _framework_model_defaults(self) -> JobSpec:

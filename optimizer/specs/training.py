@@ -66,7 +66,7 @@ class TrainingSpec(Strict):
             "in PyTorch context parallel of 2024); unfused: the s x s scores are materialised in memory "
             "(batched GEMMs, softmax and attention dropout as separate kernels: stacks before "
             "FlashAttention, Megatron --attention-backend unfused); no context parallelism. GPUs before "
-            "Hopper run flash2-class kernels when flash3 is asked for."
+            "Hopper run flash2-class kernels when flash3 is asked for; left out, the default there is flash2."
         ),
     )
     pp_comm_overlap: bool = Field(

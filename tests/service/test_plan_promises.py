@@ -1,0 +1,66 @@
+"""What a plan says about frameworks and launch holds for what was costed: the attention kernel
+the GPU has, the TP overlap the layout gets, and one short line when no framework runs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.service import evaluate
+from optimizer.specs import EvaluateRequest
+
+
+def _evaluate(body: dict[str, Any]) -> Any:
+    return evaluate(EvaluateRequest.model_validate(body))
+
+
+def test_the_default_kernel_on_an_a100_is_the_one_costed() -> None:
+    """flash3 (the default) is costed as flash2 on Ampere: torchtitan, which runs flash2, runs the
+    plan, and its stack sets the memory (it was listed only when the request named flash2)."""
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "cross_entropy": "unfused",
+                     "grad_reduce_in_fp32": True, "tp_dgrad_overlap": False},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+        "config": {"zero_stage": 3, "recompute": "none"},
+    }  # fmt: skip
+    default = _evaluate(body)
+    named = _evaluate({**body, "training": {**body["training"], "attention_kernel": "flash2"}})
+    assert default.frameworks == named.frameworks == ["torchtitan"]
+    assert default.memory_gib.total == named.memory_gib.total and default.step_time_s == named.step_time_s
+    asked = _evaluate({**body, "training": {**body["training"], "attention_kernel": "flash3"}})
+    assert any(n.startswith("attention_kernel flash3: ") for n in asked.notes)  # asked for: said
+
+
+def test_no_tp_overlap_flag_where_the_plan_is_costed_without_it() -> None:
+    body = {
+        "model": {"preset": "gpt3-175b"},
+        "training": {"seq_len": 2048, "global_batch_size": 256, "tp_comm_overlap": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "config": {"tp": 16, "pp": 8, "zero_stage": 1},
+    }
+    spanning = _evaluate(body)  # TP16 spans two 8-GPU NVLink domains: costed without the overlap
+    assert any(n.startswith("training.tp_comm_overlap is not applied") for n in spanning.notes)
+    assert "megatron-lm" in spanning.frameworks and "--tp-comm-overlap" not in spanning.launch.megatron
+    inside = _evaluate({**body, "config": {"tp": 8, "pp": 8, "zero_stage": 1}})
+    assert "--tp-comm-overlap" in inside.launch.megatron
+
+
+def test_no_framework_is_said_in_one_line_without_sources() -> None:
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 128, "fsdp_buffers": "fsdp2"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        "config": {},
+    }
+    plan = _evaluate(body)
+    [line] = [n for n in plan.notes if "no framework" in n]
+    assert plan.frameworks == [] and line.startswith("runs on no framework as costed: ")
+    assert "Megatron-LM runs training.fsdp_buffers ['megatron-fsdp'], the job has 'fsdp2'" in line
+    assert ".py" not in line and "@" not in line, line  # sources (file@commit) stay in frameworks.toml
+    [two] = [n for n in _evaluate({**body, "training": body["training"] | {"fsdp_buffers": None},
+                                   "config": {"tp": 2, "zero_stage": 3, "recompute": "selective"}}).notes
+             if "no framework" in n]  # fmt: skip
+    assert (
+        two == "runs on no framework as costed: Megatron-LM has no recompute costed as 'selective'; "
+        "DeepSpeed has no recompute costed as 'selective'"
+    )
