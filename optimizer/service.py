@@ -15,7 +15,7 @@ from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
 from optimizer.framework_runs import running_frameworks
-from optimizer.frameworks import costed_config
+from optimizer.frameworks import candidate_frameworks, costed_config
 from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import inert_settings_note, job_warnings, plan_warnings
 from optimizer.launch import build_launch
@@ -222,6 +222,12 @@ def compare(request: CompareRequest) -> CompareResponse:
                 raise InvalidLayout(exc.field, reason) from exc  # the job itself, not the layout
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason) from exc
     warnings = job_warnings(_sized(job, plans[0]))
+    if not candidate_frameworks(job.training, job.model):  # as /plan warns for such a job
+        warnings.append(
+            "no framework's stack runs the job's training.* knobs at every layout size (docs/frameworks.md: each "
+            "profile's [stack]): a layout lists only a framework whose stack runs the knobs at its sizes, and one "
+            "that lists none says why in its notes"
+        )
     for i, p in enumerate(plans):
         sized = _sized(job, p)
         if sized.cluster.num_gpus != _plan_gpus(plans[0]):  # on a topology each layout sizes the job

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.service import evaluate
-from optimizer.specs import EvaluateRequest
+from optimizer.service import compare, evaluate, plan
+from optimizer.specs import CompareRequest, EvaluateRequest, PlanRequest
 
 
 def _evaluate(body: dict[str, Any]) -> Any:
@@ -64,3 +64,18 @@ def test_no_framework_is_said_in_one_line_without_sources() -> None:
         two == "runs on no framework as costed: Megatron-LM has no recompute costed as 'selective'; "
         "DeepSpeed has no recompute costed as 'selective'"
     )
+
+
+def test_compare_warns_of_a_stack_no_framework_runs_as_plan_does() -> None:
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 128, "framework": "torchtitan", "cross_entropy": "fused"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    }
+    answer = compare(
+        CompareRequest.model_validate({**body, "layouts": [{"zero_stage": 3}, {"zero_stage": 3, "tp": 2}]})
+    )
+    assert all(e.plan.frameworks == [] for e in answer.entries)
+    assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in answer.warnings)
+    planned = plan(PlanRequest.model_validate({**body, "search": {"top_k": 1}}))
+    assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in planned.warnings)
