@@ -37,6 +37,7 @@ def best_estimate(
     # below prunes as many full estimates as possible.
     distinct.sort(key=lambda item: item[0])
     if placement:
+        _check_tier_names(ctx, placement)
         best = _best_matching(ctx, lay, distinct, placement, headroom_bytes)
     else:
         best = _fastest(ctx, lay, distinct, headroom_bytes)
@@ -49,6 +50,16 @@ def best_estimate(
             f"data parallelism: docs/frameworks.md); tiers are {tiers} (axes of size 1 are 'none')",
         )
     return best
+
+
+def _check_tier_names(ctx: JobContext, placement: dict[str, str]) -> None:
+    """Raise ``InvalidLayout`` at ``config.placement.<axis>`` for a tier name the cluster lacks."""
+    names = [t.name for t in ctx.topology.tiers]
+    for axis, tier in placement.items():
+        if tier not in (*names, "none", "cluster"):
+            raise InvalidLayout(
+                f"config.placement.{axis}", f"unknown tier {tier!r}: this cluster's tiers are {names} (or 'none')"
+            )
 
 
 class SizesKey(NamedTuple):

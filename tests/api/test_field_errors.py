@@ -69,6 +69,13 @@ def test_cross_field_errors_are_located_at_the_field_they_name(client: TestClien
     assert field_loc(["body", "training"], "global_batch_size (3) is odd") == ["body", "training"]
 
 
+def test_an_unknown_tier_is_named(client: TestClient) -> None:
+    body = {**PLAN, "config": {"tp": 8, "placement": {"tp": "rack"}}}  # 16 GPUs: tiers nvlink, leaf
+    item = _one_error(client, "/evaluate", body)
+    assert item["loc"] == ["body", "config", "placement", "tp"]
+    assert item["msg"] == "unknown tier 'rack': this cluster's tiers are ['nvlink', 'leaf'] (or 'none')"
+
+
 def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:
     outside = _one_error(client, "/plan", {**PLAN, "search": {"fix": {"tp": 4}, "allow": {"tp": [2]}}})
     assert outside["loc"] == ["body", "search", "fix", "tp"] and "not among search.allow.tp [2]" in outside["msg"]
