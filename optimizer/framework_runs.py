@@ -12,6 +12,7 @@ from optimizer.frameworks import (
     load_profiles,
     profile,
 )
+from optimizer.inert_knobs import layout_facts
 from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 
 
@@ -22,11 +23,12 @@ def running_frameworks(
     for the job (``training``, ``model``) as costed, and, when there are none, why (one reason
     per target framework)."""
     is_moe = model.is_moe
-    targets = candidate_frameworks(training, model, lay.tp, lay.pp)
+    facts = layout_facts(lay, is_moe)
+    targets = candidate_frameworks(training, model, facts=facts)
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [without_source(p.stack_problem(training, model, lay.tp, lay.pp) or "") for p in profiles]
+        reasons = [without_source(p.stack_problem(training, model, facts) or "") for p in profiles]
         return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:

@@ -16,8 +16,11 @@ from importlib import resources
 from typing import Any, Literal
 
 from optimizer.framework_conditions import When, condition_text, parse_when
+from optimizer.inert_knobs import ANY_LAYOUT, LayoutFacts, inert_knobs
+from optimizer.inert_knobs import MOE_KNOBS as MOE_KNOBS  # re-exported: the stack rules' knob groups
+from optimizer.inert_knobs import PP_KNOBS as PP_KNOBS
+from optimizer.inert_knobs import TP_KNOBS as TP_KNOBS
 from optimizer.layer_split import even_split
-from optimizer.modes import LOW_BIT_PRECISIONS
 
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
@@ -27,15 +30,6 @@ STACK_KNOBS: tuple[str, ...] = (
     "fp8_saved_inputs", "fsdp_buffers", "kv_expanded",
 )  # fmt: skip
 """The ``TrainingSpec`` knobs a profile sets when the job leaves them out."""
-PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}
-"""Stack knobs that act only at some ``training.precision`` values: at any other, a framework
-runs the job whatever the knob says."""
-MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
-"""Stack knobs that act only on MoE layers: a framework runs a dense job whatever they say."""
-TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
-"""Stack knobs that act only with tensor parallelism (a ``tp = 1`` layout runs whatever they say)."""
-PP_KNOBS: tuple[str, ...] = ("pp_comm_overlap",)
-"""Stack knobs that act only with pipeline parallelism (a ``pp = 1`` layout runs whatever they say)."""
 
 
 @dataclass(frozen=True)
@@ -219,23 +213,20 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any, model: Any, tp: int | None = None, pp: int | None = None) -> str | None:
+    def stack_problem(self, training: Any, model: Any, facts: LayoutFacts = ANY_LAYOUT) -> str | None:
         """The first ``training`` knob whose value the framework does not run, or the first rule
         that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
-        (``PRECISION_KNOBS``, ``MOE_KNOBS``; ``TP_KNOBS`` for a layout with ``tp`` 1, ``PP_KNOBS``
-        with ``pp`` 1) are not checked."""
+        on a layout of ``facts`` (``inert_knobs``: the TP knobs at tp 1, ZeRO-2/3's buffers below
+        ZeRO-2, ...) are not checked, nor rules on such knobs alone."""
+        inert = inert_knobs(training, model, facts)
         for rule in self.conditions:
+            if rule.knobs and all(knob in inert for knob, _ in rule.knobs):
+                continue
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
         for knob, spec in self.stack.items():
             value = getattr(training, knob)
-            if knob in PRECISION_KNOBS and getattr(training, "precision", None) not in PRECISION_KNOBS[knob]:
-                continue  # the knob does nothing at this precision
-            if knob in MOE_KNOBS and not model.is_moe:
-                continue
-            if (knob in TP_KNOBS and tp == 1) or (knob in PP_KNOBS and pp == 1):
-                continue
-            if value is None:  # left to the framework
+            if knob in inert or value is None:  # does nothing here, or left to the framework
                 continue
             if value not in spec.runs:
                 return f"{self.name} runs training.{knob} {list(spec.runs)}, the job has {value!r} ({spec.source})"
@@ -320,14 +311,16 @@ def costed_config(training: Any, config: Any) -> Any:
 
 
 def candidate_frameworks(
-    training: Any, model: Any, tp: int | None = None, pp: int | None = None
+    training: Any, model: Any, tp: int | None = None, pp: int | None = None, facts: LayoutFacts | None = None
 ) -> tuple[FrameworkProfile, ...]:
     """The frameworks whose stack runs the job (``training``, ``model``; for a layout of ``tp`` and
-    ``pp`` when given, else at any sizes): the named one, or any of the four, each as it runs the
-    job (``as_run_for``), less those its rules leave no ZeRO stage (they run no layout)."""
+    ``pp``, or of ``facts``, when given, else at any sizes): the named one, or any of the four,
+    each as it runs the job (``as_run_for``), less those its rules leave no ZeRO stage (they run
+    no layout)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    runs = (as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, tp, pp) is None)
+    facts = facts or LayoutFacts(tp, pp)
+    runs = (as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, facts) is None)
     return tuple(
         p for p in runs if p.parallelism.zero_stages_without_pp.value or p.parallelism.zero_stages_with_pp.value
     )

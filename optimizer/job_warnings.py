@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from optimizer.frameworks import MOE_KNOBS
+from optimizer.inert_knobs import MOE_KNOBS
 from optimizer.model_mfu import best_for_model
 from optimizer.results import Plan
 from optimizer.specs import JobSpec

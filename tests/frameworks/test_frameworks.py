@@ -29,6 +29,7 @@ from optimizer.frameworks import (
     profile,
     stack_defaults,
 )
+from optimizer.inert_knobs import layout_facts
 from optimizer.launch import MEGATRON_FLAGS
 from optimizer.search.brute_force import verify
 from optimizer.search.fixed_values import check_named_values
@@ -94,16 +95,16 @@ def _check_plans(request: PlanRequest) -> None:
     if not matched and response.plans:  # no framework's stack runs the job's knobs: the answer says so
         assert any("no framework's stack" in w for w in response.warnings), response.warnings
     for p in response.plans:
-        # unmatched, a plan lists only frameworks whose stack runs the knobs at its sizes
-        sized = candidate_frameworks(request.training, request.model, p.config.tp, p.config.pp)
-        assert bool(p.frameworks) or not matched, p.notes
-        assert set(p.frameworks) <= {f.id for f in sized}, p.notes
-        if named is not None and matched:
-            assert p.frameworks == [named]
         config = p.config
         if named is not None:  # back to the cost model's recompute names
             config = config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
         lay = resolve_layout(job, config)
+        # unmatched, a plan lists only frameworks whose stack runs the knobs that act on its layout
+        sized = candidate_frameworks(request.training, request.model, facts=layout_facts(lay, job.model.is_moe))
+        assert bool(p.frameworks) or not matched, p.notes
+        assert set(p.frameworks) <= {f.id for f in sized}, p.notes
+        if named is not None and matched:
+            assert p.frameworks == [named]
         for fid in p.frameworks or ([named] if named else []):
             kv = kv_heads_to_split(job.model)
             assert layout_problem(profile(fid), lay, job.model.is_moe, job.training.seq_len, kv) is None

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from optimizer.frameworks import PP_KNOBS, candidate_frameworks, profile
+from optimizer.inert_knobs import LayoutFacts
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, ModelSpec, PlanRequest, TrainingSpec
 
@@ -21,10 +22,10 @@ def test_pp_comm_overlap_is_checked_only_with_pipelines() -> None:
     deepspeed = profile("deepspeed")
     training = TrainingSpec(seq_len=2048, global_batch_size=64)  # pp_comm_overlap true by default
     model = ModelSpec(preset="llama3-8b")
-    assert "pp_comm_overlap" in (deepspeed.stack_problem(training, model, 1, 2) or "")
+    assert "pp_comm_overlap" in (deepspeed.stack_problem(training, model, LayoutFacts(1, 2)) or "")
     assert "pp_comm_overlap" in (deepspeed.stack_problem(training, model) or "")  # sizes not given: every knob
-    assert deepspeed.stack_problem(training, model, 1, 1) is None
-    assert deepspeed.stack_problem(training, model, 8, 1) is None
+    assert deepspeed.stack_problem(training, model, LayoutFacts(1, 1)) is None
+    assert deepspeed.stack_problem(training, model, LayoutFacts(8, 1)) is None
 
 
 def test_the_deepspeed_example_runs_on_deepspeed() -> None:

@@ -50,7 +50,7 @@ def test_no_framework_is_said_in_one_line_without_sources() -> None:
         "model": {"preset": "llama3-8b"},
         "training": {"seq_len": 4096, "global_batch_size": 128, "fsdp_buffers": "fsdp2"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 64},
-        "config": {},
+        "config": {"zero_stage": 3},
     }
     plan = _evaluate(body)
     [line] = [n for n in plan.notes if "no framework" in n]
@@ -79,3 +79,26 @@ def test_compare_warns_of_a_stack_no_framework_runs_as_plan_does() -> None:
     assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in answer.warnings)
     planned = plan(PlanRequest.model_validate({**body, "search": {"top_k": 1}}))
     assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in planned.warnings)
+
+
+def test_knobs_that_do_nothing_for_the_layout_leave_its_frameworks() -> None:
+    """The same numbers with or without the knob, and the same frameworks (a framework that does
+    not run the knob's value still runs the layout: it never acts on it)."""
+    dense = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64}}
+    mixtral = {"model": {"preset": "mixtral-8x7b"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64}}
+    cases = [  # (job, knob, value, layout)
+        (dense, "fsdp_buffers", "layer", {"zero_stage": 1}),  # ZeRO-2/3's buffers below ZeRO-2
+        ({**dense, "model": {"preset": "llama2-7b"}}, "kv_expanded", True, {}),  # no grouped-query attention
+        (mixtral, "moe_dispatcher", "hybridep", {"tp": 1, "ep": 1}),  # no expert parallelism
+        ({**dense, "cluster": {"preset": "dgx-h100", "num_gpus": 8}}, "dp_comm_overlap", False,
+         {"tp": 8, "zero_stage": 1}),  # no data parallelism
+    ]  # fmt: skip
+    for job, knob, value, config in cases:
+        base = {**job, "training": {"seq_len": 4096, "global_batch_size": 128, "framework": "megatron-lm"}}
+        plain = _evaluate({**base, "config": config})
+        knobbed = _evaluate({**base, "training": {**base["training"], knob: value}, "config": config})
+        assert knobbed.step_time_s == plain.step_time_s and knobbed.memory_gib.total == plain.memory_gib.total, knob
+        assert knobbed.frameworks == plain.frameworks == ["megatron-lm"], (knob, knobbed.notes)
+    acting = _evaluate({**dense, "training": {"seq_len": 4096, "global_batch_size": 128, "framework": "megatron-lm",
+                                              "fsdp_buffers": "layer"}, "config": {"zero_stage": 3}})  # fmt: skip
+    assert acting.frameworks == []  # at ZeRO-3 the buffers act, and Megatron-FSDP's are not 'layer'

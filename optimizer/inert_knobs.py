@@ -1,0 +1,74 @@
+"""Stack knobs that do nothing for a job or for a layout: a framework runs the job (or the layout)
+whatever they say, so they never decide which frameworks run it.
+
+The plan's numbers are the same with or without such a knob; a framework that does not run its
+value would still run the plan as costed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from optimizer.modes import LOW_BIT_PRECISIONS
+
+PRECISION_KNOBS: dict[str, tuple[str, ...]] = {"fp8_saved_inputs": tuple(sorted(LOW_BIT_PRECISIONS))}
+"""Stack knobs that act only at some ``training.precision`` values: at any other, a framework
+runs the job whatever the knob says."""
+MOE_KNOBS: tuple[str, ...] = ("ep_comm_overlap", "expert_gemm_host_splits")
+"""Stack knobs that act only on MoE layers: a framework runs a dense job whatever they say."""
+TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
+"""Stack knobs that act only with tensor parallelism (a ``tp = 1`` layout runs whatever they say)."""
+PP_KNOBS: tuple[str, ...] = ("pp_comm_overlap",)
+"""Stack knobs that act only with pipeline parallelism (a ``pp = 1`` layout runs whatever they say)."""
+EP_KNOBS: tuple[str, ...] = ("moe_dispatcher", "ep_comm_overlap")
+"""Knobs of the expert dispatch, which a layout without expert parallelism (``ep x etp = 1``)
+does not run (its launch names the all-to-all dispatcher)."""
+SHARDED_KNOBS: tuple[str, ...] = ("fsdp_buffers",)
+"""Knobs of ZeRO-2/3's buffers: nothing below ZeRO-2."""
+DP_KNOBS: tuple[str, ...] = ("dp_comm_overlap",)
+"""Knobs of the data-parallel collectives: nothing when no parameter is replicated over ranks."""
+
+
+@dataclass(frozen=True)
+class LayoutFacts:
+    """What a layout says about the knobs' effect (None: any layout, the knob may act)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    zero_stage: int | None = None
+    dp_ranks: int | None = None
+    """The largest data-parallel group of its parameters: dense ``dp x cp``, expert
+    ``tp x dp x cp / (ep x etp)``."""
+    ep_etp: int | None = None
+
+
+ANY_LAYOUT = LayoutFacts()
+"""No layout given: only the knobs inert for the job itself."""
+
+
+def inert_knobs(training: Any, model: Any, facts: LayoutFacts) -> frozenset[str]:
+    """The ``training`` knobs that do nothing for this job (``model``) on a layout of ``facts``."""
+    inert: set[str] = {k for k, at in PRECISION_KNOBS.items() if getattr(training, "precision", None) not in at}
+    if not model.is_moe:
+        inert.update(MOE_KNOBS)
+    if model.mla is not None or model.num_kv_heads in (None, model.num_attention_heads):
+        inert.add("kv_expanded")  # no grouped-query attention: nothing to expand
+    rules = (
+        (facts.tp == 1, TP_KNOBS),
+        (facts.pp == 1, PP_KNOBS),
+        (facts.ep_etp == 1, EP_KNOBS),
+        (facts.zero_stage is not None and facts.zero_stage < 2, SHARDED_KNOBS),
+        (facts.dp_ranks == 1, DP_KNOBS),
+    )
+    for applies, knobs in rules:
+        if applies:
+            inert.update(knobs)
+    return frozenset(inert)
+
+
+def layout_facts(lay: Any, is_moe: bool) -> LayoutFacts:
+    """``LayoutFacts`` of a resolved layout."""
+    dense = lay.dp * lay.cp
+    expert = lay.tp * lay.dp * lay.cp // (lay.ep * lay.etp) if is_moe else 1
+    return LayoutFacts(lay.tp, lay.pp, lay.zero_stage, max(dense, expert), lay.ep * lay.etp)
