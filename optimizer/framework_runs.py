@@ -12,18 +12,18 @@ from optimizer.frameworks import (
     load_profiles,
     profile,
 )
-from optimizer.inert_knobs import layout_facts
+from optimizer.inert_knobs import SOME_LAYOUT, layout_facts
 from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 
 
 def running_frameworks(
-    training: Any, lay: Any, model: Any, order: tuple[str, ...] | None = None
+    training: Any, lay: Any, model: Any, order: tuple[str, ...] | None = None, tp_tier: str | None = None
 ) -> tuple[list[FrameworkProfile], list[str]]:
-    """The frameworks that run ``lay`` (cost-model names) in rank ``order`` (None: the default)
-    for the job (``training``, ``model``) as costed, and, when there are none, why (one reason
-    per target framework)."""
+    """The frameworks that run ``lay`` (cost-model names) in rank ``order`` (None: the default),
+    its TP groups spanning ``tp_tier``, for the job (``training``, ``model``) as costed, and, when
+    there are none, why (one reason per target framework)."""
     is_moe = model.is_moe
-    facts = layout_facts(lay, is_moe)
+    facts = layout_facts(lay, is_moe, tp_tier)
     targets = candidate_frameworks(training, model, facts=facts)
     if not targets:
         named = getattr(training, "framework", None)
@@ -67,7 +67,9 @@ def order_problem(prof: FrameworkProfile, order: tuple[str, ...], sizes: dict[st
 def costed_pp_inside_dp(training: Any, model: Any) -> str:
     """The ``pp_inside_dp`` rule plans are costed under: the most permissive of the frameworks
     whose stack runs the job (``never`` when none does: the order every framework runs)."""
-    return most_permissive([str(p.parallelism.pp_inside_dp.value) for p in candidate_frameworks(training, model)])
+    return most_permissive(
+        [str(p.parallelism.pp_inside_dp.value) for p in candidate_frameworks(training, model, facts=SOME_LAYOUT)]
+    )
 
 
 def costed_fsdp_buffers(training: Any, model: Any) -> str:
@@ -78,7 +80,7 @@ def costed_fsdp_buffers(training: Any, model: Any) -> str:
     given = getattr(training, "fsdp_buffers", None)
     if given is not None:
         return str(given)
-    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model)}
+    held = {str(p.stack["fsdp_buffers"].default) for p in candidate_frameworks(training, model, facts=SOME_LAYOUT)}
     if not held or "megatron-fsdp" in held:
         return "megatron-fsdp"
     return "fsdp2" if "fsdp2" in held else "layer"
@@ -91,4 +93,4 @@ def costed_kv_expanded(training: Any, model: Any) -> bool:
     given = getattr(training, "kv_expanded", None)
     if given is not None:
         return bool(given)
-    return any(bool(p.stack["kv_expanded"].default) for p in candidate_frameworks(training, model))
+    return any(bool(p.stack["kv_expanded"].default) for p in candidate_frameworks(training, model, facts=SOME_LAYOUT))

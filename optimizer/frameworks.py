@@ -320,18 +320,22 @@ def candidate_frameworks(
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
     facts = facts or LayoutFacts(tp, pp)
-    runs = (as_run_for(p, training, model) for p in profiles if p.stack_problem(training, model, facts) is None)
+    runs = (as_run_for(p, training, model, facts) for p in profiles if p.stack_problem(training, model, facts) is None)
     return tuple(
         p for p in runs if p.parallelism.zero_stages_without_pp.value or p.parallelism.zero_stages_with_pp.value
     )
 
 
-def as_run_for(prof: FrameworkProfile, training: Any, model: Any) -> FrameworkProfile:
-    """``prof`` as it runs the job: with ``training.dp_comm_overlap`` false, without the ZeRO
-    stages it always overlaps (it would not run them as costed); narrowed by every ``when`` rule
-    the job matches."""
-    run = prof if getattr(training, "dp_comm_overlap", True) else blocking_profile(prof.id)
+def as_run_for(prof: FrameworkProfile, training: Any, model: Any, facts: LayoutFacts = ANY_LAYOUT) -> FrameworkProfile:
+    """``prof`` as it runs the job (on a layout of ``facts``): with ``training.dp_comm_overlap``
+    false, without the ZeRO stages it always overlaps (it would not run them as costed); narrowed
+    by every ``when`` rule the job matches; knobs inert for the layout change nothing."""
+    inert = inert_knobs(training, model, facts)
+    blocking = not getattr(training, "dp_comm_overlap", True) and "dp_comm_overlap" not in inert
+    run = blocking_profile(prof.id) if blocking else prof
     for rule in prof.conditions:
+        if rule.knobs and all(knob in inert for knob, _ in rule.knobs):
+            continue
         if rule.narrows and rule.matches(training, model):
             run = _narrowed(run, rule)
     return run

@@ -41,10 +41,16 @@ class LayoutFacts:
     """The largest data-parallel group of its parameters: dense ``dp x cp``, expert
     ``tp x dp x cp / (ep x etp)``."""
     ep_etp: int | None = None
+    tp_overlap_off: bool = False
+    """The cost model applies no TP overlap to it (no sequence parallelism, or its TP group beyond
+    one NVLink domain): ``tp_comm_overlap`` does nothing."""
 
 
 ANY_LAYOUT = LayoutFacts()
 """No layout given: only the knobs inert for the job itself."""
+SOME_LAYOUT = LayoutFacts(tp=1, pp=1, zero_stage=0, dp_ranks=1, ep_etp=1, tp_overlap_off=True)
+"""A layout on which every layout-dependent knob is inert: the frameworks whose stack runs the
+job on some layout are those whose stack runs it there."""
 
 
 def inert_knobs(training: Any, model: Any, facts: LayoutFacts) -> frozenset[str]:
@@ -60,6 +66,7 @@ def inert_knobs(training: Any, model: Any, facts: LayoutFacts) -> frozenset[str]
         (facts.ep_etp == 1, EP_KNOBS),
         (facts.zero_stage is not None and facts.zero_stage < 2, SHARDED_KNOBS),
         (facts.dp_ranks == 1, DP_KNOBS),
+        (facts.tp_overlap_off, ("tp_comm_overlap",)),
     )
     for applies, knobs in rules:
         if applies:
@@ -67,8 +74,9 @@ def inert_knobs(training: Any, model: Any, facts: LayoutFacts) -> frozenset[str]
     return frozenset(inert)
 
 
-def layout_facts(lay: Any, is_moe: bool) -> LayoutFacts:
-    """``LayoutFacts`` of a resolved layout."""
+def layout_facts(lay: Any, is_moe: bool, tp_tier: str | None = None) -> LayoutFacts:
+    """``LayoutFacts`` of a resolved layout whose TP groups span ``tp_tier`` (None: not placed)."""
     dense = lay.dp * lay.cp
     expert = lay.tp * lay.dp * lay.cp // (lay.ep * lay.etp) if is_moe else 1
-    return LayoutFacts(lay.tp, lay.pp, lay.zero_stage, max(dense, expert), lay.ep * lay.etp)
+    off = lay.tp > 1 and (not lay.sequence_parallel or tp_tier not in (None, "nvlink"))
+    return LayoutFacts(lay.tp, lay.pp, lay.zero_stage, max(dense, expert), lay.ep * lay.etp, off)

@@ -35,9 +35,11 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
         notes += _recompute_elsewhere_note(
             job, est, "op", "torchtitan runs recompute 'selective' as its op-level checkpointing (recompute 'op')"
         )
-    notes += _tp_overlap_note(job, est)
-    if "megatron-bridge" in frameworks:
-        notes += tp_overlap_left_to_recipe_note(job.training, lay)
+    unapplied = _tp_overlap_note(job, est)
+    notes += unapplied
+    if "megatron-bridge" in frameworks:  # costed without TP overlap: the recipe's may turn it on
+        costed = job.training.model_copy(update={"tp_comm_overlap": False}) if unapplied else job.training
+        notes += tp_overlap_left_to_recipe_note(costed, lay, can_overlap=not unapplied)
         notes += first_last_bf16_note(job.model, job.training, lay)
     notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)

@@ -71,7 +71,7 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
-    runs, why_not = running_frameworks(job.training, lay, job.model, est.order)
+    runs, why_not = running_frameworks(job.training, lay, job.model, est.order, est.placement.get("tp"))
     notes = estimate_notes(job, est, ranges.note, [p.id for p in runs])
     gpu = current().catalog.gpus[job.cluster.gpu]  # type: ignore[index]
     kernel = attention_kernel_class(job, gpu)

@@ -53,13 +53,22 @@ def best_estimate(
 
 
 def _check_tier_names(ctx: JobContext, placement: dict[str, str]) -> None:
-    """Raise ``InvalidLayout`` at ``config.placement.<axis>`` for a tier name the cluster lacks."""
+    """Raise ``InvalidLayout`` at ``config.placement.<axis>`` for a tier name no tier of any
+    cluster or of the job's topology has (a known tier this job's GPUs do not span is left to the
+    rank-order check, which lists the job's tiers)."""
     names = [t.name for t in ctx.topology.tiers]
+    topology = ctx.job.cluster.topology
+    known = {*names, *KNOWN_TIERS, *(topology.levels if topology is not None else ())}
     for axis, tier in placement.items():
-        if tier not in (*names, "none", "cluster"):
+        if tier not in known:
             raise InvalidLayout(
-                f"config.placement.{axis}", f"unknown tier {tier!r}: this cluster's tiers are {names} (or 'none')"
+                f"config.placement.{axis}",
+                f"unknown tier {tier!r}: this job's tiers are {names}, or 'none' (size 1) and 'cluster'",
             )
+
+
+KNOWN_TIERS = ("nvlink", "leaf", "spine", "none", "cluster")
+"""Tier names of the catalog's clusters, and the two every placement may name."""
 
 
 class SizesKey(NamedTuple):

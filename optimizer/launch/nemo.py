@@ -23,17 +23,20 @@ NEMO_COMM_OVERLAP_NOTE = (
 """Said on a plan whose overrides write ``comm_overlap.*`` keys (Hydra refuses keys under a None section)."""
 
 
-def tp_overlap_left_to_recipe_note(training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
-    """A plan without TP overlap where it could apply: the overrides leave
+def tp_overlap_left_to_recipe_note(
+    training: TrainingSpec, layout: ResolvedLayout, can_overlap: bool = True
+) -> list[str]:
+    """A plan costed without TP overlap on a layout with sequence parallelism: the overrides leave
     ``comm_overlap.tp_comm_overlap`` to the recipe (recipes without the section refuse the key),
-    and the Llama 3 / 3.1 and GPT-3 175B recipes turn it on."""
+    and the Llama 3 / 3.1 and GPT-3 175B recipes turn it on. ``can_overlap``: the overlap would
+    apply to this layout (its TP group inside one NVLink domain), so planning with it is an option."""
     if training.tp_comm_overlap or layout.tp == 1 or not layout.sequence_parallel:
         return []
+    option = " (or plan with training.tp_comm_overlap true)" if can_overlap else ""
     return [
         "Megatron-Bridge: recipes whose comm_overlap section turns TP communication overlap on (Llama 3 / 3.1, "
-        "GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
-        "comm_overlap.tp_comm_overlap=false (or plan with training.tp_comm_overlap true); recipes without the "
-        "section (Qwen) run it off, as planned"
+        f"GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
+        f"comm_overlap.tp_comm_overlap=false{option}; recipes without the section (Qwen) run it off, as planned"
     ]
 
 

@@ -376,7 +376,9 @@ def stack_warning(job: JobSpec, best: Estimate) -> str:
     what the plans follow, and whether the best plan still runs somewhere (the TP knobs act only
     with tp above 1, pp_comm_overlap only with pp above 1)."""
     rules = job.training.framework or "every framework"
-    runs = [p.id for p in running_frameworks(job.training, best.layout, job.model, best.order)[0]]
+    runs = [
+        p.id for p in running_frameworks(job.training, best.layout, job.model, best.order, best.placement.get("tp"))[0]
+    ]
     if runs:
         return (
             f"no framework's stack runs the job's training.* knobs at every layout size (docs/frameworks.md: each "

@@ -110,7 +110,9 @@ class JobSpec(Strict):
         if t.attention_kernel == "flash3" and "attention_kernel" not in t.model_fields_set:
             gpu = current().catalog.gpus.get(self.cluster.gpu or "")
             if gpu is not None and gpu.generation not in FLASH3_GENERATIONS:
-                t.__dict__["attention_kernel"] = "flash2"
+                own = t.model_copy()  # the request's TrainingSpec may be another job's too
+                own.__dict__["attention_kernel"] = "flash2"  # still a default: not in model_fields_set
+                self.__dict__["training"] = own
         return self
 
     @model_validator(mode="after")

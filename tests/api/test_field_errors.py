@@ -73,7 +73,12 @@ def test_an_unknown_tier_is_named(client: TestClient) -> None:
     body = {**PLAN, "config": {"tp": 8, "placement": {"tp": "rack"}}}  # 16 GPUs: tiers nvlink, leaf
     item = _one_error(client, "/evaluate", body)
     assert item["loc"] == ["body", "config", "placement", "tp"]
-    assert item["msg"] == "unknown tier 'rack': this cluster's tiers are ['nvlink', 'leaf'] (or 'none')"
+    assert (
+        item["msg"] == "unknown tier 'rack': this job's tiers are ['nvlink', 'leaf'], or 'none' (size 1) and 'cluster'"
+    )
+    # a tier of the catalog this job's GPUs do not span: the rank-order check, at config.placement
+    spine = _one_error(client, "/evaluate", {**PLAN, "config": {"tp": 8, "placement": {"dp": "spine"}}})
+    assert spine["loc"] == ["body", "config", "placement"] and "tiers are ['nvlink', 'leaf']" in spine["msg"]
 
 
 def test_pins_no_layout_can_take_are_422s(client: TestClient) -> None:

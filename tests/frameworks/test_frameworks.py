@@ -100,7 +100,8 @@ def _check_plans(request: PlanRequest) -> None:
             config = config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
         lay = resolve_layout(job, config)
         # unmatched, a plan lists only frameworks whose stack runs the knobs that act on its layout
-        sized = candidate_frameworks(request.training, request.model, facts=layout_facts(lay, job.model.is_moe))
+        facts = layout_facts(lay, job.model.is_moe, p.placement.get("tp"))
+        sized = candidate_frameworks(request.training, request.model, facts=facts)
         assert bool(p.frameworks) or not matched, p.notes
         assert set(p.frameworks) <= {f.id for f in sized}, p.notes
         if named is not None and matched:

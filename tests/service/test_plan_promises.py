@@ -91,14 +91,35 @@ def test_knobs_that_do_nothing_for_the_layout_leave_its_frameworks() -> None:
         ({**dense, "model": {"preset": "llama2-7b"}}, "kv_expanded", True, {}),  # no grouped-query attention
         (mixtral, "moe_dispatcher", "hybridep", {"tp": 1, "ep": 1}),  # no expert parallelism
         ({**dense, "cluster": {"preset": "dgx-h100", "num_gpus": 8}}, "dp_comm_overlap", False,
-         {"tp": 8, "zero_stage": 1}),  # no data parallelism
+         {"tp": 8, "zero_stage": 1}),  # no data parallelism (torchtitan runs the overlap only)
+        (dense, "tp_comm_overlap", True, {"tp": 8, "zero_stage": 2, "sequence_parallel": False}),  # no SP
     ]  # fmt: skip
-    for job, knob, value, config in cases:
-        base = {**job, "training": {"seq_len": 4096, "global_batch_size": 128, "framework": "megatron-lm"}}
-        plain = _evaluate({**base, "config": config})
-        knobbed = _evaluate({**base, "training": {**base["training"], knob: value}, "config": config})
-        assert knobbed.step_time_s == plain.step_time_s and knobbed.memory_gib.total == plain.memory_gib.total, knob
-        assert knobbed.frameworks == plain.frameworks == ["megatron-lm"], (knob, knobbed.notes)
+    for framework, expected in (("megatron-lm", ["megatron-lm"]), ("torchtitan", ["torchtitan"]), (None, None)):
+        for job, knob, value, config in cases:
+            base = {**job, "training": {"seq_len": 4096, "global_batch_size": 128, "framework": framework}}
+            plain = _evaluate({**base, "config": config})
+            knobbed = _evaluate({**base, "training": {**base["training"], knob: value}, "config": config})
+            assert knobbed.step_time_s == plain.step_time_s, (framework, knob)
+            assert knobbed.memory_gib.total == plain.memory_gib.total, (framework, knob)
+            assert knobbed.frameworks == plain.frameworks, (framework, knob, knobbed.notes)
+            assert expected is None or plain.frameworks in ([], expected), (framework, knob, plain.notes)
     acting = _evaluate({**dense, "training": {"seq_len": 4096, "global_batch_size": 128, "framework": "megatron-lm",
                                               "fsdp_buffers": "layer"}, "config": {"zero_stage": 3}})  # fmt: skip
     assert acting.frameworks == []  # at ZeRO-3 the buffers act, and Megatron-FSDP's are not 'layer'
+
+
+def test_an_inert_knob_does_not_change_the_stack_costed() -> None:
+    """With no framework named the costed defaults (key/value expansion, ZeRO buffers) come from
+    every framework whose stack runs the job on some layout: a knob inert for this layout does
+    not take torchtitan's expanded key/value heads out of its memory."""
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 128, "grad_reduce_in_fp32": True,
+                     "cross_entropy": "unfused", "tp_dgrad_overlap": False, "attention_kernel": "flash2"},
+        "cluster": {"preset": "dgx-a100", "num_gpus": 64},
+        "config": {"tp": 2, "pp": 2, "zero_stage": 1},
+    }  # fmt: skip
+    plain = _evaluate(body)
+    knobbed = _evaluate({**body, "training": {**body["training"], "fsdp_buffers": "layer"}})
+    assert plain.frameworks == knobbed.frameworks == ["torchtitan"]
+    assert knobbed.memory_gib.total == plain.memory_gib.total
