@@ -111,7 +111,9 @@ def _problems(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> list
         prof.seq_problem(job.training.seq_len, lay.tp, lay.cp),
         prof.heads_problem(kv_heads_to_split(job.model), lay.tp),
         prof.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, lay.etp) if job.model.is_moe else None,
+        prof.etp_problem(lay.tp, lay.cp, lay.dp, 1, lay.etp) if job.model.is_moe else None,  # the etp rules alone
         prof.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage),
+        prof.zero_problem(1, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage),  # without pp
     ]  # fmt: skip
     return list(dict.fromkeys(r for r in found if r is not None)) or [first]
 

@@ -50,6 +50,12 @@ CASES = {
         "torchtitan splits routed experts over tensor parallelism: etp = tp (4) only",
         {"search": {"fix": {"tp": 4, "etp": 4}}},
     ),
+    # layouts with CP break torchtitan's ep rule too: the nearest (TP8 DP8 EP8) breaks etp alone
+    "torchtitan etp before ep": (
+        _job("llama4-scout", 64, "torchtitan", fix={"tp": 8, "etp": 1}, allow={"ep": [8, 16]}),
+        "torchtitan splits routed experts over tensor parallelism: etp = tp (8) only",
+        {"search": {"fix": {"tp": 8, "etp": 8}, "allow": {"ep": [8, 16]}}},
+    ),
     "deepep group sizes": (
         {**_job("deepseek-v3", 256, "megatron-lm", gbs=512, fix={"ep": 256}),
          "training": {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-lm", "moe_dispatcher": "deepep"}},
