@@ -21,9 +21,11 @@ TP_KNOBS: tuple[str, ...] = ("tp_comm_overlap", "tp_dgrad_overlap")
 """Stack knobs that act only with tensor parallelism (a ``tp = 1`` layout runs whatever they say)."""
 PP_KNOBS: tuple[str, ...] = ("pp_comm_overlap",)
 """Stack knobs that act only with pipeline parallelism (a ``pp = 1`` layout runs whatever they say)."""
-EP_KNOBS: tuple[str, ...] = ("moe_dispatcher", "ep_comm_overlap")
+EP_KNOBS: tuple[str, ...] = ("moe_dispatcher",)
 """Knobs of the expert dispatch, which a layout without expert parallelism (``ep x etp = 1``)
 does not run (its launch names the all-to-all dispatcher)."""
+EP_OVERLAP_KNOBS: tuple[str, ...] = ("ep_comm_overlap",)
+"""The expert all-to-all overlap: it runs (and is costed) only with ``ep > 1``."""
 SHARDED_KNOBS: tuple[str, ...] = ("fsdp_buffers",)
 """Knobs of ZeRO-2/3's buffers: nothing below ZeRO-2."""
 DP_KNOBS: tuple[str, ...] = ("dp_comm_overlap",)
@@ -44,11 +46,12 @@ class LayoutFacts:
     tp_overlap_off: bool = False
     """The cost model applies no TP overlap to it (no sequence parallelism, or its TP group beyond
     one NVLink domain): ``tp_comm_overlap`` does nothing."""
+    ep: int | None = None
 
 
 ANY_LAYOUT = LayoutFacts()
 """No layout given: only the knobs inert for the job itself."""
-SOME_LAYOUT = LayoutFacts(tp=1, pp=1, zero_stage=0, dp_ranks=1, ep_etp=1, tp_overlap_off=True)
+SOME_LAYOUT = LayoutFacts(tp=1, pp=1, zero_stage=0, dp_ranks=1, ep_etp=1, tp_overlap_off=True, ep=1)
 """A layout on which every layout-dependent knob is inert: the frameworks whose stack runs the
 job on some layout are those whose stack runs it there."""
 
@@ -64,6 +67,7 @@ def inert_knobs(training: Any, model: Any, facts: LayoutFacts) -> frozenset[str]
         (facts.tp == 1, TP_KNOBS),
         (facts.pp == 1, PP_KNOBS),
         (facts.ep_etp == 1, EP_KNOBS),
+        (facts.ep == 1, EP_OVERLAP_KNOBS),
         (facts.zero_stage is not None and facts.zero_stage < 2, SHARDED_KNOBS),
         (facts.dp_ranks == 1, DP_KNOBS),
         (facts.tp_overlap_off, ("tp_comm_overlap",)),
@@ -79,4 +83,4 @@ def layout_facts(lay: Any, is_moe: bool, tp_tier: str | None = None) -> LayoutFa
     dense = lay.dp * lay.cp
     expert = lay.tp * lay.dp * lay.cp // (lay.ep * lay.etp) if is_moe else 1
     off = lay.tp > 1 and (not lay.sequence_parallel or tp_tier not in (None, "nvlink"))
-    return LayoutFacts(lay.tp, lay.pp, lay.zero_stage, max(dense, expert), lay.ep * lay.etp, off)
+    return LayoutFacts(lay.tp, lay.pp, lay.zero_stage, max(dense, expert), lay.ep * lay.etp, off, lay.ep)

@@ -208,5 +208,6 @@ def ep_comm_s(
     total = disp + 3 * comb + (disp + comb if recomputed else 0.0)
     if etp_fwd:
         total += 2 * etp_fwd + (etp_fwd if recomputed else 0.0)
-    hidden = cal.ep_comm_overlap_batched if training.ep_comm_overlap else 0.0
+    # the overlap runs only with expert parallelism (Megatron's launch asks for it at ep > 1 only)
+    hidden = cal.ep_comm_overlap_batched if ctx.expert_overlap(d.ep) else 0.0
     return total * exposed_fraction(ctx, hidden)
