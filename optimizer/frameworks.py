@@ -217,10 +217,10 @@ class FrameworkProfile:
         """The first ``training`` knob whose value the framework does not run, or the first rule
         that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
         on a layout of ``facts`` (``inert_knobs``: the TP knobs at tp 1, ZeRO-2/3's buffers below
-        ZeRO-2, ...) are not checked, nor rules on such knobs alone."""
+        ZeRO-2, ...) are not checked, nor rules on such a knob (each rule's knobs act together)."""
         inert = inert_knobs(training, model, facts)
         for rule in self.conditions:
-            if rule.knobs and all(knob in inert for knob, _ in rule.knobs):
+            if any(knob in inert for knob, _ in rule.knobs):  # a rule on a knob that does nothing here
                 continue
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
@@ -334,7 +334,7 @@ def as_run_for(prof: FrameworkProfile, training: Any, model: Any, facts: LayoutF
     blocking = not getattr(training, "dp_comm_overlap", True) and "dp_comm_overlap" not in inert
     run = blocking_profile(prof.id) if blocking else prof
     for rule in prof.conditions:
-        if rule.knobs and all(knob in inert for knob, _ in rule.knobs):
+        if any(knob in inert for knob, _ in rule.knobs):  # a rule on a knob that does nothing here
             continue
         if rule.narrows and rule.matches(training, model):
             run = _narrowed(run, rule)

@@ -39,7 +39,8 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += unapplied
     if "megatron-bridge" in frameworks:  # costed without TP overlap: the recipe's may turn it on
         costed = job.training.model_copy(update={"tp_comm_overlap": False}) if unapplied else job.training
-        notes += tp_overlap_left_to_recipe_note(costed, lay, can_overlap=not unapplied)
+        inside = lay.sequence_parallel and est.placement.get("tp") == "nvlink"  # where the overlap applies
+        notes += tp_overlap_left_to_recipe_note(costed, lay, can_overlap=inside)
         notes += first_last_bf16_note(job.model, job.training, lay)
     notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)

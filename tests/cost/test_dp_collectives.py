@@ -104,9 +104,9 @@ def test_fp32_gradients_double_gradient_memory_and_never_speed_a_step(req):
     """``training.grad_reduce_in_fp32`` keeps and reduces gradients in 4 bytes instead of 2: in the
     same rank order every stage's gradient memory doubles, its weights and optimizer state stay,
     only the data-parallel term of the time may move, and it only rises; over every order the best
-    step is never faster. The ZeRO-2/3 buffers are pinned: left to the job they follow the
-    frameworks that run it, and the gradient dtype changes which do."""
-    req = _with(req, "training", fsdp_buffers="megatron-fsdp")
+    step is never faster. The ZeRO-2/3 buffers and the key/value expansion are pinned: left to the
+    job they follow the frameworks that run it, and the gradient dtype changes which do."""
+    req = _with(req, "training", fsdp_buffers="megatron-fsdp", kv_expanded=False)
     half = _estimate(_with(req, "training", grad_reduce_in_fp32=False))
     fp32_req = _with(req, "training", grad_reduce_in_fp32=True)
     fp32_job = JobSpec(model=fp32_req["model"], training=fp32_req["training"], cluster=fp32_req["cluster"])

@@ -139,3 +139,17 @@ def test_the_expert_overlap_is_costed_only_where_it_runs() -> None:
     asked = _evaluate({**body, "training": {**body["training"], "ep_comm_overlap": True}})
     assert asked.step_time_s == plain.step_time_s and asked.frameworks == plain.frameworks == ["megatron-lm"]
     assert "--overlap-moe-expert-parallel-comm" not in asked.launch.megatron
+
+
+def test_a_rule_on_a_knob_that_does_nothing_here_is_not_applied() -> None:
+    """Megatron's rules 'the expert overlap needs the alltoall or flex dispatcher' and 'the flex
+    dispatcher does not pad to capacity' act together with expert parallelism: without it (ep 1)
+    they do not take Megatron off the plan."""
+    job = {"model": {"preset": "mixtral-8x7b"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64}}
+    training = {"seq_len": 4096, "global_batch_size": 128, "framework": "megatron-lm"}
+    for config, knobs in (
+        ({"tp": 2, "ep": 1, "etp": 2, "zero_stage": 1}, {"moe_dispatcher": "allgather", "ep_comm_overlap": True}),
+        ({"tp": 1, "ep": 1, "zero_stage": 1}, {"moe_dispatcher": "deepep", "moe_capacity_factor": 1.25}),
+    ):
+        plan = _evaluate({**job, "training": {**training, **knobs}, "config": config})
+        assert plan.frameworks == ["megatron-lm"], (knobs, plan.notes)
