@@ -113,9 +113,18 @@ def _problems(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> list
         prof.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, lay.etp) if job.model.is_moe else None,
         prof.etp_problem(lay.tp, lay.cp, lay.dp, 1, lay.etp) if job.model.is_moe else None,  # the etp rules alone
         prof.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage),
-        prof.zero_problem(1, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage),  # without pp
+        _zero_rules_but_pp(prof, lay),
     ]  # fmt: skip
     return list(dict.fromkeys(r for r in found if r is not None)) or [first]
+
+
+def _zero_rules_but_pp(prof: FrameworkProfile, lay: ResolvedLayout) -> str | None:
+    """The ZeRO rules other than the stages it runs with or without a pipeline (DDP alone, one
+    micro-batch, ...), for a pipelined layout whose stage rule names first."""
+    if lay.pp == 1:
+        return None
+    reason = prof.zero_problem(1, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
+    return None if reason is None or "with pp = 1" in reason else reason
 
 
 def _layout_text(prof: FrameworkProfile, lay: ResolvedLayout) -> str:
