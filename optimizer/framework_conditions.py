@@ -63,6 +63,10 @@ class When:
                 return False
         return True
 
+    def involves(self, knobs: frozenset[str]) -> bool:
+        """Whether any of the rule's knob conditions is on one of ``knobs``."""
+        return any(knob in knobs for knob, _ in self.knobs)
+
     @property
     def narrows(self) -> bool:
         """Whether the rule changes what the framework runs (rather than excluding it or setting

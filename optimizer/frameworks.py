@@ -20,7 +20,7 @@ from optimizer.inert_knobs import ANY_LAYOUT, LayoutFacts, inert_knobs
 from optimizer.inert_knobs import MOE_KNOBS as MOE_KNOBS  # re-exported: the stack rules' knob groups
 from optimizer.inert_knobs import PP_KNOBS as PP_KNOBS
 from optimizer.inert_knobs import TP_KNOBS as TP_KNOBS
-from optimizer.layer_split import even_split
+from optimizer.layer_split import is_uneven
 
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
@@ -148,6 +148,13 @@ class FrameworkProfile:
                     f"({par.sharded_below_zero3_needs_one_micro_batch.source})")  # fmt: skip
         return None
 
+    def ep_recompute_problem(self, ep: int, recompute: str) -> str | None:
+        """Why it does not run cost-model mode ``recompute`` on an expert-parallel layout (None: it does)."""
+        fact = self.parallelism.ep_layouts_excluded_recompute
+        if ep > 1 and recompute in fact.value:
+            return f"{self.name} runs no recompute {recompute!r} on this job's expert-parallel layouts ({fact.source})"
+        return None
+
     def sizes_problem(self, tp: int, pp: int, cp: int, ep: int, vpp: int, uneven: bool, sp: bool) -> str | None:
         """Why the framework does not run these sizes (None: it does)."""
         par = self.parallelism
@@ -220,7 +227,7 @@ class FrameworkProfile:
         ZeRO-2, ...) are not checked, nor rules on such a knob (each rule's knobs act together)."""
         inert = inert_knobs(training, model, facts)
         for rule in self.conditions:
-            if any(knob in inert for knob, _ in rule.knobs):  # a rule on a knob that does nothing here
+            if rule.involves(inert):  # a rule on a knob that does nothing here
                 continue
             if rule.excluded and rule.matches(training, model):
                 return f"{self.name} does not run {condition_text(rule)}: {rule.excluded} ({rule.source})"
@@ -246,12 +253,10 @@ def layout_problem(
     checked); None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
-    excluded = profile.parallelism.ep_layouts_excluded_recompute
-    if lay.ep > 1 and lay.recompute in excluded.value:
-        return f"{profile.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
-    uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
+    uneven = is_uneven(lay.stage_layers)
     return (
-        profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
+        profile.ep_recompute_problem(lay.ep, lay.recompute)
+        or profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)
         or (profile.seq_problem(seq_len, lay.tp, lay.cp) if seq_len is not None else None)
         or profile.heads_problem(kv_heads, lay.tp)
         or (profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None)
@@ -334,7 +339,7 @@ def as_run_for(prof: FrameworkProfile, training: Any, model: Any, facts: LayoutF
     blocking = not getattr(training, "dp_comm_overlap", True) and "dp_comm_overlap" not in inert
     run = blocking_profile(prof.id) if blocking else prof
     for rule in prof.conditions:
-        if any(knob in inert for knob, _ in rule.knobs):  # a rule on a knob that does nothing here
+        if rule.involves(inert):  # a rule on a knob that does nothing here
             continue
         if rule.narrows and rule.matches(training, model):
             run = _narrowed(run, rule)
@@ -390,8 +395,5 @@ def blocking_profile(fid: str) -> FrameworkProfile:
     return replace(prof, parallelism=narrowed)
 
 
-__all__ = [
-    "FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks", "costed_config",
-    "layout_problem", "model_defaults",
-    "load_profiles", "profile", "stack_defaults",
-]  # fmt: skip
+__all__ = ["FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks",
+           "costed_config", "layout_problem", "model_defaults", "load_profiles", "profile", "stack_defaults"]  # fmt: skip

@@ -15,6 +15,11 @@ def even_split(num_layers: int, chunks: int) -> list[int]:
     return list(_even_split(num_layers, chunks))
 
 
+def is_uneven(stage_layers: tuple[int, ...] | list[int]) -> bool:
+    """Whether a split differs from ``even_split`` of its layers over its chunks."""
+    return list(stage_layers) != even_split(sum(stage_layers), len(stage_layers))
+
+
 @functools.lru_cache(maxsize=4096)
 def _even_split(num_layers: int, chunks: int) -> tuple[int, ...]:
     """``even_split`` as a tuple, memoised (the search resolves tens of thousands of layouts of a

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem
-from optimizer.layer_split import even_split
+from optimizer.layer_split import is_uneven
 from optimizer.search.framework_space import target_profiles
 from optimizer.search.space import Reach, SpaceBudget, SpaceTimedOut, SpaceTooLarge, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
@@ -99,11 +99,9 @@ def _problems(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> list
     first = layout_problem(prof, lay, job.model.is_moe, job.training.seq_len, kv_heads_to_split(job.model))
     if first is None:
         return []
-    excluded = prof.parallelism.ep_layouts_excluded_recompute
-    uneven = list(lay.stage_layers) != even_split(sum(lay.stage_layers), len(lay.stage_layers))
+    uneven = is_uneven(lay.stage_layers)
     found = [
-        f"{prof.name} runs no recompute {lay.recompute!r} on this job's expert-parallel layouts ({excluded.source})"
-        if lay.ep > 1 and lay.recompute in excluded.value else None,
+        prof.ep_recompute_problem(lay.ep, lay.recompute),
         prof.sizes_problem(1, 1, lay.cp, 1, 1, False, False),  # each size's own rule, then those between
         prof.sizes_problem(1, 1, 1, 1, lay.vpp, False, False),
         prof.sizes_problem(lay.tp, 1, 1, 1, 1, False, lay.sequence_parallel),
