@@ -8,6 +8,7 @@ functions. Exit codes (api/cli_args.py): 0 ok, 1 output not written, 2 invalid i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -326,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
     except OutputError as exc:  # a reader that left (``| head``), a full disk
         _error(f"could not write the output: {exc}")
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor has none to mend
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return EXIT_OUTPUT
     except OSError as exc:  # the system refused a resource (open files, processes)
         _error(f"{source}: {exc.strerror or exc}")

@@ -11,7 +11,7 @@ from typing import Any
 import hostlist
 from pydantic import ValidationError
 
-from api.cli_args import EXIT_INVALID, EXIT_OK, EXIT_OUTPUT, write_output
+from api.cli_args import EXIT_INVALID, EXIT_OK, OutputError, write_output
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
 from api.topology_convert import ConvertError, from_kueue, from_slurm
 from api.topology_volcano import from_volcano
@@ -31,17 +31,13 @@ def _inventory(path: str) -> Any:
     return parse_json(_read(path), MAX_INVENTORY_BYTES)
 
 
-class _FileNotWritten(Exception):
-    """``-o PATH`` could not be written (standard output is fine): exit ``EXIT_OUTPUT``."""
-
-
 def _emit(topology: dict, out: str | None) -> None:
     text = json.dumps(topology, indent=2) + "\n"
     if out:
         try:
             Path(out).write_text(text)
         except OSError as exc:  # a full disk, a missing directory: the answer, not the input
-            raise _FileNotWritten(f"{out}: {exc.strerror or exc}") from exc
+            raise OutputError(f"{out}: {exc.strerror or exc}") from exc
     else:
         write_output(text)
 
@@ -58,9 +54,6 @@ def _run(args: argparse.Namespace) -> int:
             pods = _inventory(args.pods) if args.pods else None
             topo = from_kueue(_read(args.topology), _inventory(args.nodes), pods)
         _emit(checked(topo), args.output)
-    except _FileNotWritten as exc:
-        sys.stderr.write(f"pplan: could not write the output: {exc}\n")
-        return EXIT_OUTPUT
     except (ConvertError, DocumentError, OSError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
