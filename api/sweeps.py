@@ -262,8 +262,12 @@ class SweepManager:
         executor.shutdown(wait=False, cancel_futures=True)
         for proc in processes:
             proc.terminate()
+        deadline = time.monotonic() + WORKER_JOIN_TIMEOUT_S
         for proc in processes:
-            proc.join(timeout=WORKER_JOIN_TIMEOUT_S)
+            # the executor's own thread may reap the process first: is_alive() then stays true
+            # until that thread records the exit code, so wait for it rather than join once
+            while proc.is_alive() and time.monotonic() < deadline:
+                proc.join(timeout=0.01)
 
 
 def get_sweeps(request: Request) -> SweepManager:

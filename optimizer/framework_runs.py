@@ -94,3 +94,12 @@ def costed_kv_expanded(training: Any, model: Any) -> bool:
     if given is not None:
         return bool(given)
     return any(bool(p.stack["kv_expanded"].default) for p in candidate_frameworks(training, model, facts=SOME_LAYOUT))
+
+
+def costed_p2p_blocks_without_vpp(training: Any, model: Any) -> bool:
+    """Whether pipeline sends are costed as blocking in non-interleaved schedules although the job
+    overlaps them (``training.pp_comm_overlap``): true when a framework whose stack runs the job
+    overlaps them only interleaved (Megatron-LM, Megatron-Bridge), or none runs the job (the
+    larger time, as ``costed_fsdp_buffers`` charges the larger memory)."""
+    runs = candidate_frameworks(training, model, facts=SOME_LAYOUT)
+    return not runs or any(bool(p.parallelism.p2p_overlap_needs_vpp.value) for p in runs)

@@ -76,8 +76,9 @@ class Parallelism:
     ``one_or_tp`` (1 or the dense tp), ``tp`` (experts split over the dense TP group), ``one``
     (experts whole)."""
     ep_layouts_pp_needs_vpp: Fact = Fact(False, "frameworks.toml: set only by a job's [[when]] rule")
-    """Layouts with ep > 1 and pp > 1 only with an interleaved schedule (set for a job by a
-    ``when`` rule)."""
+    """Layouts with ep > 1 and pp > 1 only interleaved (set for a job by a ``when`` rule)."""
+    p2p_overlap_needs_vpp: Fact = Fact(False, "frameworks.toml")
+    """Pipeline sends overlap compute (``training.pp_comm_overlap``) only in interleaved schedules."""
     ep_layouts_zero_stages: Fact = Fact((0, 1, 2, 3), "frameworks.toml: narrowed only by a job's [[when]] rule")
     """ZeRO stages it runs on layouts with ep > 1 (narrowed by a ``when`` rule)."""
     pp_inside_dp: Fact = Fact("never", "frameworks.toml")

@@ -13,7 +13,12 @@ from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
-from optimizer.framework_runs import costed_fsdp_buffers, costed_kv_expanded, costed_pp_inside_dp
+from optimizer.framework_runs import (
+    costed_fsdp_buffers,
+    costed_kv_expanded,
+    costed_p2p_blocks_without_vpp,
+    costed_pp_inside_dp,
+)
 from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.params import (
     LayerParams,
@@ -97,6 +102,9 @@ class JobContext:
     pp_inside_dp: str = "never"
     """Which layouts may be costed with pipeline stages inside data parallelism
     (``costed_pp_inside_dp``: the rule of ``optimizer/rank_orders.py`` of the frameworks targeted)."""
+    p2p_blocks_without_vpp: bool = False
+    """Whether pipeline sends block in non-interleaved schedules whatever ``pp_comm_overlap`` says
+    (``costed_p2p_blocks_without_vpp``)."""
     caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
     """This request's cache tables of the cost model and the search (``cost.caches``): new and
     empty for every ``build_context`` call."""
@@ -252,6 +260,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         fsdp_buffers=costed_fsdp_buffers(job.training, model),
         kv_expanded=costed_kv_expanded(job.training, model),
         pp_inside_dp=costed_pp_inside_dp(job.training, model),
+        p2p_blocks_without_vpp=costed_p2p_blocks_without_vpp(job.training, model),
     )
 
 

@@ -120,8 +120,20 @@ def pp_message_bytes(ctx: JobContext, lay: StageLayout) -> Num:
 
 
 def pp_comm_from_p2p_s(ctx: JobContext, pp: Num, vpp: Num, m: Num, t_p2p: Num) -> Num:
-    """``pp_comm_s`` from one send's time: every chunk boundary sends forward and backward per
-    micro-batch (the exposed share of them), plus the fill / drain chain across the stages."""
+    """``pp_comm_s`` from one send's time: ``pp_sends_s``, and in a non-interleaved schedule
+    (``vpp`` 1) the share the overlap would hide when the framework overlaps sends only
+    interleaved (``JobContext.p2p_blocks_without_vpp``: Megatron waits on every send there)."""
+    sends = pp_sends_s(ctx, pp, vpp, m, t_p2p)
+    if not (ctx.p2p_blocks_without_vpp and ctx.job.training.pp_comm_overlap):
+        return sends
+    hidden = (1.0 - ctx.cal.pp_comm_exposed) * m * 2 * t_p2p
+    return sends + select(vpp == 1, hidden, 0.0)
+
+
+def pp_sends_s(ctx: JobContext, pp: Num, vpp: Num, m: Num, t_p2p: Num) -> Num:
+    """Every chunk boundary sends forward and backward per micro-batch (the exposed share of them
+    when the stack overlaps sends), plus the fill / drain chain across the stages: affine in
+    ``vpp`` (``search.lower_bounds.family_bound`` reads its slope)."""
     exposed = ctx.cal.pp_comm_exposed if ctx.job.training.pp_comm_overlap else 1.0
     return exposed * m * 2 * vpp * t_p2p + 2 * (pp - 1) * t_p2p
 

@@ -21,7 +21,7 @@ from optimizer.cost.dp_comm import (
     gather_scale,
     last_bucket_s,
 )
-from optimizer.cost.estimate import pp_comm_from_p2p_s, pp_message_bytes
+from optimizer.cost.estimate import pp_comm_from_p2p_s, pp_message_bytes, pp_sends_s
 from optimizer.cost.head import head_time_s
 from optimizer.cost.layer import Dims
 from optimizer.cost.layer_memo import kind_compute
@@ -93,17 +93,20 @@ def family_bound(ctx: JobContext, terms: tuple[Num, Num, Num, Num], pp: Num, vpp
     """The smallest ``bound_at_vpp`` over the depths ``vpps`` (ascending). The bound is
     ``a + b / vpp + c * vpp`` with ``b, c >= 0`` (the bubble falls, the sends grow), convex in
     ``vpp``: its smallest over a sorted set is at one of the two depths beside ``sqrt(b / c)``.
-    ``b`` and ``c`` are read off ``bound_at_vpp`` and ``pp_comm_from_p2p_s`` (the sends' share
-    per unit of depth): a change to either formula's shape must keep it convex in ``vpp`` or
-    change this too (``test_family_bound_is_the_smallest_member_bound`` checks the two agree).
+    ``b`` and ``c`` are read off ``bound_at_vpp`` and ``pp_sends_s`` (the sends' share per unit
+    of depth): a change to either formula's shape must keep it convex in ``vpp`` or change this
+    too (``test_family_bound_is_the_smallest_member_bound`` checks the two agree). Depth 1, where
+    the sends may block (``pp_comm_from_p2p_s``), is bounded on its own.
     ``terms``, ``pp`` and ``m`` may be numbers (the answer is a float) or numpy arrays of one
     shape (the answer is an array of it)."""
-    if len(vpps) <= 2:
+    if len(vpps) > 2 and vpps[0] == 1:
+        best = np.minimum(bound_at_vpp(ctx, terms, pp, 1, m), family_bound(ctx, terms, pp, vpps[1:], m))
+    elif len(vpps) <= 2:
         best = functools.reduce(np.minimum, (bound_at_vpp(ctx, terms, pp, v, m) for v in vpps))
     else:
         depths = np.asarray(vpps)
         b = (pp - 1) * terms[1]
-        c = pp_comm_from_p2p_s(ctx, pp, 1, m, terms[3]) - pp_comm_from_p2p_s(ctx, pp, 0, m, terms[3])
+        c = pp_sends_s(ctx, pp, 1, m, terms[3]) - pp_sends_s(ctx, pp, 0, m, terms[3])
         with np.errstate(divide="ignore", invalid="ignore"):
             beside = np.where(c > 0, np.searchsorted(depths, np.sqrt(np.divide(b, c)), side="left"), len(vpps))
         below = bound_at_vpp(ctx, terms, pp, depths[np.maximum(beside - 1, 0)], m)

@@ -13,8 +13,8 @@ from optimizer.specs import JobSpec, Layout, PlanRequest
 def test_bound_holds_when_domains_do_not_divide_the_groups():
     """148 GPUs on NVL72 racks spread as 4 domains of 37: a 2-rank TP group at stride 1 crosses a
     domain boundary, at stride 2 it does not. The lower bound must not assume stride 1 is the
-    most local placement, or the search prunes the best layout (TP1 PP4 DP37, 30.38 s here, in
-    the rank order the frameworks run)."""
+    most local placement, or the search prunes the best layout (TP1 PP4 DP37, 30.51 s here, in
+    the rank order the frameworks run; its sends block, as Megatron runs a non-interleaved pipeline)."""
     from optimizer.cost import best_estimate
     from optimizer.search.lower_bounds import compute_lower_bound_s
 
@@ -33,7 +33,7 @@ def test_bound_holds_when_domains_do_not_divide_the_groups():
     response = search_plans(req)
     assert response.status == "optimal"
     assert response.plans[0].step_time_s <= best_uniform * (1 + 1e-9)
-    assert response.plans[0].step_time_s == pytest.approx(30.38, abs=0.01)
+    assert response.plans[0].step_time_s == pytest.approx(30.51, abs=0.01)
 
 
 @pytest.mark.parametrize(

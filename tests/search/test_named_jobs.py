@@ -186,8 +186,8 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     """Qwen3-235B-A22B on 256 H100 (seq 4096, 1,024 sequences), costed without the host floor on
     small expert GEMMs (which makes ZeRO-3 without pipelining best). With an even split PP=16 does
     not make the candidate pool (94 layers: stages of 6 and 5, the LM head on a full last stage),
-    but [6 x 15, 4] (a light last stage for the head) is the best layout (TP2, 8.192 s), faster than
-    the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
+    but [6 x 15, 4] (a light last stage for the head) is the best layout (TP2, 8.261 s, its sends
+    blocking as Megatron runs a non-interleaved pipeline), faster than the best pool layout (PP=8, [12 x 7, 10]), which the search once returned as `optimal`.
     Every costed pipelined layout whose split floor is below the k-th best time gets its split
     solved, in every rank-order geometry. Without interleaving: the default space's uneven
     interleaved layouts beat all of these (no pp x vpp > pp divides 94 layers)."""
@@ -200,7 +200,7 @@ def test_split_of_a_layout_outside_the_pool_can_win(without_expert_host_floor: N
     response = search_plans(_request(job))
     assert response.status == "optimal", (response.solver, response.warnings)
     best = response.plans[0]
-    assert best.step_time_s == pytest.approx(8.1920, rel=1e-3), describe(best)
+    assert best.step_time_s == pytest.approx(8.2611, rel=1e-3), describe(best)
     assert (best.config.tp, best.config.pp, best.config.ep) == (2, 16, 8), describe(best)
     assert best.config.stage_layers == [6] * 15 + [4], describe(best)
     assert all(p.config.pp == 1 or p.config.zero_stage <= 1 for p in response.plans), [

@@ -129,12 +129,13 @@ def test_deepseek_v3_builds_few_split_models() -> None:
     assert default.solver.candidates_to_solver <= 90
     # no ZeRO-2/3 with pp > 1, and none for an MoE model with bf16 gradients (Megatron-FSDP's
     # scaling at the Megatron-LM pin; fp32 gradients would bring TP1 CP2 EP8 ZeRO-3 back): TP2
-    # PP32 CP2 EP8 ZeRO-1 (27.933 s) ahead of TP1 PP32 CP2 (29.014 s)
+    # PP32 CP2 EP8 ZeRO-1 (28.386 s, its sends blocking as Megatron runs a non-interleaved
+    # pipeline) ahead of TP1 PP32 CP2 (29.469 s)
     best = default.plans[0].config
     assert (best.tp, best.pp, best.cp, best.ep, best.zero_stage, best.recompute) == (2, 32, 2, 8, 1, "core_attn")
-    assert abs(default.plans[0].step_time_s - 27.9333) < 1e-3
+    assert abs(default.plans[0].step_time_s - 28.3859) < 1e-3
     runner_up = default.plans[1]
-    assert abs(runner_up.step_time_s - 29.0145) < 1e-3
+    assert abs(runner_up.step_time_s - 29.4686) < 1e-3
     assert (runner_up.config.tp, runner_up.config.pp, runner_up.config.zero_stage) == (1, 32, 1)
     # MoE layers after three dense ones: every depth is in the default space, nothing left out
     assert default.solver.left_out_depths_bound_s is None
