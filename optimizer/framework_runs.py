@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimizer.frameworks import (
-    FrameworkProfile,
-    candidate_frameworks,
-    kv_heads_to_split,
-    layout_problem,
-    load_profiles,
-    profile,
-)
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem, load_profiles, profile
 from optimizer.inert_knobs import SOME_LAYOUT, layout_facts
 from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 

@@ -4,14 +4,16 @@ own names, and its stack (the ``training.*`` knobs it runs).
 The facts live in ``optimizer/data/frameworks.toml``, each with its source; this module loads
 them into frozen dataclasses and answers two questions for the planner: does a framework run
 a layout as the cost model costs it (``layout_problem``), and does it run a job's stack
-(``stack_problem``). It imports nothing from the request types, so ``specs`` may use it.
+(``stack_problem``). Which frameworks run a job, each narrowed by its rules for the job, is
+``optimizer/framework_targets.py``. It imports nothing from the request types, so ``specs``
+may use it.
 """
 
 from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
@@ -109,7 +111,7 @@ class FrameworkProfile:
     stack: dict[str, StackKnob] = field(compare=False)
     conditions: tuple[When, ...] = field(default=(), compare=False)
     """Rules for some jobs only (``framework_conditions``): applied by ``stack_problem`` and
-    ``as_run_for``."""
+    ``framework_targets.as_run_for``."""
 
     @functools.cached_property
     def _hash(self) -> int:
@@ -316,85 +318,5 @@ def costed_config(training: Any, config: Any) -> Any:
     return config.model_copy(update={"recompute": profile(named).costed_recompute(config.recompute)})
 
 
-def candidate_frameworks(
-    training: Any, model: Any, tp: int | None = None, pp: int | None = None, facts: LayoutFacts | None = None
-) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job (``training``, ``model``; for a layout of ``tp`` and
-    ``pp``, or of ``facts``, when given, else at any sizes): the named one, or any of the four,
-    each as it runs the job (``as_run_for``), less those its rules leave no ZeRO stage (they run
-    no layout)."""
-    named = getattr(training, "framework", None)
-    profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-    facts = facts or LayoutFacts(tp, pp)
-    runs = (as_run_for(p, training, model, facts) for p in profiles if p.stack_problem(training, model, facts) is None)
-    return tuple(
-        p for p in runs if p.parallelism.zero_stages_without_pp.value or p.parallelism.zero_stages_with_pp.value
-    )
-
-
-def as_run_for(prof: FrameworkProfile, training: Any, model: Any, facts: LayoutFacts = ANY_LAYOUT) -> FrameworkProfile:
-    """``prof`` as it runs the job (on a layout of ``facts``): with ``training.dp_comm_overlap``
-    false, without the ZeRO stages it always overlaps (it would not run them as costed); narrowed
-    by every ``when`` rule the job matches; knobs inert for the layout change nothing."""
-    inert = inert_knobs(training, model, facts)
-    blocking = not getattr(training, "dp_comm_overlap", True) and "dp_comm_overlap" not in inert
-    run = blocking_profile(prof.id) if blocking else prof
-    for rule in prof.conditions:
-        if rule.involves(inert):  # a rule on a knob that does nothing here
-            continue
-        if rule.narrows and rule.matches(training, model):
-            run = _narrowed(run, rule)
-    return run
-
-
-def _narrowed(prof: FrameworkProfile, rule: When) -> FrameworkProfile:
-    """``prof`` with what ``rule`` takes away."""
-    par = prof.parallelism
-    why = f"with {condition_text(rule)}: {rule.source}"
-    changes: dict[str, Fact] = {}
-    for name in ("zero_stages_without_pp", "zero_stages_with_pp"):
-        if (allowed := getattr(rule, name)) is not None:
-            fact = getattr(par, name)
-            changes[name] = Fact(tuple(z for z in fact.value if z in allowed), f"{fact.source}; {why}")
-    if rule.ep_layouts_pp_needs_vpp:
-        changes["ep_layouts_pp_needs_vpp"] = Fact(True, why)
-    if rule.ep_group_sizes is not None:
-        changes["ep_group_sizes"] = Fact(rule.ep_group_sizes, why)
-    if rule.ep_layouts_zero_stages is not None:
-        kept = par.ep_layouts_zero_stages.value
-        changes["ep_layouts_zero_stages"] = Fact(tuple(z for z in kept if z in rule.ep_layouts_zero_stages), why)
-    if rule.ep_layouts_drop_recompute:
-        dropped = tuple(par.ep_layouts_excluded_recompute.value) + rule.ep_layouts_drop_recompute
-        changes["ep_layouts_excluded_recompute"] = Fact(dropped, why)
-    if not rule.tensor_parallel:
-        changes["tensor_parallel"] = Fact(False, why)
-    return replace(prof, parallelism=replace(par, **changes))
-
-
-def model_defaults(fid: str, model: Any, training: Any) -> dict[str, Any]:
-    """The ``training.*`` defaults the framework's ``when`` rules set for this model and
-    ``training.precision`` (rules with defaults match on those only)."""
-    return {k: v for rule in profile(fid).conditions if rule.defaults and rule.matches(training, model)
-            for k, v in rule.defaults}  # fmt: skip
-
-
-@functools.cache
-def blocking_profile(fid: str) -> FrameworkProfile:
-    """Profile ``fid`` without the ZeRO stages it always overlaps (a job that blocks them)."""
-    prof = profile(fid)
-    par = prof.parallelism
-    always = par.zero_stages_always_overlapped
-    if not always.value:
-        return prof
-
-    def drop(fact: Fact) -> Fact:
-        kept = tuple(z for z in fact.value if z not in always.value)
-        return Fact(kept, f"{fact.source}; without {list(always.value)} when they block ({always.source})")
-
-    narrowed = replace(par, zero_stages_without_pp=drop(par.zero_stages_without_pp),
-                       zero_stages_with_pp=drop(par.zero_stages_with_pp))  # fmt: skip
-    return replace(prof, parallelism=narrowed)
-
-
-__all__ = ["FRAMEWORK_IDS", "FrameworkId", "FrameworkProfile", "as_run_for", "blocking_profile", "candidate_frameworks",
-           "costed_config", "layout_problem", "model_defaults", "load_profiles", "profile", "stack_defaults"]  # fmt: skip
+__all__ = ["FRAMEWORK_IDS", "Fact", "FrameworkId", "FrameworkProfile", "costed_config", "layout_problem", "load_profiles",
+           "profile", "stack_defaults"]  # fmt: skip

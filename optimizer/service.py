@@ -15,7 +15,8 @@ from optimizer.error_bands import plan_ranges
 from optimizer.errors import InvalidLayout
 from optimizer.explain import explain
 from optimizer.framework_runs import running_frameworks
-from optimizer.frameworks import candidate_frameworks, costed_config
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import costed_config
 from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import inert_settings_note, job_warnings, plan_warnings
 from optimizer.launch import build_launch

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import FrameworkProfile, as_run_for, kv_heads_to_split, load_profiles, profile
+from optimizer.framework_targets import as_run_for
+from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, load_profiles, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 

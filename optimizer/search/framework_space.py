@@ -13,14 +13,8 @@ import functools
 from typing import NamedTuple
 
 from optimizer.framework_runs import costed_fsdp_buffers
-from optimizer.frameworks import (
-    FrameworkProfile,
-    as_run_for,
-    candidate_frameworks,
-    kv_heads_to_split,
-    load_profiles,
-    profile,
-)
+from optimizer.framework_targets import as_run_for, candidate_frameworks
+from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, load_profiles, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, ModelSpec, SearchSpec, TrainingSpec
 

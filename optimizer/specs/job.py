@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from optimizer.frameworks import model_defaults, profile
+from optimizer.framework_targets import model_defaults
+from optimizer.frameworks import profile
 from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec

@@ -4,7 +4,8 @@ ZeRO-2/3) does not run it as costed when the job blocks them (``training.dp_comm
 from __future__ import annotations
 
 from optimizer import service
-from optimizer.frameworks import candidate_frameworks, profile
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import profile
 from optimizer.specs import EvaluateRequest, ModelSpec, PlanRequest
 
 DENSE = ModelSpec(preset="llama3-8b")

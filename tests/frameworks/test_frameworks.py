@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from optimizer.cost import build_context, resolve_layout
 from optimizer.cost.pipeline import even_split
 from optimizer.errors import InvalidLayout
+from optimizer.framework_targets import candidate_frameworks
 from optimizer.frameworks import (
     FRAMEWORK_IDS,
-    candidate_frameworks,
     kv_heads_to_split,
     layout_problem,
     load_profiles,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.frameworks import PP_KNOBS, candidate_frameworks, profile
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import PP_KNOBS, profile
 from optimizer.inert_knobs import LayoutFacts
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, ModelSpec, PlanRequest, TrainingSpec

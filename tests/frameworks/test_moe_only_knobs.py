@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.frameworks import MOE_KNOBS, candidate_frameworks, profile, stack_defaults
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import MOE_KNOBS, profile, stack_defaults
 from optimizer.service import evaluate
 from optimizer.specs import EvaluateRequest, ModelSpec, TrainingSpec
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import candidate_frameworks, profile
+from optimizer.framework_targets import candidate_frameworks
+from optimizer.frameworks import profile
 from optimizer.service import evaluate, plan
 from optimizer.specs import EvaluateRequest, JobSpec, ModelSpec, PlanRequest, TrainingSpec
 

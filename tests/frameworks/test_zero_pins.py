@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer.errors import InvalidLayout
-from optimizer.frameworks import as_run_for, profile
+from optimizer.framework_targets import as_run_for
+from optimizer.frameworks import profile
 from optimizer.search.fixed_values import check_named_values
 from optimizer.specs import JobSpec, PlanRequest
 

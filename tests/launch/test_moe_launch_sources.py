@@ -11,7 +11,7 @@ import pytest
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.framework_runs import running_frameworks
-from optimizer.frameworks import candidate_frameworks
+from optimizer.framework_targets import candidate_frameworks
 from optimizer.launch import build_launch
 from optimizer.service import evaluate
 from optimizer.specs import ClusterSpec, EvaluateRequest, JobSpec, Layout, ModelSpec, TrainingSpec
