@@ -45,6 +45,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
+    notes += _blocking_sends_note(job, est)
     notes += _host_bound_experts_note(job, est)
     notes += [ranges_note] if ranges_note else []
     notes += _unmeasured_gemm_note(job)
@@ -234,6 +235,21 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
         "(search.allow.zero_stage [0, 1] plans for those frameworks)"
     )
     return [note]
+
+
+def _blocking_sends_note(job: JobSpec, est: Estimate) -> list[str]:
+    """A non-interleaved pipeline costed with blocking sends although the job overlaps them
+    (``JobContext.p2p_blocks_without_vpp``): the frameworks it targets overlap sends only
+    interleaved."""
+    lay = est.layout
+    if lay.pp == 1 or lay.vpp > 1 or not job.training.pp_comm_overlap:
+        return []
+    if not build_context(job).p2p_blocks_without_vpp:
+        return []
+    return [
+        f"pipeline sends costed as blocking ({est.breakdown_s['pp_comm']:.3f} s a step): Megatron-LM and "
+        "Megatron-Bridge overlap them only in interleaved schedules (vpp > 1)"
+    ]
 
 
 def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
