@@ -158,6 +158,15 @@ class FrameworkProfile:
             return f"{self.name} runs no recompute {recompute!r} on this job's expert-parallel layouts ({fact.source})"
         return None
 
+    def takes_stage_counts(self, stage_layers: tuple[int, ...] | list[int]) -> bool:
+        """Whether running ``stage_layers`` takes per-stage layer counts: a split other than the
+        even one; for a framework without them (``uneven_stage_layers`` false) any split but equal
+        stages or equal ones with the first and last one layer lighter (its balanced partition,
+        counting the embedding and output layers as a layer each, as ``partition_units``)."""
+        if self.parallelism.uneven_stage_layers.value:
+            return is_uneven(stage_layers)
+        return partition_units(stage_layers) is None
+
     def sizes_problem(self, tp: int, pp: int, cp: int, ep: int, vpp: int, uneven: bool, sp: bool) -> str | None:
         """Why the framework does not run these sizes (None: it does)."""
         par = self.parallelism
@@ -174,7 +183,10 @@ class FrameworkProfile:
         if tp > 1 and not par.tensor_parallel.value:
             return f"{self.name} runs this job without tensor parallelism only ({par.tensor_parallel.source})"
         if uneven and not par.uneven_stage_layers.value:
-            return f"{self.name} takes no per-stage layer counts ({par.uneven_stage_layers.source})"
+            return (
+                f"{self.name} runs equal stages only, or the first and last one layer lighter "
+                f"({par.uneven_stage_layers.source})"
+            )
         if tp > 1 and not sp and not par.sequence_parallel_optional.value:
             return f"{self.name} always runs sequence parallelism with TP ({par.sequence_parallel_optional.source})"
         return None
@@ -243,6 +255,22 @@ class FrameworkProfile:
         return None
 
 
+def partition_units(stage_layers: tuple[int, ...] | list[int]) -> int | None:
+    """The layers a balanced partition gives each stage for ``stage_layers``: ``u`` for equal
+    stages, and ``u`` when the first and last hold ``u - 1`` and the others ``u`` (the embedding
+    and the output layer counted as a layer each); None for any other split."""
+    first, *middle, last = stage_layers if len(stage_layers) > 1 else (*stage_layers, stage_layers[0])
+    units = max(stage_layers)
+    if set(middle) <= {units} and first == last and first in (units, units - 1):
+        return units
+    return None
+
+
+def partitions(layers: int, pp: int) -> bool:
+    """Whether ``even_split`` of ``layers`` over ``pp`` stages is a ``partition_units`` split."""
+    return layers % pp == 0 or (layers + 2) % pp == 0
+
+
 def kv_heads_to_split(model: Any) -> int | None:
     """The key/value heads tensor parallelism splits (None for MLA models, which have none)."""
     return None if model.mla is not None else model.num_kv_heads
@@ -256,7 +284,7 @@ def layout_problem(
     checked); None when it does."""
     if lay.recompute not in profile.costed_modes(is_moe):
         return f"{profile.name} has no recompute costed as {lay.recompute!r}"
-    uneven = is_uneven(lay.stage_layers)
+    uneven = profile.takes_stage_counts(lay.stage_layers)
     return (
         profile.ep_recompute_problem(lay.ep, lay.recompute)
         or profile.sizes_problem(lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, uneven, lay.sequence_parallel)

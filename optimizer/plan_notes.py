@@ -45,7 +45,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
-    notes += _blocking_sends_note(job, est)
+    notes += _blocking_sends_note(job, est) + _p2p_overlap_kept_note(job, est, frameworks)
     notes += _host_bound_experts_note(job, est)
     notes += [ranges_note] if ranges_note else []
     notes += _unmeasured_gemm_note(job)
@@ -249,6 +249,21 @@ def _blocking_sends_note(job: JobSpec, est: Estimate) -> list[str]:
     return [
         f"pipeline sends costed as blocking ({est.breakdown_s['pp_comm']:.3f} s a step): Megatron-LM and "
         "Megatron-Bridge overlap them only in interleaved schedules (vpp > 1)"
+    ]
+
+
+def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
+    """``pp_comm_overlap`` false on an interleaved two-stage pipeline: Megatron refuses to turn the
+    overlap off there (``validate_args``: interleaving without it needs pp > 2), so the launch
+    leaves it on and the plan's blocking sends are an upper bound."""
+    lay = est.layout
+    megatron = [f for f in frameworks if f in ("megatron-lm", "megatron-bridge")]
+    if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or not megatron:
+        return []
+    return [
+        f"training.pp_comm_overlap false is not applied on {' and '.join(megatron)}: with 2 stages Megatron "
+        f"runs interleaving only with the p2p overlap, so the sends overlap ({est.breakdown_s['pp_comm']:.3f} s "
+        "a step costed blocking)"
     ]
 
 

@@ -90,7 +90,7 @@ def build_launch(
     the ``LaunchArgs`` ``fields`` named (the frameworks that run the plan as costed); the others
     stay empty. ``pp_inside_dp``: the plan's rank order puts pipeline stages inside data
     parallelism (``optimizer/rank_orders.py``), which only Megatron's mapping flag lays out."""
-    geo = geometry(training, layout)
+    geo = geometry(training, layout, model.is_moe)
     split = megatron_split(geo)
     mapping = ([MEGATRON_PP_DP_MAPPING], [NEMO_PP_DP_MAPPING]) if pp_inside_dp else ([], [])
     builders = {

@@ -58,6 +58,11 @@ def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]
         notes.append(ALL_REDUCE_NOTE)
     if layout.tp > 1 or layout.pp > 1:
         notes.append(_model_parallel_note(layout))
+    if layout.pp == 1 and layout.recompute == "full":
+        notes.append(
+            "DeepSpeed recomputes only what the model code wraps: each transformer layer in "
+            "deepspeed.checkpointing.checkpoint (the activation_checkpointing section configures it)"
+        )
     return notes
 
 
@@ -68,11 +73,11 @@ def _model_parallel_note(layout: ResolvedLayout) -> str:
         parts.append("deepspeed.initialize(..., mpu=<the model's tensor-parallel mpu>)")
     if layout.pp > 1:
         topology = f"PipeModelDataParallelTopology(num_pp={layout.pp}, num_mp={layout.tp}, num_dp={layout.dp})"
-        parts.append(f"PipelineModule(..., topology={topology}, partition_method='type:<layer class>')")
-    note = f"DeepSpeed takes the parallel sizes from the model code: {'; '.join(parts)}"
-    if layout.pp > 1 and len(set(layout.stage_layers)) > 1:
-        note += f"; its partition places the layers its own way, not as {list(layout.stage_layers)}"
-    return note
+        # partition_balanced of equal units: the ends count as a layer each when they are lighter
+        ends = "" if len(set(layout.stage_layers)) == 1 else "|<embedding class>|<output layer class>"
+        interval = ", activation_checkpoint_interval=1" if layout.recompute == "full" else ""
+        parts.append(f"PipelineModule(..., topology={topology}, partition_method='type:<layer class>{ends}'{interval})")
+    return f"DeepSpeed takes the parallel sizes from the model code: {'; '.join(parts)}"
 
 
 def _largest_layer_params(model: ModelSpec, tp: int, ep: int) -> int:

@@ -186,7 +186,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
             args.append("--tp-comm-overlap")  # userbuffers; needs sequence parallelism
     if layout.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
-    if dp_overlapped(training, geo):
+    if dp_overlapped(training, geo, layout.zero_stage):
         # Megatron issues data-parallel collectives after backward unless asked (both default off)
         args.append("--overlap-grad-reduce")
         if layout.zero_stage >= 1:
@@ -289,8 +289,10 @@ def _megatron_precision_args(training: TrainingSpec, current_scaling: bool = Fal
 def delayed_wgrad_te_note(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
     """A Megatron-LM plan that overlaps the expert all-to-all (``--delay-wgrad-compute``) and the
     data-parallel gradient reduction: Megatron-LM asserts Transformer Engine 2.8 for the pair."""
-    geo = geometry(training, layout)
-    if not (model.is_moe and training.ep_comm_overlap and geo.ep > 1 and dp_overlapped(training, geo)):
+    geo = geometry(training, layout, model.is_moe)
+    if not (
+        model.is_moe and training.ep_comm_overlap and geo.ep > 1 and dp_overlapped(training, geo, layout.zero_stage)
+    ):
         return []
     return [
         "Megatron-LM: --delay-wgrad-compute with --overlap-grad-reduce needs Transformer Engine 2.8 or later "

@@ -62,8 +62,7 @@ def nemo_overrides(
         over += _moe_overrides(model, training, geo)
     if training.tp_comm_overlap and geo.sp:  # only when on: see tp_overlap_left_to_recipe_note
         over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
-    if not training.pp_comm_overlap and geo.pp > 1:
-        over.append(("comm_overlap.overlap_p2p_comm", False))  # Bridge overlaps p2p when vpp > 1
+    over += _p2p_overrides(training, geo)
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
         over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
         over.append(("comm_overlap.delay_wgrad_compute", True))
@@ -80,8 +79,8 @@ def nemo_overrides(
         ("model.attention_backend", ATTENTION_BACKEND[training.attention_kernel]),
         ("ddp.use_distributed_optimizer", layout.zero_stage >= 1),
         ("optimizer.use_distributed_optimizer", layout.zero_stage >= 1),
-        ("ddp.overlap_grad_reduce", dp_overlapped(training, geo)),
-        ("ddp.overlap_param_gather", dp_overlapped(training, geo) and layout.zero_stage >= 1),
+        ("ddp.overlap_grad_reduce", dp_overlapped(training, geo, layout.zero_stage)),
+        ("ddp.overlap_param_gather", dp_overlapped(training, geo, layout.zero_stage) and layout.zero_stage >= 1),
     ]
     over += _dp_overlap_kept(training, layout, geo)
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
@@ -119,13 +118,27 @@ def nemo_overrides(
     return " ".join(tokens)
 
 
+def _p2p_overrides(training: TrainingSpec, geo: Geometry) -> list[tuple[str, object]]:
+    """Interleaved pipeline sends as costed. Overlapped: on the model itself, since only a recipe's
+    ``comm_overlap`` section turns the overlap on (``comm_overlap.py``; the Qwen and Llama 4
+    recipes have none, leaving Megatron-Core's blocking batched sends), and the section's setup
+    writes the same. Blocking: through the section, which would turn it back on; not with two
+    stages, where Megatron refuses interleaving without the overlap (the plan is then costed as
+    blocking and runs overlapped). Without interleaving Megatron-Core's schedule blocks anyway."""
+    if geo.pp == 1 or geo.vpp == 1:
+        return []
+    if training.pp_comm_overlap:
+        return [("model.overlap_p2p_comm", True), ("model.batch_p2p_comm", False)]
+    return [("comm_overlap.overlap_p2p_comm", False)] if geo.pp > 2 else []
+
+
 def _dp_overlap_kept(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> list[tuple[str, object]]:
     """With the distributed optimizer, a recipe's ``comm_overlap`` section rewrites the two
     ``ddp`` overlap fields from the data-parallel size (on with dp > 1, off otherwise;
     ``comm_overlap.py`` ``_get_optimizer_overlap_cfgs``) unless it names them: named only where
     that would differ from the plan (dp 1 with cp > 1, where Megatron-FSDP asserts the overlap;
     a blocking plan with dp > 1), since recipes without the section (Qwen) refuse the keys."""
-    overlapped = dp_overlapped(training, geo)
+    overlapped = dp_overlapped(training, geo, layout.zero_stage)
     if layout.zero_stage < 1 or overlapped == (geo.dp > 1):
         return []
     return [

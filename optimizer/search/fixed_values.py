@@ -15,7 +15,7 @@ from collections.abc import Callable
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
 from optimizer.framework_targets import as_run_for
-from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, load_profiles, profile
+from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, load_profiles, partitions, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
 
@@ -171,6 +171,10 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
         if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
+    layers, equal_only = job.model.num_layers or 0, prof.parallelism.uneven_stage_layers
+    if fix.pp is not None and not equal_only.value and not partitions(layers, fix.pp):
+        raise InvalidLayout("search.fix.pp", f"no layout can take pp = {fix.pp}: {prof.name} splits neither {layers} "
+                            f"layers nor {layers} + 2 (embedding and output) {fix.pp} ways ({equal_only.source})")  # fmt: skip
     if (reason := prof.seq_problem(job.training.seq_len, 1, 1)) is not None:
         raise InvalidLayout("training.seq_len", f"no layout can split it: {reason}")
     for name in ("tp", "cp"):

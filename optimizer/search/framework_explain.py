@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem
-from optimizer.layer_split import is_uneven
 from optimizer.search.framework_space import target_profiles
 from optimizer.search.space import Reach, SpaceBudget, SpaceTimedOut, SpaceTooLarge, layout_blocks
 from optimizer.specs import JobSpec, SearchSpec, TrainingSpec
@@ -99,7 +98,7 @@ def _problems(prof: FrameworkProfile, job: JobSpec, lay: ResolvedLayout) -> list
     first = layout_problem(prof, lay, job.model.is_moe, job.training.seq_len, kv_heads_to_split(job.model))
     if first is None:
         return []
-    uneven = is_uneven(lay.stage_layers)
+    uneven = prof.takes_stage_counts(lay.stage_layers)
     found = [
         prof.ep_recompute_problem(lay.ep, lay.recompute),
         prof.sizes_problem(1, 1, lay.cp, 1, 1, False, False),  # each size's own rule, then those between

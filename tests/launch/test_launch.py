@@ -556,6 +556,7 @@ def test_nemo_llama3_70b_exact():
     assert launch(llama_case()).nemo == (
         "model.tensor_model_parallel_size=8 model.pipeline_model_parallel_size=4 "
         "model.virtual_pipeline_model_parallel_size=5 model.context_parallel_size=1 "
+        "model.overlap_p2p_comm=true model.batch_p2p_comm=false "
         "model.sequence_parallel=true model.seq_length=8192 dataset.sequence_length=8192 "
         "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed model.attention_backend=fused "
         "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "

@@ -1,0 +1,70 @@
+"""DeepSpeed takes no per-stage layer counts: its balanced partition gives a remainder to the
+first stages, so a plan runs on it as costed only with equal stages, or with the first and last
+one layer lighter (the embedding and output layers counted as a layer each in
+``partition_method``). Its recompute runs only where the model code or ``PipelineModule`` asks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from optimizer.errors import InvalidLayout
+from optimizer.frameworks import partition_units, partitions
+from optimizer.service import evaluate, plan
+from optimizer.specs import EvaluateRequest, PlanRequest
+
+
+@pytest.mark.parametrize(
+    ("split", "units"),
+    [([16] * 8, 16), ([15] + [16] * 6 + [15], 16), ([16] * 7 + [14], None), ([4, 5], None), ([5, 6, 5], 6),
+     ([6, 5, 6], None), ([7], 7), ([4, 5, 5, 5], None)],
+)  # fmt: skip
+def test_partition_units(split: list[int], units: int | None) -> None:
+    assert partition_units(split) == units
+
+
+@pytest.mark.parametrize(("layers", "pp", "runs"), [(126, 8, True), (126, 7, True), (126, 4, True), (32, 3, False),
+                                                    (70, 12, True), (70, 16, False)])  # fmt: skip
+def test_partitions(layers: int, pp: int, runs: bool) -> None:
+    assert partitions(layers, pp) is runs
+
+
+def _job(model: str, num_gpus: int, **training: Any) -> dict[str, Any]:
+    return {
+        "model": {"preset": model},
+        "training": {"seq_len": 8192, "global_batch_size": 512, **training},
+        "cluster": {"preset": "dgx-h200", "num_gpus": num_gpus},
+    }
+
+
+def test_lighter_ends_name_the_end_layers_and_full_recompute_sets_the_interval() -> None:
+    job = _job("llama3.1-405b", 512, framework="deepspeed", grad_reduce_in_fp32=True)
+    answer = plan(PlanRequest.model_validate({**job, "search": {"top_k": 1, "fix": {"pp": 8}}}))
+    best = answer.plans[0]
+    assert best.config.stage_layers == [15] + [16] * 6 + [15] and best.config.recompute == "full"
+    [note] = [n for n in best.notes if "PipelineModule" in n]
+    assert "partition_method='type:<layer class>|<embedding class>|<output layer class>'" in note
+    assert "activation_checkpoint_interval=1" in note
+
+
+def test_a_pipeline_depth_deepspeed_cannot_partition_is_a_422() -> None:
+    job = _job("llama3-8b", 24, framework="deepspeed", grad_reduce_in_fp32=True)
+    with pytest.raises(InvalidLayout) as err:
+        plan(PlanRequest.model_validate({**job, "search": {"fix": {"pp": 3}}}))
+    assert err.value.field == "search.fix.pp" and "splits neither 32 layers nor 32 + 2" in err.value.reason
+
+
+def test_no_framework_plan_with_a_middle_heavy_split_does_not_list_deepspeed() -> None:
+    job = _job("llama3-8b", 24)
+    config = {"tp": 8, "pp": 3, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"}
+    scored = evaluate(EvaluateRequest.model_validate({**job, "config": config}))
+    assert scored.config.stage_layers == [11, 11, 10]
+    assert "deepspeed" not in scored.frameworks and scored.frameworks
+    assert scored.launch.deepspeed == ""
+
+
+def test_full_recompute_without_a_pipeline_says_the_model_code_wraps_the_layers() -> None:
+    job = _job("llama3-8b", 8, framework="deepspeed")
+    answer = plan(PlanRequest.model_validate({**job, "search": {"top_k": 1, "fix": {"recompute": "full", "pp": 1}}}))
+    assert any("deepspeed.checkpointing.checkpoint" in n for n in answer.plans[0].notes)
