@@ -268,6 +268,9 @@ class SweepManager:
             # until that thread records the exit code, so wait for it rather than join once
             while proc.is_alive() and time.monotonic() < deadline:
                 proc.join(timeout=0.01)
+        for proc in processes:
+            if proc.is_alive():  # ignored SIGTERM past the deadline
+                proc.kill()
 
 
 def get_sweeps(request: Request) -> SweepManager:

@@ -16,6 +16,8 @@ from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
 
+MEGATRON_IDS = ("megatron-lm", "megatron-bridge")
+
 
 def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, frameworks: list[str]) -> list[str]:
     """What the estimate assumed for this layout, and what running it differently would take
@@ -45,7 +47,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
-    notes += _blocking_sends_note(job, est) + _p2p_overlap_kept_note(job, est, frameworks)
+    notes += _blocking_sends_note(job, est, frameworks) + _p2p_overlap_kept_note(job, est, frameworks)
     notes += _host_bound_experts_note(job, est)
     notes += [ranges_note] if ranges_note else []
     notes += _unmeasured_gemm_note(job)
@@ -237,19 +239,20 @@ def _pipeline_zero_note(job: JobSpec, est: Estimate) -> list[str]:
     return [note]
 
 
-def _blocking_sends_note(job: JobSpec, est: Estimate) -> list[str]:
+def _blocking_sends_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
     """A non-interleaved pipeline costed with blocking sends although the job overlaps them
-    (``JobContext.p2p_blocks_without_vpp``): the frameworks it targets overlap sends only
-    interleaved."""
+    (``JobContext.p2p_blocks_without_vpp``): the Megatron frameworks among its targets overlap
+    sends only interleaved, or no framework runs the job's stack and the larger time is charged."""
     lay = est.layout
     if lay.pp == 1 or lay.vpp > 1 or not job.training.pp_comm_overlap:
         return []
     if not build_context(job).p2p_blocks_without_vpp:
         return []
-    return [
-        f"pipeline sends costed as blocking ({est.breakdown_s['pp_comm']:.3f} s a step): Megatron-LM and "
-        "Megatron-Bridge overlap them only in interleaved schedules (vpp > 1)"
-    ]
+    lead = f"pipeline sends costed as blocking ({est.breakdown_s['pp_comm']:.3f} s a step)"
+    if job.training.framework not in (None, *MEGATRON_IDS):
+        return [f"{lead}: no framework runs this job's stack as costed, so the larger time is charged"]
+    faster = "; torchtitan overlaps them (faster than planned)" if "torchtitan" in frameworks else ""
+    return [f"{lead}: Megatron-LM and Megatron-Bridge overlap them only in interleaved schedules (vpp > 1){faster}"]
 
 
 def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
@@ -257,7 +260,8 @@ def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -
     overlap off there (``validate_args``: interleaving without it needs pp > 2), so the launch
     leaves it on and the plan's blocking sends are an upper bound."""
     lay = est.layout
-    megatron = [f for f in frameworks if f in ("megatron-lm", "megatron-bridge")]
+    where = {"megatron-lm": "Megatron-LM", "megatron-bridge": "Megatron-Bridge recipes with a comm_overlap section"}
+    megatron = [where[f] for f in frameworks if f in where]
     if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or not megatron:
         return []
     return [

@@ -150,6 +150,20 @@ def _check_heads_pins(job: JobSpec, search: SearchSpec) -> None:
         raise InvalidLayout(field, f"{lead} {shown}: {reasons[0]}")
 
 
+def _check_partition_pins(job: JobSpec, search: SearchSpec, prof: FrameworkProfile) -> None:
+    """Raise at ``search.fix.pp`` / ``search.allow.pp`` when a framework without per-stage layer
+    counts partitions the model's layers over none of those depths (``frameworks.partitions``)."""
+    counts, layers = prof.parallelism.uneven_stage_layers, job.model.num_layers or 0
+    fixed, allowed = search.fix.pp, search.allow.pp
+    values = [fixed] if fixed is not None else list(allowed or ())
+    if counts.value or not values or any(partitions(layers, pp) for pp in values):
+        return
+    field = "search.fix.pp" if fixed is not None else "search.allow.pp"
+    shown = f"pp = {fixed}" if fixed is not None else f"any of pp {values}"
+    raise InvalidLayout(field, f"no layout can take {shown}: {prof.name} splits neither {layers} layers nor {layers} + 2 "
+                        f"(embedding and output) that many ways ({counts.source})")  # fmt: skip
+
+
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at the ``search.fix`` field whose value the named framework (as the
     job runs it) runs with no layout: a parallel size it lacks (the others at 1), a ZeRO stage it
@@ -171,10 +185,7 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
         sizes = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, name: value or 1}
         if value is not None and (reason := prof.sizes_problem(**sizes, uneven=False, sp=False)) is not None:
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {value}: {reason}")
-    layers, equal_only = job.model.num_layers or 0, prof.parallelism.uneven_stage_layers
-    if fix.pp is not None and not equal_only.value and not partitions(layers, fix.pp):
-        raise InvalidLayout("search.fix.pp", f"no layout can take pp = {fix.pp}: {prof.name} splits neither {layers} "
-                            f"layers nor {layers} + 2 (embedding and output) {fix.pp} ways ({equal_only.source})")  # fmt: skip
+    _check_partition_pins(job, search, prof)
     if (reason := prof.seq_problem(job.training.seq_len, 1, 1)) is not None:
         raise InvalidLayout("training.seq_len", f"no layout can split it: {reason}")
     for name in ("tp", "cp"):

@@ -56,12 +56,34 @@ def test_a_pipeline_depth_deepspeed_cannot_partition_is_a_422() -> None:
 
 
 def test_no_framework_plan_with_a_middle_heavy_split_does_not_list_deepspeed() -> None:
-    job = _job("llama3-8b", 24)
+    # a stack DeepSpeed's pipeline engine runs (fp32 gradients, blocking sends): only the split stops it
+    job = _job("llama3-8b", 24, grad_reduce_in_fp32=True, pp_comm_overlap=False, dp_comm_overlap=False)
+    job["training"]["global_batch_size"] = 96
     config = {"tp": 8, "pp": 3, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"}
     scored = evaluate(EvaluateRequest.model_validate({**job, "config": config}))
     assert scored.config.stage_layers == [11, 11, 10]
     assert "deepspeed" not in scored.frameworks and scored.frameworks
     assert scored.launch.deepspeed == ""
+    on_16 = {**job, "cluster": {"preset": "dgx-h200", "num_gpus": 16}}  # tp 8 pp 2: equal stages
+    even = evaluate(EvaluateRequest.model_validate({**on_16, "config": {**config, "pp": 2}}))
+    assert even.config.stage_layers == [16, 16] and "deepspeed" in even.frameworks  # the same stack runs here
+
+
+def test_every_plan_under_deepspeed_runs_on_it() -> None:
+    """The space holds only depths DeepSpeed partitions: pp 3 (32 layers: [11, 11, 10]) is left out."""
+    job = _job("llama3-8b", 24, framework="deepspeed", grad_reduce_in_fp32=True)
+    job["training"]["global_batch_size"] = 96
+    answer = plan(PlanRequest.model_validate({**job, "search": {"top_k": 20, "diverse": False}}))
+    assert len(answer.plans) >= 2
+    assert all("deepspeed" in p.frameworks for p in answer.plans)
+    assert {p.config.pp for p in answer.plans} >= {2, 4} and 3 not in {p.config.pp for p in answer.plans}
+
+
+def test_allowed_depths_deepspeed_cannot_partition_are_a_422() -> None:
+    job = _job("llama3-8b", 24, framework="deepspeed", grad_reduce_in_fp32=True)
+    with pytest.raises(InvalidLayout) as err:
+        plan(PlanRequest.model_validate({**job, "search": {"allow": {"pp": [3, 6]}}}))
+    assert err.value.field == "search.allow.pp" and "any of pp [3, 6]" in err.value.reason
 
 
 def test_full_recompute_without_a_pipeline_says_the_model_code_wraps_the_layers() -> None:

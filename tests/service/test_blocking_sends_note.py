@@ -37,3 +37,20 @@ def test_blocking_sends_are_noted_with_their_seconds(client: TestClient, framewo
     if noted:
         assert f"({plan['time_breakdown_s']['pp_comm']:.3f} s a step)" in notes[0]
         assert "only in interleaved schedules (vpp > 1)" in notes[0]
+
+
+def test_the_note_names_the_cause_when_no_framework_runs_the_stack(client: TestClient) -> None:
+    """Mixtral under torchtitan: no framework runs the job's stack, so the larger time is charged
+    and the note says so rather than blaming Megatron."""
+    job = {
+        "model": {"preset": "mixtral-8x7b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256, "framework": "torchtitan"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "config": {"tp": 1, "pp": 4, "ep": 8, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"},
+    }
+    r = client.post("/evaluate", json=job)
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    assert plan["frameworks"] == []
+    [note] = [n for n in plan["notes"] if n.startswith(PREFIX)]
+    assert "no framework runs this job's stack as costed" in note and "Megatron" not in note
