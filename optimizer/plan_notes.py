@@ -10,6 +10,7 @@ from optimizer.cost.flops import MEGATRON_SELECTIVE
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
+from optimizer.launch.environment import unordered_tp_overlap_note
 from optimizer.launch.megatron import delayed_wgrad_te_note
 from optimizer.launch.nemo import first_last_bf16_note, tp_overlap_left_to_recipe_note
 from optimizer.reference import current
@@ -44,7 +45,10 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
         inside = lay.sequence_parallel and est.placement.get("tp") == "nvlink"  # where the overlap applies
         notes += tp_overlap_left_to_recipe_note(costed, lay, can_overlap=inside)
         notes += first_last_bf16_note(job.model, job.training, lay)
-    notes += delayed_wgrad_te_note(job.model, job.training, lay) if "megatron-lm" in frameworks else []
+    if "megatron-lm" in frameworks:
+        notes += delayed_wgrad_te_note(job.model, job.training, lay)
+        generation = current().catalog.gpus[job.cluster.gpu or ""].generation
+        notes += unordered_tp_overlap_note(job.model, job.training, lay, generation)
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
     notes += _blocking_sends_note(job, est, frameworks) + _p2p_overlap_kept_note(job, est, frameworks)

@@ -36,3 +36,26 @@ def megatron_env(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayou
     if layout.tp > 1 or layout.cp > 1:
         return {CONNECTIONS: "1"}
     return {}
+
+
+ORDERED_WITHOUT_ONE = frozenset({"blackwell", "blackwell-ultra"})
+"""GPU generations on which Megatron-LM no longer needs "1" to order TP/CP collectives
+(``validate_args`` at 000c4ac2: the requirement and its warnings stop at compute capability 10)."""
+
+
+def unordered_tp_overlap_note(
+    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, generation: str
+) -> list[str]:
+    """A Megatron-LM plan with tensor or context parallelism launched with many connections
+    (Megatron-FSDP asserts them; the expert all-to-all overlap wants them) on a GPU before
+    Blackwell: Megatron-Core's asynchronous TP backward collectives, which the plan hides under
+    GEMMs, are then not ordered ahead of those GEMMs (``tensor_parallel/layers.py`` relies on
+    "1"; ``validate_args`` warns), which the cost model cannot say."""
+    many = megatron_env(model, training, layout).get(CONNECTIONS) == MANY_CONNECTIONS
+    if not many or layout.tp * layout.cp == 1 or generation in ORDERED_WITHOUT_ONE:
+        return []
+    return [
+        f"Megatron-LM runs this plan with {CONNECTIONS}={MANY_CONNECTIONS}: before Blackwell its asynchronous "
+        "TP/CP collectives, costed as hidden under GEMMs, are then not ordered ahead of them (validate_args "
+        "warns), so they may take longer than planned"
+    ]

@@ -68,3 +68,21 @@ def test_env_only_for_frameworks_that_run_the_plan() -> None:
     lay = ResolvedLayout.from_spec(Layout(tp=2, micro_batch_size=1, zero_stage=1, recompute="none"), job)  # type: ignore[arg-type]
     launch = build_launch(DENSE, TRAINING, lay, ("torchtitan",))
     assert launch.megatron_env == {} and launch.torchtitan
+
+
+@pytest.mark.parametrize(
+    ("layout", "generation", "noted"),
+    [({"tp": 4, "zero_stage": 3}, "hopper", True), ({"tp": 4, "zero_stage": 3}, "blackwell", False),
+     ({"tp": 1, "zero_stage": 3}, "hopper", False), ({"tp": 4, "zero_stage": 1}, "hopper", False)],
+)  # fmt: skip
+def test_many_connections_with_tp_before_blackwell_is_noted(layout: dict, generation: str, noted: bool) -> None:
+    """Megatron-FSDP needs many connections, and Megatron-Core's async TP collectives need "1" to be
+    ordered before the GEMMs they hide under (Hopper and before): the plan says what it cannot cost."""
+    from optimizer.launch.environment import unordered_tp_overlap_note
+
+    job = JobSpec(model=DENSE, training=TRAINING, cluster=ClusterSpec(preset="dgx-h100", num_gpus=64))
+    lay = ResolvedLayout.from_spec(Layout(micro_batch_size=1, recompute="none", **layout), job)  # type: ignore[arg-type]
+    notes = unordered_tp_overlap_note(DENSE, job.training, lay, generation)
+    assert bool(notes) is noted
+    if noted:
+        assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in notes[0]
