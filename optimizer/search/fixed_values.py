@@ -204,6 +204,7 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
                     f"search.allow.{name}", f"no layout can take any of {name} {list(allowed)}: {reasons[0]}"
                 )
     _check_framework_zero_pins(job, search, prof)
+    _check_allowed_depths(job, search, prof)
 
 
 _SIZE_PINS = ("pp", "tp", "cp", "dp", "ep")
@@ -276,6 +277,21 @@ def _check_framework_zero_pins(job: JobSpec, search: SearchSpec, prof: Framework
             raise InvalidLayout(f"search.fix.{name}", f"no layout can take {name} = {pins[name]}: {reasons[0]}")
     if named:  # the stage and some pin are both at fault: the stage, as the rule it breaks says
         raise InvalidLayout(field, f"no layout can take zero_stage = {shown}: {reasons[0]}")
+
+
+def _check_allowed_depths(job: JobSpec, search: SearchSpec, prof: FrameworkProfile) -> None:
+    """Raise at ``search.allow.pp`` when the named framework runs no ZeRO stage at all at any of
+    those depths, while it runs one at some other depth (the other pins the same): as
+    ``_check_framework_zero_pins`` does for ``search.fix.pp``. Depths excluded only together with
+    a ZeRO pin are left to the infeasible answer's explanation."""
+    fix, allowed = search.fix, search.allow.pp
+    if fix.pp is not None or not allowed:
+        return
+    zeros = [0, 1, 2, 3]
+    pins: dict[str, int | None] = {name: getattr(fix, name) for name in (*_SIZE_PINS, "vpp")}
+    reasons = [_zero_reasons(job, prof, {**pins, "pp": pp}, zeros) for pp in allowed]
+    if all(reasons) and not _zero_reasons(job, prof, pins, zeros):
+        raise InvalidLayout("search.allow.pp", f"no layout can take any of pp {list(allowed)}: {reasons[0][0]}")
 
 
 def _check_pins_together(job: JobSpec, search: SearchSpec) -> None:

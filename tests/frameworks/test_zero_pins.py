@@ -95,3 +95,21 @@ def test_the_pin_to_blame_is_named() -> None:
     assert field("torchtitan", {"tp": 8, "dp": 2, "zero_stage": 3}) == "accepted"
     assert field("megatron-lm", {"vpp": 2, "zero_stage": 3}) == "search.fix.zero_stage"  # vpp needs pp > 1
     assert field("deepspeed", {"pp": 2, "zero_stage": 0}) == "search.fix.zero_stage"  # both at fault
+
+
+def test_allowed_depths_a_framework_runs_no_stage_at_are_a_422_at_the_list() -> None:
+    """DeepSpeed with 16-bit gradients has no pipeline engine stage: allow.pp [2, 4] is refused at
+    the list, as fix.pp 2 is at the pin; [1, 2] still plans (pp 1 runs)."""
+    import pytest
+
+    def _allow(pps: list[int]) -> PlanRequest:
+        raw = _request("deepspeed", 64, {}, False).model_dump(exclude_none=True)
+        return PlanRequest.model_validate({**raw, "search": {"allow": {"pp": pps}}})
+
+    refused = _allow([2, 4])
+    job = JobSpec(model=refused.model, training=refused.training, cluster=refused.cluster)
+    with pytest.raises(InvalidLayout) as err:
+        check_named_values(job, refused.search)
+    assert err.value.field == "search.allow.pp" and "DeepSpeed runs no zero_stage with pp > 1" in err.value.reason
+    ok = _allow([1, 2])
+    check_named_values(JobSpec(model=ok.model, training=ok.training, cluster=ok.cluster), ok.search)

@@ -33,12 +33,8 @@ CASES = {
         "DeepSpeed has no interleaved pipeline schedule",
         {"training": {"framework": "megatron-lm"}},
     ),
-    # bf16 with 16-bit gradients: DeepSpeed's pipeline engine runs no ZeRO stage
-    "deepspeed allow pp": (
-        _job("llama3-8b", 16, "deepspeed", allow={"pp": [2, 4]}),
-        "DeepSpeed runs no zero_stage with pp > 1",
-        {"training": {"grad_reduce_in_fp32": True}},
-    ),
+    # (allowed depths at which DeepSpeed runs no ZeRO stage at all are a 422 at search.allow.pp:
+    # tests/frameworks/test_zero_pins.py)
     # the pins leave tp x pp x cp = 16 to fill, and DeepSpeed has no CP and no bf16 pipelines
     "deepspeed dp 1": (
         _job("llama3-8b", 16, "deepspeed", fix={"dp": 1}),
