@@ -23,7 +23,7 @@ def running_frameworks(
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
         reasons = [without_source(p.stack_problem(training, model, facts) or "") for p in profiles]
-        return [], ["no framework's stack runs the job's training.* knobs: " + "; ".join(reasons)]
+        return [], ["no framework's stack runs the job's model and training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
         problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model)) or (

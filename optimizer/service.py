@@ -225,7 +225,7 @@ def compare(request: CompareRequest) -> CompareResponse:
     warnings = job_warnings(_sized(job, plans[0]))
     if not candidate_frameworks(job.training, job.model):  # as /plan warns for such a job
         warnings.append(
-            "no framework's stack runs the job's training.* knobs at every layout size (docs/frameworks.md: each "
+            "no framework's stack runs the job's model and training.* knobs at every layout size (docs/frameworks.md: each "
             "profile's [stack]): a layout lists only a framework whose stack runs the knobs at its sizes, and one "
             "that lists none says why in its notes"
         )

@@ -381,12 +381,12 @@ def stack_warning(job: JobSpec, best: Estimate) -> str:
     ]
     if runs:
         return (
-            f"no framework's stack runs the job's training.* knobs at every layout size (docs/frameworks.md: each "
+            f"no framework's stack runs the job's model and training.* knobs at every layout size (docs/frameworks.md: each "
             f"profile's [stack]): the best plan runs on {', '.join(runs)}; a plan lists only a framework whose stack "
             "runs the knobs at the plan's sizes, and one that lists none says why in its notes"
         )
     return (
-        "no framework's stack runs the job's training.* knobs (docs/frameworks.md: each profile's [stack]; "
+        "no framework's stack runs the job's model and training.* knobs (docs/frameworks.md: each profile's [stack]; "
         f"the plans' notes name the knob); the plans follow the layout rules of {rules}; a plan lists only a "
         "framework whose stack runs the knobs at the plan's sizes (the TP knobs act only with tp above 1, "
         "pp_comm_overlap only with pp above 1)"

@@ -76,9 +76,9 @@ def test_compare_warns_of_a_stack_no_framework_runs_as_plan_does() -> None:
         CompareRequest.model_validate({**body, "layouts": [{"zero_stage": 3}, {"zero_stage": 3, "tp": 2}]})
     )
     assert all(e.plan.frameworks == [] for e in answer.entries)
-    assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in answer.warnings)
+    assert any(w.startswith("no framework's stack runs the job's model and training.* knobs") for w in answer.warnings)
     planned = plan(PlanRequest.model_validate({**body, "search": {"top_k": 1}}))
-    assert any(w.startswith("no framework's stack runs the job's training.* knobs") for w in planned.warnings)
+    assert any(w.startswith("no framework's stack runs the job's model and training.* knobs") for w in planned.warnings)
 
 
 def test_knobs_that_do_nothing_for_the_layout_leave_its_frameworks() -> None:
