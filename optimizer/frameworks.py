@@ -22,7 +22,7 @@ from optimizer.inert_knobs import ANY_LAYOUT, LayoutFacts, inert_knobs
 from optimizer.inert_knobs import MOE_KNOBS as MOE_KNOBS  # re-exported: the stack rules' knob groups
 from optimizer.inert_knobs import PP_KNOBS as PP_KNOBS
 from optimizer.inert_knobs import TP_KNOBS as TP_KNOBS
-from optimizer.layer_split import is_uneven
+from optimizer.layer_split import even_split, is_uneven
 
 FrameworkId = Literal["megatron-lm", "megatron-bridge", "torchtitan", "deepspeed"]
 FRAMEWORK_IDS: tuple[str, ...] = ("megatron-lm", "megatron-bridge", "torchtitan", "deepspeed")
@@ -160,12 +160,11 @@ class FrameworkProfile:
 
     def takes_stage_counts(self, stage_layers: tuple[int, ...] | list[int]) -> bool:
         """Whether running ``stage_layers`` takes per-stage layer counts: a split other than the
-        even one; for a framework without them (``uneven_stage_layers`` false) any split but equal
-        stages or equal ones with the first and last one layer lighter (its balanced partition,
-        counting the embedding and output layers as a layer each, as ``partition_units``)."""
+        even one; for a framework without them (``uneven_stage_layers`` false) also an even split
+        its balanced partition does not give (``partitions``)."""
         if self.parallelism.uneven_stage_layers.value:
             return is_uneven(stage_layers)
-        return partition_units(stage_layers) is None
+        return is_uneven(stage_layers) or not partitions(sum(stage_layers), len(stage_layers))
 
     def sizes_problem(self, tp: int, pp: int, cp: int, ep: int, vpp: int, uneven: bool, sp: bool) -> str | None:
         """Why the framework does not run these sizes (None: it does)."""
@@ -255,20 +254,23 @@ class FrameworkProfile:
         return None
 
 
-def partition_units(stage_layers: tuple[int, ...] | list[int]) -> int | None:
-    """The layers a balanced partition gives each stage for ``stage_layers``: ``u`` for equal
-    stages, and ``u`` when the first and last hold ``u - 1`` and the others ``u`` (the embedding
-    and the output layer counted as a layer each); None for any other split."""
-    first, *middle, last = stage_layers if len(stage_layers) > 1 else (*stage_layers, stage_layers[0])
-    units = max(stage_layers)
-    if set(middle) <= {units} and first == last and first in (units, units - 1):
-        return units
-    return None
+def balanced_partitions(layers: int, pp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Two splits of ``layers`` over ``pp`` stages with the smallest bottleneck: every stage but
+    the last takes ``ceil(units / pp)`` units and the last the rest, with the transformer layers
+    as the units, and with the embedding and output layers counted as a unit each at the two
+    ends. Where ``even_split`` is one of them, it is what DeepSpeed's ``partition_balanced`` of
+    equal weights gives (``partition_method='type:...'``), with the same units: checked against
+    that algorithm for every 2 <= pp <= layers < 200 (other splits it may place differently)."""
+    c = -(-layers // pp)
+    only = (c,) * (pp - 1) + (layers - (pp - 1) * c,)
+    u = -(-(layers + 2) // pp)
+    ends = (layers,) if pp == 1 else (u - 1,) + (u,) * (pp - 2) + (layers + 1 - (pp - 1) * u,)
+    return only, ends
 
 
 def partitions(layers: int, pp: int) -> bool:
-    """Whether ``even_split`` of ``layers`` over ``pp`` stages is a ``partition_units`` split."""
-    return layers % pp == 0 or (layers + 2) % pp == 0
+    """Whether ``even_split`` of ``layers`` over ``pp`` stages is a ``balanced_partitions`` split."""
+    return tuple(even_split(layers, pp)) in balanced_partitions(layers, pp)
 
 
 def kv_heads_to_split(model: Any) -> int | None:

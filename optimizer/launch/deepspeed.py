@@ -8,6 +8,7 @@ import math
 from optimizer.calibration import DEFAULT
 from optimizer.cost.context import FP32_GRAD_BYTES, HALF_GRAD_BYTES
 from optimizer.cost.rules import ResolvedLayout
+from optimizer.frameworks import balanced_partitions
 from optimizer.launch.common import Geometry
 from optimizer.params import layer_params
 from optimizer.specs import ModelSpec, TrainingSpec
@@ -73,8 +74,10 @@ def _model_parallel_note(layout: ResolvedLayout) -> str:
         parts.append("deepspeed.initialize(..., mpu=<the model's tensor-parallel mpu>)")
     if layout.pp > 1:
         topology = f"PipeModelDataParallelTopology(num_pp={layout.pp}, num_mp={layout.tp}, num_dp={layout.dp})"
-        # partition_balanced of equal units: the ends count as a layer each when they are lighter
-        ends = "" if len(set(layout.stage_layers)) == 1 else "|<embedding class>|<output layer class>"
+        # partition_balanced of equal units: the end layers count as one each unless the split is the
+        # layers' own (frameworks.balanced_partitions; the plan runs on DeepSpeed only with one of the two)
+        own = balanced_partitions(sum(layout.stage_layers), layout.pp)[0] == tuple(layout.stage_layers)
+        ends = "" if own else "|<embedding class>|<output layer class>"
         interval = ", activation_checkpoint_interval=1" if layout.recompute == "full" else ""
         parts.append(f"PipelineModule(..., topology={topology}, partition_method='type:<layer class>{ends}'{interval})")
     return f"DeepSpeed takes the parallel sizes from the model code: {'; '.join(parts)}"

@@ -160,8 +160,8 @@ def _check_partition_pins(job: JobSpec, search: SearchSpec, prof: FrameworkProfi
         return
     field = "search.fix.pp" if fixed is not None else "search.allow.pp"
     shown = f"pp = {fixed}" if fixed is not None else f"any of pp {values}"
-    raise InvalidLayout(field, f"no layout can take {shown}: {prof.name} splits neither {layers} layers nor {layers} + 2 "
-                        f"(embedding and output) that many ways ({counts.source})")  # fmt: skip
+    raise InvalidLayout(field, f"no layout can take {shown}: {prof.name}'s balanced partition does not split {layers} "
+                        f"layers evenly over that many stages ({counts.source})")  # fmt: skip
 
 
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
