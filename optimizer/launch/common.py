@@ -53,7 +53,7 @@ def default_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
     return even_split(num_layers, pp * vpp)
 
 
-def geometry(training: TrainingSpec, layout: ResolvedLayout, moe: bool = False) -> Geometry:
+def geometry(training: TrainingSpec, layout: ResolvedLayout, moe: bool) -> Geometry:
     """The batch and pipeline geometry of ``layout`` (a valid layout: the rules have derived and
     checked its data-parallel size, micro-batch count and layer split)."""
     assert training.global_batch_size is not None  # set by the spec validators

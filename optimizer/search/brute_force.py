@@ -75,7 +75,7 @@ def brute_force(request: PlanRequest, max_splits: int = MAX_SPLITS) -> list[Esti
     headroom = gib * GIB if gib is not None else None
     layers = request.model.num_layers or 0
     fitting: list[Estimate] = []
-    uneven = any(p.parallelism.uneven_stage_layers.value for p in space_frameworks(job, request.search).profiles)
+    uneven = space_frameworks(job, request.search).take_stage_counts
     for lay in enumerate_layouts(job, request.search, Reach.ALL):
         for split in splits_of(lay, layers, max_splits) if uneven else [lay.stage_layers]:
             candidate = lay if split == lay.stage_layers else replace(lay, stage_layers=split)

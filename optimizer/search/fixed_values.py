@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
@@ -135,33 +136,44 @@ def _check_fix_within_allow(search: SearchSpec) -> None:
             )
 
 
+class _Named(NamedTuple):
+    """The values ``search.fix`` (else ``search.allow``) names for one field, the field that named
+    them and how an error shows them."""
+
+    values: list[int]
+    field: str
+    shown: str
+
+
+def _named_values(search: SearchSpec, name: str) -> _Named:
+    fixed, allowed = getattr(search.fix, name), getattr(search.allow, name)
+    if fixed is not None:
+        return _Named([fixed], f"search.fix.{name}", f"{name} = {fixed}")
+    values = list(allowed or ())
+    return _Named(values, f"search.allow.{name}", f"any of {name} {values}")
+
+
 def _check_heads_pins(job: JobSpec, search: SearchSpec) -> None:
     """Raise at ``search.fix.tp`` (or ``search.allow.tp``) when the named framework, or with none
     named every framework, splits the model's key/value heads none of those ways."""
     kv, named = kv_heads_to_split(job.model), job.training.framework
     profiles = [profile(named)] if named is not None else list(load_profiles().values())
-    fixed, allowed = search.fix.tp, search.allow.tp
-    values = [fixed] if fixed is not None else list(allowed or ())
-    reasons = [p.heads_problem(kv, tp) for tp in values for p in profiles]
-    if values and all(r is not None for r in reasons):
-        field = "search.fix.tp" if fixed is not None else "search.allow.tp"
-        shown = f"tp = {fixed}" if fixed is not None else f"any of tp {values}"
+    tps = _named_values(search, "tp")
+    reasons = [p.heads_problem(kv, tp) for tp in tps.values for p in profiles]
+    if tps.values and all(r is not None for r in reasons):
         lead = "no framework runs" if named is None else "no layout can take"
-        raise InvalidLayout(field, f"{lead} {shown}: {reasons[0]}")
+        raise InvalidLayout(tps.field, f"{lead} {tps.shown}: {reasons[0]}")
 
 
 def _check_partition_pins(job: JobSpec, search: SearchSpec, prof: FrameworkProfile) -> None:
     """Raise at ``search.fix.pp`` / ``search.allow.pp`` when a framework without per-stage layer
     counts partitions the model's layers over none of those depths (``frameworks.partitions``)."""
     counts, layers = prof.parallelism.uneven_stage_layers, job.model.num_layers or 0
-    fixed, allowed = search.fix.pp, search.allow.pp
-    values = [fixed] if fixed is not None else list(allowed or ())
-    if counts.value or not values or any(partitions(layers, pp) for pp in values):
+    pps = _named_values(search, "pp")
+    if counts.value or not pps.values or any(partitions(layers, pp) for pp in pps.values):
         return
-    field = "search.fix.pp" if fixed is not None else "search.allow.pp"
-    shown = f"pp = {fixed}" if fixed is not None else f"any of pp {values}"
-    raise InvalidLayout(field, f"no layout can take {shown}: {prof.name}'s balanced partition does not split {layers} "
-                        f"layers evenly over that many stages ({counts.source})")  # fmt: skip
+    raise InvalidLayout(pps.field, f"no layout can take {pps.shown}: {prof.name}'s balanced partition does not split "
+                        f"{layers} layers evenly over that many stages ({counts.source})")  # fmt: skip
 
 
 def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
@@ -209,6 +221,11 @@ def _check_framework_pins(job: JobSpec, search: SearchSpec) -> None:
 
 _SIZE_PINS = ("pp", "tp", "cp", "dp", "ep")
 """Pinned sizes a framework's ZeRO rules involve, in the order a conflict is blamed on them."""
+
+
+def _size_pins(search: SearchSpec) -> dict[str, int | None]:
+    """The pinned sizes the ZeRO rules read (``_SIZE_PINS`` and ``vpp``; None where not pinned)."""
+    return {name: getattr(search.fix, name) for name in (*_SIZE_PINS, "vpp")}
 
 
 def _prime_factors(n: int) -> int:
@@ -264,7 +281,7 @@ def _check_framework_zero_pins(job: JobSpec, search: SearchSpec, prof: Framework
     stage would run, else at the pinned size whose pin alone excludes every stage (pp first)."""
     fix = search.fix
     named: list[int] = [fix.zero_stage] if fix.zero_stage is not None else list(search.allow.zero_stage or [])
-    pins: dict[str, int | None] = {name: getattr(fix, name) for name in (*_SIZE_PINS, "vpp")}
+    pins = _size_pins(search)
     reasons = _zero_reasons(job, prof, pins, named or [0, 1, 2, 3])
     if not reasons:
         return
@@ -288,7 +305,7 @@ def _check_allowed_depths(job: JobSpec, search: SearchSpec, prof: FrameworkProfi
     if fix.pp is not None or not allowed:
         return
     zeros = [0, 1, 2, 3]
-    pins: dict[str, int | None] = {name: getattr(fix, name) for name in (*_SIZE_PINS, "vpp")}
+    pins = _size_pins(search)
     reasons = [_zero_reasons(job, prof, {**pins, "pp": pp}, zeros) for pp in allowed]
     if all(reasons) and not _zero_reasons(job, prof, pins, zeros):
         raise InvalidLayout("search.allow.pp", f"no layout can take any of pp {list(allowed)}: {reasons[0][0]}")

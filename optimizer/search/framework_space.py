@@ -33,6 +33,12 @@ class Targets(NamedTuple):
     """ZeRO-2 never needs more memory than ZeRO-1 (``training.fsdp_buffers`` 'layer', 'fsdp2'); with
     Megatron-FSDP's buffers it can (its reduce-scatter queue outweighs a small model's gradients)."""
 
+    @property
+    def take_stage_counts(self) -> bool:
+        """Some target takes per-stage layer counts; else the even split is the only one, and only
+        where their partition gives it (``frameworks.partitions``)."""
+        return any(p.parallelism.uneven_stage_layers.value for p in self.profiles)
+
 
 def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
     """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named

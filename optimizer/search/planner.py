@@ -257,7 +257,7 @@ class Planner:
         self.fitting.sort(key=rank_key)
         pool = pick(self.fitting, self.pool_size, spec.diverse)
         self.targets = targets = space_frameworks(job, spec)
-        if any(p.parallelism.uneven_stage_layers.value for p in targets.profiles):
+        if targets.take_stage_counts:
             split_key = family_key if spec.diverse else layout_key
             budget = SplitBudget(spec.top_k, self.deadline, self.headroom, job.model.num_layers or 0, split_key)
             self.split_outcome = solve_splits(self.ctx, pool, self.pipelined, self.kth_best.value, budget)

@@ -287,9 +287,9 @@ def blocks_with_uneven_depths_apart(
     div_n = divisors(n)
     tp_rule = [d for d in div_n if heads % d == 0]
     tps = _choices("tp", [d for d in tp_rule if d <= MAX_TP], search, tp_rule)
-    targets = space_frameworks(job, search)  # none taking stage layer counts: partition_units splits
-    equal_only = not any(p.parallelism.uneven_stage_layers.value for p in targets.profiles)
-    pps = _choices("pp", [d for d in div_n if d <= layers and (not equal_only or partitions(layers, d))], search)
+    targets = space_frameworks(job, search)
+    even_only = not targets.take_stage_counts  # then only depths whose even split their partition gives
+    pps = _choices("pp", [d for d in div_n if d <= layers and (not even_only or partitions(layers, d))], search)
     cp_rule = [d for d in div_n if d == 1 or seq % (2 * d) == 0]
     cps = _choices("cp", [d for d in cp_rule if d <= MAX_CP and not cp_chunk_too_short(seq, d)], search, cp_rule)
     experts = model.moe.num_experts if model.moe else 1
@@ -297,7 +297,7 @@ def blocks_with_uneven_depths_apart(
     named_vpps = set(search.allow.vpp or ()) | {search.fix.vpp}
     vpp_named, mbs_named = _named("vpp", search), _named("micro_batch_size", search)
     vpp_unbounded = vpp_named or reach is Reach.ALL
-    uneven = not (model.alternates_layer_kinds or equal_only)  # uneven interleaving searched by default
+    uneven = not (model.alternates_layer_kinds or even_only)  # uneven interleaving searched by default
     leave_out = _leaves_uneven_depths_out(job, search)
     if not zeros or not rcs:
         return

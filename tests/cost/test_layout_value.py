@@ -114,11 +114,11 @@ def test_views_equal_the_field_by_field_construction(case: tuple[JobSpec, Resolv
     assert knobs.dims == dataclasses.replace(lay.dims, recompute="full")
     spec = lay.to_spec()
     assert spec == _old_spec(lay)
-    assert geometry(job.training, lay) == Geometry(
+    assert geometry(job.training, lay, job.model.is_moe) == Geometry(
         tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp, dp=lay.dp, mbs=lay.micro_batch_size,
         nmb=(job.training.global_batch_size or 0) // (lay.dp * lay.micro_batch_size), gbs=job.training.global_batch_size,
         seq=job.training.seq_len, sp=lay.sequence_parallel and lay.tp > 1,
-        chunks=tuple(even_split(job.model.num_layers or 0, lay.pp * lay.vpp)), etp=lay.etp,
+        chunks=tuple(even_split(job.model.num_layers or 0, lay.pp * lay.vpp)), etp=lay.etp, moe=job.model.is_moe,
     )  # fmt: skip
     assert ResolvedLayout.from_spec(spec, job) == lay
     for vpp in (1, 2, 4):
