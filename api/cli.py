@@ -183,7 +183,8 @@ def evaluate_table(plan: Plan) -> str:
     parts.append(
         f"memory_gib: weights={mem.weights:.1f}  gradients={mem.gradients:.1f}  "
         f"optimizer={mem.optimizer:.1f}  "
-        f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  total={mem.total:.1f}  "
+        f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  "
+        f"optimizer_step={mem.optimizer_step:.1f}  total={mem.total:.1f}  "
         f"capacity={mem.capacity:.1f}\n"
     )
     parts.append(f"tokens/s: {plan.tokens_per_s:,.0f}  model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n")

@@ -9,7 +9,7 @@ from optimizer.results import CompareEntry, Plan
 
 MEMORY_DELTA_MIN_GIB = 0.05
 """Memory differences below this (GiB) are not listed."""
-MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "total")
+MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "optimizer_step", "total")
 
 
 def compare_plans(plans: list[Plan]) -> list[CompareEntry]:

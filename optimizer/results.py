@@ -39,6 +39,11 @@ class StageMemoryGiB(_Out):
     optimizer: float
     activations: float
     buffers: float
+    optimizer_step: float = Field(
+        default=0.0,
+        description="What the optimizer step's fp32 copy of 16-bit gradients needs beyond the activations "
+        "it replaces (0 with fp32 gradients or when the activations are larger).",
+    )
     total: float
 
 
@@ -50,6 +55,11 @@ class MemoryBreakdown(_Out):
     optimizer: float
     activations: float
     buffers: float = Field(description="Communication buffers, CUDA context, allocator fragmentation.")
+    optimizer_step: float = Field(
+        default=0.0,
+        description="What the optimizer step's fp32 copy of 16-bit gradients needs beyond the activations "
+        "it replaces (0 with fp32 gradients or when the activations are larger).",
+    )
     total: float
     capacity: float = Field(description="Usable device memory (GiB).")
     headroom: float = Field(default=0.0, description="Kept free when judging fits_memory (GiB).")

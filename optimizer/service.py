@@ -127,6 +127,7 @@ def _memory_breakdown(est: Estimate) -> MemoryBreakdown:
         optimizer=_gib(peak.optimizer_bytes),
         activations=_gib(peak.activations_bytes),
         buffers=_gib(peak.buffers_bytes),
+        optimizer_step=_gib(peak.optimizer_step_bytes),
         total=_gib(peak.total_bytes),
         capacity=est.capacity_bytes / GIB,
         headroom=to_gib(est.headroom_bytes),
@@ -149,6 +150,7 @@ def _stage_memory(mem: StageMemory) -> StageMemoryGiB:
         optimizer=_gib(mem.optimizer_bytes),
         activations=_gib(mem.activations_bytes),
         buffers=_gib(mem.buffers_bytes),
+        optimizer_step=_gib(mem.optimizer_step_bytes),
         total=_gib(mem.total_bytes),
     )
 

@@ -5,7 +5,7 @@
 const $ = (selector) => document.querySelector(selector);
 const form = $("#job-form");
 const TIME_PARTS = ["compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer"];
-const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers"];
+const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers", "optimizer_step"];
 const PLOT_CONFIG = { displayModeBar: false, responsive: true };
 const HF_KEYS = {
   num_hidden_layers: "num_layers", hidden_size: "hidden_size", intermediate_size: "ffn_hidden_size",

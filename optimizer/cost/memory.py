@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.cost.context import HALF_GRAD_BYTES, JobContext
-from optimizer.cost.num import Num, select
+from optimizer.cost.context import FP32_GRAD_BYTES, HALF_GRAD_BYTES, JobContext
+from optimizer.cost.num import Num, maximum, select
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.stage_layout import StageLayout
 from optimizer.cost.topology import AxisGroups
@@ -27,6 +27,9 @@ class StageMemory:
     optimizer_bytes: Num
     activations_bytes: Num
     buffers_bytes: Num
+    optimizer_step_bytes: Num = 0.0
+    """What the optimizer step's fp32 gradient copy (``step_grad_copy_bytes``) needs beyond the
+    activations it replaces: 0 unless it outgrows them."""
 
     @property
     def total_bytes(self) -> Num:
@@ -36,6 +39,7 @@ class StageMemory:
             + self.optimizer_bytes
             + self.activations_bytes
             + self.buffers_bytes
+            + self.optimizer_step_bytes
         )
 
 
@@ -47,8 +51,26 @@ def stage_memory(
     # the expert all-to-all overlap's combined 1F1B runs one more warm-up forward (ep > 1)
     held = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches, 1 if ctx.expert_overlap(lay.ep) else 0)
     acts = held * stored + mem.activations_bytes
-    buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + grads_bytes)
-    return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers)
+    # the optimizer step's fp32 gradient copy takes the place of the freed activations
+    beyond = maximum(step_grad_copy_bytes(ctx, mem.optimizer_bytes) - acts, 0.0)
+    buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + beyond + grads_bytes)
+    return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers, beyond)
+
+
+def step_grad_copy_bytes(ctx: JobContext, optimizer_bytes: Num) -> Num:
+    """Bytes of the optimizer step's fp32 copy of the 16-bit gradients of the shard it updates
+    (4 per parameter, read off its state bytes); 0 with fp32 gradients.
+
+    Adam on fp32 master weights takes fp32 gradients: Megatron-Core's optimizers set
+    ``main_param.grad = model_param.main_grad.float()`` (``optimizer.py``
+    ``_copy_model_grads_to_main_grads``; the distributed optimizer for its shard,
+    ``distrib_optimizer.py``) and DeepSpeed's ZeRO-1/2 casts its flat partition ``.to(fp32)``
+    (``stage_1_and_2.py`` ``step``). The copy lives from the step to the next step's
+    ``zero_grad``, after the activations are freed; with fp32 gradients ``.float()`` returns the
+    gradient itself."""
+    if ctx.grad_bytes >= FP32_GRAD_BYTES:
+        return 0.0
+    return optimizer_bytes * (FP32_GRAD_BYTES / OPTIMIZER_BYTES)
 
 
 def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:

@@ -62,7 +62,8 @@ def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]
     if layout.pp == 1 and layout.recompute == "full":
         notes.append(
             "DeepSpeed recomputes only what the model code wraps: each transformer layer in "
-            "deepspeed.checkpointing.checkpoint (the activation_checkpointing section configures it)"
+            "deepspeed.checkpointing.checkpoint, after deepspeed.checkpointing.configure(mpu, "
+            "deepspeed_config=...) applies the config's activation_checkpointing section"
         )
     return notes
 
@@ -70,7 +71,9 @@ def deepspeed_notes(training: TrainingSpec, layout: ResolvedLayout) -> list[str]
 def _model_parallel_note(layout: ResolvedLayout) -> str:
     """The DeepSpeed config holds no parallel sizes: the model code sets them."""
     parts = []
-    if layout.tp > 1:
+    if layout.tp > 1 and layout.pp == 1:
+        # with a pipeline the topology carries TP: deepspeed.initialize asserts mpu is None there
+        # and takes the module's (deepspeed/__init__.py, ``mpu must be None with pipeline parallelism``)
         parts.append("deepspeed.initialize(..., mpu=<the model's tensor-parallel mpu>)")
     if layout.pp > 1:
         topology = f"PipeModelDataParallelTopology(num_pp={layout.pp}, num_mp={layout.tp}, num_dp={layout.dp})"
@@ -105,10 +108,9 @@ def grad_accum_dtype(training: TrainingSpec) -> str:
 
 def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> str:
     # overlap_comm: gradient reduce-scatters under backward (stage 3's default, as costed there)
-    zero: dict[str, object] = {
-        "stage": layout.zero_stage,
-        "overlap_comm": training.dp_comm_overlap or layout.zero_stage == 3,
-    }
+    zero: dict[str, object] = {"stage": layout.zero_stage}
+    if layout.zero_stage >= 1:  # stage 0 builds no ZeRO optimizer to read it (engine.py zero_enabled)
+        zero["overlap_comm"] = training.dp_comm_overlap or layout.zero_stage == 3
     if layout.zero_stage == 3 and training.dp_comm_overlap:
         # the default prefetch (5e7 elements) is a fraction of a large model's layer: gathers
         # would run on demand instead of under the previous layer's compute
@@ -122,7 +124,8 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         # the two gradient buckets the plan holds (DeepSpeed's default is 5e8 elements each)
         bucket = int(dp_bucket_elements(training))
         zero["reduce_bucket_size"] = bucket
-        zero["allgather_bucket_size"] = bucket
+        if layout.zero_stage <= 2:  # stage 3 gathers by its prefetch bucket, not this one
+            zero["allgather_bucket_size"] = bucket
     config: dict[str, object] = {
         "train_batch_size": geo.mbs * geo.nmb * geo.dp,
         "train_micro_batch_size_per_gpu": geo.mbs,

@@ -70,4 +70,16 @@ def memory_explanation(best: Estimate | None, job: JobSpec) -> str:
         f"(tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} micro_batch_size={lay.micro_batch_size}, "
         f"ZeRO-{lay.zero_stage}, {recompute} recompute); usable capacity "
         f"{cap:.1f} GiB ({to_gib(best.capacity_bytes):.1f} GiB minus {to_gib(best.headroom_bytes):.1f} GiB headroom)"
+        + _step_copy_clause(best)
+    )
+
+
+def _step_copy_clause(best: Estimate) -> str:
+    """What the optimizer step's fp32 copy of 16-bit gradients adds to that peak, when it does."""
+    step = best.memory[best.peak_stage].optimizer_step_bytes
+    if not step:
+        return ""
+    return (
+        f"; the optimizer step's fp32 copy of the 16-bit gradients needs {to_gib(step):.1f} GiB of it beyond "
+        "the activations it replaces (with training.grad_reduce_in_fp32 the step uses the gradients in place)"
     )

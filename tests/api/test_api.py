@@ -796,7 +796,9 @@ def test_recompute_notes_give_what_the_other_frameworks_keep() -> None:
 
 def test_pipeline_note_for_expert_sharding_without_data_parallelism() -> None:
     """Mixtral 8x7B, TP4 PP4 EP2 on 16 H100 (dp = 1): expert state still shards over
-    tp x dp x cp / ep = 2, so ZeRO-2 and ZeRO-1 differ and the pipeline note is given."""
+    tp x dp x cp / ep = 2, so ZeRO-2 and ZeRO-1 differ and the pipeline note is given. The ZeRO-1
+    figure includes the optimizer step's fp32 copy of the 16-bit gradients of the optimizer's shard
+    (4 bytes a parameter: dense state unsharded at dp = 1, expert state over 2)."""
     plan = service.evaluate(EvaluateRequest.model_validate({
         "model": {"preset": "mixtral-8x7b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
         "cluster": {"preset": "dgx-h100", "num_gpus": 16},
@@ -804,7 +806,7 @@ def test_pipeline_note_for_expert_sharding_without_data_parallelism() -> None:
     }))  # fmt: skip
     assert plan.config.dp == 1
     (note,) = [n for n in plan.notes if "with pipeline parallelism" in n]
-    assert "57.4 GiB of 78.6 GiB usable (fits)" in note
+    assert "68.7 GiB of 78.6 GiB usable (fits)" in note
 
 
 @pytest.mark.parametrize(

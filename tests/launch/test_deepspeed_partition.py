@@ -109,3 +109,18 @@ def test_the_space_under_deepspeed_holds_only_depths_it_partitions() -> None:
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     depths = {lay.pp for lay in enumerate_layouts(job, request.search)}
     assert {2, 3, 4} <= depths and 6 not in depths  # 32 layers on 6 stages: [5, 5, 6, 6, 5, 5]
+
+
+@pytest.mark.parametrize(("tp", "pp", "mpu"), [(2, 1, True), (2, 2, False), (1, 2, False)])
+def test_model_parallel_note_passes_an_mpu_only_without_a_pipeline(tp: int, pp: int, mpu: bool) -> None:
+    """With a pipeline ``deepspeed.initialize`` asserts ``mpu is None`` and takes the module's,
+    whose topology carries the tensor-parallel size (``deepspeed/__init__.py``)."""
+    req = EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "framework": "deepspeed", "precision": "fp16"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+        "config": {"tp": tp, "pp": pp, "zero_stage": 1},
+    })  # fmt: skip
+    (note,) = [n for n in evaluate(req).notes if n.startswith("DeepSpeed takes the parallel sizes")]
+    assert ("mpu=" in note) is mpu
+    assert (f"num_mp={tp}" in note) is (pp > 1)

@@ -446,7 +446,8 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     assert cfg["gradient_accumulation_steps"] == layout.num_micro_batches
     zero = cfg["zero_optimization"]
     assert zero["stage"] == layout.zero_stage
-    assert zero["overlap_comm"] is (training.dp_comm_overlap or layout.zero_stage == 3)
+    # stage 0 builds no ZeRO optimizer to read overlap_comm (engine.py zero_enabled): not written
+    assert zero.get("overlap_comm") is (None if layout.zero_stage == 0 else training.dp_comm_overlap or layout.zero_stage == 3)
     if layout.zero_stage == 3 and training.dp_comm_overlap:  # a whole layer gathered ahead, as costed
         on_rank = max(sum(layer_params(_model, i).on_rank(layout.tp, layout.ep)) for i in range(_model.num_layers))
         prefetch = max(50_000_000, math.ceil(on_rank))
@@ -458,7 +459,9 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
         assert not {"stage3_prefetch_bucket_size", "stage3_max_live_parameters"} & set(zero)
     if layout.zero_stage >= 1:  # the plan's two 160 MB gradient buckets (DeepSpeed's default: 5e8 elements)
         elements = 160e6 / (4 if training.grad_reduce_in_fp32 else 2)
-        assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == elements
+        assert zero["reduce_bucket_size"] == elements
+        # stage 3 gathers by its prefetch bucket: only stages 1 and 2 read allgather_bucket_size
+        assert zero.get("allgather_bucket_size") == (elements if layout.zero_stage <= 2 else None)
     assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
                          "stage3_max_reuse_distance", "reduce_bucket_size", "allgather_bucket_size"}  # fmt: skip
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
@@ -497,7 +500,7 @@ def test_deepspeed_zero3_prefetches_one_llama3_8b_layer():
     zero = json.loads(launch(zero3_case()).deepspeed)["zero_optimization"]
     assert zero == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 218_112_000,
                     "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 218_112_000,
-                    "reduce_bucket_size": 80_000_000, "allgather_bucket_size": 80_000_000}  # fmt: skip
+                    "reduce_bucket_size": 80_000_000}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,7 +534,8 @@ def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
     # always overlaps at ZeRO-2/3, so no plan names Megatron-LM or Megatron-Bridge for them here.)
     case = _blocking_dp(zero3_case())
     buckets = {"reduce_bucket_size": 80_000_000, "allgather_bucket_size": 80_000_000}
-    assert json.loads(launch(case).deepspeed)["zero_optimization"] == {"stage": 3, "overlap_comm": True, **buckets}
+    zero3 = {"stage": 3, "overlap_comm": True, "reduce_bucket_size": 80_000_000}
+    assert json.loads(launch(case).deepspeed)["zero_optimization"] == zero3
     over = nemo_overrides(launch(case).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
     model, training, layout = _blocking_dp(zero3_case())

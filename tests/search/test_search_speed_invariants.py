@@ -215,7 +215,7 @@ def _reference_limits(ctx, lay, groups, cap: float) -> list[int]:
 FIT_LIMIT_JOBS = {
     "deepseek-v3, 288 GB200": ("deepseek-v3", "gb200-nvl72", 288, 576),
     "deepseek-v3, 576 GB200": ("deepseek-v3", "gb200-nvl72", 576, 1152),
-    "llama3-70b, 32 H100": ("llama3-70b", "dgx-h100", 32, 64),
+    "llama3-70b, 40 H100": ("llama3-70b", "dgx-h100", 40, 80),
 }
 
 

@@ -1,0 +1,72 @@
+"""The optimizer step's fp32 copy of 16-bit gradients (``memory.step_grad_copy_bytes``).
+
+Adam steps fp32 master weights with fp32 gradients: with 16-bit gradients Megatron-Core's
+optimizers make ``main_grad.float()`` of the shard they update (DeepSpeed's ZeRO-1/2 casts its
+partition the same way), after the activations are freed. The peak is the larger of the two."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer import service
+from optimizer.specs import EvaluateRequest, PlanRequest
+
+LLAMA70B_16 = {
+    "model": {"preset": "llama3-70b"},
+    "training": {"seq_len": 4096, "global_batch_size": 32, "framework": "megatron-lm"},
+    "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+}
+CONFIG = {"tp": 8, "pp": 2, "micro_batch_size": 1, "zero_stage": 0, "recompute": "full"}
+
+
+def _stages(fp32_grads: bool, zero_stage: int = 0, recompute: str = "full", num_gpus: int = 16):
+    """Every pipeline stage's memory (GiB) of the layout, and the plan's peak."""
+    plan = service.evaluate(EvaluateRequest.model_validate({
+        **LLAMA70B_16,
+        "training": {**LLAMA70B_16["training"], "grad_reduce_in_fp32": fp32_grads},
+        "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus},
+        "config": {**CONFIG, "zero_stage": zero_stage, "recompute": recompute},
+    }))  # fmt: skip
+    return plan.memory_gib.per_stage, plan.memory_gib.total
+
+
+def test_zero0_bf16_gradients_step_copy_is_twice_the_weights_less_the_activations() -> None:
+    """ZeRO-0: the step copies every gradient of the stage to fp32, 4 bytes a parameter, twice the
+    bf16 weights' 2; the freed activations (full recompute: a few GiB) take part of its place."""
+    stages, peak = _stages(fp32_grads=False)
+    for mem in stages:
+        assert mem.optimizer_step == pytest.approx(2 * mem.weights - mem.activations)
+        assert mem.optimizer_step > 10  # GiB: 70B / 16 GPUs is 4.4 G parameters a GPU
+    # the bf16 gradients with their step copy need more than fp32 gradients used in place
+    assert peak > _stages(fp32_grads=True)[1]
+
+
+def test_fp32_gradients_need_no_step_copy() -> None:
+    for mem in _stages(fp32_grads=True)[0]:
+        assert mem.optimizer_step == 0.0
+
+
+def test_distributed_optimizer_copies_only_its_shard() -> None:
+    """ZeRO-1 over dp = 4 (TP8 PP2 on 64 GPUs): the copy is 4 bytes per parameter of the 1/4
+    shard, a third of its 12 bytes of state, and smaller than the activations without recompute."""
+    stages, _ = _stages(fp32_grads=False, zero_stage=1, recompute="full", num_gpus=64)
+    for mem in stages:
+        assert mem.optimizer_step == pytest.approx(max(mem.optimizer / 3 - mem.activations, 0.0))
+    assert any(mem.optimizer_step > 0 for mem in stages)
+    none, _ = _stages(fp32_grads=False, zero_stage=1, recompute="none", num_gpus=64)
+    assert all(m.optimizer_step == 0.0 for m in none)
+
+
+def test_infeasible_answer_names_the_step_copy_and_fp32_gradients_fit() -> None:
+    """Llama 3 70B on 16 H100 under Megatron-LM: 16 + 4 bytes a parameter at dp = 1 with bf16
+    gradients do not fit in 80 GB; with fp32 gradients (18 bytes) the full-recompute plan does."""
+    bf16 = service.plan(PlanRequest.model_validate({**LLAMA70B_16, "search": {"top_k": 1}}))
+    assert bf16.status == "infeasible"
+    assert "optimizer step's fp32 copy of the 16-bit gradients" in (bf16.explanation or "")
+    fp32 = service.plan(PlanRequest.model_validate({
+        **LLAMA70B_16,
+        "training": {**LLAMA70B_16["training"], "grad_reduce_in_fp32": True},
+        "search": {"top_k": 1},
+    }))  # fmt: skip
+    assert fp32.status == "optimal" and fp32.plans[0].fits_memory
+    assert fp32.plans[0].memory_gib.optimizer_step == 0.0
