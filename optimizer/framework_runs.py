@@ -5,17 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.framework_targets import candidate_frameworks
-from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem, load_profiles, profile
+from optimizer.frameworks import (
+    FrameworkProfile,
+    dispatcher_gpu_problem,
+    kv_heads_to_split,
+    layout_problem,
+    load_profiles,
+    profile,
+)
 from optimizer.inert_knobs import SOME_LAYOUT, layout_facts
 from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 
 
 def running_frameworks(
-    training: Any, lay: Any, model: Any, order: tuple[str, ...] | None = None, tp_tier: str | None = None
+    training: Any,
+    lay: Any,
+    model: Any,
+    order: tuple[str, ...] | None = None,
+    tp_tier: str | None = None,
+    gpu_generation: str | None = None,
 ) -> tuple[list[FrameworkProfile], list[str]]:
     """The frameworks that run ``lay`` (cost-model names) in rank ``order`` (None: the default),
-    its TP groups spanning ``tp_tier``, for the job (``training``, ``model``) as costed, and, when
-    there are none, why (one reason per target framework)."""
+    its TP groups spanning ``tp_tier``, on GPUs of ``gpu_generation`` (None: not checked), for the
+    job (``training``, ``model``) as costed, and, when there are none, why (one reason per target
+    framework)."""
     is_moe = model.is_moe
     facts = layout_facts(lay, is_moe, tp_tier)
     targets = candidate_frameworks(training, model, facts=facts)
@@ -26,8 +39,10 @@ def running_frameworks(
         return [], ["no framework's stack runs the job's model and training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model)) or (
-            order_problem(prof, order, lay.sizes(), is_moe) if order is not None else None
+        problem = (
+            dispatcher_gpu_problem(prof, training, model, gpu_generation)
+            or layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model))
+            or (order_problem(prof, order, lay.sizes(), is_moe) if order is not None else None)
         )
         if problem is None:
             runs.append(prof)

@@ -93,6 +93,9 @@ class Parallelism:
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
     tp_divides_kv_heads: Fact = Fact(False, "frameworks.toml: the layout rules' head checks only")
     """tp divides ``num_kv_heads`` (the layout rules also allow key/value heads replicated over TP)."""
+    deepep_gpu_generations: Fact = Fact("any", "frameworks.toml")
+    """GPU generations it runs the DeepEP dispatcher on (``training.moe_dispatcher`` deepep):
+    ``any``, or a list of catalog generations."""
     seq_len_multiple_of_tp_2cp: Fact = Fact(False, "frameworks.toml: the layout rules' seq_len checks only")
     """``seq_len`` a multiple of ``tp x 2 cp`` (beyond the layout rules' ``2 cp`` and, with sequence
     parallelism, ``tp`` dividing each context-parallel rank's tokens)."""
@@ -296,6 +299,17 @@ def layout_problem(
         or (profile.etp_problem(lay.tp, lay.cp, lay.dp, lay.ep, getattr(lay, "etp", 1)) if is_moe else None)
         or profile.zero_problem(lay.pp, lay.dp, lay.tp, lay.cp, lay.ep, lay.num_micro_batches, lay.zero_stage)
     )
+
+
+def dispatcher_gpu_problem(prof: FrameworkProfile, training: Any, model: Any, generation: str | None) -> str | None:
+    """Why ``prof`` does not run the job's token dispatcher on GPUs of ``generation`` (None: it
+    does, or the generation is not known)."""
+    fact = prof.parallelism.deepep_gpu_generations
+    if generation is None or fact.value == "any" or not model.is_moe:
+        return None
+    if getattr(training, "moe_dispatcher", None) != "deepep" or generation in fact.value:
+        return None
+    return f"{prof.name} runs moe_dispatcher 'deepep' on {' and '.join(fact.value)} GPUs only ({fact.source})"
 
 
 def _fact(raw: dict, key: str) -> Fact:

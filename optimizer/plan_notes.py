@@ -12,7 +12,7 @@ from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
 from optimizer.launch.environment import unordered_tp_overlap_note
 from optimizer.launch.megatron import delayed_wgrad_te_note
-from optimizer.launch.nemo import first_last_bf16_note, tp_overlap_left_to_recipe_note
+from optimizer.launch.nemo import bridge_delayed_wgrad_te_note, first_last_bf16_note, tp_overlap_left_to_recipe_note
 from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
@@ -43,7 +43,8 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     if "megatron-bridge" in frameworks:  # costed without TP overlap: the recipe's may turn it on
         costed = job.training.model_copy(update={"tp_comm_overlap": False}) if unapplied else job.training
         inside = lay.sequence_parallel and est.placement.get("tp") == "nvlink"  # where the overlap applies
-        notes += tp_overlap_left_to_recipe_note(costed, lay, can_overlap=inside)
+        notes += tp_overlap_left_to_recipe_note(job.model, costed, lay, can_overlap=inside)
+        notes += bridge_delayed_wgrad_te_note(job.model, job.training, lay)
         notes += first_last_bf16_note(job.model, job.training, lay)
     if "megatron-lm" in frameworks:
         notes += delayed_wgrad_te_note(job.model, job.training, lay)
@@ -260,18 +261,16 @@ def _blocking_sends_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> 
 
 
 def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
-    """``pp_comm_overlap`` false on an interleaved two-stage pipeline: Megatron refuses to turn the
-    overlap off there (``validate_args``: interleaving without it needs pp > 2), so the launch
-    leaves it on and the plan's blocking sends are an upper bound."""
+    """``pp_comm_overlap`` false on an interleaved two-stage pipeline: Megatron-LM refuses to turn
+    the overlap off there (``validate_args``: interleaving without it needs pp > 2; Megatron-Bridge
+    does not run that check), so its launch leaves it on and the plan's blocking sends are an
+    upper bound."""
     lay = est.layout
-    where = {"megatron-lm": "Megatron-LM", "megatron-bridge": "Megatron-Bridge recipes with a comm_overlap section"}
-    megatron = [where[f] for f in frameworks if f in where]
-    if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or not megatron:
+    if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or "megatron-lm" not in frameworks:
         return []
     return [
-        f"training.pp_comm_overlap false is not applied on {' and '.join(megatron)}: with 2 stages Megatron "
-        f"runs interleaving only with the p2p overlap, so the sends overlap ({est.breakdown_s['pp_comm']:.3f} s "
-        "a step costed blocking)"
+        "training.pp_comm_overlap false is not applied on Megatron-LM: with 2 stages it runs interleaving only "
+        f"with the p2p overlap, so the sends overlap ({est.breakdown_s['pp_comm']:.3f} s a step costed blocking)"
     ]
 
 

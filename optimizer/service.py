@@ -21,6 +21,7 @@ from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import inert_settings_note, job_warnings, plan_warnings
 from optimizer.launch import build_launch
 from optimizer.launch.deepspeed import deepspeed_notes
+from optimizer.launch.bridge_sections import recipe_has_section
 from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
@@ -72,9 +73,9 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
     tokens_per_s = est.tokens_per_step / est.step_time_s
     memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
-    runs, why_not = running_frameworks(job.training, lay, job.model, est.order, est.placement.get("tp"))
-    notes = estimate_notes(job, est, ranges.note, [p.id for p in runs])
     gpu = current().catalog.gpus[job.cluster.gpu]  # type: ignore[index]
+    runs, why_not = running_frameworks(job.training, lay, job.model, est.order, est.placement.get("tp"), gpu.generation)
+    notes = estimate_notes(job, est, ranges.note, [p.id for p in runs])
     kernel = attention_kernel_class(job, gpu)
     if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:
         notes.append(
@@ -92,7 +93,7 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
         notes += deepspeed_notes(job.training, lay)
     if "torchtitan" in fields:
         notes += torchtitan_notes(lay)
-    if "comm_overlap." in launch_args.nemo:
+    if "comm_overlap." in launch_args.nemo and recipe_has_section(job.model) is None:
         notes.append(NEMO_COMM_OVERLAP_NOTE)
     if job.training.framework is not None:  # the plan speaks the framework's names where it has one
         own = framework_profile(job.training.framework).own_recompute(lay.recompute)

@@ -14,7 +14,7 @@
   ``get_dispatch_layout`` (``is_token_in_rank``, ``num_tokens_per_rdma_rank``). It moves fewer
   bytes; like the others it does not overlap the same micro-batch's compute in Megatron-Core
   (``fused_a2a.py`` dispatches with ``async_finish`` off: the compute stream waits). DeepEP can
-  dispatch FP8 rows, but Megatron-Core 0.14 hands it the bf16 hidden states in FP8 training too
+  dispatch FP8 rows, but Megatron-Core (0.14.0 and 000c4ac2) hands it the bf16 hidden states in FP8 training too
   (``fused_a2a.py`` ``buffer.dispatch(x, ...)``, no FP8 path at 000c4ac2): every dispatch is bf16.
 - ``hybridep``: the flex dispatcher's HybridEP backend (NVL72 racks: TMA copies within the
   NVLink domain, RDMA across). Costed as DeepEP: the same de-duplication (no separate bandwidth

@@ -4,7 +4,8 @@ overrides; Megatron-Core's field names)."""
 from __future__ import annotations
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.common import Geometry, dp_overlapped
+from optimizer.launch.bridge_sections import recipe_has_section, section_tokens
+from optimizer.launch.common import Geometry, dp_overlapped, geometry
 from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
     MEGATRON_FSDP_STRATEGY,
@@ -17,20 +18,25 @@ from optimizer.specs import ModelSpec, TrainingSpec
 
 NEMO_COMM_OVERLAP_NOTE = (
     "Megatron-Bridge: the comm_overlap.* overrides need the recipe's comm_overlap section (the GPT, Llama 3 / "
-    "3.1 and DeepSeek recipes have one; the Qwen, Llama 4 and Mamba recipes at v0.1.0rc4 do not: give them "
-    "comm_overlap=CommOverlapConfig() first)"
+    "3.1 and DeepSeek recipes have one; the Qwen, Llama 4 and Mamba recipes at v0.1.0rc4 do not: for those give "
+    'the section whole instead, "comm_overlap={_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig,'
+    'tp_comm_overlap:false,<field>:<value>,...}")'
 )
-"""Said on a plan whose overrides write ``comm_overlap.*`` keys (Hydra refuses keys under a None section)."""
+"""Said on a plan of a model with no known recipe whose overrides write ``comm_overlap.*`` keys
+(Hydra refuses keys under a None section)."""
 
 
 def tp_overlap_left_to_recipe_note(
-    training: TrainingSpec, layout: ResolvedLayout, can_overlap: bool = True
+    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, can_overlap: bool = True
 ) -> list[str]:
-    """A plan costed without TP overlap on a layout with sequence parallelism: the overrides leave
-    ``comm_overlap.tp_comm_overlap`` to the recipe (recipes without the section refuse the key),
-    and the Llama 3 / 3.1 and GPT-3 175B recipes turn it on. ``can_overlap``: the overlap would
+    """A plan costed without TP overlap on a layout with sequence parallelism, of a model with no
+    known recipe (``bridge_sections``): the overrides leave ``comm_overlap.tp_comm_overlap`` to the
+    recipe (recipes without the section refuse the key), and the Llama 3 / 3.1 and GPT-3 175B
+    recipes turn it on. ``can_overlap``: the overlap would
     apply to this layout (its TP group inside one NVLink domain), so planning with it is an option."""
     if training.tp_comm_overlap or layout.tp == 1 or not layout.sequence_parallel:
+        return []
+    if recipe_has_section(model) is not None:  # the overrides name tp_comm_overlap, or there is no section
         return []
     option = " (or plan with training.tp_comm_overlap true)" if can_overlap else ""
     return [
@@ -60,8 +66,6 @@ def nemo_overrides(
     ]
     if model.is_moe:
         over += _moe_overrides(model, training, geo)
-    if training.tp_comm_overlap and geo.sp:  # only when on: see tp_overlap_left_to_recipe_note
-        over.append(("comm_overlap.tp_comm_overlap", True))  # needs the recipe's comm_overlap section
     over += _p2p_overrides(training, geo)
     if training.ep_comm_overlap and model.is_moe and geo.ep > 1:
         over.append(("comm_overlap.overlap_moe_expert_parallel_comm", True))
@@ -110,7 +114,10 @@ def nemo_overrides(
     modules = megatron_recompute_modules(model, layout.recompute) if granularity == "selective" else None
     if modules:
         over.append(("model.recompute_modules", "[" + ",".join(modules) + "]"))
-    tokens = [f"{k}={_hydra(v)}" for k, v in over]
+    section = [(k.removeprefix("comm_overlap."), v) for k, v in over if k.startswith("comm_overlap.")]
+    tokens = [f"{k}={_hydra(v)}" for k, v in over if not k.startswith("comm_overlap.")]
+    no_defer = geo.pp == 1 or layout.zero_stage in MEGATRON_FSDP_STRATEGY  # Megatron-FSDP: no wgrad fusion
+    tokens += section_tokens(model, section, bool(training.tp_comm_overlap and geo.sp), no_defer)
     # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.
     layout_value = "null" if split.layout is None else f"'{split.layout}'"
     token = f"model.pipeline_model_parallel_layout={layout_value}"
@@ -122,14 +129,14 @@ def _p2p_overrides(training: TrainingSpec, geo: Geometry) -> list[tuple[str, obj
     """Interleaved pipeline sends as costed. Overlapped: on the model itself, since only a recipe's
     ``comm_overlap`` section turns the overlap on (``comm_overlap.py``; the Qwen and Llama 4
     recipes have none, leaving Megatron-Core's blocking batched sends), and the section's setup
-    writes the same. Blocking: through the section, which would turn it back on; not with two
-    stages, where Megatron refuses interleaving without the overlap (the plan is then costed as
-    blocking and runs overlapped). Without interleaving Megatron-Core's schedule blocks anyway."""
+    writes the same. Blocking: through the section, which would turn it back on (also with two
+    stages: only Megatron-LM's ``validate_args`` refuses interleaving without the overlap there,
+    which Bridge does not run). Without interleaving Megatron-Core's schedule blocks anyway."""
     if geo.pp == 1 or geo.vpp == 1:
         return []
     if training.pp_comm_overlap:
         return [("model.overlap_p2p_comm", True), ("model.batch_p2p_comm", False)]
-    return [("comm_overlap.overlap_p2p_comm", False)] if geo.pp > 2 else []
+    return [("comm_overlap.overlap_p2p_comm", False)]
 
 
 def _dp_overlap_kept(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> list[tuple[str, object]]:
@@ -195,4 +202,17 @@ def first_last_bf16_note(model: ModelSpec, training: TrainingSpec, layout: Resol
     return [
         "Megatron-Bridge: bf16_with_fp8_current_scaling_mixed (needed with this recompute) runs the first and "
         "last transformer layer in bf16, costed here in fp8: their stages run a little slower"
+    ]
+
+
+def bridge_delayed_wgrad_te_note(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout) -> list[str]:
+    """A Megatron-Bridge plan that overlaps the expert all-to-all (``delay_wgrad_compute``): Bridge
+    asserts Transformer Engine 2.7 with it when the gradient reduction overlaps or gradient
+    accumulation is fused (its default with Transformer Engine or apex)."""
+    geo = geometry(training, layout, model.is_moe)
+    if not (model.is_moe and training.ep_comm_overlap and geo.ep > 1):
+        return []
+    return [
+        "Megatron-Bridge: comm_overlap.delay_wgrad_compute needs Transformer Engine 2.7 or later with overlapped "
+        "gradient reduction or gradient-accumulation fusion (src/megatron/bridge/training/comm_overlap.py asserts it)"
     ]

@@ -76,7 +76,7 @@ def memory_explanation(best: Estimate | None, job: JobSpec) -> str:
 
 def _step_copy_clause(best: Estimate) -> str:
     """What the optimizer step's fp32 copy of 16-bit gradients adds to that peak, when it does."""
-    step = best.memory[best.peak_stage].optimizer_step_bytes
+    step = float(best.memory[best.peak_stage].optimizer_step_bytes)  # a number on the one-layout path
     if not step:
         return ""
     return (

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from optimizer.framework_targets import model_defaults
-from optimizer.frameworks import profile
+from optimizer.frameworks import dispatcher_gpu_problem, profile
 from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec
@@ -114,6 +114,18 @@ class JobSpec(Strict):
                 own = t.model_copy()  # the request's TrainingSpec may be another job's too
                 own.__dict__["attention_kernel"] = "flash2"  # still a default: not in model_fields_set
                 self.__dict__["training"] = own
+        return self
+
+    @model_validator(mode="after")
+    def _dispatcher_the_framework_runs_here(self) -> JobSpec:
+        """A named framework that refuses the job's token dispatcher on the cluster's GPUs
+        (Megatron-Bridge's DeepEP check) is a 422 on ``training.moe_dispatcher``."""
+        named = self.training.framework
+        gpu = current().catalog.gpus.get(self.cluster.gpu or "")
+        if named is not None and gpu is not None:
+            problem = dispatcher_gpu_problem(profile(named), self.training, self.model, gpu.generation)
+            if problem is not None:
+                raise ValueError(f"training.moe_dispatcher: {problem}; {gpu.name} is {gpu.generation}")
         return self
 
     @model_validator(mode="after")

@@ -135,7 +135,7 @@ def test_ep_time_is_all_exposed_without_batch_overlap_and_deepep_is_cheaper() ->
     disp, comb = dispatch_time_s("alltoall", 4096, 2048, 4, (NVLINK,))
     assert results["alltoall", "bf16"] == pytest.approx(disp + 3 * comb)  # dispatch, combine, 2 mirrors
     assert results["alltoall", "fp8"] == results["alltoall", "bf16"]  # bf16 all-to-all either way
-    # DeepEP sends fewer copies, bf16 in FP8 runs too (Megatron-Core 0.14's fused_a2a)
+    # DeepEP sends fewer copies, bf16 in FP8 runs too (Megatron-Core's fused_a2a, 0.14.0 and 000c4ac2)
     assert results["deepep", "fp8"] == results["deepep", "bf16"] < results["alltoall", "bf16"]
     batched = build_context(_moe_job(64, ep_comm_overlap=True))
     hidden = ep_comm_s(batched, kind, d, geo)

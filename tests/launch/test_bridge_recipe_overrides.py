@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from optimizer.service import plan
 from optimizer.specs import PlanRequest
-from tests.launch.test_launch import nemo_overrides
+from tests.launch.test_launch import comm_overlap_fields, nemo_overrides
 
 
 def _first_plan(raw: dict) -> tuple:
@@ -41,9 +41,9 @@ def test_blocking_data_parallel_stays_blocking_and_tp_overlap_off() -> None:
     })  # fmt: skip
     assert p.config.dp > 1
     assert over["comm_overlap.overlap_grad_reduce"] == "false" == over["comm_overlap.overlap_param_gather"]
-    # the key would break recipes without a comm_overlap section (Qwen): a note says what to add
-    assert "comm_overlap.tp_comm_overlap" not in over
-    assert any("add comm_overlap.tp_comm_overlap=false" in n for n in p.notes)
+    # the Llama 3 recipe's section turns TP overlap on, which the plan does not cost: named off
+    assert over["comm_overlap.tp_comm_overlap"] == "false"
+    assert not any("add comm_overlap.tp_comm_overlap=false" in n for n in p.notes)
 
 
 def test_the_dp_overlap_keys_only_where_bridge_would_set_otherwise() -> None:
@@ -89,15 +89,21 @@ def test_fp16_plans_cost_the_fp16_gradients_fp16_mixed_reduces() -> None:
     assert any("fp16_mixed" in n for n in forced.plans[0].notes), forced.plans[0].notes
 
 
-def test_plans_writing_comm_overlap_keys_say_the_recipe_needs_the_section() -> None:
+def test_recipes_without_a_comm_overlap_section_get_it_whole() -> None:
     p, over = _first_plan({
         "model": {"preset": "qwen3-235b-a22b"},
         "training": {"seq_len": 4096, "global_batch_size": 2048, "framework": "megatron-bridge",
                      "ep_comm_overlap": True},
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
     })  # fmt: skip
-    assert over["comm_overlap.overlap_moe_expert_parallel_comm"] == "true"
-    assert any(n.startswith("Megatron-Bridge: the comm_overlap.* overrides need the recipe's") for n in p.notes)
+    # Qwen3's recipe has no comm_overlap section: the overrides build it whole, so no note
+    section = comm_overlap_fields(over)
+    assert section["overlap_moe_expert_parallel_comm"] == "true" == section["delay_wgrad_compute"]
+    assert section["tp_comm_overlap"] == "false"
+    assert not any("comm_overlap.* overrides" in n for n in p.notes)
+    assert any(
+        n.startswith("Megatron-Bridge: comm_overlap.delay_wgrad_compute needs Transformer Engine 2.7") for n in p.notes
+    )
     plain, plain_over = _first_plan({
         "model": {"preset": "qwen3-30b-a3b"},
         "training": {"seq_len": 4096, "global_batch_size": 256, "framework": "megatron-bridge"},
@@ -105,3 +111,38 @@ def test_plans_writing_comm_overlap_keys_say_the_recipe_needs_the_section() -> N
     })  # fmt: skip
     assert not any(k.startswith("comm_overlap.") for k in plain_over)
     assert not any("comm_overlap.* overrides" in n for n in plain.notes)
+
+
+def test_custom_models_writing_comm_overlap_keys_say_the_recipe_needs_the_section() -> None:
+    """No recipe is known for a model without a preset: the fields go one by one, with the note."""
+    p, over = _first_plan({
+        "model": {"name": "moe-custom", "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+                  "num_kv_heads": 4, "ffn_hidden_size": 6144, "vocab_size": 151936,
+                  "moe": {"num_experts": 64, "top_k": 4, "expert_ffn_hidden_size": 768}},
+        "training": {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-bridge",
+                     "ep_comm_overlap": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+        "search": {"fix": {"ep": 8}},
+    })  # fmt: skip
+    assert over["comm_overlap.overlap_moe_expert_parallel_comm"] == "true"
+    assert any(n.startswith("Megatron-Bridge: the comm_overlap.* overrides need the recipe's") for n in p.notes)
+
+
+def test_section_recipes_do_not_defer_the_embedding_gradient_where_megatron_refuses_it() -> None:
+    """The Llama 3 recipes defer the embedding's weight gradient; Megatron-Core refuses that with
+    pp 1 and without gradient-accumulation fusion (Megatron-FSDP), so those plans turn it off."""
+    p, over = _first_plan({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"top_k": 1, "fix": {"zero_stage": 3}},
+    })  # fmt: skip
+    assert p.config.pp == 1
+    assert over["comm_overlap.defer_embedding_wgrad_compute"] == "false"
+    piped, piped_over = _first_plan({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 512, "framework": "megatron-bridge"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 256},
+        "search": {"top_k": 1, "fix": {"pp": 4, "zero_stage": 1}},
+    })  # fmt: skip
+    assert "comm_overlap.defer_embedding_wgrad_compute" not in piped_over

@@ -188,6 +188,21 @@ def nemo_overrides(args: str) -> dict[str, str]:
     return out
 
 
+def comm_overlap_fields(over: dict[str, str]) -> dict[str, str]:
+    """The ``comm_overlap`` fields a plan's overrides set, given field by field
+    (``comm_overlap.<field>=<value>``) or as one whole section (``comm_overlap={_target_:...,<field>:<value>}``,
+    for recipes without one); a plan never gives both."""
+    fields = {k.removeprefix("comm_overlap."): v for k, v in over.items() if k.startswith("comm_overlap.")}
+    whole = over.get("comm_overlap")
+    if whole is None:
+        return fields
+    assert not fields and whole.startswith("{") and whole.endswith("}"), whole
+    pairs = dict(item.split(":", 1) for item in whole[1:-1].split(","))
+    assert pairs.pop("_target_") == "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+    assert "tp_comm_overlap" in pairs  # CommOverlapConfig's one field without a default
+    return pairs
+
+
 def parse_megatron_layout(layout: str) -> list[list[str]]:
     """Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list, restated."""
     layout = layout.replace(",", "")
@@ -447,7 +462,9 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
     zero = cfg["zero_optimization"]
     assert zero["stage"] == layout.zero_stage
     # stage 0 builds no ZeRO optimizer to read overlap_comm (engine.py zero_enabled): not written
-    assert zero.get("overlap_comm") is (None if layout.zero_stage == 0 else training.dp_comm_overlap or layout.zero_stage == 3)
+    assert zero.get("overlap_comm") is (
+        None if layout.zero_stage == 0 else training.dp_comm_overlap or layout.zero_stage == 3
+    )
     if layout.zero_stage == 3 and training.dp_comm_overlap:  # a whole layer gathered ahead, as costed
         on_rank = max(sum(layer_params(_model, i).on_rank(layout.tp, layout.ep)) for i in range(_model.num_layers))
         prefetch = max(50_000_000, math.ceil(on_rank))

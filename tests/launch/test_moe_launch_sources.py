@@ -43,8 +43,10 @@ def test_moe_recompute_and_zero3_do_not_run_with_the_expert_overlap() -> None:
     z3 = {"tp": 1, "pp": 1, "ep": 8, "micro_batch_size": 1, "zero_stage": 3, "recompute": "none"}
     runs, why = running_frameworks(overlap, _resolved(QWEN3, overlap, 256, **z3), QWEN3)
     assert runs == [] and why
-    runs, _ = running_frameworks(plain, _resolved(QWEN3, plain, 256, **z3), QWEN3)
-    assert {p.id for p in runs} == {"megatron-lm", "megatron-bridge"}
+    # without the overlap ZeRO-3 with ep 8 runs on Megatron-LM's Megatron-FSDP; Bridge's Megatron-Core
+    # 0.14.0 has no expert-parallel groups in Megatron-FSDP
+    runs, why = running_frameworks(plain, _resolved(QWEN3, plain, 256, **z3), QWEN3)
+    assert {p.id for p in runs} == {"megatron-lm"}
     # ep 1: the launch asks for no overlap, so ZeRO-3 runs with the knob on
     runs, _ = running_frameworks(overlap, _resolved(QWEN3, overlap, 256, **{**z3, "ep": 1}), QWEN3)
     assert {p.id for p in runs} == {"megatron-lm", "megatron-bridge"}

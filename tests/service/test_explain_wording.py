@@ -6,7 +6,7 @@ comm_overlap section."""
 from __future__ import annotations
 
 from optimizer.service import compare, plan
-from optimizer.specs import CompareRequest, PlanRequest
+from optimizer.specs import CompareRequest, ModelSpec, PlanRequest
 
 
 def test_data_parallel_groups_with_context_parallelism_are_dp_x_cp() -> None:
@@ -34,9 +34,16 @@ def test_compare_warnings_name_the_layout() -> None:
     assert "top plan" not in few
 
 
+_QWEN3_235B_CUSTOM = ModelSpec.model_validate({"preset": "qwen3-235b-a22b"}).model_dump(
+    exclude={"preset"}, exclude_none=True
+) | {"name": "my-moe"}
+"""Qwen3-235B's architecture without its preset: a model whose Megatron-Bridge recipe is not known."""
+
+
 def test_the_bridge_tp_overlap_note_says_which_recipes_turn_it_on() -> None:
+    """Only for a model with no known recipe: a known one's overrides name tp_comm_overlap."""
     answer = plan(PlanRequest.model_validate({
-        "model": {"preset": "qwen3-235b-a22b"},
+        "model": _QWEN3_235B_CUSTOM,
         "training": {"seq_len": 4096, "global_batch_size": 512, "framework": "megatron-bridge"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 128},
         "search": {"fix": {"tp": 2}},
