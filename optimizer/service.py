@@ -20,8 +20,8 @@ from optimizer.frameworks import costed_config
 from optimizer.frameworks import profile as framework_profile
 from optimizer.job_warnings import inert_settings_note, job_warnings, plan_warnings
 from optimizer.launch import build_launch
-from optimizer.launch.deepspeed import deepspeed_notes
 from optimizer.launch.bridge_sections import recipe_has_section
+from optimizer.launch.deepspeed import deepspeed_notes
 from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
