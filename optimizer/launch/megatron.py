@@ -53,6 +53,9 @@ MEGATRON_FLAGS: frozenset[str] = frozenset(
         "--seq-length",
         # _add_checkpointing_args
         "--ckpt-format",
+        # _add_regularization_args (both default 0.1)
+        "--hidden-dropout",
+        "--attention-dropout",
         # _add_mixed_precision_args
         "--bf16",
         "--fp16",
@@ -204,9 +207,20 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
             # the collective skips that scaling (MoE models run ZeRO-2/3 with fp32 gradients only)
             args.append("--ddp-average-in-collective")
     args += _megatron_recompute_args(model, layout)
+    args += [f"--{flag.replace('_', '-')} {value}" for flag, value in costed_dropout(training)]
     args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
     args += _megatron_precision_args(training, needs_current_scaling(model, training, layout.recompute))
     return " ".join(args)
+
+
+def costed_dropout(training: TrainingSpec) -> list[tuple[str, float]]:
+    """The dropout the plan costs, as Megatron-Core names it (both default 0.1 in Megatron-LM and
+    TransformerConfig): none on the residual stream (its 1-byte masks, 2 bytes a token and hidden
+    unit a layer, are not in the plan's memory); none in FlashAttention-class kernels (dropout
+    there re-generates its mask and slows the kernel, not costed); unfused attention is costed
+    with its dropout (mask and output kept, Korthikanti et al. 2022), so that one is left as is."""
+    dropout = [("hidden_dropout", 0.0)]
+    return dropout + ([] if training.attention_kernel == "unfused" else [("attention_dropout", 0.0)])
 
 
 def _megatron_moe_args(training: TrainingSpec, geo: Geometry) -> list[str]:

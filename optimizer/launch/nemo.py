@@ -10,6 +10,7 @@ from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
     MEGATRON_FSDP_STRATEGY,
     Split,
+    costed_dropout,
     launched_dispatcher,
     megatron_recompute_modules,
     needs_current_scaling,
@@ -86,6 +87,7 @@ def nemo_overrides(
         ("ddp.overlap_grad_reduce", dp_overlapped(training, geo, layout.zero_stage)),
         ("ddp.overlap_param_gather", dp_overlapped(training, geo, layout.zero_stage) and layout.zero_stage >= 1),
     ]
+    over += [(f"model.{name}", value) for name, value in costed_dropout(training)]
     over += _dp_overlap_kept(training, layout, geo)
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         over += [

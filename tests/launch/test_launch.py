@@ -222,7 +222,7 @@ def test_megatron_llama3_70b_interleaved():
         "--context-parallel-size 1 --num-virtual-stages-per-pipeline-rank 5 "
         "--micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --sequence-parallel "
         "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
-        "--recompute-granularity selective --attention-backend fused --bf16 --grad-reduce-in-bf16"
+        "--recompute-granularity selective --hidden-dropout 0.0 --attention-dropout 0.0 --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -233,7 +233,7 @@ def test_megatron_mixtral_ep8_full_recompute():
         "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --micro-batch-size 1 --global-batch-size 256 --seq-length 4096 --sequence-parallel "
         "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--recompute-granularity full --recompute-method uniform "
-        "--recompute-num-layers 1 --attention-backend fused --bf16 --grad-reduce-in-bf16"
+        "--recompute-num-layers 1 --hidden-dropout 0.0 --attention-dropout 0.0 --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -250,7 +250,7 @@ def test_megatron_zero3_uses_megatron_fsdp_and_fp8():
         "--seq-length 8192 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
         "--use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
-        "--ckpt-format fsdp_dtensor --ddp-average-in-collective --attention-backend fused --bf16 --grad-reduce-in-bf16 --fp8-format hybrid"
+        "--ckpt-format fsdp_dtensor --ddp-average-in-collective --hidden-dropout 0.0 --attention-dropout 0.0 --attention-backend fused --bf16 --grad-reduce-in-bf16 --fp8-format hybrid"
     )
 
 
@@ -278,7 +278,7 @@ def test_megatron_uneven_first_last():
         "--context-parallel-size 1 --decoder-first-pipeline-num-layers 9 "
         "--decoder-last-pipeline-num-layers 11 --micro-batch-size 1 --global-batch-size 64 "
         "--seq-length 4096 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
-        "--overlap-param-gather --recompute-granularity selective --attention-backend fused --bf16 --grad-reduce-in-bf16"
+        "--overlap-param-gather --recompute-granularity selective --hidden-dropout 0.0 --attention-dropout 0.0 --attention-backend fused --bf16 --grad-reduce-in-bf16"
     )
 
 
@@ -582,6 +582,7 @@ def test_nemo_llama3_70b_exact():
         "train.micro_batch_size=1 train.global_batch_size=1024 mixed_precision=bf16_mixed model.attention_backend=fused "
         "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true "
         "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true "
+        "model.hidden_dropout=0.0 model.attention_dropout=0.0 "
         "model.recompute_granularity=selective model.recompute_method=null "
         "model.recompute_num_layers=null model.num_layers_in_first_pipeline_stage=null "
         "model.num_layers_in_last_pipeline_stage=null "
