@@ -5,14 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.framework_targets import candidate_frameworks
-from optimizer.frameworks import (
-    FrameworkProfile,
-    dispatcher_gpu_problem,
-    kv_heads_to_split,
-    layout_problem,
-    load_profiles,
-    profile,
-)
+from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, layout_problem, load_profiles, profile
 from optimizer.inert_knobs import SOME_LAYOUT, layout_facts
 from optimizer.rank_orders import is_pp_inside_dp, most_permissive, pp_inside_dp_allowed
 
@@ -31,18 +24,16 @@ def running_frameworks(
     framework)."""
     is_moe = model.is_moe
     facts = layout_facts(lay, is_moe, tp_tier)
-    targets = candidate_frameworks(training, model, facts=facts)
+    targets = candidate_frameworks(training, model, facts=facts, generation=gpu_generation)
     if not targets:
         named = getattr(training, "framework", None)
         profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
-        reasons = [without_source(p.stack_problem(training, model, facts) or "") for p in profiles]
+        reasons = [without_source(p.stack_problem(training, model, facts, gpu_generation) or "") for p in profiles]
         return [], ["no framework's stack runs the job's model and training.* knobs: " + "; ".join(reasons)]
     runs, reasons = [], []
     for prof in targets:
-        problem = (
-            dispatcher_gpu_problem(prof, training, model, gpu_generation)
-            or layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model))
-            or (order_problem(prof, order, lay.sizes(), is_moe) if order is not None else None)
+        problem = layout_problem(prof, lay, is_moe, training.seq_len, kv_heads_to_split(model)) or (
+            order_problem(prof, order, lay.sizes(), is_moe) if order is not None else None
         )
         if problem is None:
             runs.append(prof)

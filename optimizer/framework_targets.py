@@ -14,16 +14,25 @@ from optimizer.inert_knobs import ANY_LAYOUT, LayoutFacts, inert_knobs
 
 
 def candidate_frameworks(
-    training: Any, model: Any, tp: int | None = None, pp: int | None = None, facts: LayoutFacts | None = None
+    training: Any,
+    model: Any,
+    tp: int | None = None,
+    pp: int | None = None,
+    facts: LayoutFacts | None = None,
+    generation: str | None = None,
 ) -> tuple[FrameworkProfile, ...]:
-    """The frameworks whose stack runs the job (``training``, ``model``; for a layout of ``tp`` and
-    ``pp``, or of ``facts``, when given, else at any sizes): the named one, or any of the four,
-    each as it runs the job (``as_run_for``), less those its rules leave no ZeRO stage (they run
-    no layout)."""
+    """The frameworks whose stack runs the job (``training``, ``model``; on GPUs of
+    ``generation`` when given; for a layout of ``tp`` and ``pp``, or of ``facts``, when given, else
+    at any sizes): the named one, or any of the four, each as it runs the job (``as_run_for``),
+    less those its rules leave no ZeRO stage (they run no layout)."""
     named = getattr(training, "framework", None)
     profiles = (profile(named),) if named is not None else tuple(load_profiles().values())
     facts = facts or LayoutFacts(tp, pp)
-    runs = (as_run_for(p, training, model, facts) for p in profiles if p.stack_problem(training, model, facts) is None)
+    runs = (
+        as_run_for(p, training, model, facts)
+        for p in profiles
+        if p.stack_problem(training, model, facts, generation) is None
+    )
     return tuple(
         p for p in runs if p.parallelism.zero_stages_without_pp.value or p.parallelism.zero_stages_with_pp.value
     )

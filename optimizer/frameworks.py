@@ -237,12 +237,17 @@ class FrameworkProfile:
             return f"{self.name} needs ep ({ep}) to divide dp ({dp}) with expert tensor parallelism ({fact.source})"
         return None
 
-    def stack_problem(self, training: Any, model: Any, facts: LayoutFacts = ANY_LAYOUT) -> str | None:
-        """The first ``training`` knob whose value the framework does not run, or the first rule
-        that excludes the job (None: it runs the job's stack); knobs that do nothing for this job
-        on a layout of ``facts`` (``inert_knobs``: the TP knobs at tp 1, ZeRO-2/3's buffers below
-        ZeRO-2, ...) are not checked, nor rules on such a knob (each rule's knobs act together)."""
+    def stack_problem(
+        self, training: Any, model: Any, facts: LayoutFacts = ANY_LAYOUT, generation: str | None = None
+    ) -> str | None:
+        """The first ``training`` knob whose value the framework does not run (on GPUs of
+        ``generation``, when known), or the first rule that excludes the job (None: it runs the
+        job's stack); knobs that do nothing for this job on a layout of ``facts`` (``inert_knobs``:
+        the TP knobs at tp 1, ZeRO-2/3's buffers below ZeRO-2, ...) are not checked, nor rules on
+        such a knob (each rule's knobs act together)."""
         inert = inert_knobs(training, model, facts)
+        if "moe_dispatcher" not in inert and (problem := dispatcher_gpu_problem(self, training, model, generation)):
+            return problem
         for rule in self.conditions:
             if rule.involves(inert):  # a rule on a knob that does nothing here
                 continue

@@ -261,16 +261,19 @@ def _blocking_sends_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> 
 
 
 def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -> list[str]:
-    """``pp_comm_overlap`` false on an interleaved two-stage pipeline: Megatron-LM refuses to turn
-    the overlap off there (``validate_args``: interleaving without it needs pp > 2; Megatron-Bridge
-    does not run that check), so its launch leaves it on and the plan's blocking sends are an
-    upper bound."""
+    """``pp_comm_overlap`` false on an interleaved two-stage pipeline: without the overlap Megatron-
+    Core's interleaved schedule would send and receive twice between the same two ranks in one
+    communication batch (Megatron-LM's ``validate_args`` refuses it; Megatron-Bridge does not check),
+    so the launches leave it on and the plan's blocking sends are an upper bound."""
     lay = est.layout
-    if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or "megatron-lm" not in frameworks:
+    where = {"megatron-lm": "Megatron-LM", "megatron-bridge": "Megatron-Bridge"}
+    megatron = [where[f] for f in frameworks if f in where]
+    if job.training.pp_comm_overlap or lay.pp != 2 or lay.vpp == 1 or not megatron:
         return []
     return [
-        "training.pp_comm_overlap false is not applied on Megatron-LM: with 2 stages it runs interleaving only "
-        f"with the p2p overlap, so the sends overlap ({est.breakdown_s['pp_comm']:.3f} s a step costed blocking)"
+        f"training.pp_comm_overlap false is not applied on {' and '.join(megatron)}: with 2 stages the interleaved "
+        "schedule without the p2p overlap would send and receive twice between the same two ranks in one batch "
+        f"(Megatron-LM refuses it), so the sends overlap ({est.breakdown_s['pp_comm']:.3f} s a step costed blocking)"
     ]
 
 

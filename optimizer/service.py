@@ -226,7 +226,7 @@ def compare(request: CompareRequest) -> CompareResponse:
                 raise InvalidLayout(exc.field, reason) from exc  # the job itself, not the layout
             raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason) from exc
     warnings = job_warnings(_sized(job, plans[0]))
-    if not candidate_frameworks(job.training, job.model):  # as /plan warns for such a job
+    if not candidate_frameworks(job.training, job.model, generation=job.gpu_generation):  # as /plan warns
         warnings.append(
             "no framework's stack runs the job's model and training.* knobs at every layout size (docs/frameworks.md: each "
             "profile's [stack]): a layout lists only a framework whose stack runs the knobs at its sizes, and one "

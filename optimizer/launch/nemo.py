@@ -131,14 +131,16 @@ def _p2p_overrides(training: TrainingSpec, geo: Geometry) -> list[tuple[str, obj
     """Interleaved pipeline sends as costed. Overlapped: on the model itself, since only a recipe's
     ``comm_overlap`` section turns the overlap on (``comm_overlap.py``; the Qwen and Llama 4
     recipes have none, leaving Megatron-Core's blocking batched sends), and the section's setup
-    writes the same. Blocking: through the section, which would turn it back on (also with two
-    stages: only Megatron-LM's ``validate_args`` refuses interleaving without the overlap there,
-    which Bridge does not run). Without interleaving Megatron-Core's schedule blocks anyway."""
+    writes the same. Blocking: through the section, which would turn it back on; not with two
+    stages, where the interleaved schedule would send and receive twice between the same two ranks
+    in one communication batch (Megatron-LM's ``validate_args`` refuses it; Bridge does not check,
+    the hazard is Megatron-Core's): the plan is then costed as blocking and runs overlapped.
+    Without interleaving Megatron-Core's schedule blocks anyway."""
     if geo.pp == 1 or geo.vpp == 1:
         return []
     if training.pp_comm_overlap:
         return [("model.overlap_p2p_comm", True), ("model.batch_p2p_comm", False)]
-    return [("comm_overlap.overlap_p2p_comm", False)]
+    return [("comm_overlap.overlap_p2p_comm", False)] if geo.pp > 2 else []
 
 
 def _dp_overlap_kept(training: TrainingSpec, layout: ResolvedLayout, geo: Geometry) -> list[tuple[str, object]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from optimizer.cost import Estimate
+from optimizer.cost import Estimate, build_context, estimate
 from optimizer.cost.rules import divisors
+from optimizer.framework_targets import candidate_frameworks
 from optimizer.frameworks import profile
 from optimizer.search.fixed_values import fixed_combination_reason
 from optimizer.search.framework_explain import framework_rules_explanation
@@ -70,16 +72,28 @@ def memory_explanation(best: Estimate | None, job: JobSpec) -> str:
         f"(tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} micro_batch_size={lay.micro_batch_size}, "
         f"ZeRO-{lay.zero_stage}, {recompute} recompute); usable capacity "
         f"{cap:.1f} GiB ({to_gib(best.capacity_bytes):.1f} GiB minus {to_gib(best.headroom_bytes):.1f} GiB headroom)"
-        + _step_copy_clause(best)
+        + _step_copy_clause(best, job)
     )
 
 
-def _step_copy_clause(best: Estimate) -> str:
-    """What the optimizer step's fp32 copy of 16-bit gradients adds to that peak, when it does."""
-    step = float(best.memory[best.peak_stage].optimizer_step_bytes)  # a number on the one-layout path
+def _step_copy_clause(best: Estimate, job: JobSpec) -> str:
+    """What the optimizer step's fp32 copy of 16-bit gradients adds to that peak, when it does; and
+    the same layout with fp32 gradients (which the step uses in place) and full recompute, when
+    that fits and a target framework runs fp32 gradients."""
+    step = float(best.memory[best.peak_stage].optimizer_step_bytes)  # numbers on the one-layout path
     if not step:
         return ""
-    return (
+    clause = (
         f"; the optimizer step's fp32 copy of the 16-bit gradients needs {to_gib(step):.1f} GiB of it beyond "
-        "the activations it replaces (with training.grad_reduce_in_fp32 the step uses the gradients in place)"
+        "the activations it replaces"
+    )
+    fp32 = job.model_copy(update={"training": job.training.model_copy(update={"grad_reduce_in_fp32": True})})
+    if not candidate_frameworks(fp32.training, fp32.model, generation=job.gpu_generation):
+        return clause
+    full = estimate(build_context(fp32), replace(best.layout, recompute="full"), best.order)
+    if not full.fits_memory:
+        return clause
+    return clause + (
+        f"; with fp32 gradients (training.grad_reduce_in_fp32) and full recompute the same layout needs "
+        f"{to_gib(full.peak_memory_bytes):.1f} GiB"
     )

@@ -40,10 +40,12 @@ class Targets(NamedTuple):
         return any(p.parallelism.uneven_stage_layers.value for p in self.profiles)
 
 
-def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[FrameworkProfile, ...], bool]:
-    """The frameworks whose stack runs ``training``'s knobs, and True; when none does, the named
-    framework (or every one), whose layout rules still hold, and False."""
-    profiles = candidate_frameworks(training, model)
+def target_profiles(
+    training: TrainingSpec, model: ModelSpec, generation: str | None = None
+) -> tuple[tuple[FrameworkProfile, ...], bool]:
+    """The frameworks whose stack runs ``training``'s knobs (on GPUs of ``generation``), and True;
+    when none does, the named framework (or every one), whose layout rules still hold, and False."""
+    profiles = candidate_frameworks(training, model, generation=generation)
     if profiles:
         return profiles, True
     framework = training.framework
@@ -53,7 +55,7 @@ def target_profiles(training: TrainingSpec, model: ModelSpec) -> tuple[tuple[Fra
 
 def space_frameworks(job: JobSpec, search: SearchSpec) -> Targets:
     named = job.training.framework is not None
-    profiles, matched = target_profiles(job.training, job.model)
+    profiles, matched = target_profiles(job.training, job.model, job.gpu_generation)
     free_zero = not named and (search.fix.zero_stage is not None or search.allow.zero_stage is not None)
     free_rc = not named and (search.fix.recompute is not None or search.allow.recompute is not None)
     zero1_dominated = costed_fsdp_buffers(job.training, job.model) in ("layer", "fsdp2")

@@ -12,7 +12,6 @@ import time
 from optimizer.cost import Estimate, best_estimate, build_context
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.framework_runs import running_frameworks
-from optimizer.reference import current
 from optimizer.results import SolverInfo
 from optimizer.search.beyond import BeyondGroup, smallest_bound
 from optimizer.search.bounds import SpaceBounds
@@ -377,9 +376,11 @@ def stack_warning(job: JobSpec, best: Estimate) -> str:
     what the plans follow, and whether the best plan still runs somewhere (the TP knobs act only
     with tp above 1, pp_comm_overlap only with pp above 1)."""
     rules = job.training.framework or "every framework"
-    generation = current().catalog.gpus[job.cluster.gpu or ""].generation
     tp_tier = best.placement.get("tp")
-    runs = [p.id for p in running_frameworks(job.training, best.layout, job.model, best.order, tp_tier, generation)[0]]
+    runs = [
+        p.id
+        for p in running_frameworks(job.training, best.layout, job.model, best.order, tp_tier, job.gpu_generation)[0]
+    ]
     if runs:
         return (
             f"no framework's stack runs the job's model and training.* knobs at every layout size (docs/frameworks.md: each "

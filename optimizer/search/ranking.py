@@ -121,6 +121,6 @@ def _following(job, lay: ResolvedLayout, is_moe: bool) -> set[str]:
     follow (``framework_space``)."""
     return {
         p.id
-        for p in target_profiles(job.training, job.model)[0]
+        for p in target_profiles(job.training, job.model, job.gpu_generation)[0]
         if layout_problem(p, lay, is_moe, job.training.seq_len, kv_heads_to_split(job.model)) is None
     }

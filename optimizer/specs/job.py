@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from optimizer.framework_targets import model_defaults
-from optimizer.frameworks import dispatcher_gpu_problem, profile
+from optimizer.frameworks import profile
 from optimizer.modes import FLASH3_GENERATIONS
 from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec
@@ -116,17 +116,11 @@ class JobSpec(Strict):
                 self.__dict__["training"] = own
         return self
 
-    @model_validator(mode="after")
-    def _dispatcher_the_framework_runs_here(self) -> JobSpec:
-        """A named framework that refuses the job's token dispatcher on the cluster's GPUs
-        (Megatron-Bridge's DeepEP check) is a 422 on ``training.moe_dispatcher``."""
-        named = self.training.framework
+    @property
+    def gpu_generation(self) -> str | None:
+        """The cluster's GPU generation (catalog), which some framework rules depend on."""
         gpu = current().catalog.gpus.get(self.cluster.gpu or "")
-        if named is not None and gpu is not None:
-            problem = dispatcher_gpu_problem(profile(named), self.training, self.model, gpu.generation)
-            if problem is not None:
-                raise ValueError(f"training.moe_dispatcher: {problem}; {gpu.name} is {gpu.generation}")
-        return self
+        return None if gpu is None else gpu.generation
 
     @model_validator(mode="after")
     def _framework_model_defaults(self) -> JobSpec:

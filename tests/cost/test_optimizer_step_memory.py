@@ -50,9 +50,10 @@ def test_distributed_optimizer_copies_only_its_shard() -> None:
     """ZeRO-1 over dp = 4 (TP8 PP2 on 64 GPUs): the copy is 4 bytes per parameter of the 1/4
     shard, a third of its 12 bytes of state, and smaller than the activations without recompute."""
     stages, _ = _stages(fp32_grads=False, zero_stage=1, recompute="full", num_gpus=64)
-    for mem in stages:
-        assert mem.optimizer_step == pytest.approx(max(mem.optimizer / 3 - mem.activations, 0.0))
-    assert any(mem.optimizer_step > 0 for mem in stages)
+    # stage 0: 4.41 G parameters (8.215 GiB of bf16 weights) over 4 ranks, 4 bytes each: 4.107 GiB,
+    # less its 0.756 GiB of activations
+    assert (stages[0].weights, stages[0].activations) == pytest.approx((8.215, 0.756), abs=5e-4)
+    assert stages[0].optimizer_step == pytest.approx(8.215 / 2 - 0.756, abs=1e-3)
     none, _ = _stages(fp32_grads=False, zero_stage=1, recompute="none", num_gpus=64)
     assert all(m.optimizer_step == 0.0 for m in none)
 
@@ -62,7 +63,13 @@ def test_infeasible_answer_names_the_step_copy_and_fp32_gradients_fit() -> None:
     gradients do not fit in 80 GB; with fp32 gradients (18 bytes) the full-recompute plan does."""
     bf16 = service.plan(PlanRequest.model_validate({**LLAMA70B_16, "search": {"top_k": 1}}))
     assert bf16.status == "infeasible"
-    assert "optimizer step's fp32 copy of the 16-bit gradients" in (bf16.explanation or "")
+    assert "the optimizer step's fp32 copy of the 16-bit gradients needs 5.6 GiB of it beyond" in (
+        bf16.explanation or ""
+    )
+    # the smallest layout without recompute; with fp32 gradients and full recompute it fits
+    assert "with fp32 gradients (training.grad_reduce_in_fp32) and full recompute the same layout needs 77.9 GiB" in (
+        bf16.explanation or ""
+    )
     fp32 = service.plan(PlanRequest.model_validate({
         **LLAMA70B_16,
         "training": {**LLAMA70B_16["training"], "grad_reduce_in_fp32": True},
@@ -70,3 +77,17 @@ def test_infeasible_answer_names_the_step_copy_and_fp32_gradients_fit() -> None:
     }))  # fmt: skip
     assert fp32.status == "optimal" and fp32.plans[0].fits_memory
     assert fp32.plans[0].memory_gib.optimizer_step == 0.0
+
+
+def test_the_fp32_hint_is_given_only_where_it_fits() -> None:
+    """ZeRO-1 over 4 ranks on 36 GiB: fp32 gradients (2 more bytes a parameter, unsharded) would
+    need more than the 4 / 4 bytes of the copy, so the answer names the copy only."""
+    answer = service.plan(PlanRequest.model_validate({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "framework": "megatron-lm"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64, "gpu_memory_gib": 36},
+        "search": {"fix": {"tp": 8, "pp": 2}},
+    }))  # fmt: skip
+    assert answer.status == "infeasible"
+    assert "fp32 copy of the 16-bit gradients needs 2.6 GiB" in (answer.explanation or "")
+    assert "with fp32 gradients" not in (answer.explanation or "")

@@ -27,13 +27,32 @@ def _job(cluster: str, framework: str | None) -> dict[str, Any]:
     }
 
 
-def test_named_bridge_with_deepep_on_blackwell_is_a_422(client: TestClient) -> None:
+def test_named_bridge_with_deepep_on_blackwell_runs_nowhere_as_costed(client: TestClient) -> None:
+    """Like a stack knob the framework cannot select: planned within its layouts, no plan with
+    an expert group claims to run on it, a note says why and the answer warns."""
     r = client.post("/plan", json=_job("dgx-b200", "megatron-bridge"))
-    assert r.status_code == 422
-    (err,) = r.json()["detail"]
-    assert err["loc"] == ["body", "training", "moe_dispatcher"]
-    assert "ampere and hopper GPUs only" in err["msg"] and "blackwell" in err["msg"]
-    assert client.post("/plan", json=_job("dgx-h100", "megatron-bridge")).status_code == 200
+    assert r.status_code == 200
+    body = r.json()
+    (top,) = body["plans"]
+    assert top["config"]["ep"] == 8 and top["frameworks"] == [] and top["launch"]["nemo"] == ""
+    assert any("runs moe_dispatcher 'deepep' on ampere and hopper GPUs only" in n for n in top["notes"])
+    assert any(w.startswith("no framework's stack runs the job's model and training.* knobs") for w in body["warnings"])
+    hopper = client.post("/plan", json=_job("dgx-h100", "megatron-bridge")).json()
+    assert hopper["plans"][0]["frameworks"] == ["megatron-bridge"] and not hopper["warnings"]
+
+
+def test_without_an_expert_group_deepep_is_not_launched_and_bridge_runs_it() -> None:
+    """ep x etp = 1: the launch asks for the all-to-all dispatcher, which Bridge runs anywhere."""
+    job = _job("dgx-b200", "megatron-bridge")
+    job["search"]["fix"]["ep"] = 1
+    top = plan(PlanRequest.model_validate(job)).plans[0]
+    assert top.config.ep == 1 and top.frameworks == ["megatron-bridge"]
+
+
+def test_a_sweep_over_hopper_and_blackwell_answers_each_point(client: TestClient) -> None:
+    r = client.post("/sweeps", json={"job": {k: v for k, v in _job("dgx-h100", "megatron-bridge").items()
+                                             if k != "search"}, "vary": {"cluster": ["dgx-h100", "dgx-b200"]}})  # fmt: skip
+    assert r.status_code in (200, 201, 202), r.text
 
 
 def test_unnamed_deepep_plans_on_blackwell_leave_bridge_out() -> None:
