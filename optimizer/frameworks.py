@@ -93,6 +93,8 @@ class Parallelism:
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
     tp_divides_kv_heads: Fact = Fact(False, "frameworks.toml: the layout rules' head checks only")
     """tp divides ``num_kv_heads`` (the layout rules also allow key/value heads replicated over TP)."""
+    dropout: Fact = Fact(True, "frameworks.toml")
+    """Whether its models run dropout (``model.dropout`` above 0)."""
     deepep_gpu_generations: Fact = Fact("any", "frameworks.toml")
     """GPU generations it runs the DeepEP dispatcher on (``training.moe_dispatcher`` deepep):
     ``any``, or a list of catalog generations."""
@@ -248,6 +250,8 @@ class FrameworkProfile:
         inert = inert_knobs(training, model, facts)
         if "moe_dispatcher" not in inert and (problem := dispatcher_gpu_problem(self, training, model, generation)):
             return problem
+        if getattr(model, "dropout", 0.0) > 0 and not self.parallelism.dropout.value:
+            return f"{self.name} runs no model.dropout: its models have none ({self.parallelism.dropout.source})"
         for rule in self.conditions:
             if rule.involves(inert):  # a rule on a knob that does nothing here
                 continue

@@ -42,6 +42,7 @@ class ModelPreset(BaseModel):
     moe: dict[str, int | None] | None = None
     sliding_window: int | None = None
     sliding_window_every: int = 1
+    dropout: float = 0.0  # hidden and attention dropout: none in the presets' pretraining recipes as planned
     # Provenance.
     source: str = Field(min_length=3, description="Model card / config.json / paper the numbers come from.")
     published_total_params: int = Field(gt=0, description="Total parameters as the source states them.")
@@ -79,6 +80,7 @@ class ModelPreset(BaseModel):
             "moe": dict(self.moe) if self.moe is not None else None,
             "sliding_window": self.sliding_window,
             "sliding_window_every": self.sliding_window_every,
+            "dropout": self.dropout,
         }
 
 

@@ -22,8 +22,7 @@ def activation_bytes(
     model = ctx.job.model
     h = float(model.hidden_size or 0)
     p = kind.params
-    tp = d.tp
-    sp_div = tp if d.sequence_parallel else 1
+    tp, sp_div = d.tp, (d.tp if d.sequence_parallel else 1)
     heads = float(model.num_attention_heads or 0)
     kv_width_local = layer_base.kv_width_local(ctx, tp)
     # ---- activations (Korthikanti et al. 2022, adapted: flash attention, GQA/MLA, gated MLP, MoE)
@@ -79,8 +78,9 @@ def activation_bytes(
         stored_elems = always  # op on MoE and MLA layers: counted like selective (an upper bound)
     else:  # none, and Megatron's core_attn (which keeps what none keeps but the two below)
         stored_elems = full_elems + _gathered_inputs_kept(ctx, kind, d, hid, mlp_in)
-    if not mla_up_kept:
-        stored_elems -= mla_up_out  # re-made from the latents in backward (still in the working set)
+    masks = dropout_mask_elems(ctx, hid)
+    stored_elems += (masks if d.recompute != RecomputeMode.FULL else 0.0) - (0.0 if mla_up_kept else mla_up_out)
+    full_elems += masks  # the MLA up-projections' outputs, re-made from the latents, stay working
     per_token_bytes = ACT_BYTES * tokens
     gemm_in = _gemm_inputs(ctx, kind, d.etp * routed_share * h, hid, mlp_in, mlp_act_out)
     stored = stored_elems * per_token_bytes - _quantized_saving_bytes(ctx, kind, d, moe_block, gemm_in) * tokens
@@ -92,6 +92,13 @@ def activation_bytes(
         # 530B run that fit on 640 A100 80GB would be predicted 7 GiB over capacity.
         stored += UNFUSED_SCORE_BYTES_STORED * score_elements(ctx, kind, d)
     return stored, working
+
+
+def dropout_mask_elems(ctx: JobContext, hid: float) -> float:
+    """With ``model.dropout`` above 0, the residual dropout after attention and after the MLP keeps a
+    1-byte mask each for backward: one bf16 element a token per (sequence-parallel split) hidden
+    unit ``hid``; full recompute re-makes them."""
+    return hid if ctx.job.model.dropout > 0 else 0.0
 
 
 MOE_TRANSIENT_COPIES = 4

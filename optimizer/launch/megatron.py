@@ -207,20 +207,17 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: ResolvedLayo
             # the collective skips that scaling (MoE models run ZeRO-2/3 with fp32 gradients only)
             args.append("--ddp-average-in-collective")
     args += _megatron_recompute_args(model, layout)
-    args += [f"--{flag.replace('_', '-')} {value}" for flag, value in costed_dropout(training)]
+    args += [f"--{flag.replace('_', '-')} {value}" for flag, value in costed_dropout(model)]
     args += ["--attention-backend", ATTENTION_BACKEND[training.attention_kernel]]
     args += _megatron_precision_args(training, needs_current_scaling(model, training, layout.recompute))
     return " ".join(args)
 
 
-def costed_dropout(training: TrainingSpec) -> list[tuple[str, float]]:
-    """The dropout the plan costs, as Megatron-Core names it (both default 0.1 in Megatron-LM and
-    TransformerConfig): none on the residual stream (its 1-byte masks, 2 bytes a token and hidden
-    unit a layer, are not in the plan's memory); none in FlashAttention-class kernels (dropout
-    there re-generates its mask and slows the kernel, not costed); unfused attention is costed
-    with its dropout (mask and output kept, Korthikanti et al. 2022), so that one is left as is."""
-    dropout = [("hidden_dropout", 0.0)]
-    return dropout + ([] if training.attention_kernel == "unfused" else [("attention_dropout", 0.0)])
+def costed_dropout(model: ModelSpec) -> list[tuple[str, float]]:
+    """``model.dropout`` as Megatron-Core names it (both default 0.1 in Megatron-LM and
+    TransformerConfig, which the plan's memory would not hold: the residual dropout's 1-byte
+    masks are costed only with ``model.dropout`` above 0)."""
+    return [("hidden_dropout", model.dropout), ("attention_dropout", model.dropout)]
 
 
 def _megatron_moe_args(training: TrainingSpec, geo: Geometry) -> list[str]:

@@ -87,7 +87,7 @@ def nemo_overrides(
         ("ddp.overlap_grad_reduce", dp_overlapped(training, geo, layout.zero_stage)),
         ("ddp.overlap_param_gather", dp_overlapped(training, geo, layout.zero_stage) and layout.zero_stage >= 1),
     ]
-    over += [(f"model.{name}", value) for name, value in costed_dropout(training)]
+    over += [(f"model.{name}", value) for name, value in costed_dropout(model)]
     over += _dp_overlap_kept(training, layout, geo)
     if layout.zero_stage in MEGATRON_FSDP_STRATEGY:
         over += [

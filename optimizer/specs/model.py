@@ -64,6 +64,7 @@ MODEL_FIELDS = (
     "moe",
     "sliding_window",
     "sliding_window_every",
+    "dropout",
 )
 
 
@@ -119,6 +120,16 @@ class ModelSpec(Strict):
         ge=1,
         le=MAX_LAYERS,
         description="Every n-th layer from the first is windowed, the others full (gpt-oss: 2). Needs sliding_window.",
+    )
+    dropout: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "Hidden and attention dropout probability (Megatron-Core's hidden_dropout / attention_dropout; "
+            "most LLM pretraining uses none). Above 0 each layer keeps two 1-byte residual-dropout masks a token "
+            "and hidden unit for backward."
+        ),
     )
 
     @model_validator(mode="before")

@@ -140,6 +140,7 @@ def test_llama3_70b_resolves_with_all_fields():
         "moe": None,
         "sliding_window": None,
         "sliding_window_every": 1,
+        "dropout": 0.0,
     }
 
 
