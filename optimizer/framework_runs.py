@@ -86,6 +86,18 @@ def costed_fsdp_buffers(training: Any, model: Any) -> str:
     return "fsdp2" if "fsdp2" in held else "layer"
 
 
+def costed_fsdp_unit_scales(training: Any, model: Any) -> bool:
+    """Whether Megatron-FSDP's communication unit is charged as at least two layers (the larger
+    buffers) rather than a fixed 1e9 elements: true unless every framework whose stack runs the
+    job and holds Megatron-FSDP's buffers fixes it (Megatron-Bridge's Megatron-Core 0.14.0)."""
+    runs = [
+        p
+        for p in candidate_frameworks(training, model, facts=SOME_LAYOUT)
+        if p.stack["fsdp_buffers"].default == "megatron-fsdp"
+    ]
+    return not runs or any(bool(p.parallelism.fsdp_unit_scales_with_layers.value) for p in runs)
+
+
 def costed_kv_expanded(training: Any, model: Any) -> bool:
     """Whether the cost model keeps key/value heads expanded to the query heads
     (``training.kv_expanded``): the job's, else true when a framework whose stack runs the job

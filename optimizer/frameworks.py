@@ -93,6 +93,9 @@ class Parallelism:
     """Whether it runs tp > 1 (cleared for a job by a ``when`` rule)."""
     tp_divides_kv_heads: Fact = Fact(False, "frameworks.toml: the layout rules' head checks only")
     """tp divides ``num_kv_heads`` (the layout rules also allow key/value heads replicated over TP)."""
+    fsdp_unit_scales_with_layers: Fact = Fact(True, "frameworks.toml")
+    """Megatron-FSDP's communication unit (``fsdp_buffers`` megatron-fsdp) is at least twice the
+    average layer (else a fixed 1e9 elements)."""
     dropout: Fact = Fact(True, "frameworks.toml")
     """Whether its models run dropout (``model.dropout`` above 0)."""
     deepep_gpu_generations: Fact = Fact("any", "frameworks.toml")

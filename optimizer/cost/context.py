@@ -15,6 +15,7 @@ from optimizer.cost.topology import Topology, build_topology
 from optimizer.errors import InvalidLayout
 from optimizer.framework_runs import (
     costed_fsdp_buffers,
+    costed_fsdp_unit_scales,
     costed_kv_expanded,
     costed_p2p_blocks_without_vpp,
     costed_pp_inside_dp,
@@ -105,6 +106,8 @@ class JobContext:
     p2p_blocks_without_vpp: bool = False
     """Whether pipeline sends block in non-interleaved schedules whatever ``pp_comm_overlap`` says
     (``costed_p2p_blocks_without_vpp``)."""
+    fsdp_unit_scales: bool = True
+    """Whether Megatron-FSDP's communication unit grows with the layers (``costed_fsdp_unit_scales``)."""
     caches: Caches = field(default_factory=Caches, compare=False, hash=False, repr=False)
     """This request's cache tables of the cost model and the search (``cost.caches``): new and
     empty for every ``build_context`` call."""
@@ -261,6 +264,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         kv_expanded=costed_kv_expanded(job.training, model),
         pp_inside_dp=costed_pp_inside_dp(job.training, model),
         p2p_blocks_without_vpp=costed_p2p_blocks_without_vpp(job.training, model),
+        fsdp_unit_scales=costed_fsdp_unit_scales(job.training, model),
     )
 
 

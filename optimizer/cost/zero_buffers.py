@@ -10,7 +10,8 @@ from optimizer.cost.num import Num, maximum, minimum, select
 MEGATRON_FSDP_UNIT_FLOOR = 1e9
 """Elements: Megatron-FSDP's ``suggested_communication_unit_size`` is at least this
 (``megatron_fsdp.py`` at Megatron-LM 000c4ac2, "Cap to 1B elements": ``max(1e9, 2 x the average
-FSDP unit)`` at ZeRO-3, ``max(1e9, bucket_size)`` at ZeRO-2). The reduce-scatter queue holds up
+FSDP unit)`` at ZeRO-3, ``max(1e9, bucket_size)`` at ZeRO-2; exactly 1e9 at Megatron-Core 0.14.0,
+Megatron-Bridge's: ``JobContext.fsdp_unit_scales``). The reduce-scatter queue holds up
 to that many unsharded gradient elements (``GradReducePipeline`` frees a bucket only when the
 queue passes it), and the all-gather prefetch reaches half of it ahead."""
 
@@ -66,7 +67,7 @@ def zero_buffer_bytes(
     non_local = share_d * (1.0 - 1.0 / dp_shard) + (1.0 - share_d) * (1.0 - 1.0 / ep_shard)
     if not mfsdp:
         return minimum(2 * max_layer, total) * non_local * weight_bytes
-    unit = maximum(MEGATRON_FSDP_UNIT_FLOOR, 2 * max_layer)
+    unit = maximum(MEGATRON_FSDP_UNIT_FLOOR, 2 * max_layer) if ctx.fsdp_unit_scales else MEGATRON_FSDP_UNIT_FLOOR
     gathered = minimum(max_layer + maximum(max_layer, unit / 2), total) * non_local * weight_bytes
     queue = minimum(total, unit + max_layer) * grad_bytes
     return gathered + queue + kept * (1.0 - 1.0 / dp_shard) * weight_bytes

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from optimizer.frameworks import profile
+from optimizer.params import layer_params
 from optimizer.service import evaluate
-from optimizer.specs import EvaluateRequest
+from optimizer.specs import EvaluateRequest, ModelSpec
 from optimizer.units import GIB
 
 H, KV, FFN, VOCAB, LAYERS = 4096, 1024, 14336, 128256, 32
@@ -121,3 +122,28 @@ def test_no_framework_named_charges_the_larger_buffers() -> None:
     # 16-bit gradients (torchtitan reduces in fp32) and blocking pipeline p2p (DeepSpeed's engine)
     deepspeed_only = titan_like.model_copy(update={"grad_reduce_in_fp32": False, "pp_comm_overlap": False})
     assert costed_fsdp_buffers(deepspeed_only, model) == "layer"
+
+
+def test_megatron_fsdp_unit_is_fixed_at_bridges_megatron_core() -> None:
+    """Megatron-Core 0.14.0 (Megatron-Bridge's pin) takes 1e9 elements as the communication unit;
+    000c4ac2 (Megatron-LM's profile) at least twice the average layer. Llama 3.1 405B at TP4,
+    ZeRO-3: its largest layer has L parameters on a rank (above 5e8), so Bridge's reduce-scatter
+    queue holds 2 L - 1e9 fp32 gradient elements less; the prefetch (half the unit ahead, at least
+    a layer) is one layer either way."""
+
+    def buffers_gib(framework: str) -> float:
+        plan = evaluate(EvaluateRequest.model_validate({
+            "model": {"preset": "llama3.1-405b"},
+            "training": {"seq_len": 8192, "global_batch_size": 512, "framework": framework,
+                         "grad_reduce_in_fp32": True},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 512},
+            "config": {"tp": 4, "pp": 1, "zero_stage": 3, "recompute": "full"},
+        }))  # fmt: skip
+        assert plan.frameworks == [framework]
+        return plan.memory_gib.buffers
+
+    model = ModelSpec(preset="llama3.1-405b")
+    largest = max(sum(layer_params(model, i).on_rank(4, 1)) for i in range(model.num_layers or 0))
+    assert largest > 5e8  # twice it is above the 1e9 floor
+    expected_gib = (2 * largest - 1e9) * 4 / 2**30
+    assert buffers_gib("megatron-lm") - buffers_gib("megatron-bridge") == pytest.approx(expected_gib, rel=1e-6)
