@@ -3,9 +3,9 @@ scheduler for them (``Plan.assignment``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class _Out(BaseModel):
@@ -43,7 +43,9 @@ class KueueTopologyAssignment(_Out):
 class KueueRequest(_Out):
     annotations: dict[str, str] = Field(description="pod-set annotations of the job's pod template")
     topology_assignment: KueueTopologyAssignment = Field(
-        description="the placement as a Kueue topologyAssignment (levels + domains with pod counts)"
+        description="the placement in the shape of Kueue's v1beta1 TopologyAssignment (levels + domains with pod "
+        "counts; every level, for reading: Kueue's own assignment keeps only kubernetes.io/hostname when present, "
+        "and v1beta2 stores slices instead of domains)"
     )
 
 
@@ -52,8 +54,16 @@ class VolcanoNetworkTopology(_Out):
 
     mode: Literal["hard", "soft"]
     highestTierAllowed: int | None = Field(  # noqa: N815 (Volcano's field name)
-        default=None, description="hard mode: the highest HyperNode tier the pods may span"
+        default=None, description="hard mode: the highest HyperNode tier the pods may span (left out in soft mode)"
     )
+
+    @model_serializer(mode="wrap")
+    def _no_null_tier(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Volcano's CRD types ``highestTierAllowed`` as a non-null integer: soft mode leaves it out."""
+        data: dict[str, Any] = handler(self)
+        if data.get("highestTierAllowed") is None:
+            data.pop("highestTierAllowed", None)
+        return data
 
 
 class VolcanoPartitionPolicy(_Out):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections import Counter
 
@@ -60,6 +61,8 @@ def slurm_request(topo: ClusterTopology, nodes: list[TopologyNode], g: int) -> S
     reads it (a ``topology/block`` topology ignores it, a ``topology/tree`` one ignores ``--segment``)."""
     names = [n.name for n in nodes]
     nodelist = hostlist.collect_hostlist(names)
+    if re.search(r"\][^,]", nodelist):  # text after a range: Slurm before 23.02.5 refuses it (hostlist.c)
+        nodelist = ",".join(names)
     counts = domain_counts(topo, nodes)
     leaf = counts[-2] if len(counts) >= 2 else Counter({(): len(nodes)})
     block = SLURM_BLOCK_LEVEL in topo.levels

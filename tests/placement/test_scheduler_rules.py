@@ -297,3 +297,31 @@ def test_pins_a_count_cannot_take_leave_that_count_out_when_the_planner_picks_it
     assert len(answer.plans[0].assignment.nodes) * 8 % 16 == 0
     with pytest.raises(InvalidLayout, match="does not divide num_gpus"):  # the count given: still a 422
         service.plan(PlanRequest.model_validate({**req, "cluster": {**req["cluster"], "num_gpus": 8}}))
+
+
+def test_names_with_text_after_their_number_go_as_a_plain_list() -> None:
+    """``rack[1-2]-node[1-2].example.com`` expands only in Slurm 23.02.5 and later (hostlist.c):
+    such names are listed one by one; plain ones stay compressed."""
+    tree = """
+- topology: t
+  tree:
+    switches:
+    - {switch: s1, nodes: "rack1-node1.example.com,rack1-node2.example.com"}
+    - {switch: s2, nodes: "rack2-node1.example.com,rack2-node2.example.com"}
+    - {switch: top, children: "s[1-2]"}
+"""
+    topo = ClusterTopology.model_validate(from_slurm(tree, 8))
+    req = slurm_request(topo, list(topo.nodes), 8)
+    assert req.nodelist == ",".join(sorted(n.name for n in topo.nodes))
+    assert "]" not in req.sbatch
+
+
+def test_volcano_soft_mode_leaves_the_tier_out() -> None:
+    """Volcano's CRD types highestTierAllowed as a non-null integer."""
+    from optimizer.assignment_results import VolcanoNetworkTopology
+
+    assert VolcanoNetworkTopology(mode="soft").model_dump() == {"mode": "soft"}
+    assert VolcanoNetworkTopology(mode="hard", highestTierAllowed=1).model_dump(mode="json") == {
+        "mode": "hard",
+        "highestTierAllowed": 1,
+    }
