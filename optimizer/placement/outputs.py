@@ -100,8 +100,11 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
         annotations[KUEUE_REQUIRED] = inside[-1]
     else:
         annotations[KUEUE_PREFERRED] = levels[0]
-    if len(levels) >= 2 and (size := equal_share(counts[-2])) is not None:
-        annotations[KUEUE_SLICE_REQUIRED] = levels[-2]
+    # slices at the finest level above the nodes: the leaf switch, or the NVLink domain (an NVL72
+    # clique) when that is not the node itself
+    leaf = len(levels) - 2 if levels[-1] == HOSTNAME_LABEL else len(levels) - 1
+    if leaf >= 0 and (size := equal_share(counts[leaf])) is not None:
+        annotations[KUEUE_SLICE_REQUIRED] = levels[leaf]
         annotations[KUEUE_SLICE_SIZE] = str(size)
     full = topo.levels
     per_domain: Counter = Counter()

@@ -325,3 +325,28 @@ def test_volcano_soft_mode_leaves_the_tier_out() -> None:
         "mode": "hard",
         "highestTierAllowed": 1,
     }
+
+
+def test_kueue_slices_at_the_nvlink_domain_on_nvl72() -> None:
+    """On an NVL72 topology the node is not the NVLink domain: the slices go on the clique level
+    (the finest level above the nodes), so Kueue keeps each planned share within one clique."""
+    nodes = [
+        {"name": f"t{i:02d}", "labels": {"block": "blk0", "nvidia.com/gpu.clique": f"cl{i // 18}"}, "free_gpus": 4}
+        for i in range(36)
+    ]
+    topology = {
+        "levels": ["block", "nvidia.com/gpu.clique", "kubernetes.io/hostname"],
+        "nvlink_level": "nvidia.com/gpu.clique",
+        "nodes": nodes,
+    }
+    req = {
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 4096, "global_batch_size": 256},
+        "cluster": {"preset": "gb200-nvl72", "num_gpus": 128, "topology": topology},
+        "search": {"top_k": 1},
+    }
+    a = service.plan(PlanRequest.model_validate(req)).plans[0].assignment
+    per_clique = {d.values[1] for d in a.kueue.topology_assignment.domains}
+    assert per_clique == {"cl0", "cl1"}
+    assert a.kueue.annotations["kueue.x-k8s.io/podset-slice-required-topology"] == "nvidia.com/gpu.clique"
+    assert a.kueue.annotations["kueue.x-k8s.io/podset-slice-size"] == "16"
