@@ -40,6 +40,7 @@ from optimizer.capacity.sweep import (
     SweepStatus,
     cluster_value_to_blame,
     pareto_front,
+    pin_invalid_at_every_point,
     point_requests,
 )
 from optimizer.capacity.sweep_notes import with_fewer_gpus_notes
@@ -297,9 +298,12 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
             "less_than_equal",
         )
     try:
-        return point_requests(body)
+        points = point_requests(body)
     except PointError as exc:
         raise RequestValidationError([_point_error(body, exc.point, e) for e in exc.errors]) from exc
+    if (pin := pin_invalid_at_every_point([r for _, r in points])) is not None:
+        raise invalid_field(("body", "job", *pin.field.split(".")), f"at every point: {pin.reason}", "invalid_layout")
+    return points
 
 
 def limited_points(

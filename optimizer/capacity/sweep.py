@@ -13,9 +13,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from optimizer.capacity.formulas import HOUR_S
+from optimizer.errors import InvalidLayout
 from optimizer.reference import current
 from optimizer.results import Plan
-from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, PlanRequest, SearchSpec
+from optimizer.search.fixed_values import check_named_values
+from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, JobSpec, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict, error_reason
 from optimizer.topology_spec import ClusterTopology
 
@@ -206,6 +208,23 @@ def point_requests(request: SweepRequest) -> list[tuple[dict[str, Any], PlanRequ
         except ValidationError as exc:
             raise PointError(point, exc.errors(include_url=False)) from exc
     return out
+
+
+def pin_invalid_at_every_point(requests: list[PlanRequest]) -> InvalidLayout | None:
+    """A ``search.fix`` / ``search.allow`` value no layout can take at any point of the grid (what
+    ``/plan`` refuses with a 422 before searching), else None: one that holds at some points only
+    is those points' ``infeasible`` answer, as is any pin of a topology job that chooses its GPU count."""
+    first: InvalidLayout | None = None
+    for req in requests:
+        if req.cluster.num_gpus is None:  # a topology job that chooses its count: checked per count
+            return None
+        try:
+            check_named_values(JobSpec(model=req.model, training=req.training, cluster=req.cluster), req.search)
+        except InvalidLayout as exc:
+            first = first or exc
+        else:
+            return None
+    return first
 
 
 def cluster_value_to_blame(request: SweepRequest, point: dict[str, Any]) -> bool:

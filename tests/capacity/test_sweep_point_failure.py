@@ -112,3 +112,31 @@ def test_a_closed_manager_starts_no_workers() -> None:
     status = manager.status(sweep_id)
     assert status is not None and status.status == "cancelled"
     assert [r.status for r in status.results] == ["cancelled"]
+
+
+def test_a_pin_no_point_can_take_is_a_422_one_some_points_take_is_their_answer() -> None:
+    """/plan refuses ``search.fix.ep: 16`` on a dense model (a 422 at the pin); a sweep of it was
+    202 with every point infeasible. A pin that holds at some points only (``tp: 8`` at 4 and 64
+    GPUs) stays those points' answer."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    job = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 512},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    }
+    with TestClient(create_app()) as client:
+        r = client.post(
+            "/sweeps", json={"job": {**job, "search": {"fix": {"ep": 16}}}, "vary": {"num_gpus": [64, 256]}}
+        )
+        assert r.status_code == 422
+        (item,) = r.json()["detail"]
+        assert item["loc"] == ["body", "job", "search", "fix", "ep"]
+        assert item["msg"].startswith("at every point: no layout can take ep = 16")
+        some = client.post(
+            "/sweeps", json={"job": {**job, "search": {"fix": {"tp": 8}}}, "vary": {"num_gpus": [4, 64]}}
+        )
+        assert some.status_code == 202, some.text
+        client.delete(f"/sweeps/{some.json()['id']}")
