@@ -48,8 +48,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
         notes += first_last_bf16_note(job.model, job.training, lay)
     if "megatron-lm" in frameworks:
         notes += delayed_wgrad_te_note(job.model, job.training, lay)
-        generation = current().catalog.gpus[job.cluster.gpu or ""].generation
-        notes += unordered_tp_overlap_note(job.model, job.training, lay, generation)
+        notes += unordered_tp_overlap_note(job.model, job.training, lay, job.gpu_generation)
     notes += _dp_overlap_note(job, est, frameworks)
     notes += _pipeline_zero_note(job, est)
     notes += _blocking_sends_note(job, est, frameworks) + _p2p_overlap_kept_note(job, est, frameworks)

@@ -31,7 +31,10 @@ def recipe_has_section(model: ModelSpec) -> bool | None:
     return None
 
 
-def _hydra(value: object) -> str:
+def hydra_value(value: object) -> str:
+    """A value as a Hydra override writes it (``null``, ``true`` / ``false``, else ``str``)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -45,12 +48,12 @@ def section_tokens(model: ModelSpec, fields: list[tuple[str, object]], tp_overla
     has = recipe_has_section(model)
     if has is None:  # field by field, and TP overlap only when on (the recipe's otherwise)
         given = ([("tp_comm_overlap", True)] if tp_overlap else []) + fields
-        return [f"comm_overlap.{k}={_hydra(v)}" for k, v in given]
+        return [f"comm_overlap.{k}={hydra_value(v)}" for k, v in given]
     named = [("tp_comm_overlap", tp_overlap), *fields]
     if has:
         named += [("defer_embedding_wgrad_compute", False)] if no_defer else []
-        return [f"comm_overlap.{k}={_hydra(v)}" for k, v in named]
+        return [f"comm_overlap.{k}={hydra_value(v)}" for k, v in named]
     if not fields and not tp_overlap:  # no section: nothing overlapped, as planned
         return []
-    body = ",".join([f"_target_:{SECTION_TARGET}"] + [f"{k}:{_hydra(v)}" for k, v in named])
+    body = ",".join([f"_target_:{SECTION_TARGET}"] + [f"{k}:{hydra_value(v)}" for k, v in named])
     return [f'"comm_overlap={{{body}}}"']  # quoted: a shell would brace-expand it

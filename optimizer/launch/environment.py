@@ -44,7 +44,7 @@ ORDERED_WITHOUT_ONE = frozenset({"blackwell", "blackwell-ultra"})
 
 
 def unordered_tp_overlap_note(
-    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, generation: str
+    model: ModelSpec, training: TrainingSpec, layout: ResolvedLayout, generation: str | None
 ) -> list[str]:
     """A Megatron-LM plan with tensor or context parallelism launched with many connections
     (Megatron-FSDP asserts them; the expert all-to-all overlap wants them) on a GPU before

@@ -4,7 +4,7 @@ overrides; Megatron-Core's field names)."""
 from __future__ import annotations
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.bridge_sections import recipe_has_section, section_tokens
+from optimizer.launch.bridge_sections import hydra_value, recipe_has_section, section_tokens
 from optimizer.launch.common import Geometry, dp_overlapped, geometry
 from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
@@ -45,14 +45,6 @@ def tp_overlap_left_to_recipe_note(
         f"GPT-3 175B at v0.1.0rc4) run it, which this plan does not cost: with those, add "
         f"comm_overlap.tp_comm_overlap=false{option}; recipes without the section (Qwen) run it off, as planned"
     ]
-
-
-def _hydra(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def nemo_overrides(
@@ -117,7 +109,7 @@ def nemo_overrides(
     if modules:
         over.append(("model.recompute_modules", "[" + ",".join(modules) + "]"))
     section = [(k.removeprefix("comm_overlap."), v) for k, v in over if k.startswith("comm_overlap.")]
-    tokens = [f"{k}={_hydra(v)}" for k, v in over if not k.startswith("comm_overlap.")]
+    tokens = [f"{k}={hydra_value(v)}" for k, v in over if not k.startswith("comm_overlap.")]
     no_defer = geo.pp == 1 or layout.zero_stage in MEGATRON_FSDP_STRATEGY  # Megatron-FSDP: no wgrad fusion
     tokens += section_tokens(model, section, bool(training.tp_comm_overlap and geo.sp), no_defer)
     # Hydra needs '|' quoted; the outer double quotes keep the single quotes through a shell.

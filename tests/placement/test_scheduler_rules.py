@@ -65,16 +65,21 @@ def test_segments_whenever_the_nodes_span_base_blocks() -> None:
     assert block_segment(one) is None and "--segment" not in slurm_request(topo, one, 8).sbatch
 
 
-def test_tree_topology_gets_switches_never_segment() -> None:
-    tree = """
+def two_switch_tree(s1_nodes: str, s2_nodes: str) -> ClusterTopology:
+    """A Slurm ``topology/tree`` of two leaf switches under one top switch, 8 GPUs a node."""
+    tree = f"""
 - topology: t
   tree:
     switches:
-    - {switch: s1, nodes: "g[1-4]"}
-    - {switch: s2, nodes: "g[5-8]"}
-    - {switch: top, children: "s[1-2]"}
+    - {{switch: s1, nodes: "{s1_nodes}"}}
+    - {{switch: s2, nodes: "{s2_nodes}"}}
+    - {{switch: top, children: "s[1-2]"}}
 """
-    topo = ClusterTopology.model_validate(from_slurm(tree, 8))
+    return ClusterTopology.model_validate(from_slurm(tree, 8))
+
+
+def test_tree_topology_gets_switches_never_segment() -> None:
+    topo = two_switch_tree("g[1-4]", "g[5-8]")
     req = slurm_request(topo, [n for n in topo.nodes if n.name in {"g1", "g2", "g5", "g6"}], 8)
     assert req.segment is None and req.sbatch.endswith("--switches=2") and "--segment" not in req.sbatch
 
@@ -302,15 +307,9 @@ def test_pins_a_count_cannot_take_leave_that_count_out_when_the_planner_picks_it
 def test_names_with_text_after_their_number_go_as_a_plain_list() -> None:
     """``rack[1-2]-node[1-2].example.com`` expands only in Slurm 23.02.5 and later (hostlist.c):
     such names are listed one by one; plain ones stay compressed."""
-    tree = """
-- topology: t
-  tree:
-    switches:
-    - {switch: s1, nodes: "rack1-node1.example.com,rack1-node2.example.com"}
-    - {switch: s2, nodes: "rack2-node1.example.com,rack2-node2.example.com"}
-    - {switch: top, children: "s[1-2]"}
-"""
-    topo = ClusterTopology.model_validate(from_slurm(tree, 8))
+    topo = two_switch_tree(
+        "rack1-node1.example.com,rack1-node2.example.com", "rack2-node1.example.com,rack2-node2.example.com"
+    )
     req = slurm_request(topo, list(topo.nodes), 8)
     assert req.nodelist == ",".join(sorted(n.name for n in topo.nodes))
     assert "]" not in req.sbatch
