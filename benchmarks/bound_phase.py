@@ -35,7 +35,7 @@ from optimizer.specs import JobSpec, PlanRequest
 
 def _job(body: dict) -> tuple[JobSpec, PlanRequest]:
     req = PlanRequest.model_validate(body)
-    return JobSpec(model=req.model, training=req.training, cluster=req.cluster), req
+    return req.job_spec(), req
 
 
 def per_family(body: dict) -> tuple[float, int]:

@@ -39,7 +39,7 @@ from optimizer.search import bound_space, cyclic_gc_paused
 from optimizer.search.exhaustive import exhaustive_best
 from optimizer.search.space import Reach, layout_blocks
 from optimizer.service import search_plans
-from optimizer.specs import JobSpec, PlanRequest
+from optimizer.specs import PlanRequest
 from optimizer.units import GIB
 
 DENSE_1T = {
@@ -199,7 +199,7 @@ def exhaustive(request: PlanRequest) -> tuple[float, int, int, int, float]:
     order) pairs, layouts that fit, the fastest fitting step time)."""
     _fresh_context()
     t0 = time.perf_counter()
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     ctx = build_context(job)
     gib = request.search.memory_headroom_gib
     with cyclic_gc_paused():  # as the planner runs
@@ -213,7 +213,7 @@ def vectorised_bounds_s(request: PlanRequest) -> float:
     ``Reach.ALL``), ``bound_space`` and the sorted queue. Lower bounds, not exact costs."""
     _fresh_context()
     t0 = time.perf_counter()
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     ctx = build_context(job)
     bounds, _ = bound_space(ctx, list(layout_blocks(job, request.search, Reach.ALL)), ctx.usable_bytes(None), math.inf)
     assert bounds is not None

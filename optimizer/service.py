@@ -52,7 +52,7 @@ def evaluate(request: EvaluateRequest) -> Plan:
 
 def _evaluate_placed(request: EvaluateRequest) -> Plan:
     """``evaluate`` once the job's GPUs (and, with a topology, its nodes) are fixed."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     ctx = build_context(job)
     lay = resolve_layout(job, costed_config(job.training, request.config))
     placement = None
@@ -197,7 +197,7 @@ def response_of(result: SearchResult) -> PlanResponse:
 
 def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
     """``response`` with ``why`` (and its summary as ``explanation``) and the job's warnings."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     warnings = [*response.warnings, *job_warnings(job)]
     if response.plans:
         warnings += plan_warnings(job, response.plans[0])
@@ -211,8 +211,7 @@ def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
 def compare(request: CompareRequest) -> CompareResponse:
     """Score the job under each layout (``evaluate``) and compare them with the first. Raises
     ``InvalidLayout`` at ``layouts.<i>.<field>`` for an invalid layout."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster,
-                  costs=request.costs, reliability=request.reliability)  # fmt: skip
+    job = request.job_spec()
     plans = []
     for i, layout in enumerate(request.layouts):
         try:

@@ -17,7 +17,7 @@ from optimizer.errors import InvalidLayout
 from optimizer.reference import current
 from optimizer.results import Plan
 from optimizer.search.fixed_values import check_named_values
-from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, JobSpec, PlanRequest, SearchSpec
+from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict, error_reason
 from optimizer.topology_spec import ClusterTopology
 
@@ -219,7 +219,7 @@ def pin_invalid_at_every_point(requests: list[PlanRequest]) -> InvalidLayout | N
         if req.cluster.num_gpus is None:  # a topology job that chooses its count: checked per count
             return None
         try:
-            check_named_values(JobSpec(model=req.model, training=req.training, cluster=req.cluster), req.search)
+            check_named_values(req.job_spec(), req.search)
         except InvalidLayout as exc:
             first = first or exc
         else:

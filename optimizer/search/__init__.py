@@ -32,7 +32,7 @@ from optimizer.search.runtime import (
     space_memory_bytes,
 )
 from optimizer.search.steps import POOL_EXTRA, bound_space
-from optimizer.specs import JobSpec, PlanRequest
+from optimizer.specs import PlanRequest
 
 __all__ = [
     "DEFAULT_SPACE_MEMORY_BYTES",
@@ -50,6 +50,6 @@ def search(request: PlanRequest) -> SearchResult:
     """The top-k of ``request`` (see the module docstring) as ranked estimates
     (``optimizer.service`` makes them plans); a layout space that would take more memory than
     ``space_memory_budget`` allows is a ``SpaceTooLarge`` error."""
-    check_named_values(JobSpec(model=request.model, training=request.training, cluster=request.cluster), request.search)
+    check_named_values(request.job_spec(), request.search)
     with cyclic_gc_paused():
         return Planner(request, space_memory_bytes()).run()

@@ -27,7 +27,7 @@ from optimizer.search import search
 from optimizer.search.framework_space import space_frameworks
 from optimizer.search.ranking import pick
 from optimizer.search.space import Reach, enumerate_layouts
-from optimizer.specs import JobSpec, PlanRequest
+from optimizer.specs import PlanRequest
 from optimizer.units import GIB
 
 MAX_SPLITS = 2000
@@ -58,7 +58,7 @@ def splits_of(lay: ResolvedLayout, num_layers: int, max_splits: int = MAX_SPLITS
 
 def enumerates_all_splits(request: PlanRequest, max_splits: int = MAX_SPLITS) -> bool:
     """Whether the oracle tries every layer split of every pipelined layout of ``request``."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     layers = request.model.num_layers or 0
     return all(
         split_count(layers, len(lay.stage_layers)) <= max_splits
@@ -69,7 +69,7 @@ def enumerates_all_splits(request: PlanRequest, max_splits: int = MAX_SPLITS) ->
 
 def brute_force(request: PlanRequest, max_splits: int = MAX_SPLITS) -> list[Estimate]:
     """Every (layout, layer split) of ``request`` that fits in memory, sorted by step time."""
-    job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+    job = request.job_spec()
     ctx = build_context(job)
     gib = request.search.memory_headroom_gib
     headroom = gib * GIB if gib is not None else None

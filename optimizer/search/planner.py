@@ -55,7 +55,7 @@ class Planner:
     def __init__(self, request: PlanRequest, space_memory_bytes: float) -> None:
         self.t0 = time.perf_counter()
         self.spec = spec = request.search
-        self.job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
+        self.job = request.job_spec()
         self.ctx = build_context(self.job)
         self.headroom = spec.memory_headroom_gib * GIB if spec.memory_headroom_gib is not None else None
         self.usable_bytes = self.ctx.usable_bytes(self.headroom)

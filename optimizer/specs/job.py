@@ -116,6 +116,12 @@ class JobSpec(Strict):
                 self.__dict__["training"] = own
         return self
 
+    def job_spec(self) -> JobSpec:
+        """The job alone: a request's model, training, cluster, costs and reliability, without
+        its other fields (search, layouts, ...)."""
+        return JobSpec(model=self.model, training=self.training, cluster=self.cluster, costs=self.costs,
+                       reliability=self.reliability)  # fmt: skip
+
     @property
     def gpu_generation(self) -> str | None:
         """The cluster's GPU generation (catalog), which some framework rules depend on."""
