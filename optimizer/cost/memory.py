@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.cost.context import FP32_GRAD_BYTES, HALF_GRAD_BYTES, JobContext
-from optimizer.cost.num import Num, maximum, select
+from optimizer.cost.num import Num, maximum, minimum, select
 from optimizer.cost.pipeline import in_flight_microbatches
 from optimizer.cost.stage_layout import StageLayout
 from optimizer.cost.topology import AxisGroups
@@ -52,25 +52,40 @@ def stage_memory(
     held = in_flight_microbatches(stage, lay.pp, lay.vpp, lay.num_micro_batches, 1 if ctx.expert_overlap(lay.ep) else 0)
     acts = held * stored + mem.activations_bytes
     # the optimizer step's fp32 gradient copy takes the place of the freed activations
-    beyond = maximum(step_grad_copy_bytes(ctx, mem.optimizer_bytes) - acts, 0.0)
+    beyond = maximum(step_grad_copy_bytes(ctx, mem.optimizer_bytes, lay.zero_stage) - acts, 0.0)
     buffers = mem.buffers_bytes + ctx.cal.fragmentation * (acts + beyond + grads_bytes)
     return StageMemory(mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes, acts, buffers, beyond)
 
 
-def step_grad_copy_bytes(ctx: JobContext, optimizer_bytes: Num) -> Num:
-    """Bytes of the optimizer step's fp32 copy of the 16-bit gradients of the shard it updates
-    (4 per parameter, read off its state bytes); 0 with fp32 gradients.
+DEEPSPEED_SUB_GROUP_ELEMS = 1e9
+"""DeepSpeed ZeRO-3 steps its shard one sub group of this many elements at a time
+(``zero_optimization.sub_group_size``, default 1e9: ``deepspeed/runtime/zero/config.py``; the
+plan's config writes it)."""
 
-    Adam on fp32 master weights takes fp32 gradients: Megatron-Core's optimizers set
+
+def step_grad_copy_bytes(ctx: JobContext, optimizer_bytes: Num, zero_stage: int) -> Num:
+    """Bytes the optimizer step's fp32 copy of the 16-bit gradients of the shard it updates holds at
+    once (the shard is read off its state bytes); 0 with fp32 gradients.
+
+    Adam on fp32 master weights takes fp32 gradients. Megatron-Core's optimizers set
     ``main_param.grad = model_param.main_grad.float()`` (``optimizer.py``
     ``_copy_model_grads_to_main_grads``; the distributed optimizer for its shard,
-    ``distrib_optimizer.py``) and DeepSpeed's ZeRO-1/2 casts its flat partition ``.to(fp32)``
-    (``stage_1_and_2.py`` ``step``). The copy lives from the step to the next step's
-    ``zero_grad``, after the activations are freed; with fp32 gradients ``.float()`` returns the
-    gradient itself."""
+    ``distrib_optimizer.py``): 4 bytes a parameter. DeepSpeed (``training.fsdp_buffers`` layer)
+    first flattens the 16-bit gradients into a new buffer and casts that ``.to(fp32)``, so both
+    exist for a moment (``stage_1_and_2.py`` ``step``; ``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``): 6 bytes a parameter with bf16 gradients, and ZeRO-3 does
+    it one sub group (``DEEPSPEED_SUB_GROUP_ELEMS``) at a time, freeing each after its update
+    (``_release_sub_group``; a group may run over by one parameter's partition, which the
+    fragmentation charge covers). The copy lives from the step to the next step's ``zero_grad``,
+    after the activations are freed; with fp32 gradients ``.float()`` returns the gradient itself."""
     if ctx.grad_bytes >= FP32_GRAD_BYTES:
         return 0.0
-    return optimizer_bytes * (FP32_GRAD_BYTES / OPTIMIZER_BYTES)
+    shard = optimizer_bytes / OPTIMIZER_BYTES
+    if ctx.fsdp_buffers != "layer":
+        return shard * FP32_GRAD_BYTES
+    if zero_stage == 3:
+        shard = minimum(shard, DEEPSPEED_SUB_GROUP_ELEMS)
+    return shard * (FP32_GRAD_BYTES + ctx.grad_bytes)
 
 
 def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:

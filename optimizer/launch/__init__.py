@@ -27,7 +27,7 @@ Where each framework's names come from (read in the framework's own repository):
   ``docs/launch.md``.
 * DeepSpeed -- ``microsoft/DeepSpeed`` ``docs/_pages/config-json.md`` (commit
   da7f21a2516a693f973a5f4b26affcce1de6d38d): batch-size keys, ``zero_optimization.stage``,
-  ``zero_optimization.overlap_comm``, ``zero_optimization.stage3_prefetch_bucket_size`` (default
+  ``zero_optimization.overlap_comm``, ``zero_optimization.sub_group_size``, ``zero_optimization.stage3_prefetch_bucket_size`` (default
   from ``deepspeed/runtime/zero/config.py``), ``bf16.enabled``, ``fp16.enabled``,
   ``activation_checkpointing``.
 * Megatron-Bridge (NeMo's current training library; ``ConfigContainer`` Hydra overrides) --

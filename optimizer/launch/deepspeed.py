@@ -7,6 +7,7 @@ import math
 
 from optimizer.calibration import DEFAULT
 from optimizer.cost.context import FP32_GRAD_BYTES, HALF_GRAD_BYTES
+from optimizer.cost.memory import DEEPSPEED_SUB_GROUP_ELEMS
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.frameworks import balanced_partitions
 from optimizer.launch.common import Geometry
@@ -120,6 +121,8 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: ResolvedL
         # what is not live: partitioned_param_coordinator.py), released once past (no reuse)
         zero["stage3_max_live_parameters"] = max(_DEEPSPEED_LIVE_DEFAULT, 2 * prefetch)
         zero["stage3_max_reuse_distance"] = prefetch
+    if layout.zero_stage == 3:  # the step's fp32 gradient copy is costed one sub group at a time
+        zero["sub_group_size"] = int(DEEPSPEED_SUB_GROUP_ELEMS)
     if layout.zero_stage >= 1:
         # the two gradient buckets the plan holds (DeepSpeed's default is 5e8 elements each)
         bucket = int(dp_bucket_elements(training))

@@ -91,3 +91,31 @@ def test_the_fp32_hint_is_given_only_where_it_fits() -> None:
     assert answer.status == "infeasible"
     assert "fp32 copy of the 16-bit gradients needs 2.6 GiB" in (answer.explanation or "")
     assert "with fp32 gradients" not in (answer.explanation or "")
+
+
+def _deepspeed_stage0(num_gpus: int, zero_stage: int) -> float:
+    """The first stage's optimizer_step (GiB) of Llama 3 70B on DeepSpeed, TP8 PP1 and seq 1024
+    (activations under 1 GiB with full recompute, so the copy shows almost whole)."""
+    plan = service.evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 1024, "global_batch_size": 64, "framework": "deepspeed"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": num_gpus},
+        "config": {"tp": 8, "pp": 1, "micro_batch_size": 1, "zero_stage": zero_stage, "recompute": "full"},
+    }))  # fmt: skip
+    mem = plan.memory_gib.per_stage[0]
+    return mem.optimizer_step + mem.activations, mem.weights
+
+
+def test_deepspeed_zero1_flattens_then_casts_six_bytes_a_parameter() -> None:
+    """DeepSpeed ZeRO-1/2 flattens the bf16 partition (2 B) and casts it to fp32 (4 B): 6 B a
+    parameter of the shard at once, 1.5 times Megatron-Core's per-parameter .float()."""
+    held, weights = _deepspeed_stage0(num_gpus=16, zero_stage=1)  # dp 2: half of 8.8 G parameters
+    assert held == pytest.approx(weights / 2 / 2 * 6, rel=1e-6)
+
+
+def test_deepspeed_zero3_copies_one_sub_group_at_a_time() -> None:
+    """ZeRO-3 on 16 GPUs (dp 2): the shard is 70.6 G / 8 / 2 = 4.41 G parameters, but the step
+    casts one 1e9-element sub group at a time: 6e9 bytes (5.59 GiB), not 6 x 4.41e9."""
+    held, weights = _deepspeed_stage0(num_gpus=16, zero_stage=3)
+    assert weights * 2**30 / 2 > 4e9  # the shard's bf16 weights: over 4 G parameters
+    assert held == pytest.approx(6e9 / 2**30, rel=1e-6)

@@ -479,8 +479,11 @@ def test_deepspeed_json_parses_and_batch_adds_up(name):
         assert zero["reduce_bucket_size"] == elements
         # stage 3 gathers by its prefetch bucket: only stages 1 and 2 read allgather_bucket_size
         assert zero.get("allgather_bucket_size") == (elements if layout.zero_stage <= 2 else None)
+    # stage 3 steps one sub group at a time, as costed (memory.DEEPSPEED_SUB_GROUP_ELEMS)
+    assert zero.get("sub_group_size") == (1_000_000_000 if layout.zero_stage == 3 else None)
     assert set(zero) <= {"stage", "overlap_comm", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-                         "stage3_max_reuse_distance", "reduce_bucket_size", "allgather_bucket_size"}  # fmt: skip
+                         "stage3_max_reuse_distance", "reduce_bucket_size", "allgather_bucket_size",
+                         "sub_group_size"}  # fmt: skip
     assert cfg["bf16"]["enabled"] == (training.precision in ("bf16", "fp8", "fp4"))
     assert cfg["fp16"]["enabled"] == (training.precision == "fp16")
     # a ZeRO plan's gradient dtype as costed: fp32 with training.grad_reduce_in_fp32, else the
@@ -517,7 +520,7 @@ def test_deepspeed_zero3_prefetches_one_llama3_8b_layer():
     zero = json.loads(launch(zero3_case()).deepspeed)["zero_optimization"]
     assert zero == {"stage": 3, "overlap_comm": True, "stage3_prefetch_bucket_size": 218_112_000,
                     "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 218_112_000,
-                    "reduce_bucket_size": 80_000_000}  # fmt: skip
+                    "sub_group_size": 1_000_000_000, "reduce_bucket_size": 80_000_000}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +554,7 @@ def test_blocking_dp_in_deepspeed_nemo_and_torchtitan():
     # always overlaps at ZeRO-2/3, so no plan names Megatron-LM or Megatron-Bridge for them here.)
     case = _blocking_dp(zero3_case())
     buckets = {"reduce_bucket_size": 80_000_000, "allgather_bucket_size": 80_000_000}
-    zero3 = {"stage": 3, "overlap_comm": True, "reduce_bucket_size": 80_000_000}
+    zero3 = {"stage": 3, "overlap_comm": True, "sub_group_size": 1_000_000_000, "reduce_bucket_size": 80_000_000}
     assert json.loads(launch(case).deepspeed)["zero_optimization"] == zero3
     over = nemo_overrides(launch(case).nemo)
     assert over["ddp.overlap_grad_reduce"] == "false" and over["ddp.overlap_param_gather"] == "false"
