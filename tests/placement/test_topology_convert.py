@@ -87,6 +87,16 @@ def kubectl_pods() -> dict:
     return {"items": [pod, done]}
 
 
+def test_kueue_v1beta2_objects_read_as_v1beta1() -> None:
+    """Kueue serves Topology and ResourceFlavor as v1beta2 (its storage version since 0.16) with
+    the fields from-kueue reads unchanged: the example (v1beta2) reads as the v1beta1 sample."""
+    example = Path(__file__).parents[2] / "examples" / "scheduler" / "kueue-topology.yaml"
+    text = example.read_text()
+    assert text.count("apiVersion: kueue.x-k8s.io/v1beta2") == 2
+    old = text.replace("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
+    assert from_kueue(text, kubectl_nodes(), kubectl_pods()) == from_kueue(old, kubectl_nodes(), kubectl_pods())
+
+
 def test_kueue_sample_topology_and_nodes() -> None:
     topo = from_kueue((DATA / "kueue-topology.yaml").read_text(), kubectl_nodes(), kubectl_pods())
     assert topo["levels"] == ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", HOST]
