@@ -65,27 +65,25 @@ plan's config writes it)."""
 
 def step_grad_copy_bytes(ctx: JobContext, optimizer_bytes: Num, zero_stage: int) -> Num:
     """Bytes the optimizer step's fp32 copy of the 16-bit gradients of the shard it updates holds at
-    once (the shard is read off its state bytes); 0 with fp32 gradients.
+    once (4 per parameter of the shard, read off its state bytes); 0 with fp32 gradients.
 
     Adam on fp32 master weights takes fp32 gradients. Megatron-Core's optimizers set
     ``main_param.grad = model_param.main_grad.float()`` (``optimizer.py``
     ``_copy_model_grads_to_main_grads``; the distributed optimizer for its shard,
-    ``distrib_optimizer.py``): 4 bytes a parameter. DeepSpeed (``training.fsdp_buffers`` layer)
-    first flattens the 16-bit gradients into a new buffer and casts that ``.to(fp32)``, so both
-    exist for a moment (``stage_1_and_2.py`` ``step``; ``stage3.py``
-    ``_prepare_fp32_grad_for_sub_group``): 6 bytes a parameter with bf16 gradients, and ZeRO-3 does
-    it one sub group (``DEEPSPEED_SUB_GROUP_ELEMS``) at a time, freeing each after its update
-    (``_release_sub_group``; a group may run over by one parameter's partition, which the
-    fragmentation charge covers). The copy lives from the step to the next step's ``zero_grad``,
-    after the activations are freed; with fp32 gradients ``.float()`` returns the gradient itself."""
+    ``distrib_optimizer.py``) and DeepSpeed's ZeRO-1/2 casts its flat partition ``.to(fp32)``
+    (``stage_1_and_2.py`` ``step``). DeepSpeed's ZeRO-3 (``training.fsdp_buffers`` layer) casts one
+    sub group (``DEEPSPEED_SUB_GROUP_ELEMS``) at a time and frees it after its update (``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``, ``_release_sub_group``; a group may run over by one
+    parameter's partition, which the fragmentation charge covers). DeepSpeed flattens the 16-bit
+    gradients before the cast, 2 bytes a parameter more for a moment, which is not charged
+    (docs/cost-model.md). The copy lives from the step to the next step's ``zero_grad``, after the
+    activations are freed; with fp32 gradients ``.float()`` returns the gradient itself."""
     if ctx.grad_bytes >= FP32_GRAD_BYTES:
         return 0.0
     shard = optimizer_bytes / OPTIMIZER_BYTES
-    if ctx.fsdp_buffers != "layer":
-        return shard * FP32_GRAD_BYTES
-    if zero_stage == 3:
+    if zero_stage == 3 and ctx.fsdp_buffers == "layer":
         shard = minimum(shard, DEEPSPEED_SUB_GROUP_ELEMS)
-    return shard * (FP32_GRAD_BYTES + ctx.grad_bytes)
+    return shard * FP32_GRAD_BYTES
 
 
 def memory_signature(groups: AxisGroups) -> tuple[bool, ...]:

@@ -106,16 +106,18 @@ def _deepspeed_stage0(num_gpus: int, zero_stage: int) -> float:
     return mem.optimizer_step + mem.activations, mem.weights
 
 
-def test_deepspeed_zero1_flattens_then_casts_six_bytes_a_parameter() -> None:
-    """DeepSpeed ZeRO-1/2 flattens the bf16 partition (2 B) and casts it to fp32 (4 B): 6 B a
-    parameter of the shard at once, 1.5 times Megatron-Core's per-parameter .float()."""
-    held, weights = _deepspeed_stage0(num_gpus=16, zero_stage=1)  # dp 2: half of 8.8 G parameters
-    assert held == pytest.approx(weights / 2 / 2 * 6, rel=1e-6)
+def test_deepspeed_zero2_casts_its_whole_partition() -> None:
+    """DeepSpeed ZeRO-1/2 casts its whole partition to fp32 at once: 4 B a parameter of the shard
+    (dp 2: half of the stage's 8.8 G parameters)."""
+    for zero_stage in (1, 2):
+        held, weights = _deepspeed_stage0(num_gpus=16, zero_stage=zero_stage)
+        assert held == pytest.approx(weights / 2 / 2 * 4, rel=1e-6)
 
 
 def test_deepspeed_zero3_copies_one_sub_group_at_a_time() -> None:
     """ZeRO-3 on 16 GPUs (dp 2): the shard is 70.6 G / 8 / 2 = 4.41 G parameters, but the step
-    casts one 1e9-element sub group at a time: 6e9 bytes (5.59 GiB), not 6 x 4.41e9."""
+    casts one 1e9-element sub group at a time: 4e9 bytes (3.73 GiB), not 4 x 4.41e9 (Megatron-FSDP's
+    copy of its whole shard)."""
     held, weights = _deepspeed_stage0(num_gpus=16, zero_stage=3)
     assert weights * 2**30 / 2 > 4e9  # the shard's bf16 weights: over 4 G parameters
-    assert held == pytest.approx(6e9 / 2**30, rel=1e-6)
+    assert held == pytest.approx(4e9 / 2**30, rel=1e-6)
