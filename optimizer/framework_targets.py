@@ -84,6 +84,27 @@ def model_defaults(fid: str, model: Any, training: Any) -> dict[str, Any]:
             for k, v in rule.defaults}  # fmt: skip
 
 
+_JOB_FIELDS = ("seq_len", "global_batch_size", "global_batch_tokens", "framework")
+"""What a job's training is without its stack knobs (``framework_job_problem``)."""
+
+
+def framework_job_problem(training: Any, model: Any, generation: str | None = None) -> tuple[str, str] | None:
+    """``(field, reason)`` when the named framework runs no job of this model (on GPUs of
+    ``generation``) whatever its other ``training.*`` knobs: at ``training.framework`` when it runs
+    none in bf16 either, else at ``training.precision``; None when some knobs run it (or no
+    framework is named). A knob the framework does not run is a warning, not this."""
+    named = getattr(training, "framework", None)
+    if named is None:
+        return None
+    prof = profile(named)
+    for field, keep in (("training.framework", _JOB_FIELDS), ("training.precision", (*_JOB_FIELDS, "precision"))):
+        bare = type(training)(**{k: getattr(training, k) for k in keep if k in training.model_fields_set})
+        bare.__dict__.update(model_defaults(named, model, bare))
+        if (problem := prof.stack_problem(bare, model, ANY_LAYOUT, generation)) is not None:
+            return field, problem
+    return None
+
+
 @functools.cache
 def blocking_profile(fid: str) -> FrameworkProfile:
     """Profile ``fid`` without the ZeRO stages it always overlaps (a job that blocks them)."""
@@ -102,4 +123,4 @@ def blocking_profile(fid: str) -> FrameworkProfile:
     return replace(prof, parallelism=narrowed)
 
 
-__all__ = ["as_run_for", "blocking_profile", "candidate_frameworks", "model_defaults"]
+__all__ = ["as_run_for", "blocking_profile", "candidate_frameworks", "framework_job_problem", "model_defaults"]

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from optimizer.cost.rules import resolve, sequence_parallel_reason, tensor_parallel_reason
 from optimizer.errors import InvalidLayout
-from optimizer.framework_targets import as_run_for
+from optimizer.framework_targets import as_run_for, framework_job_problem
 from optimizer.frameworks import FrameworkProfile, kv_heads_to_split, load_profiles, partitions, profile
 from optimizer.modes import RecomputeMode
 from optimizer.specs import JobSpec, SearchSpec
@@ -346,7 +346,10 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     """Raise ``InvalidLayout`` at ``search.fix.<field>`` for a pinned value no layout can take
     (outside ``search.allow``, against a layout rule, or one the named framework never runs), and
     at ``search.allow.<field>`` when no allowed value can be taken, with the reason; then at the
-    ``sequence_parallel`` field when it cannot go with any named TP size."""
+    ``sequence_parallel`` field when it cannot go with any named TP size. First, at
+    ``training.framework`` (or ``training.precision``) when the named framework runs no job of the
+    model (``framework_job_problem``)."""
+    check_framework_runs_job(job)
     _check_fix_within_allow(search)
     _check_framework_pins(job, search)
     for name, check in CHECKS.items():
@@ -364,6 +367,14 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     _check_heads_pins(job, search)
     _check_sequence_parallel_pairs(job, search)
     _check_pins_together(job, search)
+
+
+def check_framework_runs_job(job: JobSpec) -> None:
+    """Raise ``InvalidLayout`` at ``training.framework`` / ``training.precision`` when the named
+    framework runs no job of this model (and precision): no plan could name it."""
+    if (problem := framework_job_problem(job.training, job.model, job.gpu_generation)) is not None:
+        field, reason = problem
+        raise InvalidLayout(field, f"{reason}; name another framework, or none")
 
 
 def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:

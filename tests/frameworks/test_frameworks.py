@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from optimizer.cost import build_context, resolve_layout
 from optimizer.cost.pipeline import even_split
 from optimizer.errors import InvalidLayout
-from optimizer.framework_targets import candidate_frameworks
+from optimizer.framework_targets import candidate_frameworks, framework_job_problem
 from optimizer.frameworks import (
     FRAMEWORK_IDS,
     kv_heads_to_split,
@@ -70,13 +70,15 @@ def _with_framework(job: dict[str, Any], framework: str | None, top_k: int = 3) 
 
 def _rejected(request: PlanRequest) -> bool:
     """True when ``search.fix`` / ``search.allow`` name values no layout of the framework takes
-    (a drawn job can: ZeRO-2/3 only, with blocking collectives): the search then raises a 422 at
-    that field instead of planning."""
+    (a drawn job can: ZeRO-2/3 only, with blocking collectives), or the named framework runs no job
+    of the model (an MoE model on DeepSpeed): the search then raises a 422 at that field instead
+    of planning."""
     job = JobSpec(model=request.model, training=request.training, cluster=request.cluster)
     try:
         check_named_values(job, request.search)
     except InvalidLayout as err:
-        assert err.field.startswith("search."), err
+        runs_none = framework_job_problem(job.training, job.model, job.gpu_generation)
+        assert err.field.startswith("search.") or (runs_none is not None and err.field == runs_none[0]), err
         with pytest.raises(InvalidLayout):
             plan(request)
         return True

@@ -91,14 +91,14 @@ def test_tight_memory_follows_the_time_limits_and_is_not_called_a_limit() -> Non
 
 
 def test_the_runner_up_names_an_expert_tensor_parallel_change() -> None:
-    """Mixtral 8x22B on 256 H100 for torchtitan: the runner-up splits experts two ways (etp 1 -> 2,
+    """Llama 4 Maverick on 256 H100 for torchtitan: the runner-up keeps experts whole (etp 2 -> 1,
     torchtitan's etp = tp); config_changes left etp out."""
     answer = plan(PlanRequest.model_validate({
-        "model": {"preset": "mixtral-8x22b"},
+        "model": {"preset": "llama4-maverick"},
         "training": {"seq_len": 8192, "global_batch_size": 256, "framework": "torchtitan"},
         "cluster": {"preset": "dgx-h100", "num_gpus": 256},
     }))  # fmt: skip
     top, second = answer.plans[0].config, answer.plans[1].config
-    assert (top.etp, second.etp) == (1, 2)
-    assert answer.why.runner_up.config_changes["etp"] == [1, 2]
-    assert "etp 1 -> 2" in answer.why.summary
+    assert (top.etp, second.etp) == (2, 1)
+    assert answer.why.runner_up.config_changes["etp"] == [2, 1]
+    assert "etp 2 -> 1" in answer.why.summary
