@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from optimizer.capacity.annotate import annotate, rank, resolve_inputs
-from optimizer.capacity.suggest import suggestions
+from optimizer.capacity.suggest import suggestions, unchecked_warning
 from optimizer.results import PlanResponse
 from optimizer.specs import PlanRequest
 
@@ -21,4 +21,6 @@ def finish(
     update: dict[str, object] = {"plans": plans}
     if request.search.suggest:
         update["suggestions"] = suggestions(request, response, search_plans)
+        if (warning := unchecked_warning(request, response)) is not None:
+            update["warnings"] = [*response.warnings, warning]
     return response.model_copy(update=update)

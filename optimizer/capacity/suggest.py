@@ -99,16 +99,33 @@ def _clearly_better(best: Plan, count: int, n: int, other: Plan) -> bool:
     )
 
 
+def _too_slow(response: PlanResponse) -> bool:
+    return response.solver.wall_time_s > MAX_MAIN_WALL_S
+
+
+def unchecked_warning(request: PlanRequest, response: PlanResponse) -> str | None:
+    """The answer's warning when its best plan shows the symptom but the search took too long to
+    check nearby counts (``MAX_MAIN_WALL_S``; wall time, so it depends on the machine's load):
+    without it, an answer with no suggestions could not be told from one whose check found none."""
+    if not response.plans or not _symptoms(request, response.plans[0]) or not _too_slow(response):
+        return None
+    return (
+        "nearby GPU counts were not checked for a better plan (search.suggest): the job shows what they can cure "
+        f"(a GPU count with a factor the global batch does not divide, or a pipeline bubble over {BUBBLE_SYMPTOM:.0%} "
+        f"of the step), but its search took {response.solver.wall_time_s:.2f} s, over the {MAX_MAIN_WALL_S:.0f} s "
+        "that checking them allows (wall time: a loaded machine reaches it sooner); plan nearby counts, or sweep "
+        "num_gpus"
+    )
+
+
 def suggestions(
     request: PlanRequest, response: PlanResponse, search_plans: Callable[[PlanRequest], PlanResponse]
 ) -> list[Suggestion]:
     """Clearly better nearby GPU counts for ``request`` (whose answer is ``response``), each
     planned with ``search_plans`` (the service's search, passed down)."""
-    if not response.plans or response.solver.wall_time_s > MAX_MAIN_WALL_S:
+    if not response.plans or not _symptoms(request, response.plans[0]) or _too_slow(response):
         return []
     best = response.plans[0]
-    if not _symptoms(request, best):
-        return []
     n = request.cluster.resolved_num_gpus
     spec = request.search.model_copy(
         update={"top_k": 1, "suggest": False, "time_limit_s": min(CANDIDATE_TIME_LIMIT_S, request.search.time_limit_s)}

@@ -355,3 +355,19 @@ def test_power_cap_bounds_board_power():
     assert capped.power_per_gpu_w == pytest.approx(board + 575)
     doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 100}  # below the idle draw
     assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.power_per_gpu_w == pytest.approx(675)
+
+
+def test_a_search_too_slow_to_check_nearby_counts_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 576-GPU job (a factor 9 the batch does not divide) with the wall-time gate below its
+    search time: no suggestions, and a warning saying they were not checked, so the answer cannot
+    be mistaken for one whose check found none."""
+    from optimizer.capacity import suggest
+
+    monkeypatch.setattr(suggest, "MAX_MAIN_WALL_S", 0.0)
+    answer = service.plan(PlanRequest.model_validate(QWEN))
+    assert answer.suggestions == []
+    [warning] = [w for w in answer.warnings if w.startswith("nearby GPU counts were not checked")]
+    assert f"its search took {answer.solver.wall_time_s:.2f} s, over the 0 s" in warning
+    # a job without the symptom gets no such warning
+    plain = service.plan(PlanRequest.model_validate({**QWEN, "cluster": {**QWEN["cluster"], "num_gpus": 512}}))
+    assert not any(w.startswith("nearby GPU counts") for w in plain.warnings)
