@@ -19,8 +19,17 @@ def finish(
     inp = resolve_inputs(request)
     plans = rank(request.search.objective, inp, [annotate(inp, p) for p in response.plans])
     update: dict[str, object] = {"plans": plans}
+    warnings = list(response.warnings)
+    if request.search.objective == "cost" and inp.price_per_gpu_hour_usd is None:
+        warnings.append(
+            f"search.objective 'cost' has no price for {request.cluster.gpu} (costs.price_per_gpu_hour_usd, or "
+            "price_per_gpu_hour_usd_by_gpu; the catalog has none): cost_usd is null, and the plans are ranked by "
+            "delivered tokens/s, the order any price gives at one GPU count"
+        )
     if request.search.suggest:
         update["suggestions"] = suggestions(request, response, search_plans)
         if (warning := unchecked_warning(request, response)) is not None:
-            update["warnings"] = [*response.warnings, warning]
+            warnings.append(warning)
+    if warnings != response.warnings:
+        update["warnings"] = warnings
     return response.model_copy(update=update)

@@ -371,3 +371,18 @@ def test_a_search_too_slow_to_check_nearby_counts_says_so(monkeypatch: pytest.Mo
     # a job without the symptom gets no such warning
     plain = service.plan(PlanRequest.model_validate({**QWEN, "cluster": {**QWEN["cluster"], "num_gpus": 512}}))
     assert not any(w.startswith("nearby GPU counts") for w in plain.warnings)
+
+
+def test_cost_objective_without_a_price_says_so() -> None:
+    """A100s have no catalog price: ranking by cost leaves cost_usd null and says so (the order is
+    that of delivered tokens/s, which any price keeps at one GPU count); with a price, no warning."""
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64,
+           "total_tokens": 10**11}, "cluster": {"preset": "dgx-a100", "num_gpus": 8},
+           "search": {"objective": "cost", "top_k": 2}}  # fmt: skip
+    answer = service.plan(PlanRequest.model_validate(job))
+    assert answer.plans[0].time_to_train.cost_usd is None
+    assert any(w.startswith("search.objective 'cost' has no price for a100-sxm-80gb") for w in answer.warnings)
+    priced = service.plan(PlanRequest.model_validate({**job, "costs": {"price_per_gpu_hour_usd": 1.5}}))
+    assert priced.plans[0].time_to_train.cost_usd > 0
+    assert not any(w.startswith("search.objective 'cost'") for w in priced.warnings)
+    assert [p.config for p in priced.plans] == [p.config for p in answer.plans]
