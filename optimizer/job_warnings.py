@@ -17,6 +17,7 @@ from pathlib import Path
 
 from optimizer.inert_knobs import MOE_KNOBS
 from optimizer.model_mfu import best_for_model
+from optimizer.reference import current
 from optimizer.results import Plan
 from optimizer.specs import JobSpec
 
@@ -73,7 +74,8 @@ def load_job_checks(path: Path = DATA_PATH) -> JobChecks:
 
 def job_warnings(job: JobSpec) -> list[str]:
     """Warnings about the job itself (before any plan)."""
-    return [w for w in (_tokens_like_batch(job), _partial_nodes(job), _small_batch(job), _inert_settings(job)) if w]
+    checks = (_tokens_like_batch, _partial_nodes, _small_batch, _inert_settings, _preset_gpu_swapped)
+    return [w for w in (check(job) for check in checks) if w]
 
 
 def plan_warnings(job: JobSpec, plan: Plan, subject: str = "the top plan") -> list[str]:
@@ -103,6 +105,24 @@ def _tokens_like_batch(job: JobSpec) -> str | None:
         f"global_batch_size is {gbs:,} sequences of {seq:,} tokens, {tokens:,} tokens a step: more than "
         f"{checks.batch_factor:g} times the largest published pre-training batch ({checks.largest_batch_tokens:,} "
         f"tokens, DeepSeek-V3); global_batch_size counts sequences: was a token count meant{hint}?"
+    )
+
+
+def _preset_gpu_swapped(job: JobSpec) -> str | None:
+    """``cluster.gpu`` of another generation than the preset's GPU: the preset's nodes and network
+    stay (an explicit field overrides only itself), which may not be a cluster that GPU comes in."""
+    c = job.cluster
+    if c.preset is None or "gpu" not in c.model_fields_set:
+        return None
+    cat = current().catalog
+    preset_gpu = cat.gpus[cat.clusters[c.preset].gpu]
+    given = cat.gpus[c.gpu or ""]
+    if given.generation == preset_gpu.generation:
+        return None
+    return (
+        f"cluster.gpu {c.gpu} ({given.generation}) replaces preset {c.preset}'s {cat.clusters[c.preset].gpu} "
+        f"({preset_gpu.generation}); the preset's nodes and network stay: {c.gpus_per_node} GPUs a node, "
+        f"{c.nvlink_domain_size}-GPU NVLink domains, {c.network}: set those cluster fields if the cluster differs"
     )
 
 

@@ -81,6 +81,20 @@ def test_gpus_that_are_not_whole_nodes(client: TestClient) -> None:
         assert not [w for w in _compare_warnings(client, _job(64, gpus), small) if "whole number" in w]
 
 
+def test_a_gpu_of_another_generation_than_the_presets(client: TestClient) -> None:
+    """An explicit cluster.gpu overrides only the GPU: with another generation than the preset's the
+    preset's nodes and network stay, and the answer says which (A100s in 72-GPU NVLink domains)."""
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+           "cluster": {"preset": "gb200-nvl72", "gpu": "a100-sxm-40gb", "num_gpus": 64}, "search": {"top_k": 1}}  # fmt: skip
+    r = client.post("/plan", json=job)
+    assert r.status_code == 200, r.text
+    [warning] = [w for w in r.json()["warnings"] if w.startswith("cluster.gpu")]
+    assert warning.startswith("cluster.gpu a100-sxm-40gb (ampere) replaces preset gb200-nvl72's gb200 (blackwell)")
+    assert "4 GPUs a node, 72-GPU NVLink domains" in warning
+    same = {**job, "cluster": {"preset": "dgx-h100", "gpu": "h200-sxm-141gb", "num_gpus": 64}}  # same generation
+    assert not [w for w in client.post("/plan", json=same).json()["warnings"] if w.startswith("cluster.gpu")]
+
+
 def test_a_batch_too_small_for_the_gpu_count(client: TestClient) -> None:
     job = _job(16, 1024, preset="llama3-70b")
     layouts = [{"tp": 8, "cp": 8, "zero_stage": 3}, {"tp": 4, "cp": 16, "zero_stage": 3}]
