@@ -14,7 +14,8 @@ const HF_KEYS = {
   num_local_experts: "moe.num_experts", n_routed_experts: "moe.num_experts", num_experts: "moe.num_experts",
   num_experts_per_tok: "moe.top_k", moe_intermediate_size: "moe.expert_ffn_hidden_size",
   n_shared_experts: "moe.num_shared_experts", first_k_dense_replace: "moe.first_dense_layers",
-  decoder_sparse_step: "moe.layer_frequency", q_lora_rank: "mla.q_lora_rank", kv_lora_rank: "mla.kv_lora_rank",
+  decoder_sparse_step: "moe.layer_frequency", moe_layer_freq: "moe.layer_frequency",
+  q_lora_rank: "mla.q_lora_rank", kv_lora_rank: "mla.kv_lora_rank",
   qk_nope_head_dim: "mla.qk_nope_head_dim", qk_rope_head_dim: "mla.qk_rope_head_dim", v_head_dim: "mla.v_head_dim",
 };
 let lastPlans = [];
@@ -403,10 +404,37 @@ function hfToModel(config) {
     if (cfg[key] != null) setPath(model, path, cfg[key]);
   }
   if (model.moe && model.moe.expert_ffn_hidden_size == null) model.moe.expert_ffn_hidden_size = cfg.intermediate_size;
+  llama4Layers(cfg, model);
+  slidingWindow(cfg, model);
   const act = String(cfg.hidden_act ?? cfg.hidden_activation ?? "");
   if (act) model.activation = /silu|swish/.test(act) ? "swiglu" : "gelu";
   model.name = config._name_or_path || config.model_type || "imported";
   return model;
+}
+
+// Llama 4: the experts' FFN is intermediate_size, the dense layers' intermediate_size_mlp, one shared
+// expert in every MoE layer, and layer i is MoE when (i + 1) % interleave_moe_layer_step == 0.
+function llama4Layers(cfg, model) {
+  if (cfg.intermediate_size_mlp == null || !model.moe) return;
+  model.ffn_hidden_size = cfg.intermediate_size_mlp;
+  model.moe.num_shared_experts ??= 1;
+  model.moe.shared_expert_ffn_hidden_size ??= cfg.intermediate_size;
+  const step = cfg.interleave_moe_layer_step ?? 1;
+  if (step > 1) Object.assign(model.moe, { layer_frequency: step, first_dense_layers: step - 1 });
+}
+
+// Banded attention: every layer (Mistral), or those layer_types marks "sliding_attention" when they
+// are every k-th from the first (gpt-oss); Qwen configs carry a window with use_sliding_window false.
+function slidingWindow(cfg, model) {
+  if (cfg.sliding_window == null || cfg.use_sliding_window === false) return;
+  const kinds = cfg.layer_types ?? [];
+  const windowed = kinds.map((k, i) => (k === "sliding_attention" ? i : -1)).filter((i) => i >= 0);
+  if (kinds.length && !windowed.length) return;
+  const every = windowed.length ? (windowed[1] ?? kinds.length) - windowed[0] : 1;
+  if (windowed.length && !kinds.every((k, i) => (k === "sliding_attention") === (i % every === 0))) {
+    throw new Error("layer_types windows layers in a pattern other than every k-th from the first");
+  }
+  Object.assign(model, { sliding_window: cfg.sliding_window, sliding_window_every: every });
 }
 
 async function importHfFile() {
@@ -423,7 +451,7 @@ function importHfConfig() {
     jobToForm({ ...formToJob(), model });
     $("#hf-status").textContent = `imported ${model.name}`;
   } catch (err) {
-    $("#hf-status").textContent = `not a JSON config: ${err.message}`;
+    $("#hf-status").textContent = `cannot import this config: ${err.message}`;
   }
 }
 

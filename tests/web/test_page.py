@@ -270,3 +270,58 @@ def test_the_forms_job_keeps_the_links_fields_the_form_lacks(driver: WebDriver, 
     sent = driver.execute_script("return formToJob()")
     assert sent["training"]["dp_comm_overlap"] is False
     assert sent["cluster"]["num_gpus"] == 16 and sent["search"]["top_k"] == 2
+
+
+LLAMA4_MAVERICK_HF_CONFIG = {  # config.json of meta-llama/Llama-4-Maverick-17B-128E (text_config keys)
+    "model_type": "llama4",
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "llama4_text", "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 202048, "num_local_experts": 128, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2, "attention_chunk_size": 8192, "tie_word_embeddings": False,
+    },
+}  # fmt: skip
+GPT_OSS_120B_HF_CONFIG = {  # config.json of openai/gpt-oss-120b (architecture keys)
+    "model_type": "gpt_oss", "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
+    "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 201088, "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18, "tie_word_embeddings": False,
+}  # fmt: skip
+QWEN3_8B_HF_CONFIG = {  # config.json of Qwen/Qwen3-8B: a window that is not used
+    "model_type": "qwen3", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 151936, "sliding_window": None, "use_sliding_window": False, "max_window_layers": 36,
+    "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("preset", "config", "expected"),
+    [
+        ("llama4-maverick", LLAMA4_MAVERICK_HF_CONFIG,
+         {"ffn_hidden_size": 16384, "moe": {"num_experts": 128, "top_k": 1, "expert_ffn_hidden_size": 8192,
+          "num_shared_experts": 1, "shared_expert_ffn_hidden_size": 8192, "layer_frequency": 2,
+          "first_dense_layers": 1}}),
+        ("gpt-oss-120b", GPT_OSS_120B_HF_CONFIG, {"sliding_window": 128, "sliding_window_every": 2}),
+    ],
+)  # fmt: skip
+def test_imported_moe_and_windowed_configs_score_as_their_presets(
+    driver: WebDriver, base_url: str, preset: str, config: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    """Llama 4's interleaved MoE layers (dense FFN intermediate_size_mlp, one shared expert) and
+    gpt-oss's alternating 128-token windows import as the presets have them: the same step time."""
+    open_page(driver, base_url)
+    model = driver.execute_script("return hfToModel(arguments[0])", config)
+    assert {k: model[k] for k in expected} == expected
+    job = {"training": {"seq_len": 4096, "global_batch_size": 256}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+           "config": {"tp": 1, "pp": 4, "ep": 8, "zero_stage": 1, "recompute": "full"}}  # fmt: skip
+    scored = [httpx.post(f"{base_url}/evaluate", json={**job, "model": m}, timeout=WAIT_S) for m in (model, {"preset": preset})]
+    assert [r.status_code for r in scored] == [200, 200], scored[0].text
+    assert scored[0].json()["step_time_s"] == pytest.approx(scored[1].json()["step_time_s"], rel=1e-9)
+
+
+def test_an_unused_window_is_not_imported(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    model = driver.execute_script("return hfToModel(arguments[0])", QWEN3_8B_HF_CONFIG)
+    assert "sliding_window" not in model and model["num_layers"] == 36
