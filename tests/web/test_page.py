@@ -316,7 +316,10 @@ def test_imported_moe_and_windowed_configs_score_as_their_presets(
     assert {k: model[k] for k in expected} == expected
     job = {"training": {"seq_len": 4096, "global_batch_size": 256}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
            "config": {"tp": 1, "pp": 4, "ep": 8, "zero_stage": 1, "recompute": "full"}}  # fmt: skip
-    scored = [httpx.post(f"{base_url}/evaluate", json={**job, "model": m}, timeout=WAIT_S) for m in (model, {"preset": preset})]
+    scored = [
+        httpx.post(f"{base_url}/evaluate", json={**job, "model": m}, timeout=WAIT_S)
+        for m in (model, {"preset": preset})
+    ]
     assert [r.status_code for r in scored] == [200, 200], scored[0].text
     assert scored[0].json()["step_time_s"] == pytest.approx(scored[1].json()["step_time_s"], rel=1e-9)
 
