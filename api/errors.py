@@ -78,6 +78,8 @@ def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     items = []
     for e in errors:
         msg = error_reason(e)
+        if e.get("type") == "json_invalid" and (why := (e.get("ctx") or {}).get("error")):
+            msg = f"{msg}: {why} at character {e.get('loc', ('', '?'))[-1]} of the body"
         items.append(
             {"loc": field_loc(list(e.get("loc", ())), msg), "msg": msg, "type": str(e.get("type", "value_error"))}
         )
@@ -126,9 +128,15 @@ def layout_error(exc: InvalidLayout, *, under: str | None) -> RequestValidationE
     return invalid_field(("body", *parts), exc.reason, "invalid_layout")
 
 
-async def _validation_handler(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse(status_code=422, content={"detail": validation_items(exc.errors())})
+    items = validation_items(exc.errors())
+    sent = request.headers.get("content-type", "")
+    if "json" not in sent:  # FastAPI parses only a JSON body: any other reads as no object at all
+        for item in items:
+            if item["loc"] == ["body"] and item["type"] in ("model_attributes_type", "missing"):
+                item["msg"] += f" (the body was sent as {sent or 'no content type'}; send JSON, Content-Type: application/json)"
+    return JSONResponse(status_code=422, content={"detail": items})
 
 
 async def _http_error_handler(request: Request, exc: Exception) -> Response:

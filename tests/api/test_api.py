@@ -331,6 +331,19 @@ def test_top_k_above_the_server_limit_is_422(monkeypatch: pytest.MonkeyPatch) ->
 def test_malformed_json_is_422(client: TestClient) -> None:
     response = client.post("/plan", content=b'{"model": ', headers={"content-type": "application/json"})
     assert response.status_code == 422
+    (item,) = response.json()["detail"]
+    assert item["loc"] == ["body", 10]
+    assert item["msg"] == "JSON decode error: Expecting value at character 10 of the body"
+
+
+def test_a_body_not_sent_as_json_says_how_to_send_it(client: TestClient) -> None:
+    """curl -d sends a form content type, which FastAPI does not parse as JSON."""
+    body = b'{"model": {"preset": "llama3-8b"}}'
+    form = client.post("/plan", content=body, headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 422
+    assert form.json()["detail"][0]["msg"].endswith(
+        "(the body was sent as application/x-www-form-urlencoded; send JSON, Content-Type: application/json)"
+    )
 
 
 def test_body_that_is_not_utf8_is_422(client: TestClient) -> None:
