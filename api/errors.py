@@ -135,7 +135,9 @@ async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     if "json" not in sent:  # FastAPI parses only a JSON body: any other reads as no object at all
         for item in items:
             if item["loc"] == ["body"] and item["type"] in ("model_attributes_type", "missing"):
-                item["msg"] += f" (the body was sent as {sent or 'no content type'}; send JSON, Content-Type: application/json)"
+                item["msg"] += (
+                    f" (the body was sent as {sent or 'no content type'}; send JSON, Content-Type: application/json)"
+                )
     return JSONResponse(status_code=422, content={"detail": items})
 
 
