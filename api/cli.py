@@ -176,7 +176,7 @@ def _capacity_line(plan: Plan) -> str:
 def evaluate_table(plan: Plan) -> str:
     """One-row table of an evaluated layout, then its time and memory breakdowns."""
     etp = with_etp([plan])
-    parts = [table(plan_headers(etp), [plan_row(1, plan, etp)])]
+    parts = [table(plan_headers(etp)[1:], [plan_row(1, plan, etp)[1:]])]  # one layout: no rank
     times = plan.time_breakdown_s.model_dump()
     parts.append("time_s: " + "  ".join(f"{k}={v:.3f}" for k, v in times.items()) + "\n")
     mem = plan.memory_gib
@@ -185,7 +185,7 @@ def evaluate_table(plan: Plan) -> str:
         f"optimizer={mem.optimizer:.1f}  "
         f"activations={mem.activations:.1f}  buffers={mem.buffers:.1f}  "
         f"optimizer_step={mem.optimizer_step:.1f}  total={mem.total:.1f}  "
-        f"capacity={mem.capacity:.1f}\n"
+        f"capacity={mem.capacity:.1f}  headroom={mem.headroom:.1f}  usable={mem.usable:.1f}\n"
     )
     parts.append(f"tokens/s: {plan.tokens_per_s:,.0f}  model TFLOP/s per GPU: {plan.model_tflops_per_gpu:.1f}\n")
     if plan.tokens_per_s_per_gpu_range and plan.step_time_s_range:
