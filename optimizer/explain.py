@@ -248,7 +248,7 @@ def runner_up(top: Plan, second: Plan) -> RunnerUp:
     summary = (
         f"The runner-up ({what}) is {seconds(delta)} ({100 * delta / top.step_time_s:.2f}%) slower"
         + (f": {trades}" if trades else "")
-        + _memory_clause(memory)
+        + runner_up_memory_clause(memory)
     )
     return RunnerUp(
         step_time_delta_s=delta,
@@ -271,7 +271,7 @@ def time_deltas_s(base: Plan, other: Plan) -> dict[str, float]:
     return {k: b[k] - a[k] for k in a if abs(b[k] - a[k]) >= DELTA_MIN_S}
 
 
-def _memory_clause(delta_gib: float) -> str:
+def runner_up_memory_clause(delta_gib: float) -> str:
     """The runner-up's memory against the top plan's, in the summary's 0.1 GiB resolution."""
     if abs(delta_gib) < 0.05:
         return f"; it needs the same memory ({delta_gib:+.2f} GiB)."

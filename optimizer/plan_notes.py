@@ -18,6 +18,12 @@ from optimizer.specs import JobSpec
 from optimizer.units import GIB, to_gib
 
 MEGATRON_IDS = ("megatron-lm", "megatron-bridge")
+MEMORY_MEDIAN_ERROR = 0.051
+"""The memory model's median |error| against published peak memory (``benchmarks/memory_check.py``,
+docs/memory_check.md; a test holds the two equal): a plan with less free memory than this share of
+its peak may not fit as run."""
+MEMORY_WORST_UNDER = 0.15
+"""The furthest the model fell under a published peak there (same source)."""
 
 
 def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, frameworks: list[str]) -> list[str]:
@@ -53,6 +59,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     notes += _pipeline_zero_note(job, est)
     notes += _blocking_sends_note(job, est, frameworks) + _p2p_overlap_kept_note(job, est, frameworks)
     notes += _host_bound_experts_note(job, est)
+    notes += _memory_margin_note(est)
     notes += [ranges_note] if ranges_note else []
     notes += _unmeasured_gemm_note(job)
     if lay.recompute == "op" and portable:
@@ -291,4 +298,18 @@ def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
         return []
     return [
         f"{job.cluster.gpu}'s GEMM efficiency ({eff.value:.3f} of peak) is {eff.kind}, not measured: {eff.note or eff.source}"
+    ]
+
+
+def _memory_margin_note(est: Estimate) -> list[str]:
+    """A plan that fits with less free memory than the memory model's median error: say so, and
+    what ``search.memory_headroom_gib`` would plan with that margin."""
+    peak, capacity = est.peak_memory_bytes, est.capacity_bytes
+    if not est.fits_memory or capacity - peak >= MEMORY_MEDIAN_ERROR * peak:
+        return []
+    headroom = -(-(MEMORY_MEDIAN_ERROR * capacity) // GIB)
+    return [
+        f"memory: {to_gib(peak):.1f} of the GPU's {to_gib(capacity):.1f} GiB leaves less free than the memory "
+        f"model's median error against published peaks ({MEMORY_MEDIAN_ERROR:.1%}; up to {MEMORY_WORST_UNDER:.0%} "
+        f"under: docs/memory_check.md); search.memory_headroom_gib {headroom:.0f} plans with that margin"
     ]

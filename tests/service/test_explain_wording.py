@@ -106,9 +106,9 @@ def test_the_runner_up_names_an_expert_tensor_parallel_change() -> None:
 
 def test_runner_up_memory_within_the_summary_resolution_is_the_same() -> None:
     """A difference that rounds to 0.0 GiB is said as the same memory, not '0.0 GiB more'."""
-    from optimizer.explain import _memory_clause
+    from optimizer.explain import runner_up_memory_clause
 
-    assert _memory_clause(0.03) == "; it needs the same memory (+0.03 GiB)."
-    assert _memory_clause(-0.04) == "; it needs the same memory (-0.04 GiB)."
-    assert _memory_clause(1.26) == "; it needs 1.3 GiB more memory."
-    assert _memory_clause(-2.0) == "; it needs 2.0 GiB less memory."
+    assert runner_up_memory_clause(0.03) == "; it needs the same memory (+0.03 GiB)."
+    assert runner_up_memory_clause(-0.04) == "; it needs the same memory (-0.04 GiB)."
+    assert runner_up_memory_clause(1.26) == "; it needs 1.3 GiB more memory."
+    assert runner_up_memory_clause(-2.0) == "; it needs 2.0 GiB less memory."
