@@ -40,12 +40,52 @@ class KueueTopologyAssignment(_Out):
     domains: list[KueueDomain]
 
 
+class KueueIndividualValues(_Out):
+    roots: list[str]
+
+
+class KueueLevelValues(_Out):
+    """One level's values in a v1beta2 slice: one value for every domain, or one per domain."""
+
+    universal: str | None = None
+    individual: KueueIndividualValues | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Kueue's CRD takes exactly one of the two: the other is left out, not null."""
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class KueuePodCounts(_Out):
+    universal: int | None = None
+    individual: list[int] | None = None
+
+    @model_serializer(mode="wrap")
+    def _one_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class KueueSlice(_Out):
+    domainCount: int  # noqa: N815 (Kueue's field names)
+    valuesPerLevel: list[KueueLevelValues]  # noqa: N815
+    podCounts: KueuePodCounts  # noqa: N815
+
+
+class KueueTopologyAssignmentV1Beta2(_Out):
+    levels: list[str]
+    slices: list[KueueSlice]
+
+
 class KueueRequest(_Out):
     annotations: dict[str, str] = Field(description="pod-set annotations of the job's pod template")
     topology_assignment: KueueTopologyAssignment = Field(
         description="the placement in the shape of Kueue's v1beta1 TopologyAssignment (levels + domains with pod "
-        "counts; every level, for reading: Kueue's own assignment keeps only kubernetes.io/hostname when present, "
-        "and v1beta2 stores slices instead of domains)"
+        "counts; every level, for reading: Kueue's own assignment keeps only kubernetes.io/hostname when present)"
+    )
+    topology_assignment_v1beta2: KueueTopologyAssignmentV1Beta2 = Field(
+        description="the same placement in the shape of Kueue's v1beta2 TopologyAssignment (its storage version "
+        "since 0.16: what kubectl shows), one slice of every domain: a level's values as `universal` when all "
+        "domains share it, else `individual.roots`; pod counts likewise"
     )
 
 

@@ -12,8 +12,13 @@ import hostlist
 from optimizer.assignment_results import (
     Assignment,
     KueueDomain,
+    KueueIndividualValues,
+    KueueLevelValues,
+    KueuePodCounts,
     KueueRequest,
+    KueueSlice,
     KueueTopologyAssignment,
+    KueueTopologyAssignmentV1Beta2,
     LauncherFiles,
     SlurmRequest,
     VolcanoNetworkTopology,
@@ -114,8 +119,27 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
         ] += 1
     domains = [KueueDomain(values=list(k), count=v) for k, v in per_domain.items()]
     return KueueRequest(
-        annotations=annotations, topology_assignment=KueueTopologyAssignment(levels=full, domains=domains)
+        annotations=annotations,
+        topology_assignment=KueueTopologyAssignment(levels=full, domains=domains),
+        topology_assignment_v1beta2=kueue_v1beta2(full, domains),
     )
+
+
+def kueue_v1beta2(levels: list[str], domains: list[KueueDomain]) -> KueueTopologyAssignmentV1Beta2:
+    """``domains`` as one v1beta2 slice (``apis/kueue/v1beta2/workload_types.go``
+    ``TopologyAssignmentSlice``): per level one ``universal`` value when every domain has it, else
+    the domains' values in order; pod counts the same way."""
+    columns = [[d.values[i] for d in domains] for i in range(len(levels))]
+    values = [
+        KueueLevelValues(universal=col[0]) if len(set(col)) == 1 else KueueLevelValues(
+            individual=KueueIndividualValues(roots=col)
+        )
+        for col in columns
+    ]  # fmt: skip
+    counts = [d.count for d in domains]
+    pods = KueuePodCounts(universal=counts[0]) if len(set(counts)) == 1 else KueuePodCounts(individual=counts)
+    slices = [KueueSlice(domainCount=len(domains), valuesPerLevel=values, podCounts=pods)] if domains else []
+    return KueueTopologyAssignmentV1Beta2(levels=levels, slices=slices)
 
 
 def volcano_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> VolcanoRequest | None:

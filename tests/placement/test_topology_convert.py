@@ -117,6 +117,18 @@ def test_kueue_sample_topology_and_nodes() -> None:
     assert a.kueue.annotations["kueue.x-k8s.io/podset-required-topology"] == "cloud.provider.com/topology-block"
     domains = a.kueue.topology_assignment.domains
     assert [d.values[-1] for d in domains] == a.nodes and all(d.count == 1 for d in domains)
+    # the same placement in v1beta2's shape: one slice, block-1 for all, racks and nodes per domain
+    v2 = a.kueue.model_dump(mode="json")["topology_assignment_v1beta2"]
+    assert v2 == {
+        "levels": ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", HOST],
+        "slices": [{
+            "domainCount": 4,
+            "valuesPerLevel": [{"universal": "block-1"},
+                               {"individual": {"roots": [d.values[1] for d in domains]}},
+                               {"individual": {"roots": a.nodes}}],
+            "podCounts": {"universal": 1},
+        }],
+    }  # fmt: skip
 
 
 def test_cli_writes_the_json(tmp_path: Path) -> None:
