@@ -79,7 +79,7 @@ def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
     for e in errors:
         msg = error_reason(e)
         if e.get("type") == "json_invalid" and (why := (e.get("ctx") or {}).get("error")):
-            msg = f"{msg}: {why} at character {e.get('loc', ('', '?'))[-1]} of the body"
+            msg = f"{msg}: {why} (character {e.get('loc', ('', '?'))[-1]} of the body)"
         items.append(
             {"loc": field_loc(list(e.get("loc", ())), msg), "msg": msg, "type": str(e.get("type", "value_error"))}
         )
@@ -132,7 +132,7 @@ async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     items = validation_items(exc.errors())
     sent = request.headers.get("content-type", "")
-    if "json" not in sent:  # FastAPI parses only a JSON body: any other reads as no object at all
+    if "json" not in sent.lower():  # FastAPI parses only a JSON body: any other reads as no object at all
         for item in items:
             if item["loc"] == ["body"] and item["type"] in ("model_attributes_type", "missing"):
                 item["msg"] += (

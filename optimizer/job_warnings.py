@@ -109,20 +109,24 @@ def _tokens_like_batch(job: JobSpec) -> str | None:
 
 
 def _preset_gpu_swapped(job: JobSpec) -> str | None:
-    """``cluster.gpu`` of another generation than the preset's GPU: the preset's nodes and network
-    stay (an explicit field overrides only itself), which may not be a cluster that GPU comes in."""
-    c = job.cluster
-    if c.preset is None or "gpu" not in c.model_fields_set:
+    """``cluster.gpu`` given with a preset of another GPU keeps the preset's node size and NVLink
+    domain (an explicit field overrides only itself): say so where the GPU comes in other ones
+    (its catalog NVLink domain) and the request did not set them."""
+    c, cat = job.cluster, current().catalog
+    if c.preset is None or "gpu" not in c.given_fields or c.gpu == cat.clusters[c.preset].gpu:
         return None
-    cat = current().catalog
-    preset_gpu = cat.gpus[cat.clusters[c.preset].gpu]
-    given = cat.gpus[c.gpu or ""]
-    if given.generation == preset_gpu.generation:
+    domain = cat.gpus[c.gpu or ""].default_nvlink_domain_size
+    kept = []
+    if "nvlink_domain_size" not in c.given_fields and c.nvlink_domain_size != domain:
+        kept.append((f"{c.nvlink_domain_size}-GPU NVLink domains", f"{domain}", "nvlink_domain_size"))
+    if "gpus_per_node" not in c.given_fields and c.gpus_per_node != min(8, domain):
+        kept.append((f"{c.gpus_per_node} GPUs a node", f"{min(8, domain)}", "gpus_per_node"))
+    if not kept:
         return None
     return (
-        f"cluster.gpu {c.gpu} ({given.generation}) replaces preset {c.preset}'s {cat.clusters[c.preset].gpu} "
-        f"({preset_gpu.generation}); the preset's nodes and network stay: {c.gpus_per_node} GPUs a node, "
-        f"{c.nvlink_domain_size}-GPU NVLink domains, {c.network}: set those cluster fields if the cluster differs"
+        f"cluster.gpu {c.gpu} replaces preset {c.preset}'s {cat.clusters[c.preset].gpu} and keeps the preset's "
+        f"{' and '.join(k[0] for k in kept)}, where {c.gpu} comes with {' and '.join(k[1] for k in kept)}: set "
+        f"{' and '.join('cluster.' + k[2] for k in kept)} if the cluster differs"
     )
 
 

@@ -22,6 +22,8 @@ MEMORY_MEDIAN_ERROR = 0.051
 """The memory model's median |error| against published peak memory (``benchmarks/memory_check.py``,
 docs/memory_check.md; a test holds the two equal): a plan with less free memory than this share of
 its peak may not fit as run."""
+MAX_HEADROOM_GIB = 64
+"""The largest ``search.memory_headroom_gib`` a request takes."""
 MEMORY_WORST_UNDER = 0.15
 """The furthest the model fell under a published peak there (same source)."""
 
@@ -307,7 +309,7 @@ def _memory_margin_note(est: Estimate) -> list[str]:
     peak, capacity = est.peak_memory_bytes, est.capacity_bytes
     if not est.fits_memory or capacity - peak >= MEMORY_MEDIAN_ERROR * peak:
         return []
-    headroom = -(-(MEMORY_MEDIAN_ERROR * capacity) // GIB)
+    headroom = min(-(-(MEMORY_MEDIAN_ERROR * capacity) // GIB), MAX_HEADROOM_GIB)
     return [
         f"memory: {to_gib(peak):.1f} of the GPU's {to_gib(capacity):.1f} GiB leaves less free than the memory "
         f"model's median error against published peaks ({MEMORY_MEDIAN_ERROR:.1%}; up to {MEMORY_WORST_UNDER:.0%} "

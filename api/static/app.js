@@ -405,7 +405,12 @@ function hfToModel(config) {
   }
   if (model.moe && model.moe.expert_ffn_hidden_size == null) model.moe.expert_ffn_hidden_size = cfg.intermediate_size;
   llama4Layers(cfg, model);
-  slidingWindow(cfg, model);
+  if (cfg.shared_expert_intermediate_size != null && model.moe) {  // Qwen2-MoE: one shared expert
+    model.moe.num_shared_experts ??= 1;
+    model.moe.shared_expert_ffn_hidden_size = cfg.shared_expert_intermediate_size;
+  }
+  const windowNote = slidingWindow(cfg, model);
+  if (windowNote) Object.defineProperty(model, "importNote", { value: windowNote, enumerable: false });
   const act = String(cfg.hidden_act ?? cfg.hidden_activation ?? "");
   if (act) model.activation = /silu|swish/.test(act) ? "swiglu" : "gelu";
   model.name = config._name_or_path || config.model_type || "imported";
@@ -423,18 +428,28 @@ function llama4Layers(cfg, model) {
   if (step > 1) Object.assign(model.moe, { layer_frequency: step, first_dense_layers: step - 1 });
 }
 
-// Banded attention: every layer (Mistral), or those layer_types marks "sliding_attention" when they
-// are every k-th from the first (gpt-oss); Qwen configs carry a window with use_sliding_window false.
+// Banded attention: the layers layer_types marks "sliding_attention"; else every layer but each
+// sliding_window_pattern-th (Gemma 3, Cohere2), every other layer from the first (Gemma 2), or every
+// layer (Mistral). Qwen configs carry a window with use_sliding_window false. The planner windows
+// every k-th layer from the first: another pattern is imported without its window, and said so.
 function slidingWindow(cfg, model) {
-  if (cfg.sliding_window == null || cfg.use_sliding_window === false) return;
-  const kinds = cfg.layer_types ?? [];
-  const windowed = kinds.map((k, i) => (k === "sliding_attention" ? i : -1)).filter((i) => i >= 0);
-  if (kinds.length && !windowed.length) return;
-  const every = windowed.length ? (windowed[1] ?? kinds.length) - windowed[0] : 1;
-  if (windowed.length && !kinds.every((k, i) => (k === "sliding_attention") === (i % every === 0))) {
-    throw new Error("layer_types windows layers in a pattern other than every k-th from the first");
+  if (cfg.sliding_window == null || cfg.use_sliding_window === false) return null;
+  const layers = cfg.num_hidden_layers ?? 0;
+  const pattern = cfg.sliding_window_pattern;
+  const windowed = (i) =>
+    cfg.layer_types ? cfg.layer_types[i] === "sliding_attention"
+    : pattern ? (i + 1) % pattern !== 0
+    : /^gemma2/.test(cfg.model_type ?? "") ? i % 2 === 0
+    : true;
+  const ids = [...Array(layers).keys()].filter(windowed);
+  if (!ids.length) return null;
+  const every = ids.length > 1 ? ids[1] - ids[0] : layers;
+  if (ids[0] !== 0 || ids.some((i, n) => i !== n * every) || ids.length !== Math.ceil(layers / every)) {
+    return `its ${cfg.sliding_window}-token window on ${ids.length} of ${layers} layers follows a pattern the ` +
+      "planner does not model (it windows every k-th layer from the first): imported without it, as full attention";
   }
   Object.assign(model, { sliding_window: cfg.sliding_window, sliding_window_every: every });
+  return null;
 }
 
 async function importHfFile() {
@@ -449,7 +464,7 @@ function importHfConfig() {
     const model = hfToModel(JSON.parse($("#hf-config").value));
     for (const field of fields().filter((f) => f.name.startsWith("model."))) field.value = "";
     jobToForm({ ...formToJob(), model });
-    $("#hf-status").textContent = `imported ${model.name}`;
+    $("#hf-status").textContent = `imported ${model.name}` + (model.importNote ? `; ${model.importNote}` : "");
   } catch (err) {
     $("#hf-status").textContent = `cannot import this config: ${err.message}`;
   }

@@ -109,6 +109,9 @@ def unchecked_warning(request: PlanRequest, response: PlanResponse) -> str | Non
     without it, an answer with no suggestions could not be told from one whose check found none."""
     if not response.plans or not _symptoms(request, response.plans[0]) or not _too_slow(response):
         return None
+    n, gbs = request.cluster.resolved_num_gpus, request.training.global_batch_size or 1
+    if not candidate_counts(n, gbs, request.cluster.gpus_per_node or 1):  # nothing nearby to check
+        return None
     return (
         "nearby GPU counts were not checked for a better plan (search.suggest): the job shows what they can cure "
         f"(a GPU count with a factor the global batch does not divide, or a pipeline bubble over {BUBBLE_SYMPTOM:.0%} "

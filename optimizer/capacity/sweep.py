@@ -16,7 +16,7 @@ from optimizer.capacity.formulas import HOUR_S
 from optimizer.errors import InvalidLayout
 from optimizer.reference import current
 from optimizer.results import Plan
-from optimizer.search.fixed_values import check_named_values
+from optimizer.search.fixed_values import check_named_values, framework_error
 from optimizer.specs import MAX_NUM_GPUS, ClusterSpec, PlanRequest, SearchSpec
 from optimizer.strict_model import Strict, error_reason
 from optimizer.topology_spec import ClusterTopology
@@ -214,6 +214,9 @@ def pin_invalid_at_every_point(requests: list[PlanRequest]) -> InvalidLayout | N
     """A ``search.fix`` / ``search.allow`` value no layout can take at any point of the grid (what
     ``/plan`` refuses with a 422 before searching), else None: one that holds at some points only
     is those points' ``infeasible`` answer, as is any pin of a topology job that chooses its GPU count."""
+    framework = [framework_error(req.job_spec()) for req in requests]
+    if all(framework):  # the named framework runs the model at no point, whatever the GPU count
+        return framework[0]
     first: InvalidLayout | None = None
     for req in requests:
         if req.cluster.num_gpus is None:  # a topology job that chooses its count: checked per count

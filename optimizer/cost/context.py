@@ -192,7 +192,8 @@ def build_context(job: JobSpec, cal: Calibration = DEFAULT) -> JobContext:
     computed once per (job, calibration) and shared between calls (``_build_context_cached``);
     they are immutable, so only the caches need to be new. The GPU and network numbers come from
     the current reference data (``optimizer.reference.current``)."""
-    return replace(_build_context_cached(job.model_dump_json(), cal, current()), caches=Caches())
+    key = job.model_dump_json(exclude={"costs", "reliability"})  # prices and failures: capacity's, not costs'
+    return replace(_build_context_cached(key, cal, current()), caches=Caches())
 
 
 def clear_context_cache() -> None:
@@ -211,8 +212,10 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
     And it keeps the job itself (``JobContext.job``), from which the cost model reads the rest
     of ``training`` per layout.
 
-    Cache key: the whole ``JobSpec`` as JSON (``model``, ``training`` and ``cluster``, every
-    field with its default filled in; a request's ``search`` section is not part of it) and the
+    Cache key: the ``JobSpec`` as JSON (``model``, ``training`` and ``cluster``, every field
+    with its default filled in; not ``costs`` and ``reliability``, which only the capacity model
+    reads, from the request: ``JobContext.job`` has their defaults; a request's ``search`` section
+    is not part of it either) and the
     calibration (a frozen dataclass, hashed by value) and the reference data (by identity). That is everything above, so it is safe:
     two calls share a context only when every field of their jobs is equal, and jobs that differ
     in a field nothing reads only miss the cache. Kept whole rather than narrowed to the fields

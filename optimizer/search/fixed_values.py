@@ -348,8 +348,9 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     at ``search.allow.<field>`` when no allowed value can be taken, with the reason; then at the
     ``sequence_parallel`` field when it cannot go with any named TP size. First, at
     ``training.framework`` (or ``training.precision``) when the named framework runs no job of the
-    model (``framework_job_problem``)."""
-    check_framework_runs_job(job)
+    model (``framework_error``)."""
+    if (error := framework_error(job)) is not None:
+        raise error
     _check_fix_within_allow(search)
     _check_framework_pins(job, search)
     for name, check in CHECKS.items():
@@ -369,12 +370,11 @@ def check_named_values(job: JobSpec, search: SearchSpec) -> None:
     _check_pins_together(job, search)
 
 
-def check_framework_runs_job(job: JobSpec) -> None:
-    """Raise ``InvalidLayout`` at ``training.framework`` / ``training.precision`` when the named
-    framework runs no job of this model (and precision): no plan could name it."""
-    if (problem := framework_job_problem(job.training, job.model, job.gpu_generation)) is not None:
-        field, reason = problem
-        raise InvalidLayout(field, f"{reason}; name another framework, or none")
+def framework_error(job: JobSpec) -> InvalidLayout | None:
+    """The error at ``training.framework`` / ``training.precision`` when the named framework runs
+    no job of this model (and precision): no plan could name it."""
+    problem = framework_job_problem(job.training, job.model, job.gpu_generation)
+    return None if problem is None else InvalidLayout(problem[0], f"{problem[1]}; name another framework, or none")
 
 
 def fixed_combination_reason(job: JobSpec, search: SearchSpec) -> str | None:

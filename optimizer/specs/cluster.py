@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from optimizer.errors import UnknownCatalogId
 from optimizer.reference import current
@@ -62,6 +62,13 @@ class ClusterSpec(Strict):
         default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
     )
 
+    _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    @property
+    def given_fields(self) -> frozenset[str]:
+        """The fields the request gave (before the preset and defaults filled in the others)."""
+        return self._given
+
     @property
     def resolved_num_gpus(self) -> int:
         """``num_gpus`` of a job being costed: given, or chosen from ``topology`` before costing."""
@@ -70,6 +77,8 @@ class ClusterSpec(Strict):
 
     @model_validator(mode="after")
     def _resolve(self) -> ClusterSpec:
+        if not self._given:  # the first pass: the request's own fields (a job built from it runs this again)
+            self._given = frozenset(self.model_fields_set)
         cat = current().catalog
         leaf_given = "leaf_span_gpus" in self.model_fields_set  # before the defaults below set it
         if self.preset is not None:

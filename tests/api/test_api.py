@@ -333,7 +333,7 @@ def test_malformed_json_is_422(client: TestClient) -> None:
     assert response.status_code == 422
     (item,) = response.json()["detail"]
     assert item["loc"] == ["body", 10]
-    assert item["msg"] == "JSON decode error: Expecting value at character 10 of the body"
+    assert item["msg"] == "JSON decode error: Expecting value (character 10 of the body)"
 
 
 def test_a_body_not_sent_as_json_says_how_to_send_it(client: TestClient) -> None:

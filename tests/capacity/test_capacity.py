@@ -386,3 +386,16 @@ def test_cost_objective_without_a_price_says_so() -> None:
     assert priced.plans[0].time_to_train.cost_usd > 0
     assert not any(w.startswith("search.objective 'cost'") for w in priced.warnings)
     assert [p.config for p in priced.plans] == [p.config for p in answer.plans]
+
+
+def test_no_unchecked_warning_when_no_nearby_count_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """24 GPUs with 16 sequences a step: a factor 3 the batch does not divide, but no count within
+    25% is free of it, so there is nothing the slow search left unchecked."""
+    from optimizer.capacity import suggest
+
+    assert candidate_counts(24, 16, 8) == []
+    monkeypatch.setattr(suggest, "MAX_MAIN_WALL_S", 0.0)
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 16},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 24}, "search": {"top_k": 1}}  # fmt: skip
+    answer = service.plan(PlanRequest.model_validate(job))
+    assert not any(w.startswith("nearby GPU counts") for w in answer.warnings)

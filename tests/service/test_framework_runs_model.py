@@ -45,3 +45,20 @@ def test_a_sweep_of_it_is_a_422_and_evaluate_still_scores(client: TestClient) ->
     assert one.status_code == 200, one.text
     assert one.json()["frameworks"] == []
     assert any("gates top-1 or top-2 only" in n for n in one.json()["notes"])
+
+
+def test_a_topology_sweep_that_chooses_its_gpu_count_is_a_422_too(client: TestClient) -> None:
+    """A topology job without num_gpus (the planner chooses the count) still cannot name the
+    framework at any count: the sweep is refused as /plan refuses the job."""
+    import json
+    from pathlib import Path
+
+    body = json.loads((Path(__file__).parents[2] / "examples" / "scheduler" / "plan-on-kueue.json").read_text())
+    body["model"] = {"preset": "mixtral-8x7b"}
+    body["training"] = {**body["training"], "framework": "deepspeed"}
+    body["cluster"].pop("num_gpus", None)
+    body.pop("search", None)
+    r = client.post("/sweeps", json={"job": body, "vary": {"global_batch_size": [64, 128]}})
+    assert r.status_code == 422, r.text
+    (item,) = r.json()["detail"]
+    assert item["loc"] == ["body", "job", "training", "framework"]

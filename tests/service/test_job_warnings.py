@@ -81,18 +81,27 @@ def test_gpus_that_are_not_whole_nodes(client: TestClient) -> None:
         assert not [w for w in _compare_warnings(client, _job(64, gpus), small) if "whole number" in w]
 
 
-def test_a_gpu_of_another_generation_than_the_presets(client: TestClient) -> None:
-    """An explicit cluster.gpu overrides only the GPU: with another generation than the preset's the
-    preset's nodes and network stay, and the answer says which (A100s in 72-GPU NVLink domains)."""
-    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
-           "cluster": {"preset": "gb200-nvl72", "gpu": "a100-sxm-40gb", "num_gpus": 64}, "search": {"top_k": 1}}  # fmt: skip
-    r = client.post("/plan", json=job)
-    assert r.status_code == 200, r.text
-    [warning] = [w for w in r.json()["warnings"] if w.startswith("cluster.gpu")]
-    assert warning.startswith("cluster.gpu a100-sxm-40gb (ampere) replaces preset gb200-nvl72's gb200 (blackwell)")
-    assert "4 GPUs a node, 72-GPU NVLink domains" in warning
-    same = {**job, "cluster": {"preset": "dgx-h100", "gpu": "h200-sxm-141gb", "num_gpus": 64}}  # same generation
-    assert not [w for w in client.post("/plan", json=same).json()["warnings"] if w.startswith("cluster.gpu")]
+def test_a_gpu_the_preset_does_not_come_with(client: TestClient) -> None:
+    """An explicit cluster.gpu overrides only the GPU: where the preset's node size or NVLink domain
+    is not the GPU's own (catalog) and the request leaves them, the answer says which stay (B200s
+    in a gb200-nvl72 preset get 72-GPU NVLink domains of 4-GPU nodes)."""
+
+    def warned(cluster: dict) -> list[str]:
+        job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 64},
+               "cluster": {**cluster, "num_gpus": 72}, "search": {"top_k": 1}}  # fmt: skip
+        r = client.post("/plan", json=job)
+        assert r.status_code == 200, r.text
+        return [w for w in r.json()["warnings"] if w.startswith("cluster.gpu")]
+
+    [warning] = warned({"preset": "gb200-nvl72", "gpu": "b200"})
+    assert warning == (
+        "cluster.gpu b200 replaces preset gb200-nvl72's gb200 and keeps the preset's 72-GPU NVLink domains and "
+        "4 GPUs a node, where b200 comes with 8 and 8: set cluster.nvlink_domain_size and cluster.gpus_per_node "
+        "if the cluster differs"
+    )
+    assert not warned({"preset": "dgx-h100", "gpu": "b200"})  # the same 8-GPU nodes and domains
+    assert not warned({"preset": "gb200-nvl72", "gpu": "b200", "gpus_per_node": 8, "nvlink_domain_size": 8})
+    assert not warned({"preset": "gb200-nvl72", "gpu": "gb200"})  # the preset's own GPU
 
 
 def test_a_batch_too_small_for_the_gpu_count(client: TestClient) -> None:

@@ -20,9 +20,9 @@ def test_the_margin_is_the_memory_checks_median_and_worst() -> None:
 
 
 def test_a_tight_plan_names_the_margin_and_the_headroom_that_keeps_it() -> None:
-    """Mixtral 8x22B on 64 H100: the top plan takes 77.8 of the GPU's 79.6 GiB (under 5.1% of it
-    free); a 5 GiB headroom (5.1% of 79.6 GiB, rounded up) plans with the margin, and its plans
-    carry no note."""
+    """Mixtral 8x22B on 64 H100: the top plan takes 77.8 of the GPU's 79.6 GiB, leaving less free
+    than 5.1% of its peak; a 5 GiB headroom (5.1% of 79.6 GiB, rounded up) plans with the margin,
+    and its plans carry no note."""
     job = {"model": {"preset": "mixtral-8x22b"}, "training": {"seq_len": 4096, "global_batch_size": 256},
            "cluster": {"preset": "dgx-h100", "num_gpus": 64}, "search": {"top_k": 1}}  # fmt: skip
     top = service.plan(PlanRequest.model_validate(job)).plans[0]

@@ -328,3 +328,44 @@ def test_an_unused_window_is_not_imported(driver: WebDriver, base_url: str) -> N
     open_page(driver, base_url)
     model = driver.execute_script("return hfToModel(arguments[0])", QWEN3_8B_HF_CONFIG)
     assert "sliding_window" not in model and model["num_layers"] == 36
+
+
+@pytest.mark.parametrize(
+    ("config", "window", "note"),
+    [
+        ({"model_type": "mistral", "num_hidden_layers": 32, "sliding_window": 4096}, (4096, 1), False),
+        ({"model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096}, (4096, 2), False),
+        ({"model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024, "sliding_window_pattern": 6},
+         None, True),
+        ({"model_type": "gemma3_text", "num_hidden_layers": 12, "sliding_window": 512,
+          "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2}, None, True),
+        ({"model_type": "qwen2", "num_hidden_layers": 28, "sliding_window": 32768, "use_sliding_window": False},
+         None, False),
+    ],
+)  # fmt: skip
+def test_sliding_window_patterns_import_or_are_named(
+    driver: WebDriver, base_url: str, config: dict[str, Any], window: tuple[int, int] | None, note: bool
+) -> None:
+    """Windows on every layer (Mistral) or every other one (Gemma 2) import; Gemma 3's five of six
+    cannot be said as 'every k-th from the first' and import without the window, with a note."""
+    open_page(driver, base_url)
+    got = driver.execute_script(
+        "const m = hfToModel(arguments[0]); return [m.sliding_window ?? null, m.sliding_window_every ?? null, "
+        "m.importNote ?? null]",
+        {**config, "hidden_size": 2048, "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 32000},
+    )
+    assert (tuple(got[:2]) if got[0] is not None else None) == window
+    assert (got[2] is not None) == note
+    if note:
+        assert "follows a pattern the planner does not model" in got[2]
+
+
+def test_qwen2_moe_shared_expert_imports(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    model = driver.execute_script("return hfToModel(arguments[0])", {
+        "model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 5632,
+        "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60,
+        "num_experts_per_tok": 4, "num_attention_heads": 16, "vocab_size": 151936,
+    })  # fmt: skip
+    assert model["moe"] == {"num_experts": 60, "top_k": 4, "expert_ffn_hidden_size": 1408, "num_shared_experts": 1,
+                            "shared_expert_ffn_hidden_size": 5632}  # fmt: skip
