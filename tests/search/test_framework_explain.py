@@ -92,3 +92,20 @@ def test_memory_explanations_speak_the_framework_s_recompute_names() -> None:
     answer = plan(PlanRequest.model_validate(body))
     assert answer.explanation.startswith("no layout fits in memory"), answer.explanation
     assert "selective recompute)" in answer.explanation and "op recompute" not in answer.explanation
+
+
+def test_knobs_that_leave_no_layout_are_not_blamed_on_pins() -> None:
+    """DeepSpeed with fp32 gradients (ZeRO-0/1 under a pipeline only) and the overlap (not under its
+    pipeline engine) runs no layout of the job: the answer says the job's knobs leave none, not
+    search.fix / search.allow, which the request does not give."""
+    answer = plan(PlanRequest.model_validate({
+        "model": {"preset": "llama3-8b"},
+        "training": {"seq_len": 4096, "global_batch_size": 64, "framework": "deepspeed",
+                     "grad_reduce_in_fp32": True, "dp_comm_overlap": True},
+        "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+    }))  # fmt: skip
+    assert answer.status == "infeasible"
+    assert answer.explanation.startswith(
+        "no valid layout: DeepSpeed runs none of the job's layouts, with its training.* knobs"
+    )
+    assert "with training.dp_comm_overlap True" in answer.explanation
