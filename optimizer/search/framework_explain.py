@@ -72,9 +72,8 @@ def _reasons_text(
     more = len(reasons) - SHOWN_REASONS
     pinned = any(v is not None for v in (*spec.fix.model_dump().values(), *spec.allow.model_dump().values()))
     which = "the layouts search.fix / search.allow admit" if pinned else "the job's layouts, with its training.* knobs"
-    return (
-        f"no valid layout: {prof.name} runs none of {which} "
-        f"({checked:,} checked), for example {shown}" + (f" (and {more} more reasons)" if more > 0 else "")
+    return f"no valid layout: {prof.name} runs none of {which} ({checked:,} checked), for example {shown}" + (
+        f" (and {more} more reasons)" if more > 0 else ""
     )
 
 
