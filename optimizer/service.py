@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from optimizer.capacity.annotate import annotate, resolve_inputs
-from optimizer.capacity.plans import finish
+from optimizer.capacity.plans import finish, reranked
 from optimizer.compare import compare_plans
 from optimizer.cost import Estimate, best_estimate, build_context, resolve_layout
 from optimizer.cost.context import attention_kernel_class
@@ -167,7 +167,7 @@ def plan(request: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
             quiet = placed.model_copy(update={"search": placed.search.model_copy(update={"suggest": False})})
             try:
-                return _explained(quiet, finish(quiet, search_plans(quiet), search_plans))
+                return _explained(quiet, finish(quiet, search_plans(reranked(quiet)), search_plans))
             except InvalidLayout as err:
                 if not (chosen and err.field.startswith("search.")):
                     raise
@@ -175,7 +175,7 @@ def plan(request: PlanRequest) -> PlanResponse:
                 return PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation=str(err))
 
         return plan_on_topology(request, search_placed)
-    return _explained(request, finish(request, search_plans(request), search_plans))
+    return _explained(request, finish(request, search_plans(reranked(request)), search_plans))
 
 
 def search_plans(request: PlanRequest) -> PlanResponse:

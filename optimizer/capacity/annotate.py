@@ -99,6 +99,10 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     )
 
 
+LOW_GOODPUT = 0.5
+"""Below this goodput fraction a plan's note says that failures take most of the time."""
+
+
 def goodput_of(inp: CapacityInputs, plan: Plan) -> Goodput:
     ckpt = f.checkpoint_bytes(inp.params, WEIGHT_BYTES, OPTIMIZER_BYTES)
     write_s = inp.checkpoint_write_s or f.sharded_write_time_s(ckpt, inp.nodes, inp.write_bytes_per_s_per_node)
@@ -109,7 +113,7 @@ def goodput_of(inp: CapacityInputs, plan: Plan) -> Goodput:
     return Goodput(
         checkpoint_bytes=ckpt,
         checkpoint_write_s=write_s,
-        checkpoint_interval_s=interval,
+        checkpoint_interval_s=steps * plan.step_time_s,
         checkpoint_interval_steps=steps,
         mtbf_system_s=mtbf,
         restart_s=inp.restart_s,
@@ -152,11 +156,12 @@ def annotate(inp: CapacityInputs, plan: Plan) -> Plan:
     """``plan`` with its ``goodput``, ``time_to_train`` and ``data_loading_bytes_per_s``."""
     goodput = goodput_of(inp, plan)
     notes = plan.notes
-    if goodput.fraction <= 0.0:
+    if goodput.fraction < LOW_GOODPUT:
         notes = [*notes, (
-            f"goodput 0: a failure every {goodput.mtbf_system_s:,.0f} s on average leaves no time to train after "
-            f"checkpoints every {goodput.checkpoint_interval_s:,.0f} s and {goodput.restart_s:,.0f} s restarts; "
-            "no time to train"
+            f"goodput {goodput.fraction:.1%}: a failure every {goodput.mtbf_system_s:,.1f} s on average, against "
+            f"checkpoints every {goodput.checkpoint_interval_s:,.1f} s (each {goodput.checkpoint_write_s:,.1f} s to "
+            f"write) and {goodput.restart_s:,.0f} s restarts, leaves most of the time to failures"
+            + ("; no time to train" if goodput.fraction <= 0.0 else "")
         )]  # fmt: skip
     return plan.model_copy(
         update={

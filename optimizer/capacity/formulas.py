@@ -38,11 +38,21 @@ def checkpoint_overhead_fraction(interval_s: float, t_write_s: float, mtbf_syste
 
 
 def goodput_fraction(interval_s: float, t_write_s: float, mtbf_system_s: float, restart_s: float) -> float:
-    """Expected productive share of wall-clock time: one minus the checkpoint overhead (writes and
-    the half interval of rework lost per failure) and the restart time lost per failure
-    (``restart_s / MTBF``); 0 when failures come faster than the job can recover."""
-    lost = checkpoint_overhead_fraction(interval_s, t_write_s, mtbf_system_s) + restart_s / mtbf_system_s
-    return max(0.0, 1.0 - lost)
+    """Expected productive share of wall-clock time when the job checkpoints every ``interval_s``
+    of work, each checkpoint takes ``t_write_s``, failures come at random (exponential, mean
+    ``mtbf_system_s``) and each costs ``restart_s`` plus the work since the last checkpoint.
+
+    Daly (2006), "A higher order estimate of the optimum checkpoint interval for restart dumps",
+    eq. (1) without the interrupted write: a segment of ``tau`` work plus its write takes
+    ``M e^(R/M) (e^((tau + w)/M) - 1)`` of wall-clock time on average. To first order in
+    ``1/M`` that is ``1 - w/tau - tau/(2M) - R/M``, the overhead of
+    ``checkpoint_overhead_fraction`` plus the restarts; unlike that sum it stays above 0 when
+    failures come nearly as often as checkpoints (the job still progresses, slowly)."""
+    m = mtbf_system_s
+    x = (interval_s + t_write_s) / m
+    log_expm1 = x + math.log1p(-math.exp(-x)) if x > 0 else -math.inf  # log(e^x - 1), no overflow
+    log_wall = math.log(m) + restart_s / m + log_expm1
+    return math.exp(math.log(interval_s) - log_wall) if interval_s > 0 else 0.0
 
 
 def sharded_write_time_s(total_bytes: float, nodes: int, write_bytes_per_s_per_node: float) -> float:

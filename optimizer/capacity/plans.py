@@ -11,13 +11,27 @@ from optimizer.results import PlanResponse
 from optimizer.specs import PlanRequest
 
 
+RERANK_POOL = 10
+"""Objectives other than throughput re-rank at least this many of the fastest layouts."""
+
+
+def reranked(request: PlanRequest) -> PlanRequest:
+    """``request`` as searched: with an objective other than throughput, at least ``RERANK_POOL``
+    plans, so that the plan the objective ranks first need not be among the few fastest asked for
+    (``finish`` keeps ``top_k`` of them)."""
+    search = request.search
+    if search.objective == "throughput" or search.top_k >= RERANK_POOL:
+        return request
+    return request.model_copy(update={"search": search.model_copy(update={"top_k": RERANK_POOL})})
+
+
 def finish(
     request: PlanRequest, response: PlanResponse, search_plans: Callable[[PlanRequest], PlanResponse]
 ) -> PlanResponse:
     """``response``'s plans with goodput (and time to train), ranked by ``search.objective``, and
     suggested GPU counts, planned with ``search_plans``."""
     inp = resolve_inputs(request)
-    plans = rank(request.search.objective, inp, [annotate(inp, p) for p in response.plans])
+    plans = rank(request.search.objective, inp, [annotate(inp, p) for p in response.plans])[: request.search.top_k]
     update: dict[str, object] = {"plans": plans}
     warnings = list(response.warnings)
     if request.search.objective == "cost" and inp.price_per_gpu_hour_usd is None:

@@ -20,10 +20,11 @@ class SearchSpec(Strict):
     objective: Objective = Field(
         default="throughput",
         description=(
-            "What ranks the plans. throughput: step time. time_to_train, cost, energy: the time_to_train "
-            "object's days, cost_usd, energy_mwh (they need training.total_tokens or total_steps; cost needs a "
-            "price); goodput_throughput: tokens/s times goodput.fraction. The search finds the fastest layouts; "
-            "the others re-rank them (at one GPU count they differ only through power and goodput)."
+            "What ranks the plans. throughput: step time. time_to_train and goodput_throughput: seconds per "
+            "delivered token (tokens/s times goodput.fraction); cost: dollars per delivered token (without a price "
+            "the answer warns and cost_usd is null); energy: joules per delivered token. None needs a token budget. "
+            "The search finds the fastest layouts; the others re-rank them (at one GPU count they differ only "
+            "through power and goodput)."
         ),
     )
     suggest: bool = Field(
