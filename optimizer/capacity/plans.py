@@ -10,7 +10,6 @@ from optimizer.capacity.suggest import suggestions, unchecked_warning
 from optimizer.results import PlanResponse
 from optimizer.specs import PlanRequest
 
-
 RERANK_POOL = 10
 """Objectives other than throughput re-rank at least this many of the fastest layouts."""
 
