@@ -73,15 +73,24 @@ def on_nodes(c: ClusterSpec, nodes: list[TopologyNode], g: int) -> ClusterSpec:
     return c.model_copy(update={"topology": placed, "num_gpus": len(nodes) * g})
 
 
-def node_set_options(c: ClusterSpec) -> list[Option]:
+FIRST_SET_MIN_S = 1.0
+"""The first node set's search gets at least this long, even past the request's time limit (on a
+large topology, choosing the sets can take the whole limit)."""
+EVALUATE_SELECTION_S = 10.0
+"""/evaluate on a topology without an assignment: time for choosing its candidate node sets (then
+the loosest set of each GPU count and those found so far)."""
+
+
+def node_set_options(c: ClusterSpec, deadline: float | None = None) -> list[Option]:
     """Every candidate node set of the job's GPU counts (``options_by_count``, all of them)."""
-    return [opt for count in options_by_count(c) for opt in count]
+    return [opt for count in options_by_count(c, deadline) for opt in count]
 
 
-def options_by_count(c: ClusterSpec) -> Iterator[list[Option]]:
+def options_by_count(c: ClusterSpec, deadline: float | None = None) -> Iterator[list[Option]]:
     """The candidate node sets of each GPU count in turn (one set for an assignment), computed as
     they are asked for: on a large topology each count's selection takes a while, so a caller
-    with a deadline stops asking."""
+    with a deadline stops asking, and past ``deadline`` each count's selection stops at the sets
+    found so far and its loosest (``candidate_sets``)."""
     topo = c.topology
     assert topo is not None
     if topo.assignment is not None:
@@ -95,7 +104,7 @@ def options_by_count(c: ClusterSpec) -> Iterator[list[Option]]:
         tree = trees.get(g)
         if tree is None:
             tree = trees[g] = domain_tree(topo, g)
-        yield [Option(g, ch) for ch in candidate_sets(topo, g, n, tree)]
+        yield [Option(g, ch) for ch in candidate_sets(topo, g, n, tree, deadline)]
 
 
 def objective_score(out: Outcome) -> float:
@@ -150,13 +159,15 @@ def _search_node_sets(
     c, outcomes, total = request.cluster, [], 0
     counts = 1 if c.topology is not None and c.topology.assignment is not None else len(job_counts(c))
     done = 0
-    for options in options_by_count(c):
+    for options in options_by_count(c, deadline):
         done += 1
         total += len(options)
         for opt in options:
+            # the first node set is searched even when choosing the sets used up the time limit
+            first = time.perf_counter() + FIRST_SET_MIN_S if not outcomes else deadline
             sub = within(
                 request.model_copy(update={"cluster": on_nodes(c, list(opt.choice.nodes), opt.gpus_per_node)}),
-                deadline,
+                max(deadline, first),
             )
             if sub is None:
                 break
@@ -354,7 +365,7 @@ def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequ
         if size == 0:
             raise InvalidLayout("cluster.num_gpus", "give num_gpus, config.dp or topology.assignment")
         c = c.model_copy(update={"num_gpus": size})
-    options = node_set_options(c)
+    options = node_set_options(c, time.perf_counter() + EVALUATE_SELECTION_S)
     if not options:
         raise InvalidLayout("cluster.num_gpus", f"{c.num_gpus} GPUs do not fit on the free nodes: {free_by_level(c)}")
     scored = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -221,9 +222,13 @@ def largest_domains(root: Domain, depths: int) -> list[int]:
     return biggest
 
 
-def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int, root: Domain | None = None) -> list[Choice]:
+def candidate_sets(
+    topo: ClusterTopology, gpus_per_node: int, count: int, root: Domain | None = None, deadline: float | None = None
+) -> list[Choice]:
     """The candidate node sets of ``count`` nodes (see the module doc), most compact first
-    (``root``: the topology's ``domain_tree`` for ``gpus_per_node``, when the caller has it)."""
+    (``root``: the topology's ``domain_tree`` for ``gpus_per_node``, when the caller has it). Past
+    ``deadline`` (a ``time.perf_counter`` value) no further locality chain is tried: the sets found
+    so far and the loosest one."""
     root = root if root is not None else domain_tree(topo, gpus_per_node)
     depths = len(topo.switch_levels())
     if root.size < count:
@@ -231,6 +236,8 @@ def candidate_sets(topo: ClusterTopology, gpus_per_node: int, count: int, root: 
     feasible: dict[tuple[int, ...], Choice] = {}
     knap = Knapsack(root, depths, count)
     for chain in chains(count, depths, largest_domains(root, depths)):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         if any(refines(f, chain) for f in feasible):
             continue  # a feasible chain already asks more locality at every level
         choice = best_set(topo, knap, chain)

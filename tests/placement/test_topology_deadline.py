@@ -138,3 +138,19 @@ def test_the_domain_tree_is_built_once_per_node_size(monkeypatch) -> None:
     request = _request(60.0)
     counts = list(placement_plan.options_by_count(request.cluster))
     assert len(counts) > 3 and calls == [8]
+
+
+def test_selection_past_its_deadline_keeps_the_loosest_set_and_the_first_search_runs() -> None:
+    """On large topologies choosing the node sets can take the whole limit: past the deadline each
+    count keeps its loosest set, and the first set is still searched (``FIRST_SET_MIN_S``)."""
+    raw = job(blocks_racks(2, 3, 4, busy={"gpu000", "gpu005", "gpu013"}), 48)
+    request = PlanRequest.model_validate(raw)
+    unbounded = node_set_options(request.cluster)
+    past = node_set_options(request.cluster, deadline=time.perf_counter() - 1.0)
+    assert 1 <= len(past) < len(unbounded)
+    names = [{tuple(n.name for n in o.choice.nodes) for o in opts} for opts in (past, unbounded)]
+    assert names[0] <= names[1]
+    limits: list[float] = []
+    tiny = request.model_copy(update={"search": request.search.model_copy(update={"time_limit_s": 1e-6})})
+    plan_on_topology(tiny, _slow_search(limits))
+    assert len(limits) == 1  # searched, though the limit had passed before it
