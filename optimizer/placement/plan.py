@@ -156,7 +156,8 @@ def _search_node_sets(
 ) -> tuple[list[Outcome], Cut]:
     """Each candidate node set planned in turn with what is left of the time limit; the node sets
     of GPU counts the deadline leaves unreached are not computed (``Cut.counts_left``)."""
-    c, outcomes, total = request.cluster, [], 0
+    c, total = request.cluster, 0
+    outcomes: list[Outcome] = []
     counts = 1 if c.topology is not None and c.topology.assignment is not None else len(job_counts(c))
     done = 0
     for options in options_by_count(c, deadline):
