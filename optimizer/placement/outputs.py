@@ -100,10 +100,11 @@ def kueue_request(topo: ClusterTopology, nodes: list[TopologyNode]) -> KueueRequ
     levels = topo.switch_levels()
     counts = domain_counts(topo, nodes)
     annotations: dict[str, str] = {}
-    inside = [lv for lv, c in zip(levels, counts, strict=True) if len(c) == 1]
+    # not the hostname, which Kueue refuses unless the user's Topology lists it (from-kueue adds it)
+    inside = [lv for lv, c in zip(levels, counts, strict=True) if len(c) == 1 and lv != HOSTNAME_LABEL]
     if inside:  # the finest level one of whose domains holds the whole job
         annotations[KUEUE_REQUIRED] = inside[-1]
-    else:
+    elif levels[0] != HOSTNAME_LABEL:
         annotations[KUEUE_PREFERRED] = levels[0]
     # slices at the finest level above the nodes: the leaf switch, or the NVLink domain (an NVL72
     # clique) when that is not the node itself

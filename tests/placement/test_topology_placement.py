@@ -328,3 +328,11 @@ def test_hostname_level_is_implied_and_oversized_nodes_rejected(client: TestClie
     topo["nodes"][0]["free_gpus"] = 16
     r = client.post("/plan", json=job(topo, 16))
     assert r.status_code == 422 and "gpu000" in r.text and "gpus_per_node" in r.text
+
+
+def test_a_one_node_job_asks_kueue_for_its_rack_not_the_hostname() -> None:
+    """Kueue refuses a required level its Topology does not list, and from-kueue adds the hostname
+    level itself: a job on one node is required to stay in the finest switch level, the rack."""
+    answer = service.plan(PlanRequest.model_validate(job(blocks_racks(2, 3, 4, busy=set()), 8)))
+    annotations = answer.plans[0].assignment.kueue.annotations
+    assert annotations == {"kueue.x-k8s.io/podset-required-topology": "rack"}
