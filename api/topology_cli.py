@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from api.cli_args import EXIT_INVALID, EXIT_OK, OutputError, write_output
 from api.documents import MAX_INVENTORY_BYTES, DocumentError, parse_json, read_text
-from api.topology_convert import ConvertError, from_kueue, from_slurm
+from api.topology_convert import ConvertError, from_kueue
+from api.topology_slurm import from_slurm
 from api.topology_volcano import from_volcano
 from optimizer.topology_spec import ClusterTopology
 
@@ -98,8 +99,8 @@ def _positive(text: str) -> int:
 def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     topo = sub.add_parser("topology", help="convert a scheduler's topology to cluster.topology JSON")
     kinds = topo.add_subparsers(dest="source", required=True, metavar="SOURCE")
-    slurm = kinds.add_parser("from-slurm", help="Slurm topology.yaml (tree or block plugin)")
-    slurm.add_argument("file", metavar="TOPOLOGY_YAML")
+    slurm = kinds.add_parser("from-slurm", help="Slurm topology.yaml or topology.conf (tree or block plugin)")
+    slurm.add_argument("file", metavar="TOPOLOGY_YAML_OR_CONF")
     slurm.add_argument("--gpus-per-node", type=_positive, default=8, help="GPUs on each node (default 8)")
     slurm.add_argument("--busy", help="hostlist of nodes in use (e.g. from squeue -h -o %%N)")
     slurm.add_argument("--name", help="topology name (default: the cluster_default one)")

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from api.topology_convert import ConvertError, busy_names, from_kueue, from_slurm
+from api.topology_convert import ConvertError, busy_names, from_kueue
+from api.topology_slurm import from_slurm
 from api.topology_volcano import from_volcano
 from optimizer import service
 from optimizer.errors import InvalidLayout
@@ -231,7 +232,15 @@ def test_an_nvlink_domain_larger_than_the_hardware_is_refused() -> None:
         ("- topology: t\n  tree: [1]\n", "tree: expected a mapping"),
         ("- topology: t\n  block:\n    block_sizes: [-4, -8]\n    blocks:\n    - {block: b, nodes: 'n[1-4]'}\n", "block_sizes"),
         ("- topology: t\n  block:\n    block_sizes: 5\n    blocks:\n    - {block: b, nodes: 'n[1-4]'}\n", "block_sizes"),
-        ("- topology: t\n  block:\n    blocks:\n    - {block: b}\n", "no block lists nodes"),
+        ("- topology: t\n  block:\n    blocks:\n    - {block: b}\n", "block 'b' lists no nodes"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: l1, nodes: 'g[1-4]'}\n    - {switch: l1, nodes: 'g[5-8]'}\n",
+         "switch 'l1' is listed twice"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'g[1-4],g3'}\n", "node 'g3' is listed twice"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: top, children: 'leaf[1-3]'}\n    - {switch: leaf1, nodes: g1}\n",
+         "has child 'leaf2', which is not defined"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: [a, b], nodes: g1}\n", "needs a 'switch' name"),
+        ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: g1}\n  block:\n    blocks:\n    - {block: b, nodes: g1}\n",
+         "has both a tree and a block"),
         ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: {a: 1}}\n", "expected a hostlist, not dict"),
         ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'n[0-2000000]'}\n", "more than 16,384 nodes"),
         ("- topology: t\n  tree:\n    switches:\n    - {switch: s, nodes: 'n[2000000-0]'}\n", "more than 16,384 nodes"),

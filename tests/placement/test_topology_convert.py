@@ -9,7 +9,8 @@ import hostlist
 import pytest
 
 from api.cli import main
-from api.topology_convert import ConvertError, from_kueue, from_slurm
+from api.topology_convert import ConvertError, from_kueue
+from api.topology_slurm import from_slurm
 from optimizer import service
 from optimizer.specs import PlanRequest
 

@@ -1,0 +1,57 @@
+"""Slurm's classic topology.conf reads as the topology.yaml it describes."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.topology_convert import ConvertError
+from api.topology_slurm import from_slurm
+
+TREE_CONF = """
+# topology/tree: two leaf switches under a spine
+SwitchName=s0 Nodes=dgx[001-004]
+SwitchName=s1 Nodes=dgx[005-008] LinkSpeed=400
+SwitchName=spine Switches=s[0-1]
+"""
+TREE_YAML = """
+- topology: t
+  tree:
+    switches:
+    - {switch: s0, nodes: 'dgx[001-004]'}
+    - {switch: s1, nodes: 'dgx[005-008]'}
+    - {switch: spine, children: 's[0-1]'}
+"""
+BLOCK_CONF = """BlockName=b1 Nodes=gb[000-017]
+BlockName=b2 Nodes=gb[018-035]
+BlockSizes=18,36
+"""
+BLOCK_YAML = """
+- topology: t
+  block:
+    block_sizes: [18, 36]
+    blocks:
+    - {block: b1, nodes: 'gb[000-017]'}
+    - {block: b2, nodes: 'gb[018-035]'}
+"""
+
+
+@pytest.mark.parametrize(("conf", "yaml"), [(TREE_CONF, TREE_YAML), (BLOCK_CONF, BLOCK_YAML)])
+def test_conf_reads_as_its_yaml(conf: str, yaml: str) -> None:
+    assert from_slurm(conf, 8, busy="dgx002" if "dgx" in conf else "gb003") == from_slurm(
+        yaml, 8, busy="dgx002" if "dgx" in conf else "gb003"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("SwitchName=s0 Nodes=a[1-2]\nBlockName=b Nodes=a3\n", "both SwitchName"),
+        ("SwitchName=s0 Nodez=a[1-2]\n", "unknown key 'nodez'"),
+        ("BlockSizes=4\n", "no SwitchName or BlockName"),
+        ("SwitchName=s0 Nodes=a1 stray\n", "expected Key=value pairs"),
+        ("BlockName=b Nodes=a[1-4]\nBlockSizes=four\n", "BlockSizes takes node counts"),
+    ],
+)
+def test_bad_conf_lines_name_the_line(text: str, message: str) -> None:
+    with pytest.raises(ConvertError, match=message):
+        from_slurm(text, 8)
