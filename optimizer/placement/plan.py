@@ -109,13 +109,18 @@ def options_by_count(c: ClusterSpec, deadline: float | None = None) -> Iterator[
 
 def objective_score(out: Outcome) -> float:
     """What the request's ``search.objective`` minimises for the outcome's best plan (compared
-    across GPU counts, so ``throughput`` is per GPU; nine significant digits, so that ties reach
-    the compactness keys)."""
+    across GPU counts, so ``throughput`` is per GPU), to ``SCORE_DIGITS`` significant digits: node
+    sets within that of each other are ties, which go to the most compact (a 0.0003% faster step
+    is no reason to spread a job over more switches)."""
     best = out.response.plans[0]
     objective = out.request.search.objective
     if objective == "throughput":
-        return -round(best.tokens_per_s_per_gpu, 6)
-    return float(f"{objective_value(objective, resolve_inputs(out.request), best):.9g}")
+        return float(f"{-best.tokens_per_s_per_gpu:.{SCORE_DIGITS}g}")
+    return float(f"{objective_value(objective, resolve_inputs(out.request), best):.{SCORE_DIGITS}g}")
+
+
+SCORE_DIGITS = 5
+"""Significant digits node sets are compared in: far finer than the cost model's accuracy."""
 
 
 def _key(out: Outcome) -> tuple:

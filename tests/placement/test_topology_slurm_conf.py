@@ -55,3 +55,18 @@ def test_conf_reads_as_its_yaml(conf: str, yaml: str) -> None:
 def test_bad_conf_lines_name_the_line(text: str, message: str) -> None:
     with pytest.raises(ConvertError, match=message):
         from_slurm(text, 8)
+
+
+def test_a_near_tie_goes_to_the_most_compact_node_set() -> None:
+    """48 GPUs on four 4-node base blocks with n01, n02, n05, n09, n10 and n13 busy: three nodes in
+    each of two blocks step within microseconds of two in each of three; the fewer blocks win (node
+    sets compare to 5 significant digits)."""
+    from optimizer import service
+    from optimizer.specs import PlanRequest
+
+    conf = "BlockName=b1 Nodes=n[01-04]\nBlockName=b2 Nodes=n[05-08]\nBlockName=b3 Nodes=n[09-12]\n"
+    conf += "BlockName=b4 Nodes=n[13-16]\nBlockSizes=4,8,16\n"
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 256},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 48, "topology": from_slurm(conf, 8, busy="n[01-02,05,09-10,13]")}, "search": {"top_k": 1}}  # fmt: skip
+    used = service.plan(PlanRequest.model_validate(job)).plans[0].assignment.domains_used
+    assert used["slurm/block"] == 2
