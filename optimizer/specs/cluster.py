@@ -69,6 +69,21 @@ class ClusterSpec(Strict):
         """The fields the request gave (before the preset and defaults filled in the others)."""
         return self._given
 
+    def _check_power_limit(self) -> None:
+        """A power cap the GPU can run at: above its idle draw (capacity catalog), at most its TDP."""
+        limit = self.gpu_power_limit_w
+        if limit is None:
+            return
+        ref = current()
+        tdp = ref.catalog.gpus[self.gpu or ""].tdp_w.value
+        idle = ref.capacity.gpus[self.gpu or ""].idle_power_w.value
+        if limit > tdp:
+            raise ValueError(f"cluster.gpu_power_limit_w: {limit:g} W is above {self.gpu}'s TDP ({tdp:g} W), its most")
+        if limit <= idle:
+            raise ValueError(
+                f"cluster.gpu_power_limit_w: {limit:g} W is not above {self.gpu}'s idle draw ({idle:g} W): it could not run"
+            )
+
     @property
     def resolved_num_gpus(self) -> int:
         """``num_gpus`` of a job being costed: given, or chosen from ``topology`` before costing."""
@@ -101,6 +116,7 @@ class ClusterSpec(Strict):
         if self.gpu not in cat.gpus:
             raise ValueError(str(UnknownCatalogId("gpu", self.gpu, list(cat.gpus))))
         gpu = cat.gpus[self.gpu]
+        self._check_power_limit()
         if self.network is None:
             self.network = "ib-ndr-400"
         if self.network not in cat.networks:

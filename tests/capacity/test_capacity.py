@@ -383,8 +383,13 @@ def test_power_cap_bounds_board_power():
     clock = (500 / 700) ** DEFAULT.power_clock_exponent
     board = 140 + (500 - 140) * min(1.0, capped_plan.hfu / (0.803 * clock))
     assert capped.power_per_gpu_w == pytest.approx(board + 575)
-    doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": 100}  # below the idle draw
-    assert service.evaluate(EvaluateRequest.model_validate(doc)).time_to_train.power_per_gpu_w == pytest.approx(675)
+    # a cap the GPU cannot run at is refused, naming the field: at or below the idle draw, above the TDP
+    for limit, reason in ((100, "is not above h100-sxm-80gb's idle draw (140 W)"), (1000, "is above h100-sxm-80gb's TDP")):
+        doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": limit}
+        with pytest.raises(
+            ValueError, match=f"cluster.gpu_power_limit_w: {limit} W {reason}".replace("(", r"\(").replace(")", r"\)")
+        ):
+            EvaluateRequest.model_validate(doc)
 
 
 def test_a_search_too_slow_to_check_nearby_counts_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
