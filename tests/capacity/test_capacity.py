@@ -384,7 +384,10 @@ def test_power_cap_bounds_board_power():
     board = 140 + (500 - 140) * min(1.0, capped_plan.hfu / (0.803 * clock))
     assert capped.power_per_gpu_w == pytest.approx(board + 575)
     # a cap the GPU cannot run at is refused, naming the field: at or below the idle draw, above the TDP
-    for limit, reason in ((100, "is not above h100-sxm-80gb's idle draw (140 W)"), (1000, "is above h100-sxm-80gb's TDP")):
+    for limit, reason in (
+        (100, "is not above h100-sxm-80gb's idle draw (140 W)"),
+        (1000, "is above h100-sxm-80gb's TDP"),
+    ):
         doc["cluster"] = {**JOB_70B["cluster"], "gpu_power_limit_w": limit}
         with pytest.raises(
             ValueError, match=f"cluster.gpu_power_limit_w: {limit} W {reason}".replace("(", r"\(").replace(")", r"\)")
