@@ -43,7 +43,7 @@ from optimizer.capacity.sweep import (
     pin_invalid_at_every_point,
     point_requests,
 )
-from optimizer.capacity.sweep_notes import with_fewer_gpus_notes
+from optimizer.capacity.sweep_notes import unpriced_warning, with_fewer_gpus_notes
 from optimizer.errors import InvalidLayout, PlannerError
 from optimizer.presets import load_model_presets
 from optimizer.reference import ReferenceData, install
@@ -355,6 +355,8 @@ async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: Sweeps
     # validating every point can take seconds on a large topology: off the event loop
     points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)
     jobs, warnings = limited_points(points, settings)
+    unpriced = unpriced_warning([r.cluster.gpu for _, r in jobs], [price_per_gpu_hour_usd(r) for _, r in jobs])
+    warnings += [unpriced] if unpriced else []
     try:
         sweep_id = sweeps.start(jobs, warnings)
     except TooManySweeps as exc:

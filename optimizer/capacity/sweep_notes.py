@@ -44,3 +44,16 @@ def with_fewer_gpus_notes(results: list[PointResult]) -> list[PointResult]:
         )
         out.append(result.model_copy(update={"warnings": [*result.warnings, note]}))
     return out
+
+
+def unpriced_warning(gpus: list[str | None], prices: list[float | None]) -> str | None:
+    """The sweep's warning when some points have no price: their ``cost_usd`` is null and the
+    Pareto front weighs every point by its GPU count instead of its cost."""
+    missing = sorted({g or "?" for g, p in zip(gpus, prices, strict=True) if p is None})
+    if not missing:
+        return None
+    return (
+        f"no price for {', '.join(missing)} (costs.price_per_gpu_hour_usd_by_gpu, or costs.price_per_gpu_hour_usd; "
+        "the catalog has none): those points' cost_usd is null, and the Pareto front weighs every point by its "
+        "GPU count instead of its cost"
+    )

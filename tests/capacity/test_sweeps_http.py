@@ -186,3 +186,19 @@ def test_a_point_whose_time_ran_out_is_timed_out_not_infeasible(monkeypatch):
     proved = ran_out.model_copy(update={"status": "infeasible", "solver": SolverInfo(status="INFEASIBLE")})
     monkeypatch.setattr(sweeps.service, "plan", lambda request: proved)
     assert sweeps.run_point(PlanRequest.model_validate(JOB_8B)).status == "infeasible"
+
+
+def test_points_without_a_price_are_said(client):
+    """A100s have no catalog price: the sweep says their cost is null and what the front weighs
+    instead; with a price for every GPU it says nothing."""
+    vary = {"cluster": ["dgx-h100", "dgx-a100"]}
+    r = client.post("/sweeps", json={"job": JOB_8B, "vary": vary})
+    assert r.status_code == 202, r.text
+    status, _ = _wait(client, r.json()["id"])
+    [warning] = [w for w in status["warnings"] if w.startswith("no price for")]
+    assert warning.startswith("no price for a100-sxm-80gb (")
+    assert "the Pareto front weighs every point by its GPU count" in warning
+    priced = {**JOB_8B, "costs": {"price_per_gpu_hour_usd_by_gpu": {"a100-sxm-80gb": 1.8, "h100-sxm-80gb": 2.5}}}
+    r = client.post("/sweeps", json={"job": priced, "vary": vary})
+    status, _ = _wait(client, r.json()["id"])
+    assert not [w for w in status["warnings"] if w.startswith("no price for")]
