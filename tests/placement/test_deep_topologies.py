@@ -47,6 +47,16 @@ def test_more_than_eight_levels_besides_the_hostname_is_a_422() -> None:
         PlanRequest.model_validate(_request(9, 16, 128))
 
 
+def test_the_hostname_level_anywhere_but_last_is_a_422() -> None:
+    """Levels go coarsest first and the hostname is the finest: a hostname above a rack would make
+    every node a domain holding racks."""
+    body = _request(2, 16, 128)
+    topo = body["cluster"]["topology"]
+    topo["levels"] = ["kubernetes.io/hostname", *[lv for lv in topo["levels"] if lv != "kubernetes.io/hostname"]]
+    with pytest.raises(ValidationError, match="kubernetes.io/hostname is the finest level, so the last"):
+        PlanRequest.model_validate(body)
+
+
 def test_a_level_name_longer_than_a_label_key_is_a_422() -> None:
     """Level names had no limit while placement tier names stop at 317 characters (a Kubernetes
     label key): a plan on a 400-character level named a tier its own config could not send back
