@@ -104,7 +104,9 @@ class ClusterTopology(Strict):
         if len(set(self.levels)) != len(self.levels):
             raise ValueError("topology.levels: a level is listed twice")
         if HOSTNAME_LABEL in self.levels[:-1]:
-            raise ValueError(f"topology.levels: {HOSTNAME_LABEL} is the finest level, so the last (levels go coarsest first)")
+            raise ValueError(
+                f"topology.levels: {HOSTNAME_LABEL} is the finest level, so the last (levels go coarsest first)"
+            )
         if self.nvlink_level not in self.levels:
             raise ValueError(
                 f"topology.nvlink_level: {self.nvlink_level!r} is not one of topology.levels {self.levels}"
