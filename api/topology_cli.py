@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             pods = _inventory(args.pods) if args.pods else None
             topo = from_kueue(_read(args.topology), _inventory(args.nodes), pods)
-        _emit(checked(topo), args.output)
+        _emit(checked(with_nvlink_level(topo, args.nvlink_level)), args.output)
     except (ConvertError, DocumentError, OSError, hostlist.BadHostlist) as exc:
         sys.stderr.write(f"pplan: topology {args.source}: {exc}\n")
         return EXIT_INVALID
@@ -64,6 +64,16 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pplan: topology {args.source}: malformed input ({type(exc).__name__}: {exc})\n")
         return EXIT_INVALID
     return EXIT_OK
+
+
+def with_nvlink_level(topo: dict, level: str | None) -> dict:
+    """``topo`` with ``--nvlink-level``: the level whose domains are NVLink domains (an NVL72 rack
+    as a Slurm block, a provider's clique label), one of its levels."""
+    if level is None:
+        return topo
+    if level not in topo["levels"]:
+        raise ConvertError(f"--nvlink-level: {level!r} is not one of the topology's levels {topo['levels']}")
+    return {**topo, "nvlink_level": level}
 
 
 def checked(topo: dict) -> dict:
@@ -119,5 +129,10 @@ def add_topology_commands(sub: argparse._SubParsersAction) -> None:
     )
     volcano.add_argument("--busy", help="hostlist of nodes in use, without --nodes")
     for p in (slurm, kueue, volcano):
+        p.add_argument(
+            "--nvlink-level",
+            help="the level whose domains are NVLink domains (e.g. slurm/block for NVL72 racks as Slurm blocks; "
+            "default: the clique label where there is one, else the node)",
+        )
         p.add_argument("--output", "-o", help="write the JSON here (default: standard output)")
         p.set_defaults(handler=_run)

@@ -10,6 +10,7 @@ The reference numbers (largest published batch, best published MFU) are data wit
 from __future__ import annotations
 
 import re
+from collections import Counter
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -74,7 +75,7 @@ def load_job_checks(path: Path = DATA_PATH) -> JobChecks:
 
 def job_warnings(job: JobSpec) -> list[str]:
     """Warnings about the job itself (before any plan)."""
-    checks = (_tokens_like_batch, _partial_nodes, _small_batch, _inert_settings, _preset_gpu_swapped)
+    checks = (_tokens_like_batch, _partial_nodes, _small_batch, _inert_settings, _preset_gpu_swapped, _small_cliques)
     return [w for w in (check(job) for check in checks) if w]
 
 
@@ -127,6 +128,24 @@ def _preset_gpu_swapped(job: JobSpec) -> str | None:
         f"cluster.gpu {c.gpu} replaces preset {c.preset}'s {cat.clusters[c.preset].gpu} and keeps the preset's "
         f"{' and '.join(k[0] for k in kept)}, where {c.gpu} comes with {' and '.join(k[1] for k in kept)}: set "
         f"{' and '.join('cluster.' + k[2] for k in kept)} if the cluster differs"
+    )
+
+
+def _small_cliques(job: JobSpec) -> str | None:
+    """A topology whose NVLink domains (``nvlink_level``) hold fewer GPUs than the cluster's
+    ``nvlink_domain_size``: NVLink beyond them is costed as the network (GB200 racks given as
+    Slurm blocks, or a provider's clique label, without ``nvlink_level``)."""
+    c = job.cluster
+    topo = c.topology
+    if topo is None or not c.gpus_per_node or not c.nvlink_domain_size:
+        return None
+    largest = max(Counter(topo.path(n) for n in topo.nodes).values()) * c.gpus_per_node
+    if largest >= min(c.nvlink_domain_size, c.num_gpus or c.nvlink_domain_size):  # the job's nodes may be a part
+        return None
+    return (
+        f"cluster.topology's NVLink domains ({topo.nvlink_level}) hold at most {largest} GPUs, but the cluster's are "
+        f"{c.nvlink_domain_size} (nvlink_domain_size): NVLink between them is costed as the network; set "
+        "topology.nvlink_level to the level of the NVLink domains (pplan topology ... --nvlink-level)"
     )
 
 
