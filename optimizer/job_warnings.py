@@ -10,8 +10,8 @@ The reference numbers (largest published batch, best published MFU) are data wit
 from __future__ import annotations
 
 import re
-from collections import Counter
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
