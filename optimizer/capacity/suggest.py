@@ -40,22 +40,23 @@ def odd_batch_factor(num_gpus: int, global_batch: int) -> int:
 
 
 def candidate_counts(num_gpus: int, global_batch: int, gpus_per_node: int) -> list[int]:
-    """The nearest whole-node counts below and above ``num_gpus`` (within ``SPAN``) whose odd
-    batch factor is 1."""
-    step = gpus_per_node
+    """Whole-node counts within ``SPAN`` of ``num_gpus``, one below and one above: on each side the
+    one with the smallest odd batch factor (the nearest among equals), when that is smaller than
+    ``num_gpus``'s (or 1 when ``num_gpus``'s is 1: the bubble, not the batch, was the symptom)."""
+    step, odd = gpus_per_node, odd_batch_factor(num_gpus, global_batch)
+    below = range((num_gpus - 1) // step * step, 0, -step)
+    above = range((num_gpus // step + 1) * step, int((1 + SPAN) * num_gpus) + 1, step)
     out: list[int] = []
-    below = (num_gpus - 1) // step * step
-    while below >= (1 - SPAN) * num_gpus and below > 0:
-        if odd_batch_factor(below, global_batch) == 1:
-            out.append(below)
-            break
-        below -= step
-    above = (num_gpus // step + 1) * step
-    while above <= (1 + SPAN) * num_gpus:
-        if odd_batch_factor(above, global_batch) == 1:
-            out.append(above)
-            break
-        above += step
+    for side in (below, above):
+        best: tuple[int, int] | None = None
+        for count in side:
+            if count < (1 - SPAN) * num_gpus:
+                break
+            factor = odd_batch_factor(count, global_batch)
+            if factor < max(odd, 2) and (best is None or factor < best[0]):
+                best = (factor, count)
+        if best is not None:
+            out.append(best[1])
     return out
 
 

@@ -223,8 +223,11 @@ def test_odd_batch_factor_and_candidates():
     assert odd_batch_factor(576, 2048) == 9
     assert odd_batch_factor(512, 2048) == 1
     assert odd_batch_factor(4096, 2048) == 1
-    assert candidate_counts(576, 2048, 4) == [512]  # 640 = 5 x 128, 704 = 11 x 64: none above within 25%
-    assert candidate_counts(120, 256, 8) == [128]  # 112, 104, 96 keep a factor 7, 13, 3
+    # each side's smallest odd factor below the asked count's: 512 (1) below 576 (9); above, 640 = 5 x 128
+    # beats 704 = 11 x 64
+    assert candidate_counts(576, 2048, 4) == [512, 640]
+    assert candidate_counts(120, 256, 8) == [96, 128]  # 120 keeps 15; 112, 104, 96 keep 7, 13, 3
+    assert candidate_counts(1600, 1024, 8) == [1536, 1792]  # 25 against 3 (1536 = 3 x 512) and 7
     assert candidate_counts(96, 256, 8) == []  # none within 25% (72-120 GPUs) divides cleanly
     assert candidate_counts(1024, 2048, 8) == []  # nothing between 768 and 1280 has a cleaner factor
 
@@ -255,7 +258,8 @@ def test_suggests_512_over_576_gb200():
     best = answer.plans[0]
     assert best.config.pp == 9
     assert best.time_breakdown_s.pp_bubble / best.step_time_s == pytest.approx(0.32, abs=0.02)
-    assert [s.num_gpus for s in answer.suggestions] == [512]
+    assert [s.num_gpus for s in answer.suggestions] == [512, 640]
+    assert answer.suggestions[1].reason.startswith("+47% tokens/s per GPU with 64 more GPUs")
     s = answer.suggestions[0]
     assert s.tokens_per_s / best.tokens_per_s == pytest.approx(1.562, abs=0.01)
     assert s.reason.startswith("+56% tokens/s from 64 fewer GPUs")
@@ -271,6 +275,7 @@ def test_pins_no_candidate_count_can_take_leave_it_unsuggested():
     assert answer.plans[0].config.pp == 9 and answer.suggestions == []
 
 
+@pytest.mark.usefixtures("untimed_suggestions")
 def test_a_candidate_count_the_search_refuses_is_skipped():
     """A candidate whose space is over the server's memory budget (or whose pins no layout takes)
     is not suggested; the request's own answer stands (it was a 422 naming the candidate's space)."""
@@ -281,7 +286,7 @@ def test_a_candidate_count_the_search_refuses_is_skipped():
         raise SpaceTooLarge(f"search space too large at {candidate.cluster.num_gpus} GPUs")
 
     assert suggestions(request, response, refuse) == []
-    assert [s.num_gpus for s in suggestions(request, response, service.plan)] == [512]
+    assert [s.num_gpus for s in suggestions(request, response, service.plan)] == [512, 640]
 
 
 def test_no_suggestion_when_count_divides_and_no_bubble():
