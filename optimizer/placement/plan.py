@@ -52,15 +52,21 @@ def gpus_per_node_for(topo: ClusterTopology, gpn: int, num_gpus: int) -> int | N
 
 
 def job_counts(c: ClusterSpec) -> list[tuple[int, int]]:
-    """(GPUs per node, nodes) pairs to plan: the asked count, or powers of two up to all free nodes."""
+    """(GPUs per node, nodes) pairs to plan: the asked count, or powers of two up to all free nodes
+    (whole nodes; where no node is wholly free, the largest share of a node, a divisor of its
+    size, that some nodes have free)."""
     topo = c.topology
     assert topo is not None and c.gpus_per_node
     if c.num_gpus is not None:
         g = gpus_per_node_for(topo, c.gpus_per_node, c.num_gpus)
         return [] if g is None else [(g, c.num_gpus // g)]
-    full = sum(1 for n in topo.nodes if n.free_gpus >= c.gpus_per_node)
+    g, full = c.gpus_per_node, 0
+    for g in sorted((d for d in range(1, c.gpus_per_node + 1) if c.gpus_per_node % d == 0), reverse=True):
+        full = sum(1 for n in topo.nodes if n.free_gpus >= g)
+        if full:
+            break
     counts = sorted({1 << k for k in range(full.bit_length()) if 1 << k <= full} | ({full} if full else set()))
-    return [(c.gpus_per_node, n) for n in counts]
+    return [(g, n) for n in counts]
 
 
 def on_nodes(c: ClusterSpec, nodes: list[TopologyNode], g: int) -> ClusterSpec:

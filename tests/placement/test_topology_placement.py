@@ -276,10 +276,17 @@ def test_count_omitted_picks_the_best_throughput_per_gpu(client: TestClient) -> 
         assert other["tokens_per_s_per_gpu"] <= best["tokens_per_s_per_gpu"] + 1e-6
 
 
-def test_no_whole_node_free_and_count_omitted_is_infeasible(client: TestClient) -> None:
+def test_no_whole_node_free_and_count_omitted_plans_on_shares_of_nodes(client: TestClient) -> None:
+    """With no node wholly free the planner chooses among the largest share of a node some nodes
+    have free (half nodes here), and says the nodes are shared; with none free at all it is
+    infeasible, with the reason."""
     topo = blocks_racks(1, 1, 2, partial={"gpu000": 4, "gpu001": 4})
     body = client.post("/plan", json=job(topo, None)).json()
-    assert body["status"] == "infeasible" and "no node has all its GPUs free" in body["explanation"]
+    assert body["status"] == "optimal", body
+    assert body["plans"][0]["assignment"]["gpus_per_node"] == 4
+    assert any("of the 8 GPUs on each of its" in w for w in body["warnings"])
+    none = client.post("/plan", json=job(blocks_racks(1, 1, 2, busy={"gpu000", "gpu001"}), None)).json()
+    assert none["status"] == "infeasible" and "no node has all its GPUs free" in none["explanation"]
 
 
 def test_evaluate_without_assignment_places_the_layout(client: TestClient) -> None:
