@@ -11,7 +11,8 @@ import re
 
 from api.topology_convert import ConvertError
 
-_PAIR = re.compile(r"(\w+)=(\S+)")
+_PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|\S+)')
+"""A ``Key=value`` pair as Slurm's parser reads it: spaces around ``=`` allowed, a value quoted."""
 TREE_KEYS = {"switchname", "switches", "nodes", "linkspeed"}
 BLOCK_KEYS = {"blockname", "nodes"}
 
@@ -28,11 +29,8 @@ def looks_like_conf(text: str) -> bool:
 def parse_conf(text: str) -> list[dict]:
     """The topology.yaml list (one topology, ``tree`` or ``block``) ``text`` describes."""
     switches, blocks, sizes = [], [], None
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        pairs = {k.lower(): v for k, v in _PAIR.findall(line)}
+    for number, line in _statements(text):
+        pairs = {k.lower(): v.strip('"') for k, v in _PAIR.findall(line)}
         if not pairs or _PAIR.sub("", line).strip():
             raise ConvertError(f"topology.conf line {number}: expected Key=value pairs, not {line!r}")
         if "switchname" in pairs:
@@ -54,6 +52,27 @@ def parse_conf(text: str) -> list[dict]:
     if not blocks:
         raise ConvertError("topology.conf: no SwitchName or BlockName lines")
     return [{"topology": "topology.conf", "block": {"blocks": blocks, **({"block_sizes": sizes} if sizes else {})}}]
+
+
+def _statements(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each statement: comments dropped, a line ending in ``\\``
+    continued on the next, as Slurm's parser joins them."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        joined = (pending + line).strip()
+        pending = ""
+        if joined:
+            out.append((start, joined))
+    if pending.strip():
+        out.append((start, pending.strip()))
+    return out
 
 
 def _check_keys(pairs: dict[str, str], allowed: set[str], number: int) -> None:

@@ -112,16 +112,18 @@ def _tokens_like_batch(job: JobSpec) -> str | None:
 def _preset_gpu_swapped(job: JobSpec) -> str | None:
     """``cluster.gpu`` given with a preset of another GPU keeps the preset's node size and NVLink
     domain (an explicit field overrides only itself): say so where the GPU comes in other ones
-    (its catalog NVLink domain) and the request did not set them."""
+    (a catalog preset built on it, else its catalog NVLink domain) and the request did not set them."""
     c, cat = job.cluster, current().catalog
     if c.preset is None or "gpu" not in c.given_fields or c.gpu == cat.clusters[c.preset].gpu:
         return None
-    domain = cat.gpus[c.gpu or ""].default_nvlink_domain_size
+    home = next((p for p in cat.clusters.values() if p.gpu == c.gpu), None)  # a preset built on the GPU
+    domain = home.nvlink_domain_size if home else cat.gpus[c.gpu or ""].default_nvlink_domain_size
+    node = home.gpus_per_node if home else min(8, domain)
     kept = []
     if "nvlink_domain_size" not in c.given_fields and c.nvlink_domain_size != domain:
         kept.append((f"{c.nvlink_domain_size}-GPU NVLink domains", f"{domain}", "nvlink_domain_size"))
-    if "gpus_per_node" not in c.given_fields and c.gpus_per_node != min(8, domain):
-        kept.append((f"{c.gpus_per_node} GPUs a node", f"{min(8, domain)}", "gpus_per_node"))
+    if "gpus_per_node" not in c.given_fields and c.gpus_per_node != node:
+        kept.append((f"{c.gpus_per_node} GPUs a node", f"{node}", "gpus_per_node"))
     if not kept:
         return None
     return (

@@ -103,13 +103,30 @@ LOW_GOODPUT = 0.5
 """Below this goodput fraction a plan's note says that failures take most of the time."""
 
 
+def best_whole_steps(interval_s: float, step_s: float, write_s: float, mtbf_s: float, restart_s: float) -> tuple:
+    """(goodput, steps): the whole number of steps between checkpoints, at most Young-Daly's rounded
+    up, with the most goodput (checkpoints happen between steps). Daly's goodput is unimodal in the
+    interval and its optimum lies at or below Young-Daly's, so an integer ternary search finds it."""
+
+    def g(n: int) -> float:
+        return f.goodput_fraction(n * step_s, write_s, mtbf_s, restart_s)
+
+    lo, hi = 1, max(1, math.ceil(interval_s / step_s))
+    while hi - lo > 2:
+        a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        if g(a) < g(b):
+            lo = a + 1
+        else:
+            hi = b
+    return max((g(n), n) for n in range(lo, hi + 1))
+
+
 def goodput_of(inp: CapacityInputs, plan: Plan) -> Goodput:
     ckpt = f.checkpoint_bytes(inp.params, WEIGHT_BYTES, OPTIMIZER_BYTES)
     write_s = inp.checkpoint_write_s or f.sharded_write_time_s(ckpt, inp.nodes, inp.write_bytes_per_s_per_node)
     mtbf = f.system_mtbf_s(inp.mtbf_gpu_s, inp.num_gpus)
     interval = f.young_daly_interval_s(write_s, mtbf)
-    steps = max(1, round(interval / plan.step_time_s))  # checkpoints happen between steps
-    fraction = f.goodput_fraction(steps * plan.step_time_s, write_s, mtbf, inp.restart_s)
+    fraction, steps = best_whole_steps(interval, plan.step_time_s, write_s, mtbf, inp.restart_s)
     return Goodput(
         checkpoint_bytes=ckpt,
         checkpoint_write_s=write_s,

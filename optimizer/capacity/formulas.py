@@ -50,7 +50,7 @@ def goodput_fraction(interval_s: float, t_write_s: float, mtbf_system_s: float, 
     failures come nearly as often as checkpoints (the job still progresses, slowly)."""
     m = mtbf_system_s
     x = (interval_s + t_write_s) / m
-    log_expm1 = x + math.log1p(-math.exp(-x)) if x > 0 else -math.inf  # log(e^x - 1), no overflow
+    log_expm1 = x + math.log(-math.expm1(-x)) if x > 0 else -math.inf  # log(e^x - 1), no overflow
     log_wall = math.log(m) + restart_s / m + log_expm1
     return math.exp(math.log(interval_s) - log_wall) if interval_s > 0 else 0.0
 

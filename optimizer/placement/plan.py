@@ -171,7 +171,9 @@ def _search_node_sets(
     outcomes: list[Outcome] = []
     counts = 1 if c.topology is not None and c.topology.assignment is not None else len(job_counts(c))
     done = 0
+    selection_cut = False
     for options in options_by_count(c, deadline):
+        selection_cut = selection_cut or time.perf_counter() >= deadline  # chosen past it: maybe cut
         done += 1
         total += len(options)
         for opt in options:
@@ -187,7 +189,8 @@ def _search_node_sets(
         if time.perf_counter() >= deadline:
             break
     unsettled = sum(not settled(o.response) for o in outcomes)
-    return outcomes, Cut(request.search.time_limit_s, len(outcomes), total, unsettled, False, counts - done)
+    cut = Cut(request.search.time_limit_s, len(outcomes), total, unsettled, False, counts - done, selection_cut)
+    return outcomes, cut
 
 
 def settled(response: PlanResponse) -> bool:
@@ -206,6 +209,8 @@ class Cut(NamedTuple):
     smallest_cut: bool
     counts_left: int = 0
     """GPU counts whose node sets were not computed before the deadline."""
+    selection_cut: bool = False
+    """The deadline stopped choosing some count's node sets (its less compact sets were not tried)."""
 
 
 def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
@@ -221,6 +226,8 @@ def _cut_short(response: PlanResponse, cut: Cut) -> PlanResponse:
         said.append(f"{cut.unsettled} node sets' searches ended before they finished")
     if cut.smallest_cut:
         said.append("the smallest GPU count with a fitting layout was not found in time")
+    if cut.selection_cut:
+        said.append("choosing candidate node sets stopped at the limit, so some were not considered")
     if not said:
         return response
     warning = f"search.time_limit_s ({cut.limit_s:g} s): " + "; ".join(said)

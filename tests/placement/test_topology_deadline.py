@@ -152,5 +152,8 @@ def test_selection_past_its_deadline_keeps_the_loosest_set_and_the_first_search_
     assert names[0] <= names[1]
     limits: list[float] = []
     tiny = request.model_copy(update={"search": request.search.model_copy(update={"time_limit_s": 1e-6})})
-    plan_on_topology(tiny, _slow_search(limits))
+    answer = plan_on_topology(tiny, _slow_search(limits))
     assert len(limits) == 1  # searched, though the limit had passed before it
+    # the choice of node sets was cut too: no optimality claim, and the warning says so
+    assert answer.status != "optimal" and not answer.solver.proved_optimal
+    assert any("choosing candidate node sets stopped at the limit" in w for w in answer.warnings)

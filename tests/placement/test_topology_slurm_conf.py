@@ -102,3 +102,11 @@ def test_nvl72_racks_as_slurm_blocks_need_the_nvlink_level(tmp_path, capsys) -> 
         warned.append([w for w in answer.warnings if w.startswith("cluster.topology's NVLink domains")])
     assert warned[0] and "hold at most 4 GPUs, but the cluster's are 72" in warned[0][0] and not warned[1]
     assert steps[1] < 0.95 * steps[0]
+
+
+def test_conf_as_slurms_parser_reads_it() -> None:
+    """Spaces around '=', quoted values and lines continued with a backslash, as parse_config.c
+    reads them."""
+    conf = 'SwitchName = s0 Nodes="dgx[001-004]"\nSwitchName=s1 \\\n    Nodes=dgx[005-008] # rack 2\n'
+    conf += 'switchname=spine switches="s[0-1]"\n'
+    assert from_slurm(conf, 8, busy="dgx002") == from_slurm(TREE_YAML, 8, busy="dgx002")
