@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -141,7 +140,7 @@ def _small_cliques(job: JobSpec) -> str | None:
     topo = c.topology
     if topo is None or not c.gpus_per_node or not c.nvlink_domain_size:
         return None
-    largest = max(Counter(topo.path(n) for n in topo.nodes).values()) * c.gpus_per_node
+    largest = topo.largest_nvlink_domain()[1] * c.gpus_per_node
     if largest >= min(c.nvlink_domain_size, c.num_gpus or c.nvlink_domain_size):  # the job's nodes may be a part
         return None
     return (

@@ -15,6 +15,7 @@ from optimizer.launch.megatron import delayed_wgrad_te_note
 from optimizer.launch.nemo import bridge_delayed_wgrad_te_note, first_last_bf16_note, tp_overlap_left_to_recipe_note
 from optimizer.reference import current
 from optimizer.specs import JobSpec
+from optimizer.specs.search import MAX_MEMORY_HEADROOM_GIB
 from optimizer.units import GIB, to_gib
 
 MEGATRON_IDS = ("megatron-lm", "megatron-bridge")
@@ -22,8 +23,6 @@ MEMORY_MEDIAN_ERROR = 0.051
 """The memory model's median |error| against published peak memory (``benchmarks/memory_check.py``,
 docs/memory_check.md; a test holds the two equal): a plan with less free memory than this share of
 its peak may not fit as run."""
-MAX_HEADROOM_GIB = 64
-"""The largest ``search.memory_headroom_gib`` a request takes."""
 MEMORY_WORST_UNDER = 0.15
 """The furthest the model fell under a published peak there (same source)."""
 
@@ -309,7 +308,7 @@ def _memory_margin_note(est: Estimate) -> list[str]:
     peak, capacity = est.peak_memory_bytes, est.capacity_bytes
     if not est.fits_memory or capacity - peak >= MEMORY_MEDIAN_ERROR * peak:
         return []
-    headroom = min(-(-(MEMORY_MEDIAN_ERROR * capacity) // GIB), MAX_HEADROOM_GIB)
+    headroom = min(-(-(MEMORY_MEDIAN_ERROR * capacity) // GIB), MAX_MEMORY_HEADROOM_GIB)
     return [
         f"memory: {to_gib(peak):.1f} of the GPU's {to_gib(capacity):.1f} GiB leaves less free than the memory "
         f"model's median error against published peaks ({MEMORY_MEDIAN_ERROR:.1%}; up to {MEMORY_WORST_UNDER:.0%} "

@@ -137,6 +137,10 @@ class ClusterTopology(Strict):
                 raise ValueError("topology.assignment.nodes: a node is listed twice")
         return self
 
+    def largest_nvlink_domain(self) -> tuple[tuple[str, ...], int]:
+        """(path, node count) of the NVLink domain (``nvlink_level`` value) with the most nodes."""
+        return max(Counter(self.path(n) for n in self.nodes).items(), key=lambda kv: kv[1])
+
     def switch_levels(self) -> list[str]:
         """Levels from the coarsest down to (and including) ``nvlink_level``."""
         return self.levels[: self.levels.index(self.nvlink_level) + 1]

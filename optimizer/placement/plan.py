@@ -20,7 +20,7 @@ from optimizer.capacity.annotate import objective_value, resolve_inputs
 from optimizer.errors import InvalidLayout
 from optimizer.job_warnings import shared_nodes_warning
 from optimizer.placement.outputs import build_assignment
-from optimizer.placement.select import Choice, Domain, candidate_sets, domain_tree, rank_order
+from optimizer.placement.select import Choice, Domain, candidate_sets, domain_tree, node_shares, rank_order
 from optimizer.results import Plan, PlanResponse, SolverInfo
 from optimizer.specs import ClusterSpec, EvaluateRequest, PlanRequest
 from optimizer.topology_spec import ClusterTopology, NodeAssignment, TopologyNode
@@ -45,7 +45,7 @@ class Outcome:
 def gpus_per_node_for(topo: ClusterTopology, gpn: int, num_gpus: int) -> int | None:
     """GPUs per node for a job of ``num_gpus``: the largest divisor of the node size that divides
     the job and leaves enough nodes with that many free (None: none does)."""
-    for g in sorted((d for d in range(1, gpn + 1) if gpn % d == 0), reverse=True):
+    for g in node_shares(gpn):
         if num_gpus % g == 0 and sum(1 for n in topo.nodes if n.free_gpus >= g) >= num_gpus // g:
             return g
     return None
@@ -61,7 +61,7 @@ def job_counts(c: ClusterSpec) -> list[tuple[int, int]]:
         g = gpus_per_node_for(topo, c.gpus_per_node, c.num_gpus)
         return [] if g is None else [(g, c.num_gpus // g)]
     g, full = c.gpus_per_node, 0
-    for g in sorted((d for d in range(1, c.gpus_per_node + 1) if c.gpus_per_node % d == 0), reverse=True):
+    for g in node_shares(c.gpus_per_node):
         full = sum(1 for n in topo.nodes if n.free_gpus >= g)
         if full:
             break

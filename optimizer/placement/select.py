@@ -259,6 +259,11 @@ def _unique(topo: ClusterTopology, choices: list[Choice], g: int) -> list[Choice
     return list(seen.values())
 
 
+def node_shares(gpn: int) -> list[int]:
+    """The GPUs a job may take on each node of ``gpn``: the divisors of the node size, largest first."""
+    return [d for d in range(gpn, 0, -1) if gpn % d == 0]
+
+
 def all_subsets(topo: ClusterTopology, gpus_per_node: int, count: int):
     """Every set of ``count`` eligible nodes (the brute-force oracle's space)."""
     eligible = [n for n in topo.nodes if n.free_gpus >= gpus_per_node]

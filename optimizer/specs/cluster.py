@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from pydantic import Field, PrivateAttr, model_validator
 
 from optimizer.errors import UnknownCatalogId
@@ -166,8 +164,7 @@ class ClusterSpec(Strict):
         rates."""
         assert self.topology is not None and self.gpus_per_node and self.nvlink_domain_size
         topo = self.topology
-        domains = Counter(topo.path(n) for n in topo.nodes)
-        path, count = max(domains.items(), key=lambda kv: kv[1])
+        path, count = topo.largest_nvlink_domain()
         if count > max(1, self.nvlink_domain_size // self.gpus_per_node):  # a node may hold several domains
             raise ValueError(
                 f"topology.nodes: {count} nodes ({count * self.gpus_per_node} GPUs) share the NVLink domain "

@@ -13,7 +13,7 @@ from optimizer.reference import current
 from optimizer.specs.cluster import ClusterSpec
 from optimizer.specs.layout import Layout
 from optimizer.specs.model import ModelSpec
-from optimizer.specs.search import SearchSpec
+from optimizer.specs.search import MAX_MEMORY_HEADROOM_GIB, SearchSpec
 from optimizer.specs.training import TrainingSpec
 from optimizer.strict_model import Strict
 
@@ -159,7 +159,7 @@ class PlanRequest(JobSpec):
 
 
 MemoryHeadroomGib = Annotated[float | None, Field(
-    default=None, ge=0, le=64,
+    default=None, ge=0, le=MAX_MEMORY_HEADROOM_GIB,
     description="Memory kept free per GPU (GiB), as /plan's search.memory_headroom_gib; default: the cost model's.",
 )]  # fmt: skip
 

@@ -14,6 +14,10 @@ Objective = Literal["throughput", "time_to_train", "cost", "energy", "goodput_th
 (``time_to_train``), dollars (``cost``), megawatt-hours (``energy``), or tokens per second after
 checkpoints, failures and restarts (``goodput_throughput``)."""
 
+MAX_MEMORY_HEADROOM_GIB = 64
+"""The most memory a request may keep free per GPU (``search.memory_headroom_gib``, and
+/evaluate's and /compare's ``memory_headroom_gib``)."""
+
 
 class SearchSpec(Strict):
     top_k: int = Field(default=5, ge=1, le=50, description="Plans to return (best first).")
@@ -41,7 +45,7 @@ class SearchSpec(Strict):
     memory_headroom_gib: float | None = Field(
         default=None,
         ge=0,
-        le=64,
+        le=MAX_MEMORY_HEADROOM_GIB,
         description="Memory kept free per GPU (GiB); default: the cost model's documented value.",
     )
     diverse: bool = Field(
