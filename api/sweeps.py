@@ -152,13 +152,15 @@ class SweepManager:
         return self._executor
 
     def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]], warnings: list[str] | None = None) -> str:
-        """Queue every point (``warnings``: what applies to all of them); the id to poll.
-        Raises ``TooManySweeps``."""
+        """Queue every point (``warnings``: what applies to all of them, and which GPUs have no
+        price); the id to poll. Raises ``TooManySweeps``."""
+        prices = [price_per_gpu_hour_usd(r) for _, r in jobs]
+        unpriced = unpriced_warning([r.cluster.gpu for _, r in jobs], prices)
         sweep = RunningSweep(
             id=uuid.uuid4().hex[:16],
             results=[PointResult(point=p, status="pending") for p, _ in jobs],
-            prices=[price_per_gpu_hour_usd(r) for _, r in jobs],
-            warnings=list(warnings or []),
+            prices=prices,
+            warnings=[*(warnings or []), *([unpriced] if unpriced else [])],
         )
         with self._lock:
             running = sum(not s.terminal() for s in self._sweeps.values())
@@ -355,8 +357,6 @@ async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: Sweeps
     # validating every point can take seconds on a large topology: off the event loop
     points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)
     jobs, warnings = limited_points(points, settings)
-    unpriced = unpriced_warning([r.cluster.gpu for _, r in jobs], [price_per_gpu_hour_usd(r) for _, r in jobs])
-    warnings += [unpriced] if unpriced else []
     try:
         sweep_id = sweeps.start(jobs, warnings)
     except TooManySweeps as exc:
