@@ -7,12 +7,14 @@ from dataclasses import replace
 
 from optimizer.cost import Estimate, build_context, estimate
 from optimizer.cost.flops import MEGATRON_SELECTIVE
+from optimizer.cost.gpu_rates import catalog_gemm_efficiency
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
 from optimizer.launch.environment import unordered_tp_overlap_note
 from optimizer.launch.megatron import delayed_wgrad_te_note
 from optimizer.launch.nemo import bridge_delayed_wgrad_te_note, first_last_bf16_note, tp_overlap_left_to_recipe_note
+from optimizer.modes import is_low_bit
 from optimizer.reference import current
 from optimizer.specs import JobSpec
 from optimizer.specs.search import MAX_MEMORY_HEADROOM_GIB
@@ -285,20 +287,28 @@ def _p2p_overlap_kept_note(job: JobSpec, est: Estimate, frameworks: list[str]) -
 
 
 def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
-    """The GPU's GEMM efficiency at the job's precision is carried over from another part, not
-    measured on this one (the catalog's ``kind``): every compute time rests on it."""
+    """The GEMM efficiency every compute time rests on, where it is not the catalog's measurement
+    on this GPU: given by the request (``cluster.gemm_efficiency``), or carried over from another
+    part or precision (the catalog's ``kind``)."""
     gpu = current().catalog.gpus[job.cluster.gpu or ""]
-    low_bit = job.training.precision in ("fp8", "fp4")
-    if low_bit and gpu.gemm_efficiency_fp8 is None:
+    low_bit = is_low_bit(job.training.precision)
+    catalog = catalog_gemm_efficiency(gpu, low_bit)
+    given = job.cluster.gemm_efficiency
+    if given is not None:
+        return [
+            f"GEMMs costed at cluster.gemm_efficiency {given:.3f} of the {job.training.precision} peak as given "
+            f"(the catalog's for {job.cluster.gpu}: {catalog.value:.3f}, {catalog.kind})"
+        ]
+    if low_bit and catalog is catalog_gemm_efficiency(gpu, low_bit=False):
         return [
             f"{job.cluster.gpu} has no measured low-precision GEMM efficiency: its {job.training.precision} GEMMs "
-            f"run at its bf16 fraction of peak ({gpu.gemm_efficiency_bf16.value:.3f})"
+            f"run at its bf16 fraction of peak ({catalog.value:.3f})"
         ]
-    eff = gpu.gemm_efficiency_fp8 if low_bit else gpu.gemm_efficiency_bf16
-    if eff is None or eff.kind == "measured":
+    if catalog.kind == "measured":
         return []
     return [
-        f"{job.cluster.gpu}'s GEMM efficiency ({eff.value:.3f} of peak) is {eff.kind}, not measured: {eff.note or eff.source}"
+        f"{job.cluster.gpu}'s GEMM efficiency ({catalog.value:.3f} of peak) is {catalog.kind}, not measured: "
+        f"{catalog.note or catalog.source}"
     ]
 
 

@@ -7,9 +7,8 @@ import math
 from dataclasses import dataclass
 
 from optimizer.capacity import formulas as f
-from optimizer.cost.context import power_clock
+from optimizer.cost.gpu_rates import gemm_efficiency_of, power_clock
 from optimizer.cost.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
-from optimizer.modes import is_low_bit
 from optimizer.params import count_params
 from optimizer.reference import current
 from optimizer.results import Goodput, Plan, TimeToTrain
@@ -70,10 +69,8 @@ def resolve_inputs(job: JobSpec) -> CapacityInputs:
     gcap = cap.gpus[gpu_id]  # type: ignore[index]
     rel, costs = job.reliability, job.costs
     price = price_per_gpu_hour_usd(job)
-    eff = gpu.gemm_efficiency_bf16.value
-    if is_low_bit(job.training.precision) and gpu.gemm_efficiency_fp8 is not None:
-        eff = gpu.gemm_efficiency_fp8.value
-    eff *= power_clock(job, gpu)  # under a power cap the best achievable rate is the capped clock's
+    # under a power cap the best achievable rate is the capped clock's
+    eff = gemm_efficiency_of(job, gpu) * power_clock(job, gpu)
     vocab = job.model.vocab_size or 0
     token_bytes = d.token_bytes_small_vocab if vocab < SMALL_VOCAB_LIMIT else d.token_bytes_large_vocab
     n = job.cluster.resolved_num_gpus

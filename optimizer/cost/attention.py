@@ -42,9 +42,8 @@ def attention_core_times_s(ctx: JobContext, kind: LayerKind, d: Dims) -> tuple[f
     elems = score_elements(ctx, kind, d)
     if elems <= 0:
         return 0.0, 0.0
-    cal = ctx.cal
     s = float(ctx.job.training.seq_len)
-    bf16_rate = ctx.bf16_peak_flops * ctx.gpu.gemm_efficiency_bf16.value * cal.gemm_training_fraction
+    bf16_rate = ctx.bf16_peak_flops * ctx.bf16_gemm_efficiency
     qk = gemm_time_s(ctx, 2.0 * elems * ctx.d_qk, s, s, ctx.d_qk, bf16_rate)
     pv = gemm_time_s(ctx, 2.0 * elems * ctx.d_v, s, ctx.d_v, s, bf16_rate)
     hbm = ctx.hbm_bytes_per_s

@@ -10,9 +10,9 @@ from hardware_catalog.schema import GpuEntry, NetworkEntry
 from optimizer.calibration import DEFAULT, Calibration
 from optimizer.cost.caches import Caches
 from optimizer.cost.flops import ModelFlops, attention_dims, layer_flops, model_flops
+from optimizer.cost.gpu_rates import gemm_efficiency_of, gemm_peak_and_efficiency, power_clock
 from optimizer.cost.node_tiers import node_topology
 from optimizer.cost.topology import Topology, build_topology
-from optimizer.errors import InvalidLayout
 from optimizer.framework_runs import (
     costed_fsdp_buffers,
     costed_fsdp_unit_scales,
@@ -84,6 +84,10 @@ class JobContext:
     """MLA up-projection parameters per layer (query, key/value; ``params.mla_up_projection_params``)."""
     gemm_peak_flops: float
     gemm_efficiency: float
+    """Fraction of ``gemm_peak_flops`` large training GEMMs reach: ``gemm_efficiency_of`` x the
+    calibration's ``gemm_training_fraction``."""
+    bf16_gemm_efficiency: float
+    """The same at bf16 (the unfused attention's batched GEMMs run in bf16 whatever the precision)."""
     bf16_peak_flops: float
     mfu_peak_flops: float
     """Dense peak at the training precision (the MFU denominator)."""
@@ -233,7 +237,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
     seq = job.training.seq_len
     kinds, layer_kind = _layer_kinds(job)
     d_qk, d_v = attention_dims(model)
-    gemm_peak, eff = _gemm_peak_and_efficiency(job, gpu)
+    gemm_peak, eff = gemm_peak_and_efficiency(job, gpu)
     bf16 = gpu.bf16_dense_flops.value
     clock = power_clock(job, gpu, cal)
     kernel = attention_kernel_class(job, gpu)
@@ -257,6 +261,7 @@ def _build_context_cached(job_json: str, cal: Calibration, reference: ReferenceD
         mla_up_params=mla_up_projection_params(model),
         gemm_peak_flops=gemm_peak * clock,
         gemm_efficiency=eff * cal.gemm_training_fraction,
+        bf16_gemm_efficiency=gemm_efficiency_of(job, gpu, low_bit=False) * cal.gemm_training_fraction,
         bf16_peak_flops=bf16 * clock,
         mfu_peak_flops=gemm_peak,  # MFU is always against the datasheet dense peak
         attention_kernel=kernel,
@@ -305,29 +310,3 @@ def _layer_kinds(job: JobSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...]]:
             kinds.append(LayerKind(p, lf.attn_proj, lf.attn_core, lf.mlp, p.num_routed_experts > 0))
         layer_kind.append(index[p])
     return tuple(kinds), tuple(layer_kind)
-
-
-def _gemm_peak_and_efficiency(job: JobSpec, gpu: GpuEntry) -> tuple[float, float]:
-    """The datasheet dense GEMM peak at the training precision and the catalog's fraction of it
-    large GEMMs reach. Raises ``InvalidLayout`` when the GPU has no tensor cores for the precision."""
-    precision = job.training.precision
-    name = job.cluster.gpu
-    if precision == "fp8":
-        if gpu.fp8_dense_flops is None:
-            raise InvalidLayout("training.precision", f"fp8 needs FP8 tensor cores; {name} has none (use bf16)")
-        return gpu.fp8_dense_flops.value, (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
-    if precision == "fp4":
-        if gpu.fp4_dense_flops is None:
-            raise InvalidLayout("training.precision", f"fp4 needs FP4 tensor cores; {name} has none (use fp8 or bf16)")
-        # No published FP4 large-GEMM measurement: the FP8 fraction of peak (a plan note says so).
-        return gpu.fp4_dense_flops.value, (gpu.gemm_efficiency_fp8 or gpu.gemm_efficiency_bf16).value
-    peak = gpu.bf16_dense_flops.value if precision == "bf16" else gpu.fp16_dense_flops.value
-    return peak, gpu.gemm_efficiency_bf16.value
-
-
-def power_clock(job: JobSpec, gpu: GpuEntry, cal: Calibration = DEFAULT) -> float:
-    """The clock fraction a power cap below the GPU's TDP leaves (``cluster.gpu_power_limit_w``)."""
-    limit = job.cluster.gpu_power_limit_w
-    if limit is not None and limit < gpu.tdp_w.value:
-        return float((limit / gpu.tdp_w.value) ** cal.power_clock_exponent)
-    return 1.0

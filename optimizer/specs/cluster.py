@@ -56,6 +56,16 @@ class ClusterSpec(Strict):
             "of headroom by default); default: catalog"
         ),
     )
+    gemm_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "Override the catalog's best large-GEMM fraction of the dense peak at the training precision "
+            "(a MAMF-style sweep on your GPUs: best TFLOP/s / datasheet dense peak); every GEMM of the "
+            "costing, and the board-power estimate, use it in place of the catalog's; default: catalog"
+        ),
+    )
     topology: ClusterTopology | None = Field(
         default=None, description="Free nodes and their labels: plan onto them (docs/scheduler.md)"
     )

@@ -247,3 +247,18 @@ def test_private_import_check_flags_one(tmp_path: Path) -> None:
     (tmp_path / "optimizer" / "n.py").write_text("from optimizer.helpers import _shared\n")
     found = private_imports([tmp_path / "tests" / "m.py", tmp_path / "optimizer" / "n.py"], tmp_path)
     assert found == ["tests/m.py: optimizer.cost.context._build_context_cached"]
+
+
+GPU_RATE_FIELDS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8")
+
+
+def test_gemm_efficiency_is_read_in_one_place() -> None:
+    """The catalog's GEMM fractions are chosen in ``optimizer/cost/gpu_rates.py`` only (by precision,
+    and replaced by ``cluster.gemm_efficiency``): a second reader would drift from the cost model
+    (the board-power estimate and the notes once kept their own copies)."""
+    readers = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "optimizer").rglob("*.py")
+        if any(f".{name}" in path.read_text() for name in GPU_RATE_FIELDS)
+    }
+    assert readers == {"optimizer/cost/gpu_rates.py"}

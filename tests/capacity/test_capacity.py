@@ -348,7 +348,7 @@ def test_capacity_catalog_covers_every_gpu_with_sources():
         assert 0 < entry.idle_power_w.value < tdp, gid
         assert entry.node_overhead_power_w.value > 0
     priced = {g for g, e in cat.gpus.items() if e.price_per_gpu_hour_usd is not None}
-    assert priced == {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "b300"}
+    assert priced >= {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "b300"}  # a new price needs only its date
     assert all("read 20" in cat.gpus[g].price_per_gpu_hour_usd.source for g in priced)  # a date
 
 
