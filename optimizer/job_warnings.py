@@ -59,6 +59,11 @@ class JobChecks:
         key = "16-bit" if precision in ("bf16", "fp16") else precision
         return next((b for b in self.best_mfu if gpu in b.gpus and b.precision == key), None)
 
+    def best_among(self, gpus: frozenset[str], precision: str) -> BestMfu | None:
+        """The highest best-published MFU on any of ``gpus`` at ``precision``."""
+        found = [b for g in gpus if (b := self.best_for(g, precision)) is not None]
+        return max(found, key=lambda b: b.mfu, default=None)
+
 
 @lru_cache(maxsize=1)
 def load_job_checks(path: Path = DATA_PATH) -> JobChecks:
@@ -230,10 +235,28 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
             f"{precision} and {same.seq_len:,} tokens ({100 * same.mfu:.1f}%, {same.model} on {same.num_gpus:,} GPUs, "
             f"published run {same.run}): treat the prediction as an upper estimate"
         )
-    best = load_job_checks().best_for(gpu, precision)
-    if best is None or plan.mfu <= best.mfu:
+    checks = load_job_checks()
+    best = checks.best_for(gpu, precision)
+    if best is not None:
+        if plan.mfu <= best.mfu:
+            return None
+        return (
+            f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for {gpu} at "
+            f"{precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
+        )
+    return _mfu_above_generation(checks, gpu, precision, plan.mfu)
+
+
+def _mfu_above_generation(checks: JobChecks, gpu: str, precision: str, mfu: float) -> str | None:
+    """For a GPU with no published run of its own: above the best published on its generation's
+    other GPUs (an H200 or H20 against the H100's runs)."""
+    gpus = current().catalog.gpus
+    generation = gpus[gpu].generation
+    best = checks.best_among(frozenset(g for g, e in gpus.items() if e.generation == generation), precision)
+    if best is None or mfu <= best.mfu:
         return None
     return (
-        f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for {gpu} at "
-        f"{precision} ({100 * best.mfu:.1f}%, {best.cite}): treat the prediction as an upper estimate"
+        f"{MFU_OPENING} {100 * mfu:.1f}% is above the best published on {generation} GPUs at {precision} "
+        f"({100 * best.mfu:.1f}%, {best.cite}, on {best.gpus[0]}; none is published on {gpu}): treat the "
+        "prediction as an upper estimate"
     )

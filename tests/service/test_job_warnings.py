@@ -154,6 +154,30 @@ def test_mfu_above_the_best_published_for_the_gpu_and_precision(client: TestClie
     assert load_job_checks().best_for("mi300x", "bf16") is None
 
 
+def test_a_gpu_with_no_published_run_is_held_to_its_generations_best(client: TestClient) -> None:
+    """H200 has no published run in the calibration set: its plans face the H100's 49.4% (same
+    generation); a generation with no run at all (CDNA3) gets no such warning."""
+    checks = load_job_checks()
+    assert checks.best_for("h200-sxm-141gb", "bf16") is None
+    assert checks.best_among(frozenset({"h100-sxm-80gb", "h200-sxm-141gb"}), "bf16").mfu == 0.4943
+    assert checks.best_among(frozenset({"mi300x", "mi325x"}), "bf16") is None
+    job = {
+        "model": {"preset": "llama3-70b"},
+        "training": {"seq_len": 8192, "global_batch_size": 1024},
+        "cluster": {"preset": "dgx-h100", "gpu": "h200-sxm-141gb", "num_gpus": 64},
+    }
+    layout = {"tp": 2, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, "recompute": "none"}
+    response = client.post("/compare", json={**job, "layouts": [layout, {**layout, "tp": 8}]}).json()
+    mfus = [e["plan"]["mfu"] for e in response["entries"]]
+    assert mfus[0] > 0.4943
+    warning = next(w for w in response["warnings"] if w.startswith("layout 0: predicted MFU"))
+    assert warning == (
+        f"layout 0: predicted MFU {100 * mfus[0]:.1f}% is above the best published on hopper GPUs at bf16 "
+        "(49.4%, Megatron-LM README, Megatron-Core r0.8.0: GPT 16B on 192 H100, on h100-sxm-80gb; none is "
+        "published on h200-sxm-141gb): treat the prediction as an upper estimate"
+    )
+
+
 def test_mfu_above_the_best_published_for_the_moe_model_shape(client: TestClient) -> None:
     """An MoE job of a published model's shape (Qwen3-235B-A22B on H100 in bf16 at 4,096 tokens:
     the ModelZoo's best, 27.9% in the planner's own FLOP count) is held to that model's best run,
