@@ -11,7 +11,7 @@ from optimizer.cost.gpu_rates import catalog_gemm_efficiency
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
-from optimizer.launch.environment import unordered_tp_overlap_note
+from optimizer.launch.environment import bridge_fsdp_connections_note, unordered_tp_overlap_note
 from optimizer.launch.megatron import delayed_wgrad_te_note
 from optimizer.launch.nemo import bridge_delayed_wgrad_te_note, first_last_bf16_note, tp_overlap_left_to_recipe_note
 from optimizer.modes import is_low_bit
@@ -55,6 +55,7 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
         notes += tp_overlap_left_to_recipe_note(job.model, costed, lay, can_overlap=inside)
         notes += bridge_delayed_wgrad_te_note(job.model, job.training, lay)
         notes += first_last_bf16_note(job.model, job.training, lay)
+        notes += bridge_fsdp_connections_note(job.training, lay, job.gpu_generation)
     if "megatron-lm" in frameworks:
         notes += delayed_wgrad_te_note(job.model, job.training, lay)
         notes += unordered_tp_overlap_note(job.model, job.training, lay, job.gpu_generation)

@@ -87,6 +87,11 @@ class LaunchArgs(_Out):
         description="Environment variables the Megatron-LM launch must set (name -> value; empty when "
         "megatron is empty or none is needed), e.g. CUDA_DEVICE_MAX_CONNECTIONS.",
     )
+    nemo_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables the Megatron-Bridge launch must set (name -> value; empty when "
+        "nemo is empty): Transformer Engine's NVTE_*_ATTN, which select the attention kernel the plan costs.",
+    )
 
 
 class Goodput(_Out):

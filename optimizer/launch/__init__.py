@@ -46,7 +46,7 @@ from __future__ import annotations
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import default_stage_layers, geometry
 from optimizer.launch.deepspeed import deepspeed_config
-from optimizer.launch.environment import megatron_env
+from optimizer.launch.environment import megatron_env, nemo_env
 from optimizer.launch.megatron import (
     ATTENTION_BACKEND,
     MEGATRON_FLAGS,
@@ -95,7 +95,10 @@ def build_launch(
     mapping = ([MEGATRON_PP_DP_MAPPING], [NEMO_PP_DP_MAPPING]) if pp_inside_dp else ([], [])
     builders = {
         "megatron": lambda: " ".join([megatron_args(model, training, layout, geo, split), *mapping[0]]),
-        "torchtitan": lambda: torchtitan_toml(training, layout, geo, model.is_moe),
+        # torchtitan has no NVFP4 recipe at its profile's commit (float8 and MXFP8 only)
+        "torchtitan": lambda: (
+            "" if training.precision == "fp4" else torchtitan_toml(training, layout, geo, model.is_moe)
+        ),
         "deepspeed": lambda: deepspeed_config(model, training, layout, geo),
         # Megatron-Bridge has no NVFP4 recipe at its profile's version: no fp4 plan runs there
         "nemo": lambda: (
@@ -105,4 +108,6 @@ def build_launch(
         ),
     }
     env = {"megatron_env": megatron_env(model, training, layout)} if "megatron" in fields else {}
+    if "nemo" in fields and training.precision != "fp4":
+        env["nemo_env"] = nemo_env(training)
     return LaunchArgs(**{name: builders[name]() for name in fields}, **env)

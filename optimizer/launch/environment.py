@@ -19,7 +19,7 @@ Megatron-Bridge sets the variable itself (``training/comm_overlap.py``
 from __future__ import annotations
 
 from optimizer.cost.rules import ResolvedLayout
-from optimizer.launch.megatron import MEGATRON_FSDP_STRATEGY
+from optimizer.launch.megatron import ATTENTION_BACKEND, MEGATRON_FSDP_STRATEGY
 from optimizer.specs import ModelSpec, TrainingSpec
 
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
@@ -58,4 +58,37 @@ def unordered_tp_overlap_note(
         f"Megatron-LM runs this plan with {CONNECTIONS}={MANY_CONNECTIONS}: before Blackwell its asynchronous "
         "TP/CP collectives, costed as hidden under GEMMs, are then not ordered ahead of them (validate_args "
         "warns), so they may take longer than planned"
+    ]
+
+
+TE_ATTENTION_ENV = {
+    "flash": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"},
+    "fused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"},
+    "unfused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "1"},
+}
+"""Transformer Engine's opt-out variables per ``AttnBackend`` (Megatron-Core
+``language_module.py`` ``_set_attention_backend``, the values it writes)."""
+
+
+def nemo_env(training: TrainingSpec) -> dict[str, str]:
+    """The variables a Megatron-Bridge launch sets: the attention kernel. Bridge's override
+    ``model.attention_backend=<name>`` arrives as a string (``omegaconf_utils.py`` at v0.1.0rc4
+    converts only dtypes) that Megatron-Core 0.14's ``_set_attention_backend`` compares with its
+    enum members only, so Transformer Engine would choose for itself; the launch keeps that
+    override (it also keeps the default ``auto`` branch from asserting these variables are 1)."""
+    return dict(TE_ATTENTION_ENV[ATTENTION_BACKEND[training.attention_kernel]])
+
+
+def bridge_fsdp_connections_note(training: TrainingSpec, layout: ResolvedLayout, generation: str | None) -> list[str]:
+    """A Megatron-Bridge plan on Megatron-FSDP (ZeRO-2/3) with tensor or context parallelism before
+    Blackwell: Bridge sets CUDA_DEVICE_MAX_CONNECTIONS=1 there (``comm_overlap.py``
+    ``_set_num_cuda_device_max_connections`` at v0.1.0rc4, without looking at FSDP), which
+    Megatron-FSDP's overlap needs above 1 (Megatron-LM asserts it)."""
+    if layout.zero_stage not in MEGATRON_FSDP_STRATEGY or layout.tp * layout.cp == 1:
+        return []
+    if generation in ORDERED_WITHOUT_ONE or not training.dp_comm_overlap:
+        return []
+    return [
+        f"Megatron-Bridge sets {CONNECTIONS}=1 for TP/CP before Blackwell, which Megatron-FSDP needs above 1: "
+        "its gathers and reductions, costed as hidden, may not overlap"
     ]

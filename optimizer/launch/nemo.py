@@ -179,8 +179,9 @@ def _nemo_precision(model: ModelSpec, training: TrainingSpec, recompute: str) ->
     return _NEMO_PRECISION[training.precision]
 
 
-# Megatron-Bridge mixed-precision recipes (``mixed_precision.py``); fp8 matches Megatron-LM's
-# ``--fp8-format hybrid`` with its default delayed-scaling recipe.
+# Megatron-Bridge mixed-precision recipes (``mixed_precision.py``); its fp8 recipes use the hybrid
+# format as Megatron-LM's ``--fp8-format hybrid`` does, and also keep FP8 weights
+# (``fp8_param_gather``), which frameworks.toml leaves to ZeRO-1 and above.
 _NEMO_PRECISION = {
     "bf16": "bf16_mixed",
     "fp16": "fp16_mixed",

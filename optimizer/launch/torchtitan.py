@@ -7,7 +7,6 @@ import json
 
 from optimizer.cost.rules import ResolvedLayout
 from optimizer.launch.common import Geometry
-from optimizer.modes import is_low_bit
 from optimizer.specs import TrainingSpec
 
 
@@ -63,9 +62,7 @@ def torchtitan_toml(training: TrainingSpec, layout: ResolvedLayout, geo: Geometr
         "training": train,
     }
     # always written: torchtitan's own configs turn float8 on (llama3_405b.toml)
-    sections["model"] = {"converters": ["float8"] if is_low_bit(training.precision) else []}
-    if training.precision == "fp4":
-        comments["model"] = ["torchtitan has no NVFP4 training recipe: float8 linears (slower than the plan's fp4)"]
+    sections["model"] = {"converters": ["float8"] if training.precision == "fp8" else []}  # no fp4 (frameworks.toml)
     lines: list[str] = []
     for name, keys in sections.items():
         if lines:
