@@ -19,6 +19,10 @@ MAX_DOCUMENT_BYTES = 8 << 20  # a 16,384-node topology (MAX_TOPOLOGY_NODES) with
 """Largest request document read (the HTTP body limit's default)."""
 MAX_DEPTH = 32
 """Deepest nesting of objects / arrays (a request document needs 4)."""
+MAX_JSON_VALUES = 200_000
+"""Most values (scalars, arrays, objects) a JSON document may hold: a 16,384-node topology with
+three labels a node takes about 100,000. Each value can cost a validation error (and pydantic
+builds them all), so this bounds the work and the size of a 422 too."""
 MAX_YAML_NODES = 400_000
 """Most YAML nodes a document may hold once every alias is expanded (a topology node with three
 labels takes about 15: a 16,384-node topology about 250,000)."""
@@ -52,12 +56,24 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+def json_values(text: str) -> int:
+    """At least the number of values in the JSON ``text`` (its commas outside strings, plus one;
+    a linear scan): what ``MAX_JSON_VALUES`` bounds."""
+    return JSON_STRING.sub('""', text).count(",") + 1
+
+
+def too_many_values_message() -> str:
+    return f"JSON document with more than {MAX_JSON_VALUES:,} values (array items and object members)"
+
+
 def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """``json.loads`` within ``max_bytes`` and ``MAX_DEPTH``; a key given twice in one object is
     an error (JSON parsers keep the last silently)."""
     _check_size(text, max_bytes)
     if json_depth(text) > MAX_DEPTH:
         raise DocumentError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    if json_values(text) > MAX_JSON_VALUES:
+        raise DocumentError(too_many_values_message())
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:

@@ -73,16 +73,24 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+MAX_ERROR_ITEMS = 50
+"""Most items a 422 lists (and ``pplan`` prints); one more item says how many were left out."""
+
+
 def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body."""
+    """FastAPI/pydantic error dicts -> the ``{loc, msg, type}`` items of a 422 body (the first
+    ``MAX_ERROR_ITEMS``, then one that counts the rest)."""
     items = []
-    for e in errors:
+    for e in errors[:MAX_ERROR_ITEMS]:
         msg = error_reason(e)
         if e.get("type") == "json_invalid" and (why := (e.get("ctx") or {}).get("error")):
             msg = f"{msg}: {why} (character {e.get('loc', ('', '?'))[-1]} of the body)"
         items.append(
             {"loc": field_loc(list(e.get("loc", ())), msg), "msg": msg, "type": str(e.get("type", "value_error"))}
         )
+    if len(errors) > MAX_ERROR_ITEMS:
+        left = len(errors) - MAX_ERROR_ITEMS
+        items.append({"loc": ["body"], "msg": f"and {left:,} more errors not listed", "type": "too_many_errors"})
     return items
 
 

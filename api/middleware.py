@@ -18,7 +18,15 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.documents import MAX_DEPTH, duplicate_json_key, duplicate_message, json_depth
+from api.documents import (
+    MAX_DEPTH,
+    MAX_JSON_VALUES,
+    duplicate_json_key,
+    duplicate_message,
+    json_depth,
+    json_values,
+    too_many_values_message,
+)
 from optimizer.reference import ReferenceData, using
 
 LOGGER_NAME = "pplan"
@@ -116,6 +124,8 @@ def _check_body(body: bytes) -> None:
         raise _BadBody(f"request body is not UTF-8 (byte {exc.start})", "json_invalid") from exc
     if json_depth(text) > MAX_DEPTH:
         raise _BadBody(f"JSON nested deeper than {MAX_DEPTH} levels", "json_too_deep")
+    if json_values(text) > MAX_JSON_VALUES:
+        raise _BadBody(too_many_values_message(), "json_too_many_values")
     if (key := duplicate_json_key(text)) is not None:
         raise _BadBody(duplicate_message(key), "json_duplicate_key")
 

@@ -160,8 +160,9 @@ def plan(request: PlanRequest) -> PlanResponse:
     """Search ranked layouts for a job; plans carry goodput (and time to train), ranked by
     ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
     limits the top plan (``why``) and warns about a job that looks wrong."""
-    if request.cluster.topology is not None:
-        chosen = request.cluster.num_gpus is None and request.cluster.topology.assignment is None
+    if (topology := request.cluster.topology) is not None:
+        request, cut_note = _assignments_bounded(request)
+        chosen = request.cluster.num_gpus is None and topology.assignment is None
 
         def search_placed(placed: PlanRequest) -> PlanResponse:
             # the free set bounds the GPU count: no suggested counts for a placed job
@@ -174,8 +175,28 @@ def plan(request: PlanRequest) -> PlanResponse:
                 # a pin this GPU count cannot take, where the planner picked the count: no layout here
                 return PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation=str(err))
 
-        return plan_on_topology(request, search_placed)
+        answer = plan_on_topology(request, search_placed)
+        return answer.model_copy(update={"warnings": [*answer.warnings, cut_note]}) if cut_note else answer
     return _explained(request, finish(request, search_plans(reranked(request)), search_plans))
+
+
+MAX_ASSIGNED_NODES_PER_ANSWER = 32_768
+"""Most node entries the plans of one answer list in their ``assignment`` (each plan lists its
+nodes in several forms, about 400 bytes a node): bounds the answer's size and assembly time."""
+
+
+def _assignments_bounded(request: PlanRequest) -> tuple[PlanRequest, str | None]:
+    """``request`` with ``search.top_k`` cut so its plans' assignments list at most
+    ``MAX_ASSIGNED_NODES_PER_ANSWER`` nodes, and the warning that says so (None: not cut)."""
+    nodes = len(request.cluster.topology.nodes) if request.cluster.topology is not None else 0
+    cap = max(1, MAX_ASSIGNED_NODES_PER_ANSWER // max(nodes, 1))
+    if request.search.top_k <= cap:
+        return request, None
+    note = (
+        f"search.top_k {request.search.top_k} cut to {cap}: each plan lists its node assignment, and an answer "
+        f"lists at most {MAX_ASSIGNED_NODES_PER_ANSWER:,} node entries ({nodes:,} free nodes given)"
+    )
+    return request.model_copy(update={"search": request.search.model_copy(update={"top_k": cap})}), note
 
 
 def search_plans(request: PlanRequest) -> PlanResponse:

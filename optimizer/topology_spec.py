@@ -8,10 +8,11 @@ domains are NVLink (scale-up) domains: the hostname on 8-GPU servers, a clique l
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from optimizer.strict_model import Strict
 
@@ -34,12 +35,36 @@ MAX_LEVEL_NAME = 317
 LevelName = Annotated[str, Field(min_length=1, max_length=MAX_LEVEL_NAME)]
 
 
+NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+"""A host name (Kubernetes' DNS-1123 names, Slurm NodeNames; ``_`` for Slurm): node names go into
+Slurm host lists, hostfiles and shell commands (``assignment``), where other characters would
+split, expand or run."""
+MAX_NODE_LABELS = 64
+
+
 class TopologyNode(Strict):
-    name: str = Field(min_length=1, max_length=253, description="Node name (Slurm NodeName, Kubernetes node).")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Node name (Slurm NodeName, Kubernetes node): letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit and not ending with '.' or '-'",
+    )
     labels: dict[str, str] = Field(
-        default_factory=dict, description="Level label key -> domain value (e.g. rack -> r12)."
+        default_factory=dict,
+        max_length=MAX_NODE_LABELS,
+        description="Level label key -> domain value (e.g. rack -> r12).",
     )
     free_gpus: int = Field(ge=0, le=1024, description="GPUs free on this node now.")
+
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, name: str) -> str:
+        if NODE_NAME.fullmatch(name) is None:
+            raise ValueError(
+                "a node name takes letters, digits, '.', '_' and '-' only, starting with a letter or digit and "
+                "not ending with '.' or '-' (it goes into Slurm host lists, hostfiles and shell commands)"
+            )
+        return name
 
 
 class LevelLink(Strict):

@@ -86,6 +86,7 @@ class Layout(Strict):
     )
     stage_layers: list[int] | None = Field(
         default=None,
+        max_length=4096,
         description=(
             "Layers per pipeline chunk in schedule order (pp*vpp entries, each at least 1; the first "
             "and last may be 0: an embedding-only or loss-only chunk); null = as even as possible."
