@@ -151,6 +151,15 @@ class SweepManager:
             )
         return self._executor
 
+    def check_room(self) -> None:  # before a sweep's points are validated; ``start`` checks again
+        with self._lock:
+            self._raise_if_full()
+
+    def _raise_if_full(self) -> None:  # raises ``TooManySweeps``
+        running = sum(not s.terminal() for s in self._sweeps.values())
+        if running >= self.max_running:
+            raise TooManySweeps(f"{running} sweeps running (limit max_sweeps_running = {self.max_running})")
+
     def start(self, jobs: list[tuple[dict[str, Any], PlanRequest]], warnings: list[str] | None = None) -> str:
         """Queue every point (``warnings``: what applies to all of them, and which GPUs have no
         price); the id to poll. Raises ``TooManySweeps``."""
@@ -163,9 +172,7 @@ class SweepManager:
             warnings=[*(warnings or []), *([unpriced] if unpriced else [])],
         )
         with self._lock:
-            running = sum(not s.terminal() for s in self._sweeps.values())
-            if running >= self.max_running:
-                raise TooManySweeps(f"{running} sweeps running (limit max_sweeps_running = {self.max_running})")
+            self._raise_if_full()
             self._forget_old()
             self._sweeps[sweep.id] = sweep
             sweep.cancelled = self._closing  # the service is stopping: nothing will run
@@ -294,11 +301,8 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
     """The grid's points as /plan requests; a 422 naming the field for too many or an invalid one."""
     total = body.num_points()
     if total > max_points:
-        raise invalid_field(
-            ("body", "vary"),
-            f"{total} points exceed the server limit max_sweep_points ({max_points})",
-            "less_than_equal",
-        )
+        message = f"{total} points exceed the server limit max_sweep_points ({max_points})"
+        raise invalid_field(("body", "vary"), message, "less_than_equal")
     try:
         points = point_requests(body)
     except PointError as exc:
@@ -354,10 +358,10 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
 async def create_sweep(body: SweepRequest, settings: SettingsDep, sweeps: SweepsDep) -> SweepCreated:
     """Queues every point (the product of the ``vary`` axes) and answers at once; poll
     ``GET /sweeps/{id}``."""
-    # validating every point can take seconds on a large topology: off the event loop
-    points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)
-    jobs, warnings = limited_points(points, settings)
     try:
+        sweeps.check_room()  # before validating: that can take seconds on a large topology
+        points = await run_in_threadpool(validated_points, body, settings.max_sweep_points)  # off the event loop
+        jobs, warnings = limited_points(points, settings)
         sweep_id = sweeps.start(jobs, warnings)
     except TooManySweeps as exc:
         raise HTTPException(status_code=429, detail=str(exc)) from exc

@@ -104,6 +104,9 @@ def test_cancel_and_limits(client):
     # one sweep may run at a time here: a second is a 429
     busy = client.post("/sweeps", json={"job": JOB_8B, "vary": {"num_gpus": [8]}})
     assert busy.status_code == 429 and "max_sweeps_running" in busy.json()["detail"]
+    # checked before the points are validated (seconds on a large topology): too many points, still 429
+    grid = {"num_gpus": [8 * k for k in range(1, 21)], "seq_len": [1024 * k for k in range(1, 21)]}
+    assert client.post("/sweeps", json={"job": JOB_8B, "vary": grid}).status_code == 429
     cancelled = client.delete(f"/sweeps/{sweep_id}")
     assert cancelled.status_code == 200
     assert cancelled.json()["status"] == "cancelled"
