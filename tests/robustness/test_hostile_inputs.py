@@ -86,4 +86,3 @@ def test_topology_answers_list_a_bounded_number_of_node_entries(monkeypatch: pyt
     assert "search.top_k 3 cut to 2: each plan lists its node assignment" in answer.warnings[-1]
     body["search"]["top_k"] = 2
     assert not any("cut to" in w for w in service.plan(PlanRequest.model_validate(body)).warnings)
-
