@@ -100,6 +100,25 @@ def test_regex_is_a_search_as_in_go() -> None:
     assert [n["name"] for n in from_volcano(text, nodes)["nodes"]] == ["node-1", "node-10"]
 
 
+def _regex_pick(pattern: str, names: list[str]) -> list[str]:
+    nodes = {"items": [{"metadata": {"name": n, "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+                       for n in names]}  # fmt: skip
+    member = {"type": "Node", "selector": {"regexMatch": {"pattern": pattern}}}
+    text = yaml.safe_dump({"kind": "HyperNode", "metadata": {"name": "s0"}, "spec": {"tier": 1, "members": [member]}})
+    return [n["name"] for n in from_volcano(text, nodes)["nodes"]]
+
+
+def test_regex_is_re2_as_in_go() -> None:
+    """Volcano matches with Go's regexp (RE2): linear time, so a nested quantifier against a long
+    name answers at once (Python's backtracking engine ran for minutes), and syntax RE2 has no
+    form for (lookahead, backreferences) is refused as Volcano refuses it."""
+    long_name = "a" * 5000 + "x"
+    assert _regex_pick("(a+)+$", [long_name, "aaa"]) == ["aaa"]
+    for unsupported in ("node-(?=1)", r"(a)\1"):
+        with pytest.raises(ConvertError, match="bad regexMatch pattern"):
+            _regex_pick(unsupported, ["node-1"])
+
+
 def test_cli_writes_the_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "topo.json"
     assert (
