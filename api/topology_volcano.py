@@ -16,8 +16,9 @@ nodes); without it, ``gpus_per_node`` on every node not in ``busy``.
 
 from __future__ import annotations
 
-import re2
 from typing import Any
+
+import re2
 
 from api.documents import DocumentError, parse_yaml_all
 from api.topology_convert import (
