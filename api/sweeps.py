@@ -303,6 +303,8 @@ def validated_points(body: SweepRequest, max_points: int) -> list[tuple[dict[str
     if total > max_points:
         message = f"{total} points exceed the server limit max_sweep_points ({max_points})"
         raise invalid_field(("body", "vary"), message, "less_than_equal")
+    if (too_many := body.node_entries_problem()) is not None:
+        raise invalid_field(("body", "vary"), too_many, "less_than_equal")
     try:
         points = point_requests(body)
     except PointError as exc:

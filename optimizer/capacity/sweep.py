@@ -59,11 +59,28 @@ class SweepVary(Strict):
         return self
 
 
+MAX_SWEEP_NODE_ENTRIES = 131_072
+"""Points x topology nodes a sweep may hold (each point's plan keeps its assignment, about 700
+bytes a node in memory): 8 points on 16,384 nodes, 128 on 1,024."""
+
+
 class SweepRequest(Strict):
     """``job``: a /plan request; ``vary``: the grid."""
 
     job: dict[str, Any] = Field(description="A POST /plan request body.")
     vary: SweepVary = Field(description="The grid: values per axis; points are their product.")
+
+    def node_entries_problem(self) -> str | None:
+        """Why the sweep would keep too many node assignments (``MAX_SWEEP_NODE_ENTRIES``), or None."""
+        topology = (self.job.get("cluster") or {}).get("topology")
+        nodes = topology.get("nodes") if isinstance(topology, dict) else None
+        total = self.num_points()
+        if not isinstance(nodes, list) or total * len(nodes) <= MAX_SWEEP_NODE_ENTRIES:
+            return None
+        return (
+            f"{total} points on {len(nodes):,} nodes: each point's plan keeps its node assignment, and a sweep "
+            f"keeps at most {MAX_SWEEP_NODE_ENTRIES:,} (points x nodes)"
+        )
 
     @field_validator("job")
     @classmethod

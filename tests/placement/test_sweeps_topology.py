@@ -87,6 +87,21 @@ def test_sweep_over_a_cluster_the_nodes_do_not_fit_is_a_422(client: TestClient) 
     assert "gb200-nvl72" in detail["msg"] and "topology.nodes" in detail["msg"] and "gpu001" in detail["msg"]
 
 
+def test_a_sweep_keeps_a_bounded_number_of_node_assignments(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each point's plan keeps its assignment: points x nodes is bounded (a 422 at vary, before
+    any point is validated)."""
+    from optimizer.capacity import sweep
+
+    monkeypatch.setattr(sweep, "MAX_SWEEP_NODE_ENTRIES", 3 * len(TOPOLOGY["nodes"]))
+    r = client.post("/sweeps", json={"job": topo_job(None), "vary": {"global_batch_size": [64, 128, 256, 512]}})
+    assert r.status_code == 422
+    [detail] = r.json()["detail"]
+    assert detail["loc"] == ["body", "vary"]
+    assert detail["msg"].startswith(f"4 points on {len(TOPOLOGY['nodes'])} nodes: each point's plan keeps")
+
+
 def _plan_table(tmp_path: Path, body: dict, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     path = tmp_path / "job.json"
     path.write_text(json.dumps(body))
