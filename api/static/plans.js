@@ -1,0 +1,127 @@
+// The /plan answer on the page: the ranked plans, each plan's detail and the two plan charts.
+"use strict";
+
+let lastPlans = [];
+
+function layoutText(c) {
+  const parts = [`TP${c.tp}`, `PP${c.pp}`, `DP${c.dp}`];
+  if (c.cp > 1) parts.push(`CP${c.cp}`);
+  if (c.ep > 1) parts.push(`EP${c.ep}`);
+  if (c.etp > 1) parts.push(`ETP${c.etp}`);
+  if (c.vpp > 1) parts.push(`VPP${c.vpp}`);
+  parts.push(`mbs ${c.micro_batch_size}`, `ZeRO-${c.zero_stage}`, `recompute ${c.recompute}`);
+  return parts.join(" ");
+}
+
+// a framework's launch text (its `<name>_env` fields are objects)
+const isLaunchText = (value) => typeof value === "string" && value !== "";
+
+function frameworksOf(plan) {
+  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k]));
+}
+
+function render(response) {
+  lastPlans = response.plans;
+  $("#results").hidden = false;
+  const lines = [`Status: ${response.status}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
+  if (response.explanation) lines.push(response.explanation);
+  lines.push(...response.warnings);
+  $("#summary").textContent = lines.join(" ");
+  const suggestions = response.suggestions ?? [];
+  $("#suggestions").replaceChildren(...suggestions.map((s) => el("li", { "data-num-gpus": s.num_gpus, "data-tokens-per-s": s.tokens_per_s },
+    `Try ${fmt.int(s.num_gpus)} GPUs: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
+  $("#suggestions").hidden = !suggestions.length;
+  const body = $("#plans tbody");
+  body.replaceChildren(...response.plans.flatMap(planRows));
+  timeChart(response.plans);
+  memoryChart(response.plans[0], 0);
+}
+
+function planRows(plan, i) {
+  const m = plan.memory_gib;
+  const cells = [
+    ["rank", `${i + 1}`], ["layout", layoutText(plan.config)],
+    ["placement", Object.entries(plan.placement).filter(([, t]) => t !== "none").map(([a, t]) => `${a}:${t}`).join(" ")],
+    ["step_time_s", fmt.s(plan.step_time_s)], ["tokens_per_s_per_gpu", fmt.int(plan.tokens_per_s_per_gpu)],
+    ["mfu", fmt.pct(plan.mfu)], ["memory", `${fmt.gib(m.total)} / ${fmt.gib(m.capacity - (m.headroom ?? 0))}`],
+    ["bottleneck", plan.bottleneck], ["frameworks", frameworksOf(plan).join(", ")],
+  ];
+  const row = el("tr", { "data-testid": "plan-row", class: plan.fits_memory ? "" : "over" },
+    ...cells.map(([field, text]) => el("td", { "data-field": field }, text)));
+  const detail = el("tr", { class: "detail", hidden: "" }, el("td", { colspan: cells.length }, planDetail(plan)));
+  row.tabIndex = 0;
+  row.addEventListener("click", () => {
+    detail.hidden = !detail.hidden;
+    memoryChart(plan, i);
+  });
+  row.addEventListener("keydown", (event) => event.key === "Enter" && row.click());
+  return [row, detail];
+}
+
+function planDetail(plan) {
+  const breakdown = el("table", { class: "breakdown" }, el("tr", {}, el("th", {}, "step time part"), el("th", {}, "s"), el("th", {}, "share")));
+  for (const part of TIME_PARTS) {
+    const s = plan.time_breakdown_s[part] ?? 0;
+    breakdown.append(el("tr", {}, el("td", {}, part), el("td", {}, s.toFixed(4)), el("td", {}, fmt.pct(s / plan.step_time_s))));
+  }
+  const notes = el("ul", { class: "notes" }, ...plan.notes.map((n) => el("li", {}, n)));
+  // each framework's text, after the environment variables its launch sets (`<name>_env`)
+  const launches = Object.entries(plan.launch ?? {}).filter(([, text]) => isLaunchText(text));
+  const launch = launches.map(([name, args]) => {
+    const env = Object.entries(plan.launch[`${name}_env`] ?? {}).map(([k, v]) => `export ${k}=${v}`);
+    const text = [...env, args].join("\n");
+    const copy = el("button", { type: "button", class: "copy" }, "Copy");
+    copy.addEventListener("click", (event) => {
+      event.stopPropagation();
+      copyText(text).then(() => (copy.textContent = "Copied"));
+    });
+    return el("div", { class: "launch" }, el("h4", {}, name, " ", copy), el("pre", {}, text));
+  });
+  return el("div", {}, capacityLine(plan), breakdown, notes, ...launch);
+}
+
+function capacityLine(plan) {
+  const ttt = plan.time_to_train;
+  const parts = [["goodput_fraction", plan.goodput?.fraction, (x) => `goodput ${fmt.pct(x)}`],
+    ["time_to_train_days", ttt?.days, (x) => `${x.toFixed(1)} days to train`],
+    ["cost_usd", ttt?.cost_usd, (x) => `$${fmt.int(x)}`]].filter(([, value]) => value != null);
+  return el("p", { class: "capacity", "data-testid": "capacity" },
+    ...parts.map(([field, value, text]) => el("span", { "data-field": field, "data-value": value }, text(value), " ")));
+}
+
+async function copyText(text) {
+  if (navigator.clipboard) return navigator.clipboard.writeText(text);
+  const area = el("textarea", {}, text);
+  document.body.append(area);
+  area.select();
+  document.execCommand("copy");
+  area.remove();
+}
+
+// ---- charts ----------------------------------------------------------------------------------
+function timeChart(plans) {
+  const x = plans.map((_, i) => `plan ${i + 1}`);
+  const traces = TIME_PARTS.filter((part) => plans.some((p) => p.time_breakdown_s[part] > 0))
+    .map((part) => ({ type: "bar", name: part, x, y: plans.map((p) => p.time_breakdown_s[part] ?? 0) }));
+  Plotly.react("time-chart", traces, {
+    title: { text: "Step time by part (exposed seconds)" }, barmode: "stack",
+    xaxis: { type: "category" }, yaxis: { title: { text: "s" } }, margin: { t: 40 },
+  }, PLOT_CONFIG);
+}
+
+function memoryChart(plan, index) {
+  if (!plan) return Plotly.purge("memory-chart");
+  const m = plan.memory_gib;
+  const stages = m.per_stage?.length ? m.per_stage : [m];
+  const x = stages.map((_, s) => `stage ${s}`);
+  const traces = MEMORY_PARTS.map((part) => ({ type: "bar", name: part, x, y: stages.map((st) => st[part]) }));
+  const usable = m.capacity - (m.headroom ?? 0);
+  Plotly.react("memory-chart", traces, {
+    title: { text: `Memory per pipeline stage, plan #${index + 1} (GiB per GPU)` }, barmode: "stack",
+    yaxis: { title: { text: "GiB" }, range: [0, 1.08 * Math.max(m.capacity, ...stages.map((st) => st.total))] },
+    shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: m.capacity, y1: m.capacity, line: { color: "#c00", dash: "dash" } },
+      { type: "line", xref: "paper", x0: 0, x1: 1, y0: usable, y1: usable, line: { color: "#c80", dash: "dot" } }],
+    annotations: [{ xref: "paper", x: 1, y: m.capacity, text: `capacity ${fmt.gib(m.capacity)}`, showarrow: false, yanchor: "bottom", xanchor: "right" }],
+    margin: { t: 40 },
+  }, PLOT_CONFIG);
+}

@@ -1,0 +1,100 @@
+// The sweep panel: POST /sweeps, progress by polling, the chart and the warnings.
+"use strict";
+
+let sweepId = null;
+let lastSweep = null;
+const SWEEP_METRICS = {
+  throughput: { title: "Throughput against GPU count", axis: "tokens/s", of: (plan) => plan?.tokens_per_s },
+  days: { title: "Time to train against GPU count", axis: "days", of: (plan) => plan?.time_to_train?.days ?? plan?.time_to_train_days },
+};
+
+function sweepMessage(text, isError = false) {
+  $("#sweep-status").textContent = isError ? "" : text;
+  $("#sweep-error").textContent = isError ? text : "";
+  $("#sweep-error").hidden = !isError;
+}
+
+async function startSweep() {
+  const counts = $("#sweep-gpus").value.split(/[\s,]+/).filter(Boolean).map(Number);
+  if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
+    return sweepMessage("GPU counts: whole numbers separated by commas", true);
+  }
+  const job = formToJob();
+  job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
+  delete job.search.suggest;
+  const { status, body } = await getJson("/sweeps", {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ job, vary: { num_gpus: counts } }),
+  });
+  if (status === 404) return sweepMessage("this server does not run sweeps", true);
+  if (status !== 202 && status !== 200) {
+    const where = (d) => d.loc.slice(1).join(".");
+    const line = (d) => (d.msg.startsWith(`${where(d)}:`) ? d.msg : `${where(d)}: ${d.msg}`);
+    const detail = Array.isArray(body.detail) ? body.detail.map(line).join("; ") : body.detail;
+    return sweepMessage(detail, true);
+  }
+  sweepId = body.id;
+  $("#sweep-cancel").hidden = false;
+  $("#sweep-progress").hidden = false;
+  document.body.dataset.sweep = "running";
+  pollSweep(body.id);
+}
+
+async function pollSweep(id) {
+  const { status, body } = await getJson(`/sweeps/${encodeURIComponent(id)}`);
+  if (id !== sweepId) return;
+  if (status !== 200) return sweepMessage(`sweep ${id}: HTTP ${status}`, true);
+  $("#sweep-progress").max = Math.max(body.total, 1);
+  $("#sweep-progress").value = body.done;
+  sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
+  sweepWarnings(body);
+  sweepChart(body);
+  if (body.status === "running") return setTimeout(() => pollSweep(id), 500);
+  $("#sweep-cancel").hidden = true;
+  document.body.dataset.sweep = body.status;
+}
+
+// The sweep's warnings, then each point's (named by its values), each text once.
+function sweepWarnings(sweep) {
+  const seen = new Set(sweep.warnings ?? []);
+  const lines = [...seen];
+  for (const r of sweep.results ?? []) {
+    for (const w of r.warnings ?? []) {
+      if (seen.has(w)) continue;
+      seen.add(w);
+      lines.push(`${Object.entries(r.point).map(([k, v]) => `${k}=${v}`).join(", ")}: ${w}`);
+    }
+  }
+  const list = $("#sweep-warnings");
+  list.replaceChildren(...lines.map((text) => Object.assign(document.createElement("li"), { textContent: text })));
+  list.hidden = lines.length === 0;
+}
+
+function sweepPoint(item, metric) {
+  const gpus = item.point?.num_gpus ?? item.num_gpus ?? item.point?.cluster?.num_gpus;
+  return { gpus, y: metric.of(item.plan ?? item) };
+}
+
+function sweepChart(sweep = lastSweep) {
+  lastSweep = sweep;
+  const hasDays = sweep.results.some((r) => r.plan?.time_to_train);
+  const select = $("#sweep-metric");
+  select.options[1].disabled = !hasDays;
+  if (!hasDays) select.value = "throughput";
+  const metric = SWEEP_METRICS[select.value];
+  const byGpus = (items) => items.map((i) => sweepPoint(i, metric)).filter((p) => p.y != null).sort((a, b) => a.gpus - b.gpus);
+  const points = byGpus(sweep.results.filter((r) => r.plan));
+  const front = byGpus(sweep.pareto ?? []);
+  $("#sweep-chart").hidden = false;
+  Plotly.react("sweep-chart", [
+    { type: "scatter", mode: "markers", name: "best plan", marker: { size: 11 }, x: points.map((p) => p.gpus), y: points.map((p) => p.y) },
+    { type: "scatter", mode: "lines+markers", name: "Pareto front", x: front.map((p) => p.gpus), y: front.map((p) => p.y) },
+  ], {
+    title: { text: metric.title }, xaxis: { title: { text: "GPUs" } },
+    yaxis: { title: { text: metric.axis } }, margin: { t: 40 },
+  }, PLOT_CONFIG);
+}
+
+async function cancelSweep() {
+  if (sweepId) await fetch(`/sweeps/${encodeURIComponent(sweepId)}`, { method: "DELETE" });
+}
