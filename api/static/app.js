@@ -34,8 +34,30 @@ function jobToForm(job) {
     if (value != null) field.value = String(value);
     else field.value = field.tagName === "SELECT" && !field.querySelector('option[value=""]') ? field.options[0].value : "";
   }
-  const custom = fields().some((f) => f.name.startsWith("model.") && f.name !== "model.preset" && f.value);
-  $("#custom-model").open = custom;
+  $("#custom-model").open = fields().some((f) => isCustomModelField(f) && f.value);
+  updatePresetNote();
+}
+
+const isCustomModelField = (field) => field.name.startsWith("model.") && field.name !== "model.preset";
+
+// Under a preset, every other model field overrides it: the note next to the preset says which.
+function updatePresetNote() {
+  const model = formToJob().model ?? {};
+  const overrides = model.preset ? modelOverrides(model) : [];
+  const note = $("#preset-note");
+  note.textContent = overrides.length
+    ? `${plural(overrides.length, "preset field")} overridden: ${overrides.map(([path]) => path).join(", ")}` : "";
+  note.hidden = !overrides.length;
+}
+
+// Choosing a preset plans that model: the custom architecture (typed, imported or from a link) goes.
+function choosePreset() {
+  if ($("#model-preset").value) {
+    for (const field of fields().filter(isCustomModelField)) field.value = "";
+    delete baseJob.model;
+    $("#hf-status").textContent = "";
+  }
+  updatePresetNote();
 }
 
 function jobFromUrl() {
@@ -104,7 +126,7 @@ async function runPlan(job) {
       setState("error", `HTTP ${status}`);
       return;
     }
-    render(body);
+    render(body, job);
     setState("done", "");
   } catch (err) {
     showFormError(`request failed: ${err.message}`);
@@ -117,6 +139,8 @@ async function runPlan(job) {
 // ---- start-up --------------------------------------------------------------------------------
 async function loadCatalogs() {
   const [models, clusters] = await Promise.all([getJson("/models"), getJson("/clusters")]);
+  for (const m of models.body) catalog.models.set(m.id, m);
+  for (const c of clusters.body) catalog.clusters.set(c.id, c);
   $("#model-preset").append(...models.body.map((m) => el("option", { value: m.id }, `${m.id} (${m.name})`)));
   $("#cluster-preset").append(...clusters.body.map((c) => el("option", { value: c.id }, `${c.id} (${c.gpu})`)));
   $("#model-preset").value = "llama3-70b";
@@ -131,6 +155,8 @@ async function main() {
     history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
     runPlan(job);
   });
+  $("#model-preset").addEventListener("change", choosePreset);
+  form.addEventListener("input", updatePresetNote);
   $("#hf-import").addEventListener("click", importHfConfig);
   $("#hf-file").addEventListener("change", importHfFile);
   $("#sweep-start").addEventListener("click", startSweep);

@@ -6,6 +6,7 @@ const form = $("#job-form");
 const TIME_PARTS = ["compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer"];
 const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers", "optimizer_step"];
 const PLOT_CONFIG = { displayModeBar: false, responsive: true };
+const catalog = { models: new Map(), clusters: new Map() };  // /models and /clusters by id
 
 // ---- small helpers -------------------------------------------------------------------------
 function getPath(obj, path) {
@@ -41,7 +42,23 @@ const fmt = {
   pct: (x) => `${(100 * x).toFixed(1)}%`,
   int: (x) => Math.round(x).toLocaleString("en-US"),
   gib: (x) => x.toFixed(1),
+  params: (x) => (x >= 1e12 ? `${Number((x / 1e12).toPrecision(3))}T` : `${Number((x / 1e9).toPrecision(3))}B`),
 };
+
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+// a model's fields besides its preset, as [dotted path, value] pairs
+function modelOverrides(model) {
+  const found = [];
+  const walk = (obj, prefix) => {
+    for (const [key, value] of Object.entries(obj ?? {})) {
+      if (value !== null && typeof value === "object" && !Array.isArray(value)) walk(value, `${prefix}${key}.`);
+      else if (`${prefix}${key}` !== "preset") found.push([`${prefix}${key}`, value]);
+    }
+  };
+  walk(model, "");
+  return found;
+}
 
 function deletePath(obj, path) {
   const keys = path.split(".");

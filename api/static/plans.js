@@ -20,9 +20,31 @@ function frameworksOf(plan) {
   return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k]));
 }
 
-function render(response) {
+// What was planned, from the job sent: the model (the catalog's parameter count for a preset as
+// it is), the GPUs and the framework.
+function plannedLine(job) {
+  const model = job.model ?? {};
+  const preset = catalog.models.get(model.preset);
+  const overrides = preset ? modelOverrides(model) : [];
+  let name = preset?.name ?? `${model.name || "unnamed model"} (custom architecture)`;
+  if (overrides.length) {
+    const changed = overrides.map(([path, value]) => `${path} ${value}`).join(", ");
+    name += ` with ${plural(overrides.length, "preset field")} overridden (${changed})`;
+  } else if (preset?.published_total_params) {
+    const active = preset.published_active_params ? `, ${fmt.params(preset.published_active_params)} active` : "";
+    name += ` (${fmt.params(preset.published_total_params)} parameters${active})`;
+  }
+  const cluster = job.cluster ?? {};
+  const gpu = cluster.gpu ?? catalog.clusters.get(cluster.preset)?.gpu ?? "GPU";
+  const gpus = cluster.num_gpus != null ? `${fmt.int(cluster.num_gpus)} × ${gpu}` : gpu;
+  const where = cluster.preset ? ` (${cluster.preset})` : "";
+  return `Planned: ${name} on ${gpus}${where}, framework: ${job.training?.framework ?? "any"}`;
+}
+
+function render(response, job) {
   lastPlans = response.plans;
   $("#results").hidden = false;
+  $("#planned").textContent = plannedLine(job);
   const lines = [`Status: ${response.status}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
   if (response.explanation) lines.push(response.explanation);
   lines.push(...response.warnings);

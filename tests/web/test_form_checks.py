@@ -1,0 +1,74 @@
+"""The job form in headless Chromium: what is planned is what the form shows, and a box the
+browser cannot read as a number stops the request."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from pagekit import SMALL_JOB, box, open_page, post_plan, type_into, wait_state
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
+
+MIXTRAL_HF_CONFIG = {  # config.json of mistralai/Mixtral-8x7B-v0.1 (architecture keys)
+    "model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def custom_values(driver: WebDriver) -> dict[str, str]:
+    return driver.execute_script(
+        "return Object.fromEntries(fields().filter(f => f.name.startsWith('model.') && f.name !== 'model.preset')"
+        ".filter(f => f.value !== '').map(f => [f.name, f.value]))"
+    )
+
+
+def planned_header(driver: WebDriver) -> str:
+    return driver.find_element(By.CSS_SELECTOR, '[data-testid="planned"]').text
+
+
+def test_choosing_a_preset_after_an_import_plans_the_preset(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    driver.find_element(By.CSS_SELECTOR, "#custom-model summary").click()
+    driver.execute_script("document.querySelector('#hf-config').value = arguments[0]", json.dumps(MIXTRAL_HF_CONFIG))
+    driver.find_element(By.ID, "hf-import").click()
+    assert custom_values(driver)["model.moe.num_experts"] == "8"
+
+    Select(box(driver, "model.preset")).select_by_value("llama3-8b")
+    assert custom_values(driver) == {}
+    type_into(driver, "training.global_batch_size", "256")
+    type_into(driver, "cluster.num_gpus", "64")
+    assert driver.execute_script("return formToJob().model") == {"preset": "llama3-8b"}
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "done"
+
+    expected = post_plan(base_url, {**SMALL_JOB, "training": {"seq_len": 8192, "global_batch_size": 256}})
+    first = driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"] td[data-field="step_time_s"]')
+    assert first.text == f"{expected['plans'][0]['step_time_s']:.3f} s"
+    preset = next(m for m in httpx.get(f"{base_url}/models").json() if m["id"] == "llama3-8b")
+    billions = float(f"{preset['published_total_params'] / 1e9:.3g}")
+    header = planned_header(driver)
+    for text in ("Llama 3 8B", f"{billions:g}B parameters", "64 × h100-sxm-80gb"):
+        assert text in header, header
+    assert "framework: any" in header
+
+
+def test_a_field_typed_under_a_preset_shows_as_an_override(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    note = driver.find_element(By.CSS_SELECTOR, '[data-testid="preset-note"]')
+    assert not note.is_displayed()
+    type_into(driver, "model.num_layers", "40")
+    assert note.is_displayed()
+    assert note.text == "1 preset field overridden: num_layers"
+
+    type_into(driver, "training.global_batch_size", "256")
+    type_into(driver, "cluster.num_gpus", "64")
+    Select(box(driver, "training.framework")).select_by_visible_text("megatron-lm")
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "done"
+    header = planned_header(driver)
+    assert "Llama 3 70B with 1 preset field overridden (num_layers 40)" in header, header
+    assert "parameters" not in header  # the catalog's count is the preset's, not this model's
+    assert "framework: megatron-lm" in header
