@@ -105,11 +105,27 @@ function showErrors(detail) {
       showFormError(`${where}: ${item.msg}`);
       continue;
     }
-    const details = field.closest("details");
-    if (details) details.open = true;
-    const note = el("span", { class: "error", "data-testid": "error", "data-for": field.name }, item.msg);
-    field.closest("label").after(note);
+    showFieldError(field, item.msg);
   }
+}
+
+function showFieldError(field, message) {
+  const details = field.closest("details");
+  if (details) details.open = true;
+  field.closest("label").after(el("span", { class: "error", "data-testid": "error", "data-for": field.name }, message));
+}
+
+// Number boxes holding text the browser cannot read as a number (their value is then ""): each is
+// marked "not a number", the first takes the focus, and true says no request may go.
+function markBadNumbers() {
+  document.querySelectorAll("[data-for].bad-number").forEach((node) => node.remove());
+  const bad = fields().filter((f) => f.validity?.badInput);
+  for (const field of bad) {
+    showFieldError(field, "not a number");
+    $(`[data-for="${field.name}"]`).classList.add("bad-number");
+  }
+  bad[0]?.focus();
+  return bad.length > 0;
 }
 
 // ---- planning --------------------------------------------------------------------------------
@@ -151,6 +167,8 @@ async function main() {
   await loadCatalogs();
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    clearErrors();
+    if (markBadNumbers()) return setState("error", "fix the marked fields");
     const job = formToJob();
     history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
     runPlan(job);

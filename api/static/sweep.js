@@ -19,6 +19,7 @@ async function startSweep() {
   if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
     return sweepMessage("GPU counts: whole numbers separated by commas", true);
   }
+  if (markBadNumbers()) return sweepMessage("fix the marked fields of the form first", true);
   const job = formToJob();
   job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
   delete job.search.suggest;

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from pagekit import SMALL_JOB, box, open_page, post_plan, type_into, wait_state
+import pytest
+from pagekit import SMALL_JOB, box, open_page, plan_requests, post_plan, shown_errors, type_into, wait_state
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
@@ -72,3 +73,27 @@ def test_a_field_typed_under_a_preset_shows_as_an_override(driver: WebDriver, ba
     assert "Llama 3 70B with 1 preset field overridden (num_layers 40)" in header, header
     assert "parameters" not in header  # the catalog's count is the preset's, not this model's
     assert "framework: megatron-lm" in header
+
+
+@pytest.mark.parametrize(("field", "text"), [("search.fix.tp", "8e"), ("training.global_batch_size", "2048e")])
+def test_text_that_is_not_a_number_is_marked_and_not_sent(
+    driver: WebDriver, base_url: str, field: str, text: str
+) -> None:
+    open_page(driver, base_url)
+    type_into(driver, "cluster.num_gpus", "64")
+    type_into(driver, field, text)
+    assert driver.execute_script("return arguments[0].validity.badInput", box(driver, field))
+    plan_requests(driver)
+    for button in ("plan-button", "sweep-start"):
+        driver.find_element(By.ID, button).click()
+        errors = shown_errors(driver)
+        assert [(e.text, e.get_attribute("data-for")) for e in errors if e.get_attribute("data-for")] == [
+            ("not a number", field)
+        ]
+        assert plan_requests(driver) == []
+    assert driver.execute_script("return document.body.dataset.state") == "error"
+    assert driver.find_element(By.ID, "sweep-error").text == "fix the marked fields of the form first"
+    type_into(driver, field, "2")  # fixed: the plan runs
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "done"
+    assert driver.find_elements(By.CSS_SELECTOR, "[data-for]") == []
