@@ -129,9 +129,13 @@ function markBadNumbers() {
 }
 
 // ---- planning --------------------------------------------------------------------------------
+// Plans `job`; the address becomes its link once its plans are on the page.
 async function runPlan(job) {
   clearErrors();
   setState("running", "Planning…");
+  const results = $("#results");
+  const shown = !results.hidden;
+  if (shown) markStale(results, "Results for the previous job: planning the new one…", true);
   $("#plan-button").disabled = true;
   try {
     const { status, body } = await getJson("/plan", {
@@ -143,12 +147,17 @@ async function runPlan(job) {
       return;
     }
     render(body, job);
+    markStale(results);
+    history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
     setState("done", "");
   } catch (err) {
     showFormError(`request failed: ${err.message}`);
     setState("error", "");
   } finally {
     $("#plan-button").disabled = false;
+    if (shown && document.body.dataset.state === "error") {
+      markStale(results, "Results for the previous job: the new one failed (see above)");
+    }
   }
 }
 
@@ -169,9 +178,7 @@ async function main() {
     event.preventDefault();
     clearErrors();
     if (markBadNumbers()) return setState("error", "fix the marked fields");
-    const job = formToJob();
-    history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
-    runPlan(job);
+    runPlan(formToJob());
   });
   $("#model-preset").addEventListener("change", choosePreset);
   form.addEventListener("input", updatePresetNote);

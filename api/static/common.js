@@ -45,6 +45,16 @@ const fmt = {
   params: (x) => (x >= 1e12 ? `${Number((x / 1e12).toPrecision(3))}T` : `${Number((x / 1e9).toPrecision(3))}B`),
 };
 
+// Results of an earlier request while a new one runs or after it failed: greyed out under a label
+// that says so (no label: current again). The section is busy while `busy`.
+function markStale(section, label = null, busy = false) {
+  section.classList.toggle("stale", label !== null);
+  section.setAttribute("aria-busy", String(busy));
+  const note = section.querySelector(".stale-label");
+  note.textContent = label ?? "";
+  note.hidden = label === null;
+}
+
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 // a model's fields besides its preset, as [dotted path, value] pairs

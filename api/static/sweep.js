@@ -14,12 +14,22 @@ function sweepMessage(text, isError = false) {
   $("#sweep-error").hidden = !isError;
 }
 
+// The shown sweep's results, marked as the previous sweep's (label) or current again (null).
+function sweepStale(label, busy = false) {
+  if (lastSweep) markStale($("#sweep-results"), label && `Results for the previous sweep: ${label}`, busy);
+}
+
 async function startSweep() {
+  const refused = (message) => {
+    sweepStale("the new one did not start");
+    sweepMessage(message, true);
+  };
   const counts = $("#sweep-gpus").value.split(/[\s,]+/).filter(Boolean).map(Number);
   if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
-    return sweepMessage("GPU counts: whole numbers separated by commas", true);
+    return refused("GPU counts: whole numbers separated by commas");
   }
-  if (markBadNumbers()) return sweepMessage("fix the marked fields of the form first", true);
+  if (markBadNumbers()) return refused("fix the marked fields of the form first");
+  sweepStale("starting a new one…", true);
   const job = formToJob();
   job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
   delete job.search.suggest;
@@ -27,12 +37,11 @@ async function startSweep() {
     method: "POST", headers: { "content-type": "application/json" },
     body: JSON.stringify({ job, vary: { num_gpus: counts } }),
   });
-  if (status === 404) return sweepMessage("this server does not run sweeps", true);
+  if (status === 404) return refused("this server does not run sweeps");
   if (status !== 202 && status !== 200) {
     const where = (d) => d.loc.slice(1).join(".");
     const line = (d) => (d.msg.startsWith(`${where(d)}:`) ? d.msg : `${where(d)}: ${d.msg}`);
-    const detail = Array.isArray(body.detail) ? body.detail.map(line).join("; ") : body.detail;
-    return sweepMessage(detail, true);
+    return refused(Array.isArray(body.detail) ? body.detail.map(line).join("; ") : body.detail);
   }
   sweepId = body.id;
   $("#sweep-cancel").hidden = false;
@@ -50,6 +59,7 @@ async function pollSweep(id) {
   sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
   sweepWarnings(body);
   sweepChart(body);
+  markStale($("#sweep-results"), null, body.status === "running");
   if (body.status === "running") return setTimeout(() => pollSweep(id), 500);
   $("#sweep-cancel").hidden = true;
   document.body.dataset.sweep = body.status;
