@@ -151,7 +151,7 @@ async function runPlan(job) {
     history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
     setState("done", "");
   } catch (err) {
-    showFormError(`request failed: ${err.message}`);
+    showFormError(err.message);
     setState("error", "");
   } finally {
     $("#plan-button").disabled = false;
@@ -173,7 +173,12 @@ async function loadCatalogs() {
 }
 
 async function main() {
-  await loadCatalogs();
+  try {
+    await loadCatalogs();
+  } catch (err) {
+    showFormError(err.message);
+    return setState("error", "");
+  }
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     clearErrors();

@@ -31,8 +31,14 @@ function setState(state, message = "") {
   $("#status").textContent = message;
 }
 
+// The answer's status and JSON body; a request that gets no answer throws "cannot reach the planner".
 async function getJson(url, options) {
-  const response = await fetch(url, options);
+  let response;
+  try {
+    response = await fetch(url, options);
+  } catch (err) {
+    throw new Error(`cannot reach the planner at ${location.host}: ${err.message} (is the server running?)`);
+  }
   const body = await response.json().catch(() => ({ detail: response.statusText }));
   return { status: response.status, body };
 }

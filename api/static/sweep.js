@@ -33,10 +33,15 @@ async function startSweep() {
   const job = formToJob();
   job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
   delete job.search.suggest;
-  const { status, body } = await getJson("/sweeps", {
-    method: "POST", headers: { "content-type": "application/json" },
-    body: JSON.stringify({ job, vary: { num_gpus: counts } }),
-  });
+  let status, body;
+  try {
+    ({ status, body } = await getJson("/sweeps", {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ job, vary: { num_gpus: counts } }),
+    }));
+  } catch (err) {
+    return refused(err.message);
+  }
   if (status === 404) return refused("this server does not run sweeps");
   if (status !== 202 && status !== 200) {
     const where = (d) => d.loc.slice(1).join(".");
@@ -51,9 +56,15 @@ async function startSweep() {
 }
 
 async function pollSweep(id) {
-  const { status, body } = await getJson(`/sweeps/${encodeURIComponent(id)}`);
+  let status, body;
+  try {
+    ({ status, body } = await getJson(`/sweeps/${encodeURIComponent(id)}`));
+  } catch (err) {
+    if (id === sweepId) sweepStopped(`${err.message}; the sweep is no longer followed`);
+    return;
+  }
   if (id !== sweepId) return;
-  if (status !== 200) return sweepMessage(`sweep ${id}: HTTP ${status}`, true);
+  if (status !== 200) return sweepStopped(`sweep ${id}: ${body.detail ?? `HTTP ${status}`}`);
   $("#sweep-progress").max = Math.max(body.total, 1);
   $("#sweep-progress").value = body.done;
   sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
@@ -106,6 +117,20 @@ function sweepChart(sweep = lastSweep) {
   }, PLOT_CONFIG);
 }
 
+// A followed sweep that cannot be followed any more: an error, and nothing left to cancel.
+function sweepStopped(message) {
+  sweepMessage(message, true);
+  $("#sweep-cancel").hidden = true;
+  $("#sweep-progress").hidden = true;
+  document.body.dataset.sweep = "error";
+  sweepStale(null);
+}
+
 async function cancelSweep() {
-  if (sweepId) await fetch(`/sweeps/${encodeURIComponent(sweepId)}`, { method: "DELETE" });
+  if (!sweepId) return;
+  try {
+    await getJson(`/sweeps/${encodeURIComponent(sweepId)}`, { method: "DELETE" });
+  } catch (err) {
+    sweepStopped(`${err.message}; the sweep could not be cancelled`);
+  }
 }
