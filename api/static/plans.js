@@ -45,10 +45,13 @@ function render(response, job) {
   lastPlans = response.plans;
   $("#results").hidden = false;
   $("#planned").textContent = plannedLine(job);
-  const lines = [`Status: ${response.status}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
+  const proved = response.plans.length && response.solver.proved_optimal === false ? ", not proved optimal" : "";
+  const lines = [`Status: ${response.status}${proved}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
   if (response.explanation) lines.push(response.explanation);
-  lines.push(...response.warnings);
   $("#summary").textContent = lines.join(" ");
+  const warnings = response.warnings ?? [];
+  $("#warnings ul").replaceChildren(...warnings.map((w) => el("li", {}, w)));
+  $("#warnings").hidden = !warnings.length;
   const suggestions = response.suggestions ?? [];
   $("#suggestions").replaceChildren(...suggestions.map((s) => el("li", { "data-num-gpus": s.num_gpus, "data-tokens-per-s": s.tokens_per_s },
     `Try ${fmt.int(s.num_gpus)} GPUs: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
@@ -99,7 +102,18 @@ function planDetail(plan) {
     });
     return el("div", { class: "launch" }, el("h4", {}, name, " ", copy), el("pre", {}, text));
   });
-  return el("div", {}, capacityLine(plan), breakdown, notes, ...launch);
+  return el("div", {}, bandLine(plan), capacityLine(plan), breakdown, notes, ...launch);
+}
+
+// the plan's 80% error band (from the validation residuals) on step time and tokens/s per GPU
+function bandLine(plan) {
+  const parts = [["step_time_s_range", ([lo, hi]) => `step time ${lo.toFixed(3)}–${hi.toFixed(3)} s`],
+    ["tokens_per_s_per_gpu_range", ([lo, hi]) => `${fmt.int(lo)}–${fmt.int(hi)} tokens/s per GPU`]]
+    .filter(([field]) => plan[field]?.length === 2);
+  if (!parts.length) return "";
+  const spans = parts.map(([field, text]) => el("span", { "data-field": field, "data-value": JSON.stringify(plan[field]) }, text(plan[field])));
+  return el("p", { class: "band", "data-testid": "band" }, "80% band of the prediction: ",
+    ...spans.flatMap((span, i) => (i ? [", ", span] : [span])));
 }
 
 function capacityLine(plan) {
