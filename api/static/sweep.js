@@ -1,4 +1,4 @@
-// The sweep panel: POST /sweeps, progress by polling, the chart and the warnings.
+// The sweep panel: POST /sweeps, progress by polling, the warnings, the chart and the points' table.
 "use strict";
 
 let sweepId = null;
@@ -23,6 +23,7 @@ async function startSweep() {
   const refused = (message) => {
     sweepStale("the new one did not start");
     sweepMessage(message, true);
+    $("#sweep-start").disabled = false;
   };
   const counts = $("#sweep-gpus").value.split(/[\s,]+/).filter(Boolean).map(Number);
   if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
@@ -30,6 +31,7 @@ async function startSweep() {
   }
   if (markBadNumbers()) return refused("fix the marked fields of the form first");
   sweepStale("starting a new one…", true);
+  $("#sweep-start").disabled = true;  // one sweep at a time: a second would hold a worker slot too
   const job = formToJob();
   job.search = { ...job.search, top_k: 1 };  // a sweep plans each point's best plan only
   delete job.search.suggest;
@@ -70,26 +72,66 @@ async function pollSweep(id) {
   sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
   sweepWarnings(body);
   sweepChart(body);
+  sweepTable(body);
   markStale($("#sweep-results"), null, body.status === "running");
   if (body.status === "running") return setTimeout(() => pollSweep(id), 500);
   $("#sweep-cancel").hidden = true;
+  $("#sweep-start").disabled = false;
   document.body.dataset.sweep = body.status;
 }
 
-// The sweep's warnings, then each point's (named by its values), each text once.
+const pointName = (point) => Object.entries(point).map(([k, v]) => `${k}=${v}`).join(", ");
+const MFU_WARNING = /^predicted MFU (\d+(?:\.\d+)?)% /;
+
+// The sweep's warnings, then each point's (named by its values), each text once; as `pplan sweep`
+// prints them, the MFU warnings of several points are one line with the points and their MFUs.
 function sweepWarnings(sweep) {
-  const seen = new Set(sweep.warnings ?? []);
-  const lines = [...seen];
+  const lines = [...(sweep.warnings ?? [])];
+  const seen = new Set(lines);
+  const mfu = new Map();  // the rest of an MFU warning -> its line, points and MFUs
   for (const r of sweep.results ?? []) {
     for (const w of r.warnings ?? []) {
-      if (seen.has(w)) continue;
-      seen.add(w);
-      lines.push(`${Object.entries(r.point).map(([k, v]) => `${k}=${v}`).join(", ")}: ${w}`);
+      const match = MFU_WARNING.exec(w);
+      if (match) {
+        const rest = w.slice(match[0].length);
+        if (!mfu.has(rest)) mfu.set(rest, { at: lines.push("") - 1, points: [], values: [] });
+        mfu.get(rest).points.push(pointName(r.point));
+        mfu.get(rest).values.push(Number(match[1]));
+      } else if (!seen.has(w)) {
+        seen.add(w);
+        lines.push(`${pointName(r.point)}: ${w}`);
+      }
     }
+  }
+  for (const [rest, { at, points, values }] of mfu) {
+    const [low, high] = [Math.min(...values), Math.max(...values)];
+    const span = low === high ? `${low.toFixed(1)}%` : `${low.toFixed(1)}-${high.toFixed(1)}%`;
+    lines[at] = `${points.join("; ")}: predicted MFU ${span} ${rest}`;
   }
   const list = $("#sweep-warnings");
   list.replaceChildren(...lines.map((text) => Object.assign(document.createElement("li"), { textContent: text })));
   list.hidden = lines.length === 0;
+}
+
+// Every point in GPU order: its status (with the reason when it has no plan), tokens/s and, with
+// a token budget, days to train and cost.
+function sweepTable(sweep) {
+  const results = [...(sweep.results ?? [])].sort((a, b) => (a.point?.num_gpus ?? 0) - (b.point?.num_gpus ?? 0));
+  const budget = results.some((r) => r.plan?.time_to_train);
+  const none = "–";
+  const columns = [["num_gpus", "GPUs", (r) => fmt.int(r.point?.num_gpus ?? NaN)],
+    ["status", "Status", (r) => (r.plan || !r.explanation ? r.status : `${r.status}: ${r.explanation}`)],
+    ["tokens_per_s", "Tokens/s", (r) => (r.plan ? fmt.int(r.plan.tokens_per_s) : none)]];
+  if (budget) {
+    const ttt = (r, f) => r.plan?.time_to_train?.[f];
+    columns.push(["days", "Days to train", (r) => (ttt(r, "days") != null ? ttt(r, "days").toFixed(1) : none)],
+      ["cost_usd", "Cost", (r) => (ttt(r, "cost_usd") != null ? `$${fmt.int(ttt(r, "cost_usd"))}` : none)]);
+  }
+  const table = $("#sweep-table");
+  table.tHead.replaceChildren(el("tr", {}, ...columns.map(([, head]) => el("th", {}, head))));
+  table.tBodies[0].replaceChildren(...results.map((r) => el("tr", { class: r.plan ? "" : "no-plan" },
+    ...columns.map(([field, , text]) => el("td", { "data-field": field }, text(r))))));
+  table.hidden = !results.length;
 }
 
 function sweepPoint(item, metric) {
@@ -122,6 +164,7 @@ function sweepStopped(message) {
   sweepMessage(message, true);
   $("#sweep-cancel").hidden = true;
   $("#sweep-progress").hidden = true;
+  $("#sweep-start").disabled = false;
   document.body.dataset.sweep = "error";
   sweepStale(null);
 }

@@ -21,7 +21,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from api.main import create_app
+from api.sweep_cli import sweep_warnings
 from optimizer import service
+from optimizer.capacity.sweep import SweepStatus
 from optimizer.specs import PlanRequest
 
 WAIT_S = 180
@@ -80,7 +82,8 @@ def test_sweep_panel_on_the_service(driver: WebDriver, base_url: str) -> None:
     counts = [*GPU_COUNTS, 12]  # 12 GPUs are not whole 8-GPU nodes: that point warns
     panel = run_panel(driver, base_url, counts)
     assert panel["state"] == "done"
-    sweep = httpx.get(f"{base_url}/sweeps/{panel['id']}").json()
+    answer = httpx.get(f"{base_url}/sweeps/{panel['id']}")
+    sweep = answer.json()
     assert sweep["done"] == sweep["total"] == len(counts)
     assert (panel["value"], panel["max"]) == (len(counts), len(counts))
     assert_chart_shows(panel, sweep)
@@ -88,8 +91,7 @@ def test_sweep_panel_on_the_service(driver: WebDriver, base_url: str) -> None:
         "return [...document.querySelectorAll('#sweep-warnings li')].map(li => li.textContent)"
     )
     assert any(line.startswith("num_gpus=12: num_gpus (12) is not a whole number") for line in shown), shown
-    point_warnings = {w for r in sweep["results"] for w in r["warnings"]}
-    assert len(shown) == len(set(sweep["warnings"]) | point_warnings)
+    assert shown == sweep_warnings(SweepStatus.model_validate_json(answer.text))  # as `pplan sweep` prints them
     assert foreign_urls(requested_urls(driver)) == []
 
 
