@@ -152,12 +152,13 @@ function memoryChart(plan, index) {
   const x = stages.map((_, s) => `stage ${s}`);
   const traces = MEMORY_PARTS.map((part) => ({ type: "bar", name: part, x, y: stages.map((st) => st[part]) }));
   const usable = m.capacity - (m.headroom ?? 0);
+  const narrow = $("#memory-chart").clientWidth < 520;  // the title on two lines
   Plotly.react("memory-chart", traces, {
-    title: { text: `Memory per pipeline stage, plan #${index + 1} (GiB per GPU)` }, barmode: "stack",
+    title: { text: `Memory per pipeline stage, plan #${index + 1}${narrow ? "<br>" : " "}(GiB per GPU)` }, barmode: "stack",
     yaxis: { title: { text: "GiB" }, range: [0, 1.08 * Math.max(m.capacity, ...stages.map((st) => st.total))] },
     shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: m.capacity, y1: m.capacity, line: { color: "#c00", dash: "dash" } },
       { type: "line", xref: "paper", x0: 0, x1: 1, y0: usable, y1: usable, line: { color: "#c80", dash: "dot" } }],
     annotations: [{ xref: "paper", x: 1, y: m.capacity, text: `capacity ${fmt.gib(m.capacity)}`, showarrow: false, yanchor: "bottom", xanchor: "right" }],
-    margin: { t: 40 },
+    margin: { t: narrow ? 60 : 40 },
   }, PLOT_CONFIG);
 }
