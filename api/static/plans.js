@@ -46,9 +46,11 @@ function render(response, job) {
   $("#results").hidden = false;
   $("#planned").textContent = plannedLine(job);
   const proved = response.plans.length && response.solver.proved_optimal === false ? ", not proved optimal" : "";
+  const hasPlans = response.plans.length > 0;
   const lines = [`Status: ${response.status}${proved}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];
-  if (response.explanation) lines.push(response.explanation);
+  if (response.explanation && hasPlans) lines.push(response.explanation);
   $("#summary").textContent = lines.join(" ");
+  noPlanPanel(response);
   const warnings = response.warnings ?? [];
   $("#warnings ul").replaceChildren(...warnings.map((w) => el("li", {}, w)));
   $("#warnings").hidden = !warnings.length;
@@ -56,10 +58,31 @@ function render(response, job) {
   $("#suggestions").replaceChildren(...suggestions.map((s) => el("li", { "data-num-gpus": s.num_gpus, "data-tokens-per-s": s.tokens_per_s },
     `Try ${fmt.int(s.num_gpus)} GPUs: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
   $("#suggestions").hidden = !suggestions.length;
-  const body = $("#plans tbody");
-  body.replaceChildren(...response.plans.flatMap(planRows));
+  $("#plans tbody").replaceChildren(...response.plans.flatMap(planRows));
+  $("#plans").closest(".table-wrap").hidden = !hasPlans;
+  $(".charts").hidden = !hasPlans;
+  if (!hasPlans) return ["time-chart", "memory-chart"].forEach((id) => Plotly.purge(id));
   timeChart(response.plans);
   memoryChart(response.plans[0], 0);
+}
+
+// An answer without a plan: the server's reason and how far the search got, instead of an empty
+// table and empty charts.
+function noPlanPanel(response) {
+  const panel = $("#no-plan");
+  panel.hidden = response.plans.length > 0;
+  if (panel.hidden) return;
+  const infeasible = response.status === "infeasible";
+  const reason = response.explanation ||
+    (infeasible ? "The server gave no reason." : "The search stopped before it found a plan: a longer search.time_limit_s may find one.");
+  const s = response.solver ?? {};
+  const counts = [[s.candidates_enumerated, "layouts enumerated"], [s.candidates_fitting_memory, "fit in memory"],
+    [s.candidates_to_solver, "went to the solver"]].filter(([n]) => n != null).map(([n, what]) => `${fmt.int(n)} ${what}`);
+  const smallest = response.smallest_fitting_gpus;
+  panel.replaceChildren(el("h3", {}, infeasible ? "No plan fits" : `No plan found (status ${response.status})`),
+    el("p", { "data-field": "explanation" }, reason),
+    counts.length ? el("p", { "data-field": "candidates" }, `${counts.join(", ")}.`) : "",
+    smallest != null ? el("p", { "data-field": "smallest_fitting_gpus" }, `The smallest layout that fits needs ${fmt.int(smallest)} GPUs.`) : "");
 }
 
 function planRows(plan, i) {
