@@ -17,7 +17,8 @@ function layoutText(c) {
 const isLaunchText = (value) => typeof value === "string" && value !== "";
 
 function frameworksOf(plan) {
-  return plan.frameworks ?? Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k]));
+  return plan.frameworks ??
+    Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k])).map((k) => LAUNCH_KINDS[k]?.[0] ?? k);
 }
 
 // What was planned, from the job sent: the model (the catalog's parameter count for a preset as
@@ -113,17 +114,14 @@ function planDetail(plan) {
     breakdown.append(el("tr", {}, el("td", {}, part), el("td", {}, s.toFixed(4)), el("td", {}, fmt.pct(s / plan.step_time_s))));
   }
   const notes = el("ul", { class: "notes" }, ...plan.notes.map((n) => el("li", {}, n)));
-  // each framework's text, after the environment variables its launch sets (`<name>_env`)
+  // each framework's text under its catalog name, after the environment variables its launch
+  // sets (`<name>_env`) in a box of their own: each box has its own Copy
   const launches = Object.entries(plan.launch ?? {}).filter(([, text]) => isLaunchText(text));
-  const launch = launches.map(([name, args]) => {
-    const env = Object.entries(plan.launch[`${name}_env`] ?? {}).map(([k, v]) => `export ${k}=${v}`);
-    const text = [...env, args].join("\n");
-    const copy = el("button", { type: "button", class: "copy" }, "Copy");
-    copy.addEventListener("click", (event) => {
-      event.stopPropagation();
-      copyText(text).then(() => (copy.textContent = "Copied"));
-    });
-    return el("div", { class: "launch" }, el("h4", {}, name, " ", copy), el("pre", {}, text));
+  const launch = launches.flatMap(([key, text]) => {
+    const [framework, kind] = LAUNCH_KINDS[key] ?? [key, "launch settings"];
+    const env = Object.entries(plan.launch[`${key}_env`] ?? {}).map(([k, v]) => `export ${k}=${v}`);
+    return [...(env.length ? [launchBlock(`${framework} environment`, env.join("\n"))] : []),
+      launchBlock(`${framework} ${kind}`, text)];
   });
   return el("div", {}, bandLine(plan), capacityLine(plan), breakdown, notes, ...launch);
 }
@@ -148,13 +146,35 @@ function capacityLine(plan) {
     ...parts.map(([field, value, text]) => el("span", { "data-field": field, "data-value": value }, text(value), " ")));
 }
 
+// a launch field's framework (as the Frameworks column names it) and what its text is
+const LAUNCH_KINDS = {
+  megatron: ["megatron-lm", "arguments"], nemo: ["megatron-bridge", "recipe overrides"],
+  torchtitan: ["torchtitan", "TOML config"], deepspeed: ["deepspeed", "config JSON"],
+};
+
+function launchBlock(heading, text) {
+  const copy = el("button", { type: "button", class: "copy" }, "Copy");
+  copy.addEventListener("click", (event) => {
+    event.stopPropagation();
+    copyText(text).then(() => {
+      copy.textContent = "Copied";
+      copy.removeAttribute("title");
+    }, (err) => {
+      copy.textContent = "Copy failed";
+      copy.title = `the browser refused the clipboard: ${err?.message ?? err}; select the text and copy it by hand`;
+    });
+  });
+  return el("div", { class: "launch" }, el("h4", {}, heading, " ", copy), el("pre", {}, text));
+}
+
 async function copyText(text) {
   if (navigator.clipboard) return navigator.clipboard.writeText(text);
   const area = el("textarea", {}, text);
   document.body.append(area);
   area.select();
-  document.execCommand("copy");
+  const copied = document.execCommand("copy");
   area.remove();
+  if (!copied) throw new Error("copying is not allowed here");
 }
 
 // ---- charts ----------------------------------------------------------------------------------

@@ -28,10 +28,10 @@ def post_plan(base_url: str, job: dict[str, Any]) -> dict[str, Any]:
     return dict(answer.json())
 
 
-def wait_for(driver: WebDriver, script: str, *values: Any) -> Any:
-    """Wait until ``script`` returns one of ``values``; returns it."""
-    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(script) in values)
-    return driver.execute_script(script)
+def wait_for(driver: WebDriver, script: str, *values: Any, args: tuple[Any, ...] | list[Any] = ()) -> Any:
+    """Wait until ``script`` (given ``args``) returns one of ``values``; returns it."""
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(script, *args) in values)
+    return driver.execute_script(script, *args)
 
 
 def wait_state(driver: WebDriver, *states: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pagekit import SMALL_JOB, box, open_page, post_plan, type_into, wait_state
+from pagekit import SMALL_JOB, box, open_page, post_plan, type_into, wait_for, wait_state
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
@@ -72,3 +72,58 @@ def test_an_answer_without_a_plan_shows_the_reason_and_no_empty_table_or_charts(
         assert not driver.find_element(By.CSS_SELECTOR, hidden).is_displayed(), hidden
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="plan-row"]') == []
     assert expected["explanation"] not in driver.find_element(By.ID, "summary").text
+
+
+STUB_CLIPBOARD = """Object.defineProperty(navigator.clipboard, 'writeText', {configurable: true,
+    value: arguments[0] ? (text) => { window.copied = text; return Promise.resolve(); }
+                        : () => Promise.reject(new DOMException('Write permission denied.', 'NotAllowedError'))});"""
+
+
+def launch_blocks(driver: WebDriver) -> list[dict[str, str]]:
+    """The open plan's launch blocks: heading, the button's label and the text of the box under it."""
+    return driver.execute_script(
+        """return [...document.querySelectorAll('tr.detail:not([hidden]) .launch')].map(b => ({
+            heading: b.querySelector('h4').firstChild.textContent.trim(), button: b.querySelector('button').textContent,
+            text: b.querySelector('pre').textContent}));"""
+    )
+
+
+def test_launch_blocks_name_the_framework_and_copy_env_and_arguments_apart(driver: WebDriver, base_url: str) -> None:
+    job = {**SMALL_JOB, "model": {"preset": "llama3-70b"}}
+    plan = post_plan(base_url, job)["plans"][0]
+    env = plan["launch"]["megatron_env"]
+    assert env  # CUDA_DEVICE_MAX_CONNECTIONS
+    assert open_page(driver, base_url, job) == "done"
+    row = driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"]')
+    row.click()
+    blocks = launch_blocks(driver)
+    assert blocks == [
+        {
+            "heading": "megatron-lm environment",
+            "button": "Copy",
+            "text": "\n".join(f"export {k}={v}" for k, v in env.items()),
+        },
+        {"heading": "megatron-lm arguments", "button": "Copy", "text": plan["launch"]["megatron"]},
+    ]
+    assert row.find_element(By.CSS_SELECTOR, 'td[data-field="frameworks"]').text == "megatron-lm"
+
+    driver.execute_script(STUB_CLIPBOARD, True)
+    buttons = driver.find_elements(By.CSS_SELECTOR, "tr.detail:not([hidden]) .launch button")
+    for button, block in zip(buttons, blocks, strict=True):
+        button.click()
+        assert driver.execute_script("return window.copied") == block["text"]
+        assert button.text == "Copied"
+    driver.execute_script(STUB_CLIPBOARD, False)
+    buttons[1].click()
+    wait_for(driver, "return arguments[0].textContent", "Copy failed", args=[buttons[1]])
+    assert "Write permission denied." in str(buttons[1].get_attribute("title"))
+
+
+def test_megatron_bridge_overrides_are_headed_by_the_frameworks_name(driver: WebDriver, base_url: str) -> None:
+    job = {**SMALL_JOB, "training": {**SMALL_JOB["training"], "framework": "megatron-bridge"}}
+    plan = post_plan(base_url, job)["plans"][0]
+    assert open_page(driver, base_url, job) == "done"
+    driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"]').click()
+    assert launch_blocks(driver) == [
+        {"heading": "megatron-bridge recipe overrides", "button": "Copy", "text": plan["launch"]["nemo"]}
+    ]
