@@ -36,6 +36,7 @@ function jobToForm(job) {
   }
   $("#custom-model").open = fields().some((f) => isCustomModelField(f) && f.value);
   updatePresetNote();
+  echoTokens();
 }
 
 const isCustomModelField = (field) => field.name.startsWith("model.") && field.name !== "model.preset";
@@ -72,6 +73,15 @@ function jobFromUrl() {
   }
 }
 
+// the token budget in words next to its box: "= 15 trillion tokens"
+function echoTokens() {
+  const tokens = Number($('[name="training.total_tokens"]').value || NaN);
+  const scales = [[1e12, "trillion"], [1e9, "billion"], [1e6, "million"], [1e3, "thousand"]];
+  const [scale, word] = scales.find(([s]) => tokens >= s) ?? [1, null];
+  const amount = [Number((tokens / scale).toPrecision(4)), word].filter(Boolean).join(" ");
+  $("#tokens-echo").textContent = tokens > 0 ? `= ${amount} tokens` : "";
+}
+
 // ---- errors ----------------------------------------------------------------------------------
 function clearErrors() {
   document.querySelectorAll("[data-for]").forEach((node) => node.remove());
@@ -84,13 +94,15 @@ function showFormError(message) {
 }
 
 // the form field an error is at: the field itself or, for an error at a whole section (loc
-// "training"), its first field; an error at a field the form has no box for has none
-function fieldFor(loc) {
+// "training"), the first of its fields the message names, else its first field; an error at a
+// field the form has no box for has none
+function fieldFor(loc, message = "") {
   const path = loc.filter((part) => part !== "body").map(String);
+  const named = (f) => new RegExp(`\\b${f.name.split(".").pop()}\\b`).test(message);
   for (let n = path.length; n > 0; n--) {
     const name = path.slice(0, n).join(".");
-    const field = fields().find((f) => f.name === name) ??
-      (n === path.length ? fields().find((f) => f.name.startsWith(`${name}.`)) : undefined);
+    const section = n === path.length ? fields().filter((f) => f.name.startsWith(`${name}.`)) : [];
+    const field = fields().find((f) => f.name === name) ?? section.find(named) ?? section[0];
     if (field) return field;
   }
   return null;
@@ -99,13 +111,11 @@ function fieldFor(loc) {
 function showErrors(detail) {
   if (!Array.isArray(detail)) return showFormError(String(detail));
   for (const item of detail) {
-    const field = fieldFor(item.loc ?? []);
+    const field = fieldFor(item.loc ?? [], item.msg);
     const where = (item.loc ?? []).filter((p) => p !== "body").join(".");
-    if (!field) {
-      showFormError(`${where}: ${item.msg}`);
-      continue;
-    }
-    showFieldError(field, item.msg);
+    const message = item.msg.startsWith(`${where}: `) ? item.msg.slice(where.length + 2) : item.msg;
+    if (field) showFieldError(field, field.name === where ? message : item.msg);
+    else showFormError(`${where}: ${message}`);
   }
 }
 
@@ -186,6 +196,7 @@ async function main() {
     runPlan(formToJob());
   });
   $("#model-preset").addEventListener("change", choosePreset);
+  for (const event of ["input", "change"]) form.addEventListener(event, echoTokens);
   form.addEventListener("input", updatePresetNote);
   $("#hf-import").addEventListener("click", importHfConfig);
   $("#hf-file").addEventListener("change", importHfFile);

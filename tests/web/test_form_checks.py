@@ -97,3 +97,40 @@ def test_text_that_is_not_a_number_is_marked_and_not_sent(
     driver.find_element(By.ID, "plan-button").click()
     assert wait_state(driver, "done", "error") == "done"
     assert driver.find_elements(By.CSS_SELECTOR, "[data-for]") == []
+
+
+def test_the_token_budget_box_shows_every_digit_and_its_unit(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    field = type_into(driver, "training.total_tokens", "15000000000000")
+    width = driver.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", field)
+    assert width[0] <= width[1], width  # no digit hidden
+    label = field.find_element(By.XPATH, "ancestor::label")
+    assert label.find_element(By.CSS_SELECTOR, ".unit").text == "tokens"
+    echo = label.find_element(By.CSS_SELECTOR, '[data-testid="tokens-echo"]')
+    assert echo.text == "= 15 trillion tokens"
+    type_into(driver, "training.total_tokens", "100000000000")
+    assert echo.text == "= 100 billion tokens"
+    field.clear()
+    assert echo.text == ""
+
+
+@pytest.mark.parametrize(
+    ("emptied", "at", "message"),
+    [
+        ("training.global_batch_size", "training.global_batch_size", None),  # 422 at the training section
+        ("cluster.num_gpus", "cluster.num_gpus", "required unless cluster.topology is given"),
+    ],
+)
+def test_a_422_goes_to_the_field_it_names_without_repeating_it(
+    driver: WebDriver, base_url: str, emptied: str, at: str, message: str | None
+) -> None:
+    open_page(driver, base_url)
+    type_into(driver, "cluster.num_gpus", "64")
+    box(driver, emptied).clear()
+    answer = httpx.post(f"{base_url}/plan", json=driver.execute_script("return formToJob()"))
+    assert answer.status_code == 422
+    (item,) = answer.json()["detail"]
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "error"
+    shown = [(e.get_attribute("data-for"), e.text) for e in shown_errors(driver)]
+    assert shown == [(at, message or item["msg"])], item
