@@ -124,6 +124,9 @@ def test_megatron_bridge_overrides_are_headed_by_the_frameworks_name(driver: Web
     plan = post_plan(base_url, job)["plans"][0]
     assert open_page(driver, base_url, job) == "done"
     driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"]').click()
+    env = "\n".join(f"export {k}={v}" for k, v in plan["launch"]["nemo_env"].items())
+    assert env.count("NVTE_") == 3  # Transformer Engine's attention kernel variables
     assert launch_blocks(driver) == [
-        {"heading": "megatron-bridge recipe overrides", "button": "Copy", "text": plan["launch"]["nemo"]}
+        {"heading": "megatron-bridge environment", "button": "Copy", "text": env},
+        {"heading": "megatron-bridge recipe overrides", "button": "Copy", "text": plan["launch"]["nemo"]},
     ]
