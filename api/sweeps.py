@@ -334,9 +334,8 @@ VARIED_AT: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[str, Any]:
-    """A point's validation error as a 422 item: at the ``vary`` value that put it there when
-    the error is at that value's field, else at the job's field; the message names the point
-    (pydantic's "Value error, " prefix dropped)."""
+    """A point's validation error as a 422 item: at the ``vary`` value that put it there when the
+    error is at that value's field, else at the job's; the message names the point (``num_gpus 512``)."""
     msg = error_reason(error)
     inner = field_loc(["body", *error["loc"]], msg)[1:]  # a check across fields names its field
     loc: tuple[Any, ...] = ("body", "job", *inner)
@@ -346,7 +345,8 @@ def _point_error(body: SweepRequest, point: dict[str, Any], error: Any) -> dict[
                 break  # the job's own cluster fields are invalid with every preset the sweep names
             loc = ("body", "vary", axis, list(getattr(body.vary, axis)).index(point[axis]))
             break
-    return {**error, "loc": loc, "msg": f"at point {point}: {msg}" if point else msg}
+    where = ", ".join(f"{k} {v}" for k, v in point.items())
+    return {**error, "loc": loc, "msg": f"at point {where}: {msg}" if point else msg}
 
 
 @router.post(

@@ -205,3 +205,14 @@ def test_points_without_a_price_are_said(client):
     r = client.post("/sweeps", json={"job": priced, "vary": vary})
     status, _ = _wait(client, r.json()["id"])
     assert not [w for w in status["warnings"] if w.startswith("no price for")]
+
+
+def test_a_points_error_names_the_point_in_words(client):
+    """A point's 422 says which point as `axis value` pairs (a web page or log shows it as is)."""
+    job = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "global_batch_size": 128},
+           "cluster": {"preset": "dgx-h100", "num_gpus": 8}}  # fmt: skip
+    r = client.post("/sweeps", json={"job": job, "vary": {"num_gpus": [8], "cluster": ["dgx-h100", "nope"]}})
+    assert r.status_code == 422
+    [detail] = r.json()["detail"]
+    assert detail["loc"] == ["body", "vary", "cluster", 1]
+    assert detail["msg"].startswith("at point num_gpus 8, cluster nope: unknown cluster preset id 'nope'")
