@@ -90,7 +90,9 @@ def validation_items(errors: Sequence[Any]) -> list[dict[str, Any]]:
         )
     if len(errors) > MAX_ERROR_ITEMS:
         left = len(errors) - MAX_ERROR_ITEMS
-        items.append({"loc": ["body"], "msg": f"and {left:,} more errors not listed", "type": "too_many_errors"})
+        first = ".".join(str(part) for part in errors[MAX_ERROR_ITEMS].get("loc", ()))
+        msg = f"and {left:,} more errors not listed (the first at {first})"
+        items.append({"loc": ["body"], "msg": msg, "type": "too_many_errors"})
     return items
 
 

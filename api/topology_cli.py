@@ -29,7 +29,7 @@ def _read(path: str) -> str:
 
 def _inventory(path: str) -> Any:
     """A ``kubectl ... -o json`` document, bounded (``api.documents``)."""
-    return parse_json(_read(path), MAX_INVENTORY_BYTES)
+    return parse_json(_read(path), MAX_INVENTORY_BYTES, max_values=None)  # bounded by its bytes only
 
 
 def _emit(topology: dict, out: str | None) -> None:

@@ -226,12 +226,20 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
     sizes and routing far more than a dense model's on its size, so the best dense runs that set
     the GPU's bound say little about it."""
     gpu, precision = job.cluster.gpu or "", job.training.precision
-    same = best_for_model(job.model, gpu, precision, job.training.seq_len) if job.model.moe else None
+    same, where = None, gpu
+    if job.model.moe:
+        same = best_for_model(job.model, gpu, precision, job.training.seq_len)
+        if same is None:  # a GPU with no run of its own: its generation's (an H200 against H100 runs)
+            found = [
+                b for g in _generation_of(gpu) if (b := best_for_model(job.model, g, precision, job.training.seq_len))
+            ]
+            same = max(found, key=lambda b: b.mfu, default=None)
+            where = f"{current().catalog.gpus[gpu].generation} GPUs"
     if same is not None:
         if plan.mfu <= same.mfu:
             return None  # the model's own bound, in the planner's FLOP count, replaces the GPU's
         return (
-            f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for this model's shape on {gpu} at "
+            f"{MFU_OPENING} {100 * plan.mfu:.1f}% is above the best published for this model's shape on {where} at "
             f"{precision} and {same.seq_len:,} tokens ({100 * same.mfu:.1f}%, {same.model} on {same.num_gpus:,} GPUs, "
             f"published run {same.run}): treat the prediction as an upper estimate"
         )
@@ -247,12 +255,17 @@ def _mfu_above_published(job: JobSpec, plan: Plan) -> str | None:
     return _mfu_above_generation(checks, gpu, precision, plan.mfu)
 
 
+def _generation_of(gpu: str) -> frozenset[str]:
+    """The catalog's GPUs of ``gpu``'s generation (itself included)."""
+    gpus = current().catalog.gpus
+    return frozenset(g for g, e in gpus.items() if e.generation == gpus[gpu].generation)
+
+
 def _mfu_above_generation(checks: JobChecks, gpu: str, precision: str, mfu: float) -> str | None:
     """For a GPU with no published run of its own: above the best published on its generation's
     other GPUs (an H200 or H20 against the H100's runs)."""
-    gpus = current().catalog.gpus
-    generation = gpus[gpu].generation
-    best = checks.best_among(frozenset(g for g, e in gpus.items() if e.generation == generation), precision)
+    generation = current().catalog.gpus[gpu].generation
+    best = checks.best_among(_generation_of(gpu), precision)
     if best is None or mfu <= best.mfu:
         return None
     return (

@@ -11,6 +11,7 @@ from optimizer.cost.gpu_rates import catalog_gemm_efficiency
 from optimizer.cost.layer import expert_gemm_times_s, routed_tokens_per_gpu
 from optimizer.cost.memory import shard_group_sizes
 from optimizer.launch import megatron_recompute_modules
+from optimizer.launch.bridge_sections import recipe_has_section
 from optimizer.launch.environment import bridge_fsdp_connections_note, unordered_tp_overlap_note
 from optimizer.launch.megatron import delayed_wgrad_te_note
 from optimizer.launch.nemo import bridge_delayed_wgrad_te_note, first_last_bf16_note, tp_overlap_left_to_recipe_note
@@ -37,8 +38,9 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
     if not lay.uniform_split:
         notes.append(f"non-uniform layer split per pipeline chunk: {list(lay.stage_layers)}")
     if job.training.precision == "fp4":
+        fraction = "the given fraction" if job.cluster.gemm_efficiency is not None else "the FP8 fraction"
         notes.append(
-            "fp4: every linear layer's GEMMs at the FP4 rate with the FP8 fraction of peak (no published FP4 "
+            f"fp4: every linear layer's GEMMs at the FP4 rate with {fraction} of peak (no published FP4 "
             "GEMM measurement); recipes that keep some layers in bf16 run slower"
         )
     portable = job.training.framework is None  # what the other frameworks' recompute would take
@@ -55,7 +57,8 @@ def estimate_notes(job: JobSpec, est: Estimate, ranges_note: str | None, framewo
         notes += tp_overlap_left_to_recipe_note(job.model, costed, lay, can_overlap=inside)
         notes += bridge_delayed_wgrad_te_note(job.model, job.training, lay)
         notes += first_last_bf16_note(job.model, job.training, lay)
-        notes += bridge_fsdp_connections_note(job.training, lay, job.gpu_generation)
+        if recipe_has_section(job.model) is not False:  # Bridge sets the variable with a comm_overlap section
+            notes += bridge_fsdp_connections_note(job.training, lay, job.gpu_generation)
     if "megatron-lm" in frameworks:
         notes += delayed_wgrad_te_note(job.model, job.training, lay)
         notes += unordered_tp_overlap_note(job.model, job.training, lay, job.gpu_generation)
@@ -298,7 +301,8 @@ def _unmeasured_gemm_note(job: JobSpec) -> list[str]:
     if given is not None:
         return [
             f"GEMMs costed at cluster.gemm_efficiency {given:.3f} of the {job.training.precision} peak as given "
-            f"(the catalog's for {job.cluster.gpu}: {catalog.value:.3f}, {catalog.kind})"
+            f"(the catalog's for {job.cluster.gpu}: {catalog.value:.3f}, {catalog.kind}"
+            f"{' at fp8' if job.training.precision == 'fp4' else ''})"
         ]
     if low_bit and catalog is catalog_gemm_efficiency(gpu, low_bit=False):
         return [

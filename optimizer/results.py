@@ -263,6 +263,18 @@ class Suggestion(_Out):
     reason: str = Field(description="Why: batch divisibility, pipeline bubble, per-GPU throughput.")
 
 
+class PlannedJob(_Out):
+    """What was planned, as the planner resolved the request (preset and overrides applied)."""
+
+    model: str = Field(description="The model's name (or preset id).")
+    total_params: int = Field(description="Parameters of the whole model.")
+    active_params: int = Field(description="Parameters one token touches (MoE: its routed experts only).")
+    gpu: str = Field(description="The GPU (catalog id).")
+    num_gpus: int | None = Field(description="GPUs asked for (null: chosen on cluster.topology; see the plans).")
+    precision: str
+    framework: str | None = Field(description="training.framework (null: any).")
+
+
 class PlanResponse(_Out):
     status: Literal["optimal", "feasible", "infeasible"]
     plans: list[Plan]
@@ -275,6 +287,7 @@ class PlanResponse(_Out):
         ),
     )
     warnings: list[str] = Field(default_factory=list)
+    planned: PlannedJob | None = Field(default=None, description="The job as planned: model, parameters, GPUs.")
     why: Explanation | None = Field(default=None, description="The explanation of an answer with plans, typed.")
     free_gpus_by_level: dict[str, dict[str, int]] | None = Field(
         default=None, description="With cluster.topology and no plan: free GPUs per domain of each level"

@@ -24,6 +24,7 @@ from optimizer.launch.bridge_sections import recipe_has_section
 from optimizer.launch.deepspeed import deepspeed_notes
 from optimizer.launch.nemo import NEMO_COMM_OVERLAP_NOTE
 from optimizer.launch.torchtitan import torchtitan_notes
+from optimizer.params import count_params
 from optimizer.placement.plan import evaluate_on_topology, plan_on_topology
 from optimizer.plan_notes import estimate_notes, tp_overlap_unapplied
 from optimizer.rank_orders import is_pp_inside_dp
@@ -33,6 +34,7 @@ from optimizer.results import (
     LaunchArgs,
     MemoryBreakdown,
     Plan,
+    PlannedJob,
     PlanResponse,
     SolverInfo,
     StageMemoryGiB,
@@ -74,9 +76,10 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
     memory = _memory_breakdown(est)
     ranges = plan_ranges(job, est.step_time_s, tokens_per_s / n)
     gpu = current().catalog.gpus[job.cluster.gpu]  # type: ignore[index]
-    runs, why_not = running_frameworks(job.training, lay, job.model, est.order, est.placement.get("tp"), gpu.generation)
+    kernel = attention_kernel_class(job, gpu)  # the frameworks must run, and launch, the kernel costed
+    costed = job.training.model_copy(update={"attention_kernel": kernel})
+    runs, why_not = running_frameworks(costed, lay, job.model, est.order, est.placement.get("tp"), gpu.generation)
     notes = estimate_notes(job, est, ranges.note, [p.id for p in runs])
-    kernel = attention_kernel_class(job, gpu)
     if kernel != job.training.attention_kernel and "attention_kernel" in job.training.model_fields_set:
         notes.append(
             f"attention_kernel flash3: {gpu.name} ({gpu.generation}) has no FlashAttention-3-class "
@@ -159,7 +162,25 @@ def _stage_memory(mem: StageMemory) -> StageMemoryGiB:
 def plan(request: PlanRequest) -> PlanResponse:
     """Search ranked layouts for a job; plans carry goodput (and time to train), ranked by
     ``search.objective``, with suggested GPU counts (``optimizer.capacity``); the answer says what
-    limits the top plan (``why``) and warns about a job that looks wrong."""
+    limits the top plan (``why``), warns about a job that looks wrong and says what was planned."""
+    return _plan(request).model_copy(update={"planned": planned_job(request.job_spec())})
+
+
+def planned_job(job: JobSpec) -> PlannedJob:
+    """The job as the planner resolved it: the model's name and parameters, GPUs, precision."""
+    params = count_params(job.model)
+    return PlannedJob(
+        model=job.model.name or job.model.preset or "custom",
+        total_params=params.total,
+        active_params=params.active,
+        gpu=job.cluster.gpu or "",
+        num_gpus=job.cluster.num_gpus,
+        precision=job.training.precision,
+        framework=job.training.framework,
+    )
+
+
+def _plan(request: PlanRequest) -> PlanResponse:
     if (topology := request.cluster.topology) is not None:
         request, cut_note = _assignments_bounded(request)
         chosen = request.cluster.num_gpus is None and topology.assignment is None
@@ -176,7 +197,9 @@ def plan(request: PlanRequest) -> PlanResponse:
                 return PlanResponse(status="infeasible", plans=[], solver=SolverInfo(), explanation=str(err))
 
         answer = plan_on_topology(request, search_placed)
-        return answer.model_copy(update={"warnings": [*answer.warnings, cut_note]}) if cut_note else answer
+        if cut_note and answer.plans:
+            return answer.model_copy(update={"warnings": [*answer.warnings, cut_note]})
+        return answer
     return _explained(request, finish(request, search_plans(reranked(request)), search_plans))
 
 
@@ -189,12 +212,13 @@ def _assignments_bounded(request: PlanRequest) -> tuple[PlanRequest, str | None]
     """``request`` with ``search.top_k`` cut so its plans' assignments list at most
     ``MAX_ASSIGNED_NODES_PER_ANSWER`` nodes, and the warning that says so (None: not cut)."""
     nodes = len(request.cluster.topology.nodes) if request.cluster.topology is not None else 0
-    cap = max(1, MAX_ASSIGNED_NODES_PER_ANSWER // max(nodes, 1))
+    used = min(nodes, request.cluster.num_gpus or nodes)  # a plan's nodes: at most one a GPU
+    cap = max(1, MAX_ASSIGNED_NODES_PER_ANSWER // max(used, 1))
     if request.search.top_k <= cap:
         return request, None
     note = (
-        f"search.top_k {request.search.top_k} cut to {cap}: each plan lists its node assignment, and an answer "
-        f"lists at most {MAX_ASSIGNED_NODES_PER_ANSWER:,} node entries ({nodes:,} free nodes given)"
+        f"search.top_k {request.search.top_k} cut to {cap}: each plan lists its node assignment (up to {used:,} "
+        f"nodes), and an answer lists at most {MAX_ASSIGNED_NODES_PER_ANSWER:,} node entries"
     )
     return request.model_copy(update={"search": request.search.model_copy(update={"top_k": cap})}), note
 

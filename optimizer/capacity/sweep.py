@@ -72,14 +72,19 @@ class SweepRequest(Strict):
 
     def node_entries_problem(self) -> str | None:
         """Why the sweep would keep too many node assignments (``MAX_SWEEP_NODE_ENTRIES``), or None."""
-        topology = (self.job.get("cluster") or {}).get("topology")
+        cluster = self.job.get("cluster") or {}
+        topology = cluster.get("topology")
         nodes = topology.get("nodes") if isinstance(topology, dict) else None
+        if not isinstance(nodes, list):
+            return None
+        gpus = max(self.vary.num_gpus) if self.vary.num_gpus else cluster.get("num_gpus")
+        used = min(len(nodes), gpus) if isinstance(gpus, int) and gpus > 0 else len(nodes)  # one GPU a node at most
         total = self.num_points()
-        if not isinstance(nodes, list) or total * len(nodes) <= MAX_SWEEP_NODE_ENTRIES:
+        if total * used <= MAX_SWEEP_NODE_ENTRIES:
             return None
         return (
-            f"{total} points on {len(nodes):,} nodes: each point's plan keeps its node assignment, and a sweep "
-            f"keeps at most {MAX_SWEEP_NODE_ENTRIES:,} (points x nodes)"
+            f"{total} points on up to {used:,} of the {len(nodes):,} nodes each: each point's plan keeps its node "
+            f"assignment, and a sweep keeps at most {MAX_SWEEP_NODE_ENTRIES:,} (points x nodes)"
         )
 
     @field_validator("job")

@@ -38,6 +38,9 @@ def test_deepseek_on_a100_names_the_kernel_megatron_runs() -> None:
             "cluster": {"preset": "dgx-a100", "num_gpus": 2048}, "search": {"top_k": 1}}  # fmt: skip
     [top] = plan(PlanRequest.model_validate(body)).plans
     assert top.frameworks == [] and any("attention_kernel flash3, cuDNN fused, on Hopper" in n for n in top.notes)
+    body["training"]["attention_kernel"] = "flash3"  # costed (and launched) as flash2 on A100: no way around
+    [top] = plan(PlanRequest.model_validate(body)).plans
+    assert top.frameworks == [] and top.launch.megatron == ""
     body["training"]["attention_kernel"] = "unfused"
     [top] = plan(PlanRequest.model_validate(body)).plans
     assert top.frameworks == ["megatron-lm"] and "--attention-backend unfused" in top.launch.megatron
@@ -92,3 +95,9 @@ def test_bridge_megatron_fsdp_with_tp_says_bridge_sets_one_connection() -> None:
     assert fsdp_tp.frameworks == ["megatron-bridge"] and any(n.startswith(note) for n in fsdp_tp.notes)
     assert not any(n.startswith(note) for n in _bridge_plan({"tp": 4, "pp": 2, "zero_stage": 1}).notes)
     assert not any(n.startswith(note) for n in _bridge_plan({"tp": 4, "pp": 1, "zero_stage": 3}, gpu="b200").notes)
+    # Qwen3's recipe has no comm_overlap section: Bridge never reaches its setter
+    qwen = {"model": {"preset": "qwen3-30b-a3b"}, "training": {"seq_len": 4096, "global_batch_size": 256,
+            "framework": "megatron-bridge"}, "cluster": {"preset": "dgx-h100", "num_gpus": 64},
+            "config": {"tp": 4, "pp": 1, "ep": 1, "zero_stage": 3}}  # fmt: skip
+    qwen_plan = evaluate(EvaluateRequest.model_validate(qwen))
+    assert qwen_plan.frameworks == ["megatron-bridge"] and not any(n.startswith(note) for n in qwen_plan.notes)

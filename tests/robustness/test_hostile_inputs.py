@@ -65,7 +65,8 @@ def test_a_422_lists_the_first_errors_and_counts_the_rest(client: TestClient) ->
     assert response.status_code == 422
     items = response.json()["detail"]
     assert len(items) == MAX_ERROR_ITEMS + 1
-    assert items[-1] == {"loc": ["body"], "msg": "and 30 more errors not listed", "type": "too_many_errors"}
+    assert items[-1] == {"loc": ["body"], "msg": f"and 30 more errors not listed (the first at body.bogus{MAX_ERROR_ITEMS})",
+                         "type": "too_many_errors"}  # fmt: skip
 
 
 def test_stage_layers_is_bounded(client: TestClient) -> None:
@@ -83,6 +84,8 @@ def test_topology_answers_list_a_bounded_number_of_node_entries(monkeypatch: pyt
     body["cluster"]["num_gpus"] = 16
     answer = service.plan(PlanRequest.model_validate(body))
     assert len(answer.plans) == 2
-    assert "search.top_k 3 cut to 2: each plan lists its node assignment" in answer.warnings[-1]
+    assert "search.top_k 3 cut to 2: each plan lists its node assignment (up to 4 nodes)" in answer.warnings[-1]
     body["search"]["top_k"] = 2
+    assert not any("cut to" in w for w in service.plan(PlanRequest.model_validate(body)).warnings)
+    body["cluster"]["num_gpus"], body["search"]["top_k"] = 2, 3  # at most 2 nodes a plan: 3 x 2 < 8
     assert not any("cut to" in w for w in service.plan(PlanRequest.model_validate(body)).warnings)

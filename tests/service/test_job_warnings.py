@@ -269,3 +269,17 @@ def test_model_bests_do_not_depend_on_the_rows_order(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(job_checks, "map_all", lambda: (list(reversed(mapped)), skipped))
     assert job_checks.model_bests() == forward
     assert job_checks.model_mismatches() == []
+
+
+def test_an_moe_model_on_a_gpu_with_no_run_is_held_to_its_shapes_best_on_the_generation() -> None:
+    """Qwen3-235B-A22B's own bound (27.9% on H100, 4,096 tokens) holds its H200 plans too, not the
+    dense 49.4% it would otherwise fall back to."""
+    from optimizer.service import plan
+
+    body = {"model": {"preset": "qwen3-235b-a22b"}, "training": {"seq_len": 4096, "global_batch_size": 2048},
+            "cluster": {"preset": "dgx-h100", "gpu": "h200-sxm-141gb", "num_gpus": 256}, "search": {"top_k": 1}}  # fmt: skip
+    answer = plan(PlanRequest.model_validate(body))
+    mfu = answer.plans[0].mfu
+    assert 0.279 < mfu < 0.4943
+    assert any(w.startswith(f"predicted MFU {100 * mfu:.1f}% is above the best published for this model's shape on "
+                            "hopper GPUs at bf16 and 4,096 tokens (27.9%") for w in answer.warnings), answer.warnings  # fmt: skip
