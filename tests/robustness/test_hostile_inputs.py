@@ -55,7 +55,7 @@ def test_a_body_of_too_many_values_is_refused_before_validation(client: TestClie
     response = client.post("/plan", content=json.dumps(keys), headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["type"] == "json_too_many_values"
-    with pytest.raises(DocumentError, match="more than 200,000 values"):
+    with pytest.raises(DocumentError, match="more than 262,144 values"):
         parse_json(json.dumps(keys))
 
 
