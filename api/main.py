@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import catalog, meta, planning, sweeps
+from api import catalog, meta, planning, sweep_manager, sweeps
 from api.errors import install_error_handlers
 from api.middleware import ReferenceMiddleware, RequestContextMiddleware, configure_logging
 from api.pool import SolverPool
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, reference: ReferenceData | None
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_rate_per_s)
     pool = SolverPool(workers=settings.solver_workers, max_queue=settings.max_queue)
-    sweep_manager = sweeps.SweepManager(
+    manager = sweep_manager.SweepManager(
         workers=settings.sweep_workers,
         max_running=settings.max_sweeps_running,
         reference=reference,
@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None, reference: ReferenceData | None
             yield
         finally:
             pool.close()
-            sweep_manager.close()
+            manager.close()
             evaluate_pool.close()
 
     app = FastAPI(
@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None, reference: ReferenceData | None
     )
     app.state.settings = settings
     app.state.solver_pool = pool
-    app.state.sweeps = sweep_manager
+    app.state.sweeps = manager
     app.state.evaluate_pool = evaluate_pool
     app.state.reference = reference
     install_error_handlers(app)

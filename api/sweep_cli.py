@@ -18,7 +18,8 @@ from rich.table import Table
 
 from api.cli_args import EXIT_NO_ANSWER, EXIT_OK, write_output
 from api.settings import MIB, Settings
-from api.sweeps import SweepManager, limited_points, validated_points
+from api.sweep_manager import SweepManager
+from api.sweeps import limited_points, validated_points
 from optimizer.capacity.sweep import SweepRequest, SweepStatus
 from optimizer.job_warnings import MFU_OPENING, split_mfu_warning
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from api.sweeps import SweepManager  # noqa: E402
+from api.sweep_manager import SweepManager  # noqa: E402
 from optimizer.capacity.sweep import SweepRequest, point_requests  # noqa: E402
 
 TARGET_S = 30.0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.sweeps import RunningSweep, SweepManager
+from api.sweep_manager import RunningSweep, SweepManager
 from optimizer.capacity.sweep import PointResult
 
 
@@ -32,7 +32,7 @@ def test_a_point_over_the_layout_space_budget_fails_with_plans_reason() -> None:
     """/plan refuses a job whose layout space would take more than PPLAN_SEARCH_MEMORY_MIB (a 422);
     a sweep point of it ran without that budget and raised SpaceTooLarge as an internal error. It
     now runs within the budget the manager was given and fails with /plan's reason."""
-    from api.sweeps import run_point
+    from api.sweep_manager import run_point
     from optimizer.specs import PlanRequest
 
     request = PlanRequest.model_validate(

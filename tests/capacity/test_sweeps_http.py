@@ -178,17 +178,17 @@ def test_a_point_whose_pins_no_layout_takes_is_infeasible_and_the_pool_survives(
 def test_a_point_whose_time_ran_out_is_timed_out_not_infeasible(monkeypatch):
     """A point's search that ended without a plan and without a proof (``feasible``, solver
     ``UNKNOWN``) is ``timed_out``: calling it infeasible told a consumer the job cannot run."""
-    from api import sweeps
+    from api import sweep_manager
     from optimizer.results import PlanResponse, SolverInfo
     from optimizer.specs import PlanRequest
 
     ran_out = PlanResponse(status="feasible", plans=[], solver=SolverInfo(status="UNKNOWN"), explanation="ran out")
-    monkeypatch.setattr(sweeps.service, "plan", lambda request: ran_out)
-    result = sweeps.run_point(PlanRequest.model_validate(JOB_8B))
+    monkeypatch.setattr(sweep_manager.service, "plan", lambda request: ran_out)
+    result = sweep_manager.run_point(PlanRequest.model_validate(JOB_8B))
     assert (result.status, result.plan, result.explanation) == ("timed_out", None, "ran out")
     proved = ran_out.model_copy(update={"status": "infeasible", "solver": SolverInfo(status="INFEASIBLE")})
-    monkeypatch.setattr(sweeps.service, "plan", lambda request: proved)
-    assert sweeps.run_point(PlanRequest.model_validate(JOB_8B)).status == "infeasible"
+    monkeypatch.setattr(sweep_manager.service, "plan", lambda request: proved)
+    assert sweep_manager.run_point(PlanRequest.model_validate(JOB_8B)).status == "infeasible"
 
 
 def test_points_without_a_price_are_said(client):
