@@ -174,8 +174,6 @@ async function runPlan(job) {
 // ---- start-up --------------------------------------------------------------------------------
 async function loadCatalogs() {
   const [models, clusters] = await Promise.all([getJson("/models"), getJson("/clusters")]);
-  for (const m of models.body) catalog.models.set(m.id, m);
-  for (const c of clusters.body) catalog.clusters.set(c.id, c);
   $("#model-preset").append(...models.body.map((m) => el("option", { value: m.id }, `${m.id} (${m.name})`)));
   $("#cluster-preset").append(...clusters.body.map((c) => el("option", { value: c.id }, `${c.id} (${c.gpu})`)));
   $("#model-preset").value = "llama3-70b";

@@ -6,7 +6,6 @@ const form = $("#job-form");
 const TIME_PARTS = ["compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer"];
 const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers", "optimizer_step"];
 const PLOT_CONFIG = { displayModeBar: false, responsive: true };
-const catalog = { models: new Map(), clusters: new Map() };  // /models and /clusters by id
 
 // ---- small helpers -------------------------------------------------------------------------
 function getPath(obj, path) {
@@ -48,7 +47,10 @@ const fmt = {
   pct: (x) => `${(100 * x).toFixed(1)}%`,
   int: (x) => Math.round(x).toLocaleString("en-US"),
   gib: (x) => x.toFixed(1),
-  params: (x) => (x >= 1e12 ? `${Number((x / 1e12).toPrecision(3))}T` : `${Number((x / 1e9).toPrecision(3))}B`),
+  params: (x) => {
+    const [scale, unit] = [[1e12, "T"], [1e9, "B"], [1e6, "M"]].find(([s]) => x >= s) ?? [1e3, "K"];
+    return `${Number((x / scale).toPrecision(3))}${unit}`;
+  },
 };
 
 // Results of an earlier request while a new one runs or after it failed: greyed out under a label

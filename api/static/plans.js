@@ -21,31 +21,34 @@ function frameworksOf(plan) {
     Object.keys(plan.launch ?? {}).filter((k) => isLaunchText(plan.launch[k])).map((k) => LAUNCH_KINDS[k]?.[0] ?? k);
 }
 
-// What was planned, from the job sent: the model (the catalog's parameter count for a preset as
-// it is), the GPUs and the framework.
-function plannedLine(job) {
+// What was planned, as the server resolved it (`planned`: preset and overrides applied): the model
+// with its parameters, the GPUs, the precision and the framework. The job sent says whether the
+// model is a preset, custom, or a preset with fields overridden.
+function plannedLine(planned, job) {
   const model = job.model ?? {};
-  const preset = catalog.models.get(model.preset);
-  const overrides = preset ? modelOverrides(model) : [];
-  let name = preset?.name ?? `${model.name || "unnamed model"} (custom architecture)`;
-  if (overrides.length) {
+  const cluster = job.cluster ?? {};
+  const p = planned ?? { model: model.preset ?? model.name ?? "unnamed model", gpu: cluster.gpu ?? cluster.preset ?? "GPU",
+    num_gpus: cluster.num_gpus, precision: job.training?.precision ?? "bf16", framework: job.training?.framework };
+  const overrides = model.preset ? modelOverrides(model) : [];
+  let name = p.model;
+  if (!model.preset) name += " (custom architecture)";
+  else if (overrides.length) {
     const changed = overrides.map(([path, value]) => `${path} ${value}`).join(", ");
     name += ` with ${plural(overrides.length, "preset field")} overridden (${changed})`;
-  } else if (preset?.published_total_params) {
-    const active = preset.published_active_params ? `, ${fmt.params(preset.published_active_params)} active` : "";
-    name += ` (${fmt.params(preset.published_total_params)} parameters${active})`;
   }
-  const cluster = job.cluster ?? {};
-  const gpu = cluster.gpu ?? catalog.clusters.get(cluster.preset)?.gpu ?? "GPU";
-  const gpus = cluster.num_gpus != null ? `${fmt.int(cluster.num_gpus)} × ${gpu}` : gpu;
+  if (p.total_params != null) {
+    const active = p.active_params != null && p.active_params !== p.total_params ? ` (${fmt.params(p.active_params)} active)` : "";
+    name += `, ${fmt.params(p.total_params)} parameters${active},`;
+  }
+  const gpus = p.num_gpus != null ? `${fmt.int(p.num_gpus)} × ${p.gpu}` : `${p.gpu} (GPU count chosen on the topology)`;
   const where = cluster.preset ? ` (${cluster.preset})` : "";
-  return `Planned: ${name} on ${gpus}${where}, framework: ${job.training?.framework ?? "any"}`;
+  return `Planned: ${name} on ${gpus}${where}, ${p.precision}, framework: ${p.framework ?? "any"}`;
 }
 
 function render(response, job) {
   lastPlans = response.plans;
   $("#results").hidden = false;
-  $("#planned").textContent = plannedLine(job);
+  $("#planned").textContent = plannedLine(response.planned, job);
   const proved = response.plans.length && response.solver.proved_optimal === false ? ", not proved optimal" : "";
   const hasPlans = response.plans.length > 0;
   const lines = [`Status: ${response.status}${proved}; solver ${response.solver.wall_time_s.toFixed(2)} s.`];

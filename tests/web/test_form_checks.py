@@ -48,12 +48,35 @@ def test_choosing_a_preset_after_an_import_plans_the_preset(driver: WebDriver, b
     expected = post_plan(base_url, {**SMALL_JOB, "training": {"seq_len": 8192, "global_batch_size": 256}})
     first = driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"] td[data-field="step_time_s"]')
     assert first.text == f"{expected['plans'][0]['step_time_s']:.3f} s"
-    preset = next(m for m in httpx.get(f"{base_url}/models").json() if m["id"] == "llama3-8b")
-    billions = float(f"{preset['published_total_params'] / 1e9:.3g}")
+    planned = expected["planned"]
     header = planned_header(driver)
-    for text in ("Llama 3 8B", f"{billions:g}B parameters", "64 × h100-sxm-80gb"):
+    for text in ("Planned: Llama 3 8B", f"{billions(planned['total_params'])} parameters", "64 × h100-sxm-80gb"):
         assert text in header, header
-    assert "framework: any" in header
+    assert "active" not in header  # dense: every parameter is active
+    assert header.endswith("bf16, framework: any"), header
+
+
+def billions(params: int) -> str:
+    return f"{float(f'{params / 1e9:.3g}'):g}B"
+
+
+def test_the_planned_line_is_the_servers_for_a_custom_model(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url)
+    Select(box(driver, "model.preset")).select_by_value("")
+    driver.find_element(By.CSS_SELECTOR, "#custom-model summary").click()
+    driver.execute_script("document.querySelector('#hf-config').value = arguments[0]", json.dumps(MIXTRAL_HF_CONFIG))
+    driver.find_element(By.ID, "hf-import").click()
+    type_into(driver, "training.global_batch_size", "256")
+    type_into(driver, "cluster.num_gpus", "64")
+    Select(box(driver, "training.precision")).select_by_visible_text("fp8")
+    planned = post_plan(base_url, driver.execute_script("return formToJob()"))["planned"]
+    assert planned["active_params"] < planned["total_params"]
+    driver.find_element(By.ID, "plan-button").click()
+    assert wait_state(driver, "done", "error") == "done"
+    assert planned_header(driver) == (
+        f"Planned: {planned['model']} (custom architecture), {billions(planned['total_params'])} parameters "
+        f"({billions(planned['active_params'])} active), on 64 × {planned['gpu']} (dgx-h100), fp8, framework: any"
+    )
 
 
 def test_a_field_typed_under_a_preset_shows_as_an_override(driver: WebDriver, base_url: str) -> None:
@@ -70,9 +93,14 @@ def test_a_field_typed_under_a_preset_shows_as_an_override(driver: WebDriver, ba
     driver.find_element(By.ID, "plan-button").click()
     assert wait_state(driver, "done", "error") == "done"
     header = planned_header(driver)
-    assert "Llama 3 70B with 1 preset field overridden (num_layers 40)" in header, header
-    assert "parameters" not in header  # the catalog's count is the preset's, not this model's
-    assert "framework: megatron-lm" in header
+    planned = post_plan(base_url, driver.execute_script("return formToJob()"))["planned"]
+    preset = next(m for m in httpx.get(f"{base_url}/models").json() if m["id"] == "llama3-70b")
+    assert billions(planned["total_params"]) != billions(preset["published_total_params"])  # 40 layers, not 80
+    assert header.startswith(
+        f"Planned: Llama 3 70B with 1 preset field overridden (num_layers 40), {billions(planned['total_params'])} "
+        "parameters, on 64 × h100-sxm-80gb"
+    ), header
+    assert header.endswith("framework: megatron-lm"), header
 
 
 @pytest.mark.parametrize(("field", "text"), [("search.fix.tp", "8e"), ("training.global_batch_size", "2048e")])
