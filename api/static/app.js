@@ -84,8 +84,20 @@ function echoTokens() {
 
 // ---- errors ----------------------------------------------------------------------------------
 function clearErrors() {
-  document.querySelectorAll("[data-for]").forEach((node) => node.remove());
+  removeFieldErrors("[data-for]");
   $("#form-error").hidden = true;
+}
+
+// the field errors `selector` finds, and their ties to their fields
+function removeFieldErrors(selector) {
+  for (const node of document.querySelectorAll(selector)) {
+    const field = form.elements.namedItem(node.dataset.for);
+    const left = (field?.getAttribute("aria-describedby") ?? "").split(" ").filter((id) => id && id !== node.id);
+    if (left.length) field.setAttribute("aria-describedby", left.join(" "));
+    else field?.removeAttribute("aria-describedby");
+    if (!left.length) field?.removeAttribute("aria-invalid");
+    node.remove();
+  }
 }
 
 function showFormError(message) {
@@ -117,24 +129,33 @@ function showErrors(detail) {
     if (field) showFieldError(field, field.name === where ? message : item.msg);
     else showFormError(`${where}: ${message}`);
   }
+  focusFirstError();
 }
 
+// the message next to its field, tied to it for screen readers (aria-describedby)
+let errorIds = 0;
 function showFieldError(field, message) {
   const details = field.closest("details");
   if (details) details.open = true;
-  field.closest("label").after(el("span", { class: "error", "data-testid": "error", "data-for": field.name }, message));
+  const id = `field-error-${++errorIds}`;
+  field.closest("label").after(el("span", { id, class: "error", "data-testid": "error", "data-for": field.name }, message));
+  const ids = (field.getAttribute("aria-describedby") ?? "").split(" ").filter(Boolean);
+  field.setAttribute("aria-describedby", [...ids, id].join(" "));
+  field.setAttribute("aria-invalid", "true");
 }
+
+const focusFirstError = () => fields().find((f) => f.getAttribute("aria-invalid") === "true")?.focus();
 
 // Number boxes holding text the browser cannot read as a number (their value is then ""): each is
 // marked "not a number", the first takes the focus, and true says no request may go.
 function markBadNumbers() {
-  document.querySelectorAll("[data-for].bad-number").forEach((node) => node.remove());
+  removeFieldErrors("[data-for].bad-number");
   const bad = fields().filter((f) => f.validity?.badInput);
   for (const field of bad) {
     showFieldError(field, "not a number");
     $(`[data-for="${field.name}"]`).classList.add("bad-number");
   }
-  bad[0]?.focus();
+  focusFirstError();
   return bad.length > 0;
 }
 
@@ -153,7 +174,7 @@ async function runPlan(job) {
     });
     if (status !== 200) {
       showErrors(body.detail);
-      setState("error", `HTTP ${status}`);
+      setState("error", refusalText(status));
       return;
     }
     render(body, job);

@@ -42,6 +42,12 @@ async function getJson(url, options) {
   return { status: response.status, body };
 }
 
+// what an answer's status means, in words
+function refusalText(status) {
+  const words = { 400: "bad request", 413: "request too large", 422: "invalid request", 429: "the planner is busy: try again shortly" };
+  return words[status] ?? `the planner failed (HTTP ${status})`;
+}
+
 const fmt = {
   s: (x) => `${x.toFixed(3)} s`,
   pct: (x) => `${(100 * x).toFixed(1)}%`,

@@ -100,13 +100,20 @@ function planRows(plan, i) {
   ];
   const row = el("tr", { "data-testid": "plan-row", class: plan.fits_memory ? "" : "over" },
     ...cells.map(([field, text]) => el("td", { "data-field": field }, text)));
-  const detail = el("tr", { class: "detail", hidden: "" }, el("td", { colspan: cells.length }, planDetail(plan)));
-  row.tabIndex = 0;
+  const detail = el("tr", { class: "detail", id: `plan-detail-${i}`, hidden: "" }, el("td", { colspan: cells.length }, planDetail(plan)));
+  // a button to the keyboard and to screen readers: Enter or Space opens it, and it says whether it is open
+  Object.entries({ tabindex: 0, role: "button", "aria-expanded": false, "aria-controls": detail.id })
+    .forEach(([name, value]) => row.setAttribute(name, value));
   row.addEventListener("click", () => {
     detail.hidden = !detail.hidden;
+    row.setAttribute("aria-expanded", String(!detail.hidden));
     memoryChart(plan, i);
   });
-  row.addEventListener("keydown", (event) => event.key === "Enter" && row.click());
+  row.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" && event.key !== " ") return;
+    event.preventDefault();  // Space would scroll the page
+    row.click();
+  });
   return [row, detail];
 }
 

@@ -66,7 +66,7 @@ async function pollSweep(id) {
     return;
   }
   if (id !== sweepId) return;
-  if (status !== 200) return sweepStopped(`sweep ${id}: ${body.detail ?? `HTTP ${status}`}`);
+  if (status !== 200) return sweepStopped(`sweep ${id}: ${body.detail ?? refusalText(status)}`);
   $("#sweep-progress").max = Math.max(body.total, 1);
   $("#sweep-progress").value = body.done;
   sweepMessage(`${body.status}: ${body.done} of ${body.total} points`);
