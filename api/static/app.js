@@ -37,6 +37,7 @@ function jobToForm(job) {
   $("#custom-model").open = fields().some((f) => isCustomModelField(f) && f.value);
   updatePresetNote();
   echoTokens();
+  showLinkExtras();
 }
 
 const isCustomModelField = (field) => field.name.startsWith("model.") && field.name !== "model.preset";
@@ -57,6 +58,7 @@ function choosePreset() {
     for (const field of fields().filter(isCustomModelField)) field.value = "";
     delete baseJob.model;
     $("#hf-status").textContent = "";
+    showLinkExtras();
   }
   updatePresetNote();
 }
@@ -71,6 +73,34 @@ function jobFromUrl() {
     showFormError(`the job in the link is not JSON: ${err.message}`);
     return null;
   }
+}
+
+// The link's fields the form has no box for (search.allow.tp, reliability.*, ...): each is sent with
+// every later request, so a line under the form lists them, each with a button that clears it.
+function linkExtras(obj = baseJob, prefix = "") {
+  const names = fields().map((f) => f.name);
+  return Object.entries(obj ?? {}).flatMap(([key, value]) => {
+    const path = `${prefix}${key}`;
+    if (names.includes(path)) return [];
+    const isObject = value !== null && typeof value === "object" && !Array.isArray(value);
+    return isObject ? linkExtras(value, `${path}.`) : [[path, value]];
+  });
+}
+
+function showLinkExtras() {
+  const found = linkExtras();
+  const items = found.map(([path, value]) => {
+    const text = JSON.stringify(value);
+    const clear = el("button", { type: "button", "aria-label": `clear ${path}` }, "clear");
+    clear.addEventListener("click", () => {
+      deletePath(baseJob, path);
+      showLinkExtras();
+    });
+    return el("span", { class: "extra", "data-path": path },
+      el("code", {}, `${path} = ${text.length > 60 ? `${text.slice(0, 57)}...` : text}`), " ", clear);
+  });
+  $("#link-extras").replaceChildren("Also from the link (no box on the form; sent with each Plan and sweep): ", ...items);
+  $("#link-extras").hidden = !items.length;
 }
 
 // the token budget in words next to its box: "= 15 trillion tokens"

@@ -84,9 +84,12 @@ function modelOverrides(model) {
   return found;
 }
 
+// deletes obj's field at `path`, and the objects it leaves empty
 function deletePath(obj, path) {
   const keys = path.split(".");
   const last = keys.pop();
   const parent = keys.reduce((o, key) => (o == null ? undefined : o[key]), obj);
-  if (parent != null) delete parent[last];
+  if (parent == null) return;
+  delete parent[last];
+  if (keys.length && typeof parent === "object" && !Object.keys(parent).length) deletePath(obj, keys.join("."));
 }
