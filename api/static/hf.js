@@ -13,8 +13,17 @@ const HF_KEYS = {
   qk_nope_head_dim: "mla.qk_nope_head_dim", qk_rope_head_dim: "mla.qk_rope_head_dim", v_head_dim: "mla.v_head_dim",
 };
 
+const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+// keys that only a model's config.json has (a tokenizer's config may name a vocab_size too)
+const ARCHITECTURE_KEYS = Object.keys(HF_KEYS).filter((key) => !["vocab_size", "tie_word_embeddings"].includes(key));
+
+// the model fields of a config.json; an Error for JSON that is not one
 function hfToModel(config) {
-  const cfg = config.text_config ?? config;
+  if (!isObject(config)) throw new Error("not a JSON object");
+  const cfg = isObject(config.text_config) ? config.text_config : config;
+  if (!ARCHITECTURE_KEYS.some((key) => cfg[key] != null)) {
+    throw new Error("no architecture keys (such as num_hidden_layers, hidden_size) in this JSON: is it a model's config.json? The form is unchanged");
+  }
   const model = {};
   for (const [key, path] of Object.entries(HF_KEYS)) {
     if (cfg[key] != null) setPath(model, path, cfg[key]);
@@ -82,6 +91,6 @@ function importHfConfig() {
     jobToForm({ ...formToJob(), model });
     $("#hf-status").textContent = `imported ${model.name}` + (model.importNote ? `; ${model.importNote}` : "");
   } catch (err) {
-    $("#hf-status").textContent = `cannot import this config: ${err.message}`;
+    $("#hf-status").textContent = `cannot import: ${err.message}`;
   }
 }

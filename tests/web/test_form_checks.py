@@ -162,3 +162,33 @@ def test_a_422_goes_to_the_field_it_names_without_repeating_it(
     assert wait_state(driver, "done", "error") == "error"
     shown = [(e.get_attribute("data-for"), e.text) for e in shown_errors(driver)]
     assert shown == [(at, message or item["msg"])], item
+
+
+TOKENIZER_CONFIG = {  # tokenizer_config.json of a Llama 3 repository: no architecture keys
+    "add_bos_token": True, "bos_token": "<|begin_of_text|>", "clean_up_tokenization_spaces": True,
+    "model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast",
+}  # fmt: skip
+
+
+def form_values(driver: WebDriver) -> dict[str, str]:
+    return driver.execute_script("return Object.fromEntries(fields().map(f => [f.name, f.value]))")
+
+
+@pytest.mark.parametrize(
+    ("pasted", "said"),
+    [
+        (TOKENIZER_CONFIG, "cannot import: no architecture keys (such as num_hidden_layers, hidden_size)"),
+        ([1, 2], "cannot import: not a JSON object"),
+    ],
+)
+def test_importing_a_json_without_architecture_keys_says_so_and_changes_nothing(
+    driver: WebDriver, base_url: str, pasted: object, said: str
+) -> None:
+    open_page(driver, base_url)
+    type_into(driver, "model.num_layers", "40")  # an override, kept
+    before = form_values(driver)
+    driver.execute_script("document.querySelector('#hf-config').value = arguments[0]", json.dumps(pasted))
+    driver.find_element(By.ID, "hf-import").click()
+    assert driver.find_element(By.ID, "hf-status").text.startswith(said)
+    assert form_values(driver) == before
+    assert before["model.preset"] == "llama3-70b"
