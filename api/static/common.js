@@ -5,6 +5,12 @@ const $ = (selector) => document.querySelector(selector);
 const form = $("#job-form");
 const TIME_PARTS = ["compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer"];
 const MEMORY_PARTS = ["weights", "gradients", "optimizer", "activations", "buffers", "optimizer_step"];
+// One colour per category, the same in both plan charts and for every job (optimizer is in both)
+const CATEGORY_COLOURS = {
+  compute: "#4c78a8", tp_comm: "#f58518", cp_comm: "#eeca3b", ep_comm: "#72b7b2", pp_comm: "#9d755d",
+  pp_bubble: "#bab0ac", dp_comm: "#ff9da6", optimizer: "#b279a2",
+  weights: "#1f3a5f", gradients: "#e45756", activations: "#54a24b", buffers: "#9ecae9", optimizer_step: "#d6a5c9",
+};
 const PLOT_CONFIG = { displayModeBar: false, responsive: true };
 
 // ---- small helpers -------------------------------------------------------------------------

@@ -191,7 +191,7 @@ async function copyText(text) {
 function timeChart(plans) {
   const x = plans.map((_, i) => `plan ${i + 1}`);
   const traces = TIME_PARTS.filter((part) => plans.some((p) => p.time_breakdown_s[part] > 0))
-    .map((part) => ({ type: "bar", name: part, x, y: plans.map((p) => p.time_breakdown_s[part] ?? 0) }));
+    .map((part) => ({ type: "bar", name: part, x, y: plans.map((p) => p.time_breakdown_s[part] ?? 0), marker: { color: CATEGORY_COLOURS[part] } }));
   Plotly.react("time-chart", traces, {
     title: { text: "Step time by part (exposed seconds)" }, barmode: "stack",
     xaxis: { type: "category" }, yaxis: { title: { text: "s" } }, margin: { t: 40 },
@@ -203,7 +203,7 @@ function memoryChart(plan, index) {
   const m = plan.memory_gib;
   const stages = m.per_stage?.length ? m.per_stage : [m];
   const x = stages.map((_, s) => `stage ${s}`);
-  const traces = MEMORY_PARTS.map((part) => ({ type: "bar", name: part, x, y: stages.map((st) => st[part]) }));
+  const traces = MEMORY_PARTS.map((part) => ({ type: "bar", name: part, x, y: stages.map((st) => st[part]), marker: { color: CATEGORY_COLOURS[part] } }));
   const usable = m.capacity - (m.headroom ?? 0);
   const narrow = $("#memory-chart").clientWidth < 520;  // the title on two lines
   Plotly.react("memory-chart", traces, {
