@@ -58,6 +58,11 @@ const fmt = {
   s: (x) => `${x.toFixed(3)} s`,
   pct: (x) => `${(100 * x).toFixed(1)}%`,
   int: (x) => Math.round(x).toLocaleString("en-US"),
+  sig: (x, digits) => {  // `digits` significant digits, thousands separated
+    const v = Number(x.toPrecision(digits));
+    return Math.abs(v) >= 1000 ? fmt.int(v) : String(v);
+  },
+  usd: (x) => `$${x >= 0.01 ? x.toFixed(2) : x.toPrecision(2)}`,
   gib: (x) => x.toFixed(1),
   params: (x) => {
     const [scale, unit] = [[1e12, "T"], [1e9, "B"], [1e6, "M"]].find(([s]) => x >= s) ?? [1e3, "K"];

@@ -147,13 +147,22 @@ function bandLine(plan) {
     ...spans.flatMap((span, i) => (i ? [", ", span] : [span])));
 }
 
+// Goodput, and with a token budget the time to train with what it rests on: GPU-hours, the cost
+// at the price per GPU-hour used, energy and the failures expected over the run.
 function capacityLine(plan) {
-  const ttt = plan.time_to_train;
+  const ttt = plan.time_to_train ?? {};
   const parts = [["goodput_fraction", plan.goodput?.fraction, (x) => `goodput ${fmt.pct(x)}`],
-    ["time_to_train_days", ttt?.days, (x) => `${x.toFixed(1)} days to train`],
-    ["cost_usd", ttt?.cost_usd, (x) => `$${fmt.int(x)}`]].filter(([, value]) => value != null);
+    ["checkpoint_interval_steps", plan.goodput?.checkpoint_interval_steps, (x) => `checkpoint every ${fmt.int(x)} steps`],
+    ["time_to_train_days", ttt.days, (x) => `${x.toFixed(1)} days to train`],
+    ["gpu_hours", ttt.gpu_hours, (x) => `${fmt.int(x)} GPU-hours`],
+    ["cost_usd", ttt.cost_usd, (x) => `$${fmt.int(x)}`],
+    ["price_per_gpu_hour_usd", ttt.cost_usd != null ? ttt.price_per_gpu_hour_usd : null, (x) => `at ${fmt.usd(x)} per GPU-hour`],
+    ["energy_mwh", ttt.energy_mwh, (x) => `${fmt.sig(x, 3)} MWh`],
+    ["expected_failures", ttt.expected_failures, (x) => `${fmt.sig(x, 2)} expected failures`]].filter(([, value]) => value != null);
+  const spans = parts.map(([field, value, text]) => el("span", { "data-field": field, "data-value": value }, text(value)));
+  // "at $x per GPU-hour" follows the cost it priced; the rest are a list
   return el("p", { class: "capacity", "data-testid": "capacity" },
-    ...parts.map(([field, value, text]) => el("span", { "data-field": field, "data-value": value }, text(value), " ")));
+    ...spans.flatMap((span, i) => (i === 0 ? [span] : [span.dataset.field === "price_per_gpu_hour_usd" ? " " : ", ", span])));
 }
 
 // a launch field's framework (as the Frameworks column names it) and what its text is

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 from browser import foreign_urls, requested_urls
@@ -65,14 +65,46 @@ def test_suggestions_and_capacity_of_each_plan_match_plan(driver: WebDriver, bas
             span.get_attribute("data-field"): (float(span.get_attribute("data-value")), span.text)
             for span in detail.find_elements(By.CSS_SELECTOR, '[data-testid="capacity"] span')
         }
-        ttt = plan["time_to_train"]
-        assert shown["goodput_fraction"] == (
-            plan["goodput"]["fraction"],
-            f"goodput {100 * plan['goodput']['fraction']:.1f}%",
-        )
-        assert shown["time_to_train_days"] == (ttt["days"], f"{ttt['days']:.1f} days to train")
-        assert shown["cost_usd"] == (ttt["cost_usd"], f"${int(ttt['cost_usd'] + 0.5):,}")
+        assert_capacity_shown(shown, plan)
     assert foreign_urls(requested_urls(driver)) == []
+
+
+def assert_capacity_shown(shown: dict[str, tuple[float, str]], plan: dict[str, Any]) -> None:
+    """The capacity line's spans (data-field -> number, text) against the plan's goodput and
+    time_to_train: the price used, GPU-hours, energy and expected failures too."""
+    ttt, goodput = plan["time_to_train"], plan["goodput"]
+    assert shown["goodput_fraction"] == (goodput["fraction"], f"goodput {100 * goodput['fraction']:.1f}%")
+    steps = goodput["checkpoint_interval_steps"]
+    assert shown["checkpoint_interval_steps"] == (steps, f"checkpoint every {steps:,} steps")
+    assert shown["time_to_train_days"] == (ttt["days"], f"{ttt['days']:.1f} days to train")
+    assert shown["gpu_hours"] == (ttt["gpu_hours"], f"{int(ttt['gpu_hours'] + 0.5):,} GPU-hours")
+    assert shown["cost_usd"] == (ttt["cost_usd"], f"${int(ttt['cost_usd'] + 0.5):,}")
+    price = ttt["price_per_gpu_hour_usd"]
+    assert shown["price_per_gpu_hour_usd"] == (price, f"at ${price:.2f} per GPU-hour")
+    energy, failures = ttt["energy_mwh"], ttt["expected_failures"]
+    assert shown["energy_mwh"] == (energy, f"{float(f'{energy:.3g}'):,g} MWh")
+    assert shown["expected_failures"] == (failures, f"{float(f'{failures:.2g}'):g} expected failures")
+
+
+def capacity_spans(driver: WebDriver) -> dict[str, tuple[float, str]]:
+    return {
+        span.get_attribute("data-field"): (float(span.get_attribute("data-value")), span.text)
+        for span in driver.find_elements(By.CSS_SELECTOR, 'tr.detail:not([hidden]) [data-testid="capacity"] span')
+    }
+
+
+def test_the_price_box_prices_the_run(driver: WebDriver, base_url: str) -> None:
+    open_job(driver, base_url, SUGGESTING)
+    field = driver.find_element(By.CSS_SELECTOR, '[name="costs.price_per_gpu_hour_usd"]')
+    field.send_keys("2.5")
+    driver.find_element(By.ID, "plan-button").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
+    expected = httpx.post(f"{base_url}/plan", json={**SUGGESTING, "costs": {"price_per_gpu_hour_usd": 2.5}}).json()
+    assert expected["plans"][0]["time_to_train"]["price_per_gpu_hour_usd"] == 2.5
+    driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"]').click()
+    assert_capacity_shown(capacity_spans(driver), expected["plans"][0])
+    sent = json.loads(parse_qs(urlsplit(driver.current_url).query)["job"][0])
+    assert sent["costs"] == {"price_per_gpu_hour_usd": 2.5}
 
 
 def test_no_budget_no_time_to_train_and_no_suggestions(driver: WebDriver, base_url: str) -> None:
@@ -85,7 +117,7 @@ def test_no_budget_no_time_to_train_and_no_suggestions(driver: WebDriver, base_u
     fields = [
         s.get_attribute("data-field") for s in driver.find_elements(By.CSS_SELECTOR, '[data-testid="capacity"] span')
     ]
-    assert fields == ["goodput_fraction"]
+    assert fields == ["goodput_fraction", "checkpoint_interval_steps"]
 
 
 def sweep_chart(driver: WebDriver) -> dict[str, Any]:
