@@ -60,7 +60,7 @@ function render(response, job) {
   $("#warnings").hidden = !warnings.length;
   const suggestions = response.suggestions ?? [];
   $("#suggestions").replaceChildren(...suggestions.map((s) => el("li", { "data-num-gpus": s.num_gpus, "data-tokens-per-s": s.tokens_per_s },
-    `Try ${fmt.int(s.num_gpus)} GPUs: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
+    suggestionButton(s.num_gpus), `: ${fmt.int(s.tokens_per_s)} tokens/s (${fmt.int(s.tokens_per_s_per_gpu)} per GPU). ${s.reason}`)));
   $("#suggestions").hidden = !suggestions.length;
   $("#plans tbody").replaceChildren(...response.plans.flatMap(planRows));
   $("#plans").closest(".table-wrap").hidden = !hasPlans;
@@ -68,6 +68,16 @@ function render(response, job) {
   if (!hasPlans) return ["time-chart", "memory-chart"].forEach((id) => Plotly.purge(id));
   timeChart(response.plans);
   memoryChart(response.plans[0], 0);
+}
+
+// "Try 64 GPUs": puts the count in the GPUs box and plans the form's job at it
+function suggestionButton(numGpus) {
+  const button = el("button", { type: "button", title: `Plan this job at ${fmt.int(numGpus)} GPUs` }, `Try ${fmt.int(numGpus)} GPUs`);
+  button.addEventListener("click", () => {
+    form.elements.namedItem("cluster.num_gpus").value = String(numGpus);
+    form.requestSubmit();
+  });
+  return button;
 }
 
 // An answer without a plan: the server's reason and how far the search got, instead of an empty

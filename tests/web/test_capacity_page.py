@@ -175,3 +175,19 @@ def test_days_view_is_disabled_without_a_budget(driver: WebDriver, base_url: str
     metric = Select(driver.find_element(By.ID, "sweep-metric"))
     assert not metric.options[1].is_enabled()
     assert metric.first_selected_option.get_attribute("value") == "throughput"
+
+
+def test_a_suggested_gpu_count_is_a_button_that_plans_at_that_count(driver: WebDriver, base_url: str) -> None:
+    open_job(driver, base_url, SUGGESTING)
+    item = driver.find_element(By.CSS_SELECTOR, '[data-testid="suggestions"] li')
+    button = item.find_element(By.TAG_NAME, "button")
+    assert button.text == "Try 64 GPUs"
+    button.click()
+    planned_at_64 = "return document.body.dataset.state === 'done' && document.querySelector('#planned').textContent.includes('on 64 × ')"
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(planned_at_64))
+    assert driver.find_element(By.CSS_SELECTOR, '[name="cluster.num_gpus"]').get_attribute("value") == "64"
+    at_64 = {**SUGGESTING, "cluster": {**SUGGESTING["cluster"], "num_gpus": 64}}
+    expected = httpx.post(f"{base_url}/plan", json=at_64, timeout=WAIT_S).json()
+    first = driver.find_element(By.CSS_SELECTOR, '[data-testid="plan-row"] td[data-field="step_time_s"]')
+    assert first.text == f"{expected['plans'][0]['step_time_s']:.3f} s"
+    assert json.loads(parse_qs(urlsplit(driver.current_url).query)["job"][0])["cluster"]["num_gpus"] == 64
