@@ -152,14 +152,23 @@ function fieldFor(loc, message = "") {
 
 function showErrors(detail) {
   if (!Array.isArray(detail)) return showFormError(String(detail));
+  const left = markFieldErrors(detail);
+  if (left.length) showFormError(left.join("; "));
+}
+
+// A 422's messages next to the fields their `loc`s name (the first marked takes the focus); the
+// lines of those at no field of the form ("search.allow.tp: ...") are returned.
+function markFieldErrors(detail) {
+  const left = [];
   for (const item of detail) {
     const field = fieldFor(item.loc ?? [], item.msg);
     const where = (item.loc ?? []).filter((p) => p !== "body").join(".");
     const message = item.msg.startsWith(`${where}: `) ? item.msg.slice(where.length + 2) : item.msg;
     if (field) showFieldError(field, field.name === where ? message : item.msg);
-    else showFormError(`${where}: ${message}`);
+    else left.push(`${where}: ${message}`);
   }
   focusFirstError();
+  return left;
 }
 
 // the message next to its field, tied to it for screen readers (aria-describedby)

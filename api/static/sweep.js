@@ -29,6 +29,7 @@ async function startSweep() {
   if (!counts.length || counts.some((n) => !Number.isInteger(n) || n < 1)) {
     return refused("GPU counts: whole numbers separated by commas");
   }
+  removeFieldErrors("[data-for]");
   if (markBadNumbers()) return refused("fix the marked fields of the form first");
   sweepStale("starting a new one…", true);
   $("#sweep-start").disabled = true;  // one sweep at a time: a second would hold a worker slot too
@@ -45,16 +46,26 @@ async function startSweep() {
     return refused(err.message);
   }
   if (status === 404) return refused("this server does not run sweeps");
-  if (status !== 202 && status !== 200) {
-    const where = (d) => d.loc.slice(1).join(".");
-    const line = (d) => (d.msg.startsWith(`${where(d)}:`) ? d.msg : `${where(d)}: ${d.msg}`);
-    return refused(Array.isArray(body.detail) ? body.detail.map(line).join("; ") : body.detail);
-  }
+  if (status !== 202 && status !== 200) return refused(sweepRefusal(status, body.detail));
   sweepId = body.id;
   $("#sweep-cancel").hidden = false;
   $("#sweep-progress").hidden = false;
   document.body.dataset.sweep = "running";
   pollSweep(body.id);
+}
+
+// Why a sweep was refused: a message about the job ("body", "job", ...) goes next to the form's
+// field it names, the rest (the GPU counts, fields without a box) are the returned line.
+function sweepRefusal(status, detail) {
+  if (!Array.isArray(detail)) return detail ?? refusalText(status);
+  const atJob = (d) => d.loc?.[1] === "job";
+  const unplaced = markFieldErrors(detail.filter(atJob).map((d) => ({ ...d, loc: ["body", ...d.loc.slice(2)] })));
+  const lines = [...unplaced.map((line) => `job.${line}`), ...detail.filter((d) => !atJob(d)).map((d) => {
+    const where = (d.loc ?? []).slice(1).join(".");
+    return d.msg.startsWith(`${where}:`) ? d.msg : `${where}: ${d.msg}`;
+  })];
+  const marked = unplaced.length < detail.filter(atJob).length;
+  return [...(marked ? [`${refusalText(status)}: see the marked fields of the form`] : []), ...lines].join("; ");
 }
 
 async function pollSweep(id) {

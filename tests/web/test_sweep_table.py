@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from pagekit import open_page, wait_for
+from pagekit import open_page, shown_errors, type_into, wait_for
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -66,3 +66,37 @@ def test_sweep_table_lists_every_point_and_warnings_are_grouped(driver: WebDrive
     expected = sweep_warnings(SweepStatus.model_validate_json(answer.text))
     assert shown == expected
     assert len(shown) < sum(len(r["warnings"]) for r in sweep["results"])  # two points' MFU lines are one
+
+
+def test_a_sweep_refused_for_a_job_field_marks_that_field(driver: WebDriver, base_url: str) -> None:
+    open_page(driver, base_url, JOB)
+    type_into(driver, "training.global_batch_size", "-4")
+    driver.execute_script("baseJob.reliability = {gpu_mtbf_hours: -1}")  # a field without a box
+    gpus = driver.find_element(By.ID, "sweep-gpus")
+    gpus.clear()
+    gpus.send_keys("8, 16")
+    body = {
+        "job": {**driver.execute_script("return formToJob()"), "search": {"top_k": 1}},
+        "vary": {"num_gpus": [8, 16]},
+    }
+    answer = httpx.post(f"{base_url}/sweeps", json=body)
+    assert answer.status_code == 422
+    by_loc = {tuple(d["loc"]): d["msg"] for d in answer.json()["detail"]}
+    batch = by_loc[("body", "job", "training", "global_batch_size")]
+    mtbf = by_loc[("body", "job", "reliability", "gpu_mtbf_hours")]
+    assert batch.startswith("at point num_gpus 8: ")
+
+    driver.find_element(By.ID, "sweep-start").click()
+    wait_for(driver, "return document.querySelector('#sweep-error').hidden", False)
+    marked = [(e.get_attribute("data-for"), e.text) for e in shown_errors(driver) if e.get_attribute("data-for")]
+    assert marked == [("training.global_batch_size", batch)]
+    assert driver.execute_script("return document.activeElement.name") == "training.global_batch_size"
+    assert driver.find_element(By.ID, "sweep-error").text == (
+        f"invalid request: see the marked fields of the form; job.reliability.gpu_mtbf_hours: {mtbf}"
+    )
+
+    type_into(driver, "training.global_batch_size", "256")
+    driver.execute_script("delete baseJob.reliability")
+    driver.find_element(By.ID, "sweep-start").click()
+    assert wait_for(driver, "return document.body.dataset.sweep", "done", "error") == "done"
+    assert [e for e in shown_errors(driver) if e.get_attribute("data-for")] == []
