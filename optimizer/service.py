@@ -41,7 +41,7 @@ from optimizer.results import (
     TimeBreakdown,
 )
 from optimizer.search import SearchResult, search
-from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, PlanRequest
+from optimizer.specs import CompareRequest, EvaluateRequest, JobSpec, Layout, PlanRequest
 from optimizer.units import GIB, TFLOPS, to_gib
 
 
@@ -253,22 +253,43 @@ def _explained(request: PlanRequest, response: PlanResponse) -> PlanResponse:
     return response.model_copy(update=update)
 
 
+def _layout_error(job: JobSpec, exc: InvalidLayout, i: int) -> InvalidLayout:
+    """``exc`` of layout ``i`` of a comparison, at ``layouts.<i>.<field>`` (or the job's field)."""
+    reason = exc.reason.replace("config.", f"layouts.{i}.")
+    if exc.field == "cluster.num_gpus" and job.cluster.num_gpus is None:  # the layout sized the job
+        return InvalidLayout(f"layouts.{i}.dp", reason)
+    if exc.field.split(".")[0] in ("model", "training", "cluster"):
+        return InvalidLayout(exc.field, reason)  # the job itself, not the layout
+    return InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason)
+
+
+def _checked_off_topology(job: JobSpec, layout: Layout, i: int) -> None:
+    """Layout ``i``'s rules on the job's GPU count without its nodes (choosing nodes takes seconds
+    on a large topology): a layout that breaks them raises before any node choice."""
+    size = job.cluster.num_gpus or layout.tp * layout.pp * layout.cp * (layout.dp or 0)
+    if not size:
+        return  # the node choice says what is missing
+    flat = job.model_copy(update={"cluster": job.cluster.model_copy(update={"topology": None, "num_gpus": size})})
+    try:
+        resolve_layout(flat, costed_config(job.training, layout))
+    except InvalidLayout as exc:
+        raise _layout_error(job, exc, i) from exc
+
+
 def compare(request: CompareRequest) -> CompareResponse:
     """Score the job under each layout (``evaluate``) and compare them with the first. Raises
     ``InvalidLayout`` at ``layouts.<i>.<field>`` for an invalid layout."""
     job = request.job_spec()
+    if job.cluster.topology is not None:  # every layout's arithmetic before any layout's node choice
+        for i, layout in enumerate(request.layouts):
+            _checked_off_topology(job, layout, i)
     plans = []
     for i, layout in enumerate(request.layouts):
         try:
             one = EvaluateRequest(**dict(job), config=layout, memory_headroom_gib=request.memory_headroom_gib)
             plans.append(evaluate(one))
         except InvalidLayout as exc:
-            reason = exc.reason.replace("config.", f"layouts.{i}.")
-            if exc.field == "cluster.num_gpus" and job.cluster.num_gpus is None:  # the layout sized the job
-                raise InvalidLayout(f"layouts.{i}.dp", reason) from exc
-            if exc.field.split(".")[0] in ("model", "training", "cluster"):
-                raise InvalidLayout(exc.field, reason) from exc  # the job itself, not the layout
-            raise InvalidLayout(f"layouts.{i}.{exc.field.removeprefix('config.')}", reason) from exc
+            raise _layout_error(job, exc, i) from exc
     warnings = job_warnings(_sized(job, plans[0]))
     if not candidate_frameworks(job.training, job.model, generation=job.gpu_generation):  # as /plan warns
         warnings.append(

@@ -328,6 +328,23 @@ def test_compare_on_a_topology_sizes_each_layout(client: TestClient) -> None:
     assert item["loc"] == ["body", "layouts", 1, "dp"] and item["msg"].startswith("64 GPUs do not fit"), item
 
 
+def test_compare_checks_every_layout_before_choosing_nodes(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later layout that breaks a layout rule is a 422 at it before any layout's node choice (on
+    a large topology each choice takes seconds)."""
+    topo = blocks_racks(1, 2, 4)
+    body = {"model": MODEL, "training": TRAINING, "cluster": {"preset": "dgx-h100", "num_gpus": 32, "topology": topo},
+            "layouts": [{"tp": 2}, {"tp": 4}, {"tp": 1, "pp": 64}]}  # fmt: skip
+    chosen: list[int] = []
+    real = service.evaluate_on_topology
+    monkeypatch.setattr(service, "evaluate_on_topology", lambda *a: chosen.append(1) or real(*a))
+    r = client.post("/compare", json=body)
+    assert r.status_code == 422 and chosen == []
+    [item] = r.json()["detail"]
+    assert item["loc"][:4] == ["body", "layouts", 2, "pp"], item
+    body["layouts"] = body["layouts"][:2]
+    assert client.post("/compare", json=body).status_code == 200 and chosen == [1, 1]
+
+
 def test_hostname_level_is_implied_and_oversized_nodes_rejected(client: TestClient) -> None:
     topo = blocks_racks(1, 1, 2)
     topo["levels"] = ["block", "rack"]
