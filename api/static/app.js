@@ -1,6 +1,6 @@
 // The planner's web page: a job form, ranked plans, and charts of /plan and /sweeps answers.
 // Every request goes to this service; charts use the plotly.js bundle served at /static/vendor.
-// Loaded last: common.js, hf.js, plans.js and sweep.js define what this file uses.
+// Loaded last: common.js, hf.js, plans.js, compare.js and sweep.js define what this file uses.
 "use strict";
 
 // ---- form <-> job ----------------------------------------------------------------------------
@@ -217,6 +217,7 @@ async function runPlan(job) {
       return;
     }
     render(body, job);
+    resetCompare(job, body.plans);
     markStale(results);
     history.replaceState(null, "", `?job=${encodeURIComponent(JSON.stringify(job))}`);
     setState("done", "");
@@ -258,6 +259,7 @@ async function main() {
   form.addEventListener("input", updatePresetNote);
   $("#hf-import").addEventListener("click", importHfConfig);
   $("#hf-file").addEventListener("change", importHfFile);
+  compareForm().addEventListener("submit", runCompare);
   $("#sweep-start").addEventListener("click", startSweep);
   $("#sweep-cancel").addEventListener("click", cancelSweep);
   $("#sweep-metric").addEventListener("change", () => lastSweep && sweepChart());
