@@ -47,20 +47,21 @@ class DocumentError(ValueError):
 
 def json_depth(text: str) -> int:
     """The deepest nesting of ``[`` / ``{`` in ``text`` outside strings (a linear scan)."""
+    return json_shape(text)[0]
+
+
+def json_shape(text: str) -> tuple[int, int]:
+    """The nesting depth and the value count (commas plus one, what ``MAX_JSON_VALUES`` bounds) of
+    the JSON ``text``, outside strings, from one linear pass."""
+    bare = JSON_STRING.sub('""', text)
     depth = deepest = 0
-    for match in _BRACKET.finditer(JSON_STRING.sub('""', text)):
+    for match in _BRACKET.finditer(bare):
         if match.group() in "[{":
             depth += 1
             deepest = max(deepest, depth)
         else:
             depth -= 1
-    return deepest
-
-
-def json_values(text: str) -> int:
-    """At least the number of values in the JSON ``text`` (its commas outside strings, plus one;
-    a linear scan): what ``MAX_JSON_VALUES`` bounds."""
-    return JSON_STRING.sub('""', text).count(",") + 1
+    return deepest, bare.count(",") + 1
 
 
 def too_many_values_message() -> str:
@@ -71,9 +72,10 @@ def parse_json(text: str, max_bytes: int = MAX_DOCUMENT_BYTES, max_values: int |
     """``json.loads`` within ``max_bytes`` and ``MAX_DEPTH``; a key given twice in one object is
     an error (JSON parsers keep the last silently)."""
     _check_size(text, max_bytes)
-    if json_depth(text) > MAX_DEPTH:
+    depth, values = json_shape(text)
+    if depth > MAX_DEPTH:
         raise DocumentError(f"JSON nested deeper than {MAX_DEPTH} levels")
-    if max_values is not None and json_values(text) > max_values:
+    if max_values is not None and values > max_values:
         raise DocumentError(too_many_values_message())
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)

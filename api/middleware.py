@@ -23,8 +23,7 @@ from api.documents import (
     MAX_JSON_VALUES,
     duplicate_json_key,
     duplicate_message,
-    json_depth,
-    json_values,
+    json_shape,
     too_many_values_message,
 )
 from optimizer.reference import ReferenceData, using
@@ -122,9 +121,10 @@ def _check_body(body: bytes) -> None:
         text = body.decode("utf-8-sig")  # a byte order mark is allowed (the app's parser skips it too)
     except UnicodeDecodeError as exc:
         raise _BadBody(f"request body is not UTF-8 (byte {exc.start})", "json_invalid") from exc
-    if json_depth(text) > MAX_DEPTH:
+    depth, values = json_shape(text)
+    if depth > MAX_DEPTH:
         raise _BadBody(f"JSON nested deeper than {MAX_DEPTH} levels", "json_too_deep")
-    if json_values(text) > MAX_JSON_VALUES:
+    if values > MAX_JSON_VALUES:
         raise _BadBody(too_many_values_message(), "json_too_many_values")
     if (key := duplicate_json_key(text)) is not None:
         raise _BadBody(duplicate_message(key), "json_duplicate_key")
