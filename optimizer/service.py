@@ -87,7 +87,7 @@ def to_plan(job: JobSpec, est: Estimate) -> Plan:
         )
     # launch arguments select the attention backend and the TP overlap that were costed
     unapplied = {"tp_comm_overlap": False} if tp_overlap_unapplied(job, est) else {}
-    training = job.training.model_copy(update={"attention_kernel": kernel, **unapplied})
+    training = costed.model_copy(update=unapplied) if unapplied else costed
     if why_not:  # one line: each framework's reason (a layout rule's with its source)
         notes.append("runs on no framework as costed: " + "; ".join(why_not))
     fields = tuple(p.launch_field for p in runs)
@@ -266,7 +266,7 @@ def _layout_error(job: JobSpec, exc: InvalidLayout, i: int) -> InvalidLayout:
 def _checked_off_topology(job: JobSpec, layout: Layout, i: int) -> None:
     """Layout ``i``'s rules on the job's GPU count without its nodes (choosing nodes takes seconds
     on a large topology): a layout that breaks them raises before any node choice."""
-    size = job.cluster.num_gpus or layout.tp * layout.pp * layout.cp * (layout.dp or 0)
+    size = job.cluster.num_gpus or layout.stated_gpus
     if not size:
         return  # the node choice says what is missing
     flat = job.model_copy(update={"cluster": job.cluster.model_copy(update={"topology": None, "num_gpus": size})})

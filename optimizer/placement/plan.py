@@ -380,7 +380,7 @@ def evaluate_on_topology(request: EvaluateRequest, score: Callable[[EvaluateRequ
     assert topo is not None and c.gpus_per_node
     if c.num_gpus is None and topo.assignment is None:
         lay = request.config
-        size = lay.tp * lay.pp * lay.cp * (lay.dp or 0)
+        size = lay.stated_gpus
         if size == 0:
             raise InvalidLayout("cluster.num_gpus", "give num_gpus, config.dp or topology.assignment")
         c = c.model_copy(update={"num_gpus": size})

@@ -102,6 +102,11 @@ class Layout(Strict):
             self.sequence_parallel = self.tp > 1
         return self
 
+    @property
+    def stated_gpus(self) -> int:
+        """tp x pp x cp x dp when ``dp`` is given; 0 when the job's GPU count sizes ``dp``."""
+        return self.tp * self.pp * self.cp * (self.dp or 0)
+
 
 class LayoutFix(Strict):
     """Layout fields to pin during search."""
